@@ -1,0 +1,397 @@
+"""How ranks start, and how a run ends with a Report whatever happened.
+
+Ranks are started through torch.distributed.run's programmatic API
+(`elastic_launch` with a fully specified `LaunchConfig`), each rank's output
+kept in a per-run log directory. A watchdog thread reads every rank's status
+file: it drives the progress display, turns a stall or a crash into a
+finding within seconds, and kills every worker it leaves behind. Already
+inside a launch (torchrun, srun), the command runs as that rank instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ddpcheck import postmortem
+from ddpcheck.errors import UsageError
+from ddpcheck.options import LaunchOptions
+from ddpcheck.report import Report, Verdict
+from ddpcheck.status import read_statuses
+from ddpcheck.worker import SPEC_FILE, load_report, load_verdict, run_rank
+
+ProgressCallback = Callable[[dict[str, Any]], None]
+POLL_S = 0.1
+# Ranks' own collective timeout is a little longer than the launcher's stall bound,
+# so that the launcher, which sees every rank, names the culprit first.
+PG_TIMEOUT_GRACE_S = 5.0
+
+
+@dataclass
+class LaunchPlan:
+    """Resolved launch: how many ranks of which kind, over which backend."""
+
+    nproc: int
+    backend: str
+    device: str  # "cuda" or "cpu"
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    timeout: float = 60.0
+    inject: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+
+def plan_launch(opts: LaunchOptions) -> LaunchPlan:
+    """Decide ranks, backend and device from the options and this machine (exit 2 if impossible)."""
+    import torch
+    import torch.distributed as dist
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    backend = opts.backend
+    notes: list[str] = []
+    if backend == "nccl" and gpus == 0:
+        raise UsageError("--backend nccl needs CUDA GPUs, and this machine has none visible; use gloo")
+    if backend == "nccl" and not dist.is_nccl_available():
+        raise UsageError("--backend nccl: this torch build has no NCCL; use gloo")
+    if opts.gpus is not None:
+        if opts.gpus > gpus:
+            raise UsageError(
+                f"--gpus {opts.gpus}: this machine has {gpus} visible GPU{'s' if gpus != 1 else ''}"
+            )
+        nproc, device = opts.gpus, "cuda"
+    elif opts.nproc is not None:
+        nproc = opts.nproc
+        device = "cuda" if gpus and nproc <= gpus and backend != "gloo" else "cpu"
+        if backend == "nccl" and nproc > gpus:
+            raise UsageError(
+                f"--nproc {nproc} over nccl needs {nproc} GPUs (NCCL refuses two ranks on one GPU); "
+                f"this machine has {gpus}"
+            )
+    elif gpus and backend != "gloo":
+        nproc, device = gpus, "cuda"
+    else:
+        nproc, device = 2, "cpu"
+        if backend == "auto":
+            notes.append("no GPU visible: running 2 CPU ranks over gloo")
+    if backend == "auto":
+        backend = "nccl" if device == "cuda" else "gloo"
+    return LaunchPlan(
+        nproc=nproc,
+        backend=backend,
+        device=device,
+        nnodes=opts.nnodes,
+        node_rank=opts.node_rank,
+        rdzv_endpoint=opts.rdzv_endpoint,
+        timeout=opts.timeout,
+        inject=list(opts.inject),
+        notes=notes,
+    )
+
+
+def plan_inline(opts: LaunchOptions) -> LaunchPlan:
+    """The plan of a process that torchrun or srun already started as one rank."""
+    import torch
+
+    world_size = int(os.environ["WORLD_SIZE"])
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    local_rank = int(os.environ["LOCAL_RANK"])
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if opts.backend == "nccl" and local_rank >= gpus:
+        raise UsageError(f"--backend nccl: local rank {local_rank} has no GPU ({gpus} visible)")
+    device = "cuda" if opts.backend != "gloo" and local_rank < gpus else "cpu"
+    backend = opts.backend if opts.backend != "auto" else ("nccl" if device == "cuda" else "gloo")
+    return LaunchPlan(
+        nproc=local_world,
+        backend=backend,
+        device=device,
+        nnodes=max(1, world_size // local_world),
+        node_rank=int(os.environ.get("GROUP_RANK", "0")),
+        timeout=opts.timeout,
+        inject=list(opts.inject),
+    )
+
+
+def already_launched() -> bool:
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
+
+
+def make_spec(command: str, options: dict[str, Any], plan: LaunchPlan) -> dict[str, Any]:
+    return {
+        "command": command,
+        "options": options,
+        "backend": plan.backend,
+        "device": plan.device,
+        "timeout": plan.timeout,
+        "pg_timeout": plan.timeout + PG_TIMEOUT_GRACE_S,
+        "inject": plan.inject,
+        "notes": plan.notes,
+        "plan": asdict(plan),
+    }
+
+
+def launch(
+    command: str,
+    options: dict[str, Any],
+    plan: LaunchPlan,
+    on_progress: ProgressCallback | None = None,
+) -> Report:
+    """Start the ranks of this node, wait for them (bounded), and return the run's Report."""
+    started = time.monotonic()
+    run_dir = Path(tempfile.mkdtemp(prefix="ddpcheck-"))
+    (run_dir / SPEC_FILE).write_text(json.dumps(make_spec(command, options, plan)))
+    watchdog = Watchdog(run_dir, plan, on_progress)
+    failures: dict[int, Any] = {}
+    launch_error: str | None = None
+    interrupted = False
+    previous_sigint = signal.getsignal(signal.SIGINT)
+    try:
+        watchdog.start()
+        _run_agent(plan, run_dir)
+    except KeyboardInterrupt:
+        interrupted = True
+    except Exception as exc:
+        failures, launch_error, interrupted = _classify_agent_error(exc)
+    finally:
+        watchdog.stop()
+        signal.signal(signal.SIGINT, previous_sigint)
+        kill_workers()
+    if interrupted:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise KeyboardInterrupt
+    report = load_report(run_dir)
+    verdict = load_verdict(run_dir)
+    if report is None and verdict is not None and not (failures or watchdog.stall or launch_error):
+        # Rank 0 lives on another node: it printed the report; this node shares its verdict.
+        report = postmortem.remote_node_report(command, plan, verdict)
+    elif report is None:
+        report = postmortem.report_for(
+            command=command,
+            plan=plan,
+            statuses=read_statuses(run_dir),
+            exits={rank: _exit_info(f) for rank, f in failures.items()},
+            stall=watchdog.stall,
+            launch_error=launch_error,
+            log_tail=lambda rank: tail_of_log(run_dir, rank, plan.nproc),
+        )
+    report.elapsed_s = time.monotonic() - started
+    report.options = report.options or options
+    if report.verdict == Verdict.ERROR:
+        report.log_dir = str(_keep_logs(run_dir))
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return report
+
+
+def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    _silence_torch_logging()
+    # Without an endpoint, as torchrun --standalone: a free port, chosen by the store.
+    endpoint = plan.rdzv_endpoint or "localhost:0"
+    config = LaunchConfig(
+        min_nodes=plan.nnodes,
+        max_nodes=plan.nnodes,
+        nproc_per_node=plan.nproc,
+        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL, tee=Std.NONE),
+        run_id=f"ddpcheck-{uuid.uuid4().hex[:12]}" if not plan.rdzv_endpoint else "ddpcheck",
+        role="ddpcheck",
+        rdzv_endpoint=endpoint,
+        rdzv_backend="c10d",
+        rdzv_configs={"join_timeout": plan.timeout, "last_call_timeout": 1, "close_timeout": 5},
+        rdzv_timeout=int(plan.timeout),
+        max_restarts=0,
+        monitor_interval=POLL_S,
+        start_method="spawn",
+        log_line_prefix_template=None,
+        metrics_cfg={},
+        local_addr=None,
+        event_log_handler="null",
+        numa_options=None,
+        signals_to_handle="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+        duplicate_stdout_filters=None,
+        duplicate_stderr_filters=None,
+        virtual_local_rank=False,
+        shutdown_timeout=2,
+    )
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1"}
+    with _environment(env):
+        elastic_launch(config, sys.executable)("-u", "-m", "ddpcheck.worker", str(run_dir))
+
+
+def _classify_agent_error(exc: Exception) -> tuple[dict[int, Any], str | None, bool]:
+    """(failed ranks, a launch error message, interrupted?) from what elastic_launch raised."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    if isinstance(exc, ChildFailedError):
+        return dict(exc.failures), None, False
+    if isinstance(exc, SignalException):
+        return {}, None, exc.sigval == signal.SIGINT
+    return {}, f"{type(exc).__name__}: {exc}".strip(), False
+
+
+def _exit_info(failure: Any) -> dict[str, Any]:
+    info: dict[str, Any] = {"exitcode": failure.exitcode, "pid": failure.pid}
+    if failure.exitcode is not None and failure.exitcode < 0:
+        try:
+            info["signal"] = signal.Signals(-failure.exitcode).name
+        except ValueError:
+            info["signal"] = f"signal {-failure.exitcode}"
+    return info
+
+
+class Watchdog(threading.Thread):
+    """Reads every rank's status file; reports progress; ends a stalled or crashed run."""
+
+    def __init__(self, run_dir: Path, plan: LaunchPlan, on_progress: ProgressCallback | None) -> None:
+        super().__init__(name="ddpcheck-watchdog", daemon=True)
+        self.run_dir = run_dir
+        self.plan = plan
+        self.on_progress = on_progress
+        self.stall: dict[str, Any] | None = None
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        started = last_change = time.monotonic()
+        last_seen: tuple[Any, ...] = ()
+        crash_seen_at: float | None = None
+        while not self._stop_event.wait(POLL_S):
+            statuses = read_statuses(self.run_dir)
+            seen = tuple(sorted((r, s["seq"], s["progress_seq"]) for r, s in statuses.items()))
+            now = time.monotonic()
+            if seen != last_seen:
+                last_seen, last_change = seen, now
+            if self.on_progress and 0 in statuses:
+                self.on_progress(statuses[0])
+            if any(s.get("error") for s in statuses.values()):
+                # A rank crashed: give the agent a moment to notice, then end the others.
+                crash_seen_at = crash_seen_at or now
+                if now - crash_seen_at > 2.0:
+                    kill_workers()
+                    return
+            if now - last_change > self.plan.timeout:
+                self.stall = {
+                    "waited_s": now - last_change,
+                    "elapsed_s": now - started,
+                    "statuses": statuses,
+                    "alive": _alive_workers(),
+                }
+                kill_workers()
+                return
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout=5)
+
+
+def _alive_workers() -> dict[int, str]:
+    """pid -> process state ('stopped' for SIGSTOP) of every descendant still running."""
+    states = {}
+    for child in psutil.Process().children(recursive=True):
+        try:
+            states[child.pid] = child.status()
+        except psutil.Error:
+            continue
+    return states
+
+
+def kill_workers() -> None:
+    """Kill every descendant process, stopped ones included (SIGTERM cannot reach those)."""
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        try:
+            child.send_signal(signal.SIGCONT)
+            child.kill()
+        except psutil.Error:
+            continue
+    psutil.wait_procs(children, timeout=5)
+
+
+def tail_of_log(run_dir: Path, rank: int, nproc: int, lines: int = 12) -> str:
+    """The last lines of a local rank's stderr (global rank -> this node's local rank)."""
+    local_rank = rank % nproc
+    for path in sorted((run_dir / "logs").glob(f"*/attempt_*/{local_rank}/stderr.log")):
+        text = path.read_text(errors="replace").strip().splitlines()
+        return "\n".join(text[-lines:])
+    return ""
+
+
+def _keep_logs(run_dir: Path) -> Path:
+    """Keep only the rank logs of a run that could not complete; drop the scratch files."""
+    for name in ("status", SPEC_FILE):
+        target = run_dir / name
+        if target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        elif target.exists():
+            target.unlink()
+    return run_dir
+
+
+def _silence_torch_logging() -> None:
+    # The elastic agent logs its launch banner and every worker failure; ddpcheck reports those itself.
+    for name in ("torch.distributed.elastic", "torch.distributed.launcher"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.CRITICAL + 1)
+        logger.propagate = False
+
+
+class _environment:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+        self.saved: dict[str, str | None] = {}
+
+    def __enter__(self) -> None:
+        for key, value in self.values.items():
+            self.saved[key] = os.environ.get(key)
+            os.environ[key] = value
+
+    def __exit__(self, *exc: object) -> None:
+        for key, value in self.saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_inline(command: str, options: dict[str, Any], plan: LaunchPlan) -> Report | Verdict:
+    """Already launched by torchrun or srun: run as this rank, spawn nothing.
+
+    Rank 0 returns the Report; every other rank returns the shared verdict.
+    """
+    started = time.monotonic()
+    run_dir = Path(tempfile.mkdtemp(prefix="ddpcheck-"))
+    try:
+        spec = make_spec(command, options, plan)
+        spec["pg_timeout"] = plan.timeout  # no launcher watches: the ranks' own timeout is the bound
+        code = run_rank(spec, str(run_dir))
+        report = load_report(run_dir)
+        if report is not None:
+            report.elapsed_s = time.monotonic() - started
+            return report
+        verdict = load_verdict(run_dir)
+        if code != 0 or verdict is None:
+            return Verdict.ERROR
+        return verdict
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)

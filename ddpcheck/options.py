@@ -1,0 +1,125 @@
+"""Typed options for launching ranks and for each check, and the parsers behind them.
+
+Torch-free: the CLI validates everything here before a rank is spawned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpcheck.errors import UsageError
+
+BACKENDS = ("auto", "nccl", "gloo")
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int32")
+MAX_RANKS_PER_NODE = 256
+MAX_NODES = 100_000
+MAX_TIMEOUT_S = 86_400.0
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)[iI]?[bB]?\s*$")
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+@dataclass(kw_only=True)
+class LaunchOptions:
+    """How ranks start; shared by every command that launches."""
+
+    gpus: int | None = None
+    nproc: int | None = None
+    backend: str = "auto"
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    timeout: float = 60.0
+    inject: list[str] = field(default_factory=list)
+
+    def validate(self) -> None:
+        if self.gpus is not None and self.nproc is not None:
+            raise UsageError("give --gpus or --nproc, not both")
+        for name, value in (("--gpus", self.gpus), ("--nproc", self.nproc)):
+            if value is not None and not 1 <= value <= MAX_RANKS_PER_NODE:
+                raise UsageError(f"{name} must be between 1 and {MAX_RANKS_PER_NODE}, got {value}")
+        if self.backend not in BACKENDS:
+            raise UsageError(f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
+        if not 1 <= self.nnodes <= MAX_NODES:
+            raise UsageError(f"--nnodes must be between 1 and {MAX_NODES}, got {self.nnodes}")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise UsageError(
+                f"--node-rank must be in 0..{self.nnodes - 1} for --nnodes {self.nnodes}, "
+                f"got {self.node_rank}"
+            )
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
+        if self.rdzv_endpoint is not None:
+            parse_endpoint(self.rdzv_endpoint)
+        if not 0 < self.timeout <= MAX_TIMEOUT_S:
+            raise UsageError(f"--timeout must be in (0, {MAX_TIMEOUT_S:.0f}] seconds, got {self.timeout:g}")
+
+
+@dataclass(kw_only=True)
+class AllreduceOptions:
+    """`ddpcheck allreduce`: sizes in bytes; None means the device's default."""
+
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    dtype: str = "float32"
+    iters: int | None = None
+    warmup: int | None = None
+    min_busbw: float | None = None
+
+    def validate(self) -> None:
+        if self.dtype not in DTYPES:
+            raise UsageError(f"unknown dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
+        if self.iters is not None and not 1 <= self.iters <= 100_000:
+            raise UsageError(f"--iters must be between 1 and 100000, got {self.iters}")
+        if self.warmup is not None and not 0 <= self.warmup <= 100_000:
+            raise UsageError(f"--warmup must be between 0 and 100000, got {self.warmup}")
+        if self.min_busbw is not None and self.min_busbw < 0:
+            raise UsageError(f"--min-busbw must be >= 0 GB/s, got {self.min_busbw:g}")
+
+
+def parse_size(text: str) -> int:
+    """'64', '4K', '16M', '1G' (binary multiples) -> bytes."""
+    match = _SIZE_RE.match(text)
+    if not match:
+        raise UsageError(f"malformed size {text!r}: use bytes with an optional K, M or G suffix")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+
+
+def parse_sizes(text: str) -> tuple[int, int]:
+    """'MIN:MAX' or a single size -> (min_bytes, max_bytes)."""
+    parts = text.split(":")
+    if len(parts) > 2:
+        raise UsageError(f"malformed --sizes {text!r}: expected MIN:MAX, e.g. 1K:64M")
+    low, high = parse_size(parts[0]), parse_size(parts[-1])
+    if low <= 0:
+        raise UsageError(f"--sizes must start above 0 bytes, got {text!r}")
+    if low > high:
+        raise UsageError(f"--sizes MIN must not exceed MAX, got {text!r}")
+    if high > 16 * 1024**3:
+        raise UsageError(f"--sizes MAX above 16G is not supported, got {text!r}")
+    return low, high
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """'HOST:PORT' or '[IPv6]:PORT' -> (host, port)."""
+    host, sep, port_text = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port_text.isdigit() or any(c.isspace() for c in host):
+        raise UsageError(f"malformed --rdzv-endpoint {text!r}: expected HOST:PORT")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise UsageError(f"--rdzv-endpoint port must be 1..65535, got {port}")
+    return host, port
+
+
+def options_to_dict(options: Any) -> dict[str, Any]:
+    return dataclasses.asdict(options)
+
+
+def options_from_dict(cls: type, data: dict[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})

@@ -1,0 +1,185 @@
+"""Report -> the terminal: rich tables, the progress display, charts. The one module that imports rich."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.panel import Panel
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from ddpcheck.report import Report, Status, Table, Verdict
+
+STATUS_STYLE = {
+    Status.PASS: "bold green",
+    Status.WARN: "bold yellow",
+    Status.FAIL: "bold red",
+    Status.ERROR: "bold magenta",
+    Status.SKIP: "dim",
+}
+VERDICT_STYLE = {Verdict.PASS: "bold green", Verdict.FAIL: "bold red", Verdict.ERROR: "bold magenta"}
+CELL_STYLE = {"PASS": "green", "FAIL": "red", "WARN": "yellow", "ERROR": "magenta"}
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console that writes plain text (no escape codes) when NO_COLOR is set or output is not a terminal."""
+    stream = sys.stderr if stderr else sys.stdout
+    no_color = "NO_COLOR" in os.environ
+    return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=False)
+
+
+def say(console: Console, message: str, style: str = "") -> None:
+    console.print(Text(message, style=style), soft_wrap=True)
+
+
+def render_report(report: Report, console: Console, quiet: bool = False) -> None:
+    if not quiet:
+        for note in report.notes:
+            say(console, note, "dim")
+        for table in report.tables:
+            if table.name == "stderr":
+                _render_tails(table, console)
+            else:
+                console.print(rich_table(table))
+            if table.name == "bandwidth":
+                render_bandwidth_chart(table, console)
+        console.print(_checks_table(report))
+    else:
+        for check in report.failing():
+            say(console, f"{check.status.value} {check.name}: {check.detail}", STATUS_STYLE[check.status])
+    console.print(verdict_line(report), soft_wrap=True)
+    if report.log_dir:
+        say(console, f"rank logs kept in {report.log_dir}", "dim")
+
+
+def verdict_line(report: Report) -> Text:
+    verdict = report.verdict
+    world = report.world
+    where = ""
+    if world.get("size"):
+        where = f" ({world['size']} ranks, {world.get('backend')}, {world.get('device')})"
+    counts: dict[Status, int] = {}
+    for check in report.checks:
+        counts[check.status] = counts.get(check.status, 0) + 1
+    summary = ", ".join(f"{n} {s.value.lower()}" for s, n in counts.items())
+    text = Text()
+    text.append(verdict.value.upper(), style=VERDICT_STYLE[verdict])
+    text.append(f"  ddpcheck {report.command}{where}: {summary} in {report.elapsed_s:.1f} s")
+    failing = report.failing()
+    if failing:
+        text.append(" - " + "; ".join(_culprit(c) for c in failing[:3]))
+    return text
+
+
+def _culprit(check: Any) -> str:
+    if check.ranks:
+        ranks = ", ".join(map(str, check.ranks[:8])) + (" ..." if len(check.ranks) > 8 else "")
+        return f"{check.name}: rank{'s' if len(check.ranks) > 1 else ''} {ranks}"
+    return check.name
+
+
+def rich_table(table: Table) -> RichTable:
+    out = RichTable(title=table.title, box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold")
+    for key, header in table.columns.items():
+        numeric = any(isinstance(row.get(key), (int, float)) for row in table.rows)
+        out.add_column(header, justify="right" if numeric else "left")
+    for row in table.rows:
+        out.add_row(*(_cell(row.get(key)) for key in table.columns))
+    return out
+
+
+def _cell(value: Any) -> Text:
+    if value is None:
+        return Text("-", style="dim")
+    if isinstance(value, float):
+        return Text(f"{value:g}" if abs(value) < 1e6 else f"{value:.4g}")
+    if isinstance(value, int):
+        return Text(f"{value:,}" if abs(value) >= 10_000 else str(value))
+    text = str(value)
+    return Text(text, style=CELL_STYLE.get(text, ""))
+
+
+def _checks_table(report: Report) -> RichTable:
+    out = RichTable(title="Checks", box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold")
+    out.add_column("check")
+    out.add_column("status")
+    out.add_column("detail", overflow="fold")
+    for check in report.checks:
+        out.add_row(check.name, Text(check.status.value, style=STATUS_STYLE[check.status]), check.detail)
+    return out
+
+
+def _render_tails(table: Table, console: Console) -> None:
+    for row in table.rows:
+        title = (
+            f"rank {row['rank']}"
+            + (f" on {row['host']}" if row.get("host") else "")
+            + ": last lines of stderr"
+        )
+        console.print(Panel(Text(row["stderr_tail"]), title=title, title_align="left", border_style="red"))
+
+
+def render_bandwidth_chart(table: Table, console: Console, width: int = 40) -> None:
+    """busbw against message size as horizontal bars (no plotting library)."""
+    rows = table.rows
+    peak = max((r["busbw_gbps"] for r in rows), default=0.0)
+    if peak <= 0:
+        return
+    chart = RichTable(
+        title="busbw by message size", box=None, title_justify="left", title_style="bold", show_header=False
+    )
+    chart.add_column(justify="right")
+    chart.add_column()
+    chart.add_column(justify="right")
+    for r in rows:
+        filled = r["busbw_gbps"] / peak * width
+        bar = "█" * int(filled) + ("▌" if filled - int(filled) >= 0.5 else "")
+        chart.add_row(
+            r["size"], Text(bar, style="cyan" if not r["wrong"] else "red"), f"{r['busbw_gbps']:.3f} GB/s"
+        )
+    console.print(chart)
+
+
+class LaunchProgress:
+    """The launcher's live view of rank 0's stage and the sweep's progress."""
+
+    def __init__(self, console: Console, enabled: bool) -> None:
+        self.enabled = enabled and console.is_terminal
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self._task: Any = None
+
+    def __enter__(self) -> LaunchProgress:
+        if self.enabled:
+            self._progress.start()
+            self._task = self._progress.add_task("starting ranks", total=None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self._progress.stop()
+
+    def update(self, status: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        progress = status.get("progress")
+        if progress:
+            self._progress.update(
+                self._task,
+                description=f"rank 0: {progress['label']}",
+                completed=progress["done"],
+                total=progress["total"],
+            )
+        else:
+            self._progress.update(self._task, description=f"rank 0: {status.get('stage')}")

@@ -1,0 +1,249 @@
+"""The harness every check runs in, on every rank (nccl-tests' common.cu).
+
+It joins the process group with a bounded timeout, binds the device, reports
+each stage to the launcher, runs the check's `measure()`, gathers every rank's
+data to rank 0, where the check's `judge()` turns it into a Report, shares the
+verdict with every rank, and always tears the process group down.
+
+Run by the launcher as `python -m ddpcheck.worker RUN_DIR`; RUN_DIR holds
+spec.json (what to run) and receives status files and rank 0's report.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import socket
+import sys
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from ddpcheck.faults import Faults, parse_faults
+from ddpcheck.options import options_from_dict
+from ddpcheck.report import Report, Verdict
+from ddpcheck.status import StatusWriter
+
+REPORT_FILE = "report.json"
+VERDICT_FILE = "verdict"
+SPEC_FILE = "spec.json"
+
+
+@dataclass
+class RankContext:
+    """What a check's measure() needs to know about, and do on, its rank."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    backend: str
+    device: Any  # torch.device
+    host: str
+    faults: Faults
+    status: StatusWriter
+    timeout_s: float
+
+    def stage(self, name: str) -> None:
+        self.status.stage(name)
+
+    def progress(self, done: int, total: int, label: str) -> None:
+        if self.rank == 0:
+            self.status.progress(done, total, label)
+
+    def sync(self) -> None:
+        """Wait for this rank's queued device work (a no-op on CPU)."""
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def barrier(self, group: Any = None) -> None:
+        import torch.distributed as dist
+
+        if self.backend == "nccl":
+            dist.barrier(group=group, device_ids=[self.device.index])
+        else:
+            dist.barrier(group=group)
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        import torch.distributed as dist
+
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
+
+def rank_identity() -> dict[str, Any]:
+    return {
+        "rank": int(os.environ["RANK"]),
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+
+
+def device_identity(device: Any) -> dict[str, Any]:
+    """What names this rank's device, so the rank map can tell two ranks on one GPU."""
+    if device.type != "cuda":
+        return {"device": "cpu", "device_name": "cpu", "device_uuid": None, "pci_bus_id": None}
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    pci = getattr(props, "pci_bus_id", None)
+    domain = getattr(props, "pci_domain_id", 0)
+    dev = getattr(props, "pci_device_id", 0)
+    return {
+        "device": f"cuda:{device.index}",
+        "device_name": props.name,
+        "device_uuid": str(getattr(props, "uuid", "")) or None,
+        "pci_bus_id": f"{domain:04x}:{pci:02x}:{dev:02x}.0" if pci is not None else None,
+    }
+
+
+def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
+    """Run one rank of the command in `spec`; returns this process's exit code.
+
+    The exit code says whether this rank completed (0) or crashed (1); the
+    verdict itself travels in the report.
+    """
+    identity = rank_identity()
+    rank, world_size = identity["rank"], int(os.environ["WORLD_SIZE"])
+    status = StatusWriter(run_dir, identity) if run_dir else None
+    faults = Faults(parse_faults(spec["inject"], spec["command"]), rank)
+    import torch.distributed as dist
+
+    try:
+        faults.at_stage("launched")
+        device = _bind_device(spec, identity["local_rank"], status, faults)
+        _stage(status, faults, "join")
+        _join(spec, device)
+        check = importlib.import_module(f"ddpcheck.checks.{spec['command']}")
+        options = options_from_dict(check.Options, spec["options"])
+        ctx = RankContext(
+            rank=rank,
+            local_rank=identity["local_rank"],
+            world_size=world_size,
+            backend=spec["backend"],
+            device=device,
+            host=identity["host"],
+            faults=faults,
+            status=status or _NullStatus(),  # type: ignore[arg-type]
+            timeout_s=spec["timeout"],
+        )
+        _stage(status, faults, "measure")
+        data = check.measure(ctx, options)
+        _stage(status, faults, "gather")
+        gathered = ctx.all_gather_object({**identity, **device_identity(device), "data": data})
+        verdict = [None]
+        if rank == 0:
+            report = check.judge([g.pop("data") for g in gathered], gathered, options)
+            report.world = _world(spec, gathered, device)
+            report.ranks = gathered
+            report.options = spec["options"]
+            report.notes = spec.get("notes", []) + report.notes
+            verdict = [report.verdict.value]
+            if run_dir:
+                _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
+        # Every node learns the verdict before teardown, so all of them exit with it.
+        dist.broadcast_object_list(verdict, src=0)
+        if run_dir and identity["local_rank"] == 0:
+            _write(Path(run_dir) / VERDICT_FILE, str(verdict[0]))
+        _stage(status, faults, "done")
+        return 0
+    except BaseException as exc:
+        message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        if status:
+            status.error(message)
+        traceback.print_exc()
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        if status:
+            status.close()
+
+
+def _bind_device(spec: dict[str, Any], local_rank: int, status: Any, faults: Faults) -> Any:
+    import torch
+
+    _stage(status, faults, "device")
+    if spec["device"] == "cuda":
+        # The classic pitfall: without set_device every rank lands on cuda:0.
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def _join(spec: dict[str, Any], device: Any) -> None:
+    import torch.distributed as dist
+
+    kwargs: dict[str, Any] = {
+        "backend": spec["backend"],
+        "timeout": timedelta(seconds=spec["pg_timeout"]),
+    }
+    if device.type == "cuda" and spec["backend"] == "nccl":
+        kwargs["device_id"] = device  # eager NCCL init: a bad GPU fails here, not mid-check
+    dist.init_process_group(**kwargs)
+
+
+def _world(spec: dict[str, Any], gathered: list[dict[str, Any]], device: Any) -> dict[str, Any]:
+    import torch
+
+    hosts = list(dict.fromkeys(g["host"] for g in gathered))
+    return {
+        "size": len(gathered),
+        "backend": spec["backend"],
+        "device": device.type,
+        "nodes": len(hosts),
+        "hosts": hosts,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
+    }
+
+
+def _stage(status: StatusWriter | None, faults: Faults, name: str) -> None:
+    if status:
+        status.stage(name)
+    faults.at_stage(name)
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class _NullStatus:
+    """Stands in for the status channel when no launcher is watching."""
+
+    def stage(self, name: str) -> None:
+        pass
+
+    def progress(self, done: int, total: int, label: str) -> None:
+        pass
+
+
+def load_report(run_dir: str | Path) -> Report | None:
+    path = Path(run_dir) / REPORT_FILE
+    if not path.exists():
+        return None
+    return Report.from_transport(json.loads(path.read_text()))
+
+
+def load_verdict(run_dir: str | Path) -> Verdict | None:
+    path = Path(run_dir) / VERDICT_FILE
+    return Verdict(path.read_text().strip()) if path.exists() else None
+
+
+def main() -> None:
+    run_dir = sys.argv[1]
+    spec = json.loads((Path(run_dir) / SPEC_FILE).read_text())
+    sys.exit(run_rank(spec, run_dir))
+
+
+if __name__ == "__main__":
+    main()
