@@ -16,7 +16,7 @@ from typing import Any
 from ddpcheck.errors import UsageError
 
 # The harness stages every rank passes through, in order (worker.py enters them).
-STAGES = ("launched", "joined", "device", "measure", "gather", "done")
+STAGES = ("launched", "device", "join", "measure", "gather", "done")
 
 # kind -> (commands it applies to, whether it takes a :STAGE, what it does)
 KINDS: dict[str, tuple[tuple[str, ...], bool, str]] = {
@@ -30,6 +30,16 @@ KINDS: dict[str, tuple[tuple[str, ...], bool, str]] = {
 }
 DEFAULT_STAGE = "measure"
 CORRUPT_STRIDE = 13
+# diverge: added to every element of the first parameter; far above rounding, small enough
+# that the loss still falls, so only the checks that compare weights can catch it.
+DIVERGE_NUDGE = 1e-3
+# slow: the least a slow rank sleeps per step; it sleeps longer when its step is longer.
+SLOW_MIN_S = 0.02
+
+
+def fault_step(steps: int) -> int:
+    """The step one-shot faults (diverge, nan) strike: the middle, so 'first at step S' says something."""
+    return steps // 2
 
 
 @dataclass(frozen=True)
@@ -93,3 +103,22 @@ class Faults:
         """Make this rank's contribution wrong in place, if it is meant to be."""
         if self.has("corrupt"):
             tensor.view(-1)[::CORRUPT_STRIDE] += 1
+
+    def diverge(self, module: Any, step: int, steps: int) -> None:
+        """After the optimizer step at fault_step(steps), nudge this rank's first parameter."""
+        if self.has("diverge") and step == fault_step(steps):
+            import torch
+
+            with torch.no_grad():
+                next(iter(module.parameters())).add_(DIVERGE_NUDGE)
+
+    def nan(self, loss: Any, step: int, steps: int) -> Any:
+        """This rank's loss, turned NaN at fault_step(steps) (backward then spreads it)."""
+        if self.has("nan") and step == fault_step(steps):
+            return loss * float("nan")
+        return loss
+
+    def slow(self, scale_s: float = 0.0) -> None:
+        """Sleep as a slow device would: at least SLOW_MIN_S, or `scale_s` (the step's own work)."""
+        if self.has("slow"):
+            time.sleep(max(SLOW_MIN_S, scale_s))

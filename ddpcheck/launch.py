@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -29,7 +30,7 @@ import psutil
 
 from ddpcheck import postmortem
 from ddpcheck.errors import UsageError
-from ddpcheck.options import LaunchOptions
+from ddpcheck.options import LaunchOptions, parse_endpoint
 from ddpcheck.report import Report, Verdict
 from ddpcheck.status import read_statuses
 from ddpcheck.worker import SPEC_FILE, load_report, load_verdict, run_rank
@@ -155,6 +156,7 @@ def launch(
     on_progress: ProgressCallback | None = None,
 ) -> Report:
     """Start the ranks of this node, wait for them (bounded), and return the run's Report."""
+    check_rendezvous_port(plan)
     started = time.monotonic()
     run_dir = Path(tempfile.mkdtemp(prefix="ddpcheck-"))
     (run_dir / SPEC_FILE).write_text(json.dumps(make_spec(command, options, plan)))
@@ -169,7 +171,7 @@ def launch(
     except KeyboardInterrupt:
         interrupted = True
     except Exception as exc:
-        failures, launch_error, interrupted = _classify_agent_error(exc)
+        failures, launch_error, interrupted = _classify_agent_error(exc, plan)
     finally:
         watchdog.stop()
         signal.signal(signal.SIGINT, previous_sigint)
@@ -182,21 +184,25 @@ def launch(
     if report is None and verdict is not None and not (failures or watchdog.stall or launch_error):
         # Rank 0 lives on another node: it printed the report; this node shares its verdict.
         report = postmortem.remote_node_report(command, plan, verdict)
-    elif report is None:
-        report = postmortem.report_for(
-            command=command,
-            plan=plan,
-            statuses=read_statuses(run_dir),
-            exits={rank: _exit_info(f) for rank, f in failures.items()},
-            stall=watchdog.stall,
-            launch_error=launch_error,
-            log_tail=lambda rank: tail_of_log(run_dir, rank, plan.nproc),
-        )
+    elif report is None or failures or watchdog.stall:
+        # No report, or one whose ranks then crashed or hung (in teardown, say): explain what happened.
+        findings = {
+            "plan": plan,
+            "statuses": read_statuses(run_dir),
+            "exits": {rank: _exit_info(f) for rank, f in failures.items()},
+            "stall": watchdog.stall,
+            "launch_error": launch_error,
+            "log_tail": lambda rank: tail_of_log(run_dir, rank, plan.nproc),
+        }
+        if report is None:
+            report = postmortem.report_for(command=command, **findings)
+        else:
+            postmortem.add_findings(report, **findings)
     report.elapsed_s = time.monotonic() - started
     report.options = report.options or options
-    if report.verdict == Verdict.ERROR:
-        report.log_dir = str(_keep_logs(run_dir))
-    else:
+    kept = _keep_logs(run_dir) if report.verdict == Verdict.ERROR else None
+    report.log_dir = str(kept) if kept else None
+    if kept is None:
         shutil.rmtree(run_dir, ignore_errors=True)
     return report
 
@@ -208,6 +214,15 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
     _silence_torch_logging()
     # Without an endpoint, as torchrun --standalone: a free port, chosen by the store.
     endpoint = plan.rdzv_endpoint or "localhost:0"
+    rdzv_configs: dict[str, Any] = {
+        "join_timeout": plan.timeout,
+        "read_timeout": max(1, int(plan.timeout)),
+        "last_call_timeout": 1,
+        "close_timeout": 5,
+    }
+    if plan.rdzv_endpoint:
+        # Node 0 hosts the store; the others only connect, so two nodes on one machine never race for it.
+        rdzv_configs["is_host"] = plan.node_rank == 0 and endpoint_is_local(plan.rdzv_endpoint)
     config = LaunchConfig(
         min_nodes=plan.nnodes,
         max_nodes=plan.nnodes,
@@ -217,7 +232,7 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
         role="ddpcheck",
         rdzv_endpoint=endpoint,
         rdzv_backend="c10d",
-        rdzv_configs={"join_timeout": plan.timeout, "last_call_timeout": 1, "close_timeout": 5},
+        rdzv_configs=rdzv_configs,
         rdzv_timeout=int(plan.timeout),
         max_restarts=0,
         monitor_interval=POLL_S,
@@ -233,21 +248,96 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
         virtual_local_rank=False,
         shutdown_timeout=2,
     )
-    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1"}
+    env = {
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "PYTHONUNBUFFERED": "1",
+        # The launcher runs with torch's C++ log quietened (see quiet_torch_cpp_logs); ranks log fully.
+        "TORCH_CPP_LOG_LEVEL": os.environ.get(USER_CPP_LOG_LEVEL, "WARNING"),
+    }
     with _environment(env):
         elastic_launch(config, sys.executable)("-u", "-m", "ddpcheck.worker", str(run_dir))
 
 
-def _classify_agent_error(exc: Exception) -> tuple[dict[int, Any], str | None, bool]:
+def _classify_agent_error(exc: Exception, plan: LaunchPlan) -> tuple[dict[int, Any], str | None, bool]:
     """(failed ranks, a launch error message, interrupted?) from what elastic_launch raised."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError, RendezvousTimeoutError
 
     if isinstance(exc, ChildFailedError):
         return dict(exc.failures), None, False
     if isinstance(exc, SignalException):
-        return {}, None, exc.sigval == signal.SIGINT
-    return {}, f"{type(exc).__name__}: {exc}".strip(), False
+        return {}, None, True
+    where = plan.rdzv_endpoint or "localhost"
+    if isinstance(exc, RendezvousTimeoutError):
+        return (
+            {},
+            (
+                f"rendezvous at {where} did not complete within {plan.timeout:g} s: "
+                f"{plan.nnodes} node(s) expected; are all nodes running with the same "
+                "--rdzv-endpoint and --nnodes?"
+            ),
+            False,
+        )
+    if isinstance(exc, RendezvousError):
+        cause = exc.__cause__ or exc.__context__
+        reason = f" ({_one_line(cause)})" if cause else ""
+        return (
+            {},
+            (
+                f"could not reach the rendezvous store at {where}{reason}: is node 0 running, "
+                "and is that port free of other programs?"
+            ),
+            False,
+        )
+    return {}, f"{type(exc).__name__}: {_one_line(exc)}".strip(), False
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[0].strip() if lines else type(exc).__name__
+
+
+def endpoint_is_local(endpoint: str) -> bool:
+    """Whether the endpoint's host is one of this machine's addresses."""
+    host, _ = parse_endpoint(endpoint)
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except socket.gaierror as exc:
+        raise UsageError(f"--rdzv-endpoint host {host!r} does not resolve ({exc.strerror})") from None
+    local = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+    return any(a in local or a.startswith("127.") or a == "::1" for a in addresses)
+
+
+def check_rendezvous_port(plan: LaunchPlan) -> None:
+    """On the node that hosts the store, a port taken by another program is bad input: say so now."""
+    if not plan.rdzv_endpoint or plan.node_rank != 0 or not endpoint_is_local(plan.rdzv_endpoint):
+        return
+    host, port = parse_endpoint(plan.rdzv_endpoint)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError as exc:
+            raise UsageError(
+                f"rendezvous port {host}:{port} is already in use on this host ({exc.strerror}); "
+                "choose a free port for --rdzv-endpoint"
+            ) from None
+
+
+USER_CPP_LOG_LEVEL = "DDPCHECK_USER_TORCH_CPP_LOG_LEVEL"
+
+
+def quiet_torch_cpp_logs() -> None:
+    """Keep torch's C++ warnings (store retries, socket errors) off the launcher's terminal.
+
+    Must run before torch is imported, which reads the level once; ddpcheck reports those
+    failures itself, and the ranks get the user's level back for their log files.
+    """
+    if "torch" in sys.modules:
+        return
+    os.environ[USER_CPP_LOG_LEVEL] = os.environ.get("TORCH_CPP_LOG_LEVEL", "WARNING")
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
 
 
 def _exit_info(failure: Any) -> dict[str, Any]:
@@ -337,8 +427,14 @@ def tail_of_log(run_dir: Path, rank: int, nproc: int, lines: int = 12) -> str:
     return ""
 
 
-def _keep_logs(run_dir: Path) -> Path:
-    """Keep only the rank logs of a run that could not complete; drop the scratch files."""
+def _keep_logs(run_dir: Path) -> Path | None:
+    """Keep only the rank logs of a run that could not complete; drop the scratch files.
+
+    None when no rank wrote a line: there is nothing to read, so nothing is kept.
+    """
+    logs = run_dir / "logs"
+    if not logs.is_dir() or not any(p.stat().st_size for p in logs.rglob("*.log")):
+        return None
     for name in ("status", SPEC_FILE):
         target = run_dir / name
         if target.is_dir():
@@ -351,8 +447,11 @@ def _keep_logs(run_dir: Path) -> Path:
 def _silence_torch_logging() -> None:
     # The elastic agent logs its launch banner and every worker failure; ddpcheck reports those itself.
     for name in ("torch.distributed.elastic", "torch.distributed.launcher"):
+        # Its module loggers set their own levels, so silence them where they meet: a handler
+        # that drops everything (without one, Python's last-resort handler prints to stderr).
         logger = logging.getLogger(name)
-        logger.setLevel(logging.CRITICAL + 1)
+        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())
         logger.propagate = False
 
 

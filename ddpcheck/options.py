@@ -80,6 +80,80 @@ class AllreduceOptions:
             raise UsageError(f"--min-busbw must be >= 0 GB/s, got {self.min_busbw:g}")
 
 
+OPTIMIZERS = ("adam", "sgd")
+MAX_HIDDEN = 65_536  # a 16 GiB float32 matrix; beyond that the check itself is the problem
+MAX_STEPS = 100_000
+MAX_BATCH = 1_000_000
+MAX_SEED = 2**32 - 1
+
+
+def _check_model_size(hidden: int, batch: int, steps: int) -> None:
+    """The checks shared by train and profile: a layer, a batch and steps that exist."""
+    if not 1 <= hidden <= MAX_HIDDEN:
+        raise UsageError(f"--hidden must be between 1 and {MAX_HIDDEN}, got {hidden}")
+    if not 1 <= batch <= MAX_BATCH:
+        raise UsageError(f"--batch must be between 1 and {MAX_BATCH}, got {batch}")
+    if not 1 <= steps <= MAX_STEPS:
+        raise UsageError(f"--steps must be between 1 and {MAX_STEPS}, got {steps}")
+
+
+def _check_bucket(bucket_cap_mb: float) -> None:
+    if not 0 < bucket_cap_mb <= 65_536:
+        raise UsageError(f"--bucket-cap-mb must be in (0, 65536] MiB, got {bucket_cap_mb:g}")
+
+
+@dataclass(kw_only=True)
+class TrainOptions:
+    """`ddpcheck train`: the classic 5-step DDP training of nn.Linear(hidden, hidden)."""
+
+    steps: int = 5
+    hidden: int = 1024
+    batch: int = 32
+    lr: float = 1e-3
+    optimizer: str = "adam"
+    seed: int = 0
+    bucket_cap_mb: float = 25.0  # DDP's own default
+
+    def validate(self) -> None:
+        _check_model_size(self.hidden, self.batch, self.steps)
+        # NaN fails every comparison, so `not 0 < lr` also refuses it.
+        if not 0 < self.lr < float("inf"):
+            raise UsageError(f"--lr must be a positive number, got {self.lr:g}")
+        if self.optimizer not in OPTIMIZERS:
+            raise UsageError(f"unknown optimizer {self.optimizer!r}: choose one of {', '.join(OPTIMIZERS)}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise UsageError(f"--seed must be between 0 and {MAX_SEED}, got {self.seed}")
+        _check_bucket(self.bucket_cap_mb)
+
+
+@dataclass(kw_only=True)
+class ProfileOptions:
+    """`ddpcheck profile`: where each DDP step of nn.Linear(hidden, hidden) spends its time."""
+
+    hidden: int = 4096
+    batch: int = 32
+    steps: int = 10
+    warmup: int = 2
+    straggler_threshold: float = 1.2
+    peak_tflops: float | None = None
+    bucket_cap_mb: float = 25.0
+
+    def validate(self) -> None:
+        _check_model_size(self.hidden, self.batch, self.steps)
+        if not 0 <= self.warmup < self.steps:
+            raise UsageError(
+                f"--warmup must be at least 0 and below --steps ({self.steps}), got {self.warmup}"
+            )
+        if not 1.0 < self.straggler_threshold < float("inf"):
+            raise UsageError(
+                f"--straggler-threshold must be above 1.0 (a ratio to the median), "
+                f"got {self.straggler_threshold:g}"
+            )
+        if self.peak_tflops is not None and not 0 < self.peak_tflops < float("inf"):
+            raise UsageError(f"--peak-tflops must be a positive number, got {self.peak_tflops:g}")
+        _check_bucket(self.bucket_cap_mb)
+
+
 def parse_size(text: str) -> int:
     """'64', '4K', '16M', '1G' (binary multiples) -> bytes."""
     match = _SIZE_RE.match(text)

@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ddpcheck.faults import STAGES
 from ddpcheck.report import Check, Report, Status, Table, Verdict
 from ddpcheck.status import FROZEN_AFTER_S
 
@@ -81,7 +80,7 @@ def add_findings(
     now = time.time() if now is None else now
     if launch_error:
         report.checks.append(Check("launch", Status.ERROR, _one_line(launch_error)))
-    if stall:
+    if stall and (statuses or not launch_error):
         report.checks.append(judge_stall(stall, plan.nproc, now))
     crashed = crash_culprits(statuses, exits) if not stall else []
     for rank in crashed:
@@ -121,18 +120,19 @@ def crash_culprits(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[st
 
 
 def _is_collateral(status: dict[str, Any], exit_info: dict[str, Any]) -> bool:
-    if exit_info.get("signal") in ("SIGTERM", "SIGINT", "SIGHUP"):
-        return True  # the agent tore it down after another rank failed
-    if exit_info.get("signal"):
-        return False  # SIGKILL, SIGSEGV, SIGABRT...: it died on its own
     message = (status.get("error") or "").lower()
-    return any(marker in message for marker in COLLATERAL_MARKERS)
+    if message:
+        return any(marker in message for marker in COLLATERAL_MARKERS)
+    # No error of its own: torn down by the agent after another rank failed, or died on its own.
+    return exit_info.get("signal") in ("SIGTERM", "SIGINT", "SIGHUP")
 
 
 def describe_crash(rank: int, status: dict[str, Any], exit_info: dict[str, Any]) -> Check:
     who = _who(rank, status, exit_info)
     stage = status.get("stage", "before it reported any stage")
-    if exit_info.get("signal"):
+    if status.get("error"):
+        how = "raised an exception"
+    elif exit_info.get("signal"):
         how = f"was killed by {exit_info['signal']}"
     elif exit_info.get("exitcode") is not None:
         how = f"exited with code {exit_info['exitcode']}"
@@ -148,23 +148,30 @@ def describe_crash(rank: int, status: dict[str, Any], exit_info: dict[str, Any])
 def judge_stall(stall: dict[str, Any], nproc: int, now: float) -> Check:
     """Name the ranks that are behind or frozen when no rank made progress for the timeout."""
     statuses: dict[int, dict[str, Any]] = stall["statuses"]
-    alive: dict[int, str] = stall.get("alive", {})
+    alive: dict[int, str] | None = stall.get("alive")
     waited = stall["waited_s"]
+
+    def is_live(s: dict[str, Any]) -> bool:
+        return alive is None or not alive or s.get("pid") in alive
+
     present_local = {s.get("local_rank") for s in statuses.values()}
     missing_local = [lr for lr in range(nproc) if lr not in present_local]
+    live = {r: s for r, s in statuses.items() if is_live(s)}
     frozen = [
         r
-        for r, s in statuses.items()
-        if alive.get(s.get("pid")) == "stopped" or now - s.get("heartbeat", now) > FROZEN_AFTER_S
+        for r, s in live.items()
+        if (alive or {}).get(s.get("pid")) == "stopped" or now - s.get("heartbeat", now) > FROZEN_AFTER_S
     ]
-    min_seq = min((s["seq"] for s in statuses.values()), default=0)
-    spread = len({s["seq"] for s in statuses.values()}) > 1
-    behind = [r for r, s in statuses.items() if spread and s["seq"] == min_seq and r not in frozen]
+    furthest = max((s["seq"] for s in statuses.values()), default=0)
+    behind = [r for r, s in live.items() if s["seq"] < furthest and r not in frozen]
+    finished = [r for r in statuses if r not in live]
+    if not frozen and not behind and finished:
+        behind = sorted(live)  # the others completed and left; these never did
     culprits = sorted(set(frozen) | set(behind))
     parts = []
     for r in sorted(frozen):
         s = statuses[r]
-        state = "stopped (SIGSTOP)" if alive.get(s.get("pid")) == "stopped" else "frozen"
+        state = "stopped (SIGSTOP)" if (alive or {}).get(s.get("pid")) == "stopped" else "frozen"
         parts.append(
             f"{_who(r, s)} is {state}: no heartbeat for {now - s.get('heartbeat', now):.0f} s, "
             f"last seen at stage '{s['stage']}'"
@@ -179,9 +186,9 @@ def judge_stall(stall: dict[str, Any], nproc: int, now: float) -> Check:
             parts.append(f"{_who(r, s)} is behind: alive but stuck at stage '{s['stage']}'")
     if missing_local:
         parts.append(f"local rank(s) {', '.join(map(str, missing_local))} never started")
-    waiting = sorted(r for r in statuses if r not in culprits)
+    waiting = sorted(r for r in live if r not in culprits)
     if not culprits and not missing_local:
-        culprits = sorted(statuses)
+        culprits = sorted(live)
         stage = statuses[culprits[0]]["stage"] if culprits else "?"
         parts.append(f"every rank is alive and stuck at stage '{stage}' (a collective that never completes)")
     elif waiting:
@@ -190,6 +197,8 @@ def judge_stall(stall: dict[str, Any], nproc: int, now: float) -> Check:
             f"rank{'s' if len(waiting) > 1 else ''} {_ranks(waiting)} waited {waited:.0f} s "
             f"at {', '.join(repr(x) for x in stages)}"
         )
+    if finished:
+        parts.append(f"rank{'s' if len(finished) > 1 else ''} {_ranks(sorted(finished))} finished")
     hosts = list(dict.fromkeys(statuses[r]["host"] for r in culprits if r in statuses))
     return Check("hang", Status.ERROR, "; ".join(parts), culprits, hosts)
 
@@ -253,11 +262,6 @@ def remote_node_report(command: str, plan: Any, verdict: Verdict) -> Report:
         )
     )
     return report
-
-
-def harness_stage_index(stage: str) -> int:
-    base = stage.split(":", 1)[0]
-    return STAGES.index(base) if base in STAGES else len(STAGES)
 
 
 def _who(rank: int, status: dict[str, Any], exit_info: dict[str, Any] | None = None) -> str:

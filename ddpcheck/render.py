@@ -44,7 +44,9 @@ def render_report(report: Report, console: Console, quiet: bool = False) -> None
         for table in report.tables:
             if table.name == "stderr":
                 _render_tails(table, console)
-            else:
+            elif table.name == "breakdown":
+                render_breakdown_chart(table, console)
+            elif table.columns:  # a table without columns is for the JSON report only
                 console.print(rich_table(table))
             if table.name == "bandwidth":
                 render_bandwidth_chart(table, console)
@@ -142,6 +144,30 @@ def render_bandwidth_chart(table: Table, console: Console, width: int = 40) -> N
         chart.add_row(
             r["size"], Text(bar, style="cyan" if not r["wrong"] else "red"), f"{r['busbw_gbps']:.3f} GB/s"
         )
+    console.print(chart)
+
+
+BREAKDOWN_STYLE = {"forward": "cyan", "backward_compute": "blue", "exposed_comm": "red", "update": "green"}
+
+
+def render_breakdown_chart(table: Table, console: Console, width: int = 40) -> None:
+    """Where a step's time goes (rows: part, label, ms, share_pct) as horizontal bars."""
+    rows = table.rows
+    longest = max((r["ms"] for r in rows), default=0.0)
+    if longest <= 0:
+        return
+    chart = RichTable(
+        title=table.title, box=None, title_justify="left", title_style="bold", show_header=False
+    )
+    chart.add_column(justify="right")
+    chart.add_column()
+    chart.add_column(justify="right")
+    chart.add_column(justify="right")
+    for r in rows:
+        filled = r["ms"] / longest * width
+        bar = "█" * int(filled) + ("▌" if filled - int(filled) >= 0.5 else "")
+        style = BREAKDOWN_STYLE.get(r["part"], "cyan")
+        chart.add_row(r["label"], Text(bar, style=style), f"{r['ms']:.3f} ms", f"{r['share_pct']:.1f}%")
     console.print(chart)
 
 

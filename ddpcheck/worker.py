@@ -119,6 +119,7 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
         faults.at_stage("launched")
         device = _bind_device(spec, identity["local_rank"], status, faults)
         _stage(status, faults, "join")
+        _substage(status, "join: waiting for every rank")
         _join(spec, device)
         check = importlib.import_module(f"ddpcheck.checks.{spec['command']}")
         options = options_from_dict(check.Options, spec["options"])
@@ -136,6 +137,7 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
         _stage(status, faults, "measure")
         data = check.measure(ctx, options)
         _stage(status, faults, "gather")
+        _substage(status, "gather: sending results to rank 0")
         gathered = ctx.all_gather_object({**identity, **device_identity(device), "data": data})
         verdict = [None]
         if rank == 0:
@@ -206,9 +208,16 @@ def _world(spec: dict[str, Any], gathered: list[dict[str, Any]], device: Any) ->
 
 
 def _stage(status: StatusWriter | None, faults: Faults, name: str) -> None:
+    """Enter a harness stage; an injected fault fires here, before the stage's work begins."""
     if status:
         status.stage(name)
     faults.at_stage(name)
+
+
+def _substage(status: StatusWriter | None, name: str) -> None:
+    # A rank stuck at the fault point stays one stage behind the peers that went on to wait here.
+    if status:
+        status.stage(name)
 
 
 def _write(path: Path, text: str) -> None:
@@ -242,7 +251,11 @@ def load_verdict(run_dir: str | Path) -> Verdict | None:
 def main() -> None:
     run_dir = sys.argv[1]
     spec = json.loads((Path(run_dir) / SPEC_FILE).read_text())
-    sys.exit(run_rank(spec, run_dir))
+    code = run_rank(spec, run_dir)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: after a peer failed, library destructors can block on dead sockets.
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -262,7 +262,7 @@ def _dtype_name(tensor: Any) -> str:
 # ---------------------------------------------------------------- judge
 def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: AllreduceOptions) -> Report:
     n = len(data)
-    culprits = data[0]["culprits"] or []
+    culprits = data[0].get("culprits") or []
     report = Report(command="allreduce")
     report.checks.append(_judge_classic(data, identities, culprits))
     report.checks.append(judge_rank_map(identities))

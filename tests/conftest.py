@@ -1,0 +1,92 @@
+"""Shared helpers: run the real `ddpcheck` command and prove it left nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+
+@dataclass
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+    report: dict[str, Any] | None
+    seconds: float
+
+    def check(self, name: str) -> dict[str, Any]:
+        assert self.report is not None, self.stderr
+        return next(c for c in self.report["checks"] if c["name"] == name)
+
+    def failing(self) -> list[dict[str, Any]]:
+        assert self.report is not None, self.stderr
+        return [c for c in self.report["checks"] if c["status"] in ("FAIL", "ERROR")]
+
+    def table(self, name: str) -> list[dict[str, Any]]:
+        assert self.report is not None, self.stderr
+        return self.report["tables"][name]
+
+
+def worker_processes(scratch: Path | None = None) -> list[psutil.Process]:
+    """Every ddpcheck rank on this machine; with `scratch`, only those of runs given that TMPDIR."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if "ddpcheck.worker" not in cmdline:
+            continue
+        try:
+            if scratch is None or proc.environ().get("TMPDIR") == str(scratch):
+                found.append(proc)
+        except psutil.Error:
+            continue  # it ended while we looked
+    return found
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Path:
+    """A private TMPDIR: whatever a run leaves there is visible to the test."""
+    directory = tmp_path / "tmp"
+    directory.mkdir()
+    return directory
+
+
+@pytest.fixture
+def ddpcheck(scratch: Path, tmp_path: Path):
+    """Run `python -m ddpcheck ARGS`; return a Run with the parsed --json report."""
+
+    def run(*args: str, timeout: float = 240, env: dict[str, str] | None = None) -> Run:
+        report_path = tmp_path / f"report-{time.monotonic_ns()}.json"
+        full_env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+        full_env.update(env or {})
+        argv = [sys.executable, "-m", "ddpcheck", *args]
+        if args and not args[0].startswith("-") and "--json" not in args:
+            argv += ["--json", str(report_path)]
+        began = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout)
+        seconds = time.monotonic() - began
+        report = json.loads(report_path.read_text()) if report_path.exists() else None
+        return Run(proc.returncode, proc.stdout, proc.stderr, report, seconds)
+
+    return run
+
+
+def assert_nothing_left(scratch: Path, run: Run | None = None) -> None:
+    """No rank survives; the only thing in TMPDIR is a log directory the report announced."""
+    deadline = time.monotonic() + 5
+    while worker_processes(scratch) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not worker_processes(scratch), [p.info["cmdline"] for p in worker_processes(scratch)]
+    leftovers = sorted(p.name for p in scratch.iterdir())
+    announced = (run.report or {}).get("log_dir") if run else None
+    if announced:
+        leftovers = [name for name in leftovers if str(scratch / name) != announced]
+    assert leftovers == [], leftovers

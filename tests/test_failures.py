@@ -1,0 +1,228 @@
+"""Hangs, crashes, stops and interrupts become findings that name the rank; nothing is left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ddpcheck.postmortem import crash_culprits, judge_stall
+from tests.conftest import assert_nothing_left, worker_processes
+
+QUICK = ("--sizes", "1K", "--iters", "1")
+
+
+# ------------------------------------------------------------------ pure diagnosis
+def status(rank: int, stage: str, seq: int, *, heartbeat: float = 100.0, error: str | None = None) -> dict:
+    return {
+        "rank": rank,
+        "local_rank": rank,
+        "host": "h",
+        "pid": 1000 + rank,
+        "stage": stage,
+        "seq": seq,
+        "stage_since": 90.0,
+        "heartbeat": heartbeat,
+        "error": error,
+        "error_at": 95.0 if error else None,
+    }
+
+
+def test_stall_names_the_rank_that_never_joined() -> None:
+    statuses = {0: status(0, "measure: x", 4), 1: status(1, "join", 2), 2: status(2, "measure: x", 4)}
+    check = judge_stall({"statuses": statuses, "waited_s": 20.0, "alive": {}}, nproc=3, now=100.5)
+    assert check.ranks == [1]
+    assert "rank 1 (host h, pid 1001) never joined the process group" in check.detail
+    assert "ranks 0, 2 waited 20 s" in check.detail
+
+
+def test_stall_tells_frozen_from_waiting() -> None:
+    statuses = {0: status(0, "measure: x", 4), 1: status(1, "measure: x", 4, heartbeat=80.0)}
+    check = judge_stall({"statuses": statuses, "waited_s": 20.0, "alive": {}}, nproc=2, now=100.5)
+    assert check.ranks == [1] and "frozen" in check.detail
+    stopped = judge_stall(
+        {"statuses": statuses, "waited_s": 20.0, "alive": {1001: "stopped"}}, nproc=2, now=100.5
+    )
+    assert stopped.ranks == [1] and "stopped (SIGSTOP)" in stopped.detail
+
+
+def test_stall_with_every_rank_waiting_names_them_all() -> None:
+    statuses = {r: status(r, "measure: x", 4) for r in range(3)}
+    check = judge_stall({"statuses": statuses, "waited_s": 20.0, "alive": {}}, nproc=3, now=100.5)
+    assert check.ranks == [0, 1, 2] and "every rank is alive and stuck" in check.detail
+
+
+def test_stall_names_local_ranks_that_never_started() -> None:
+    statuses = {0: status(0, "join", 2)}
+    check = judge_stall({"statuses": statuses, "waited_s": 20.0, "alive": {}}, nproc=2, now=100.5)
+    assert "local rank(s) 1 never started" in check.detail
+
+
+def test_crash_root_cause_is_not_the_peers_that_lost_it() -> None:
+    statuses = {
+        0: status(0, "measure", 3, error="RuntimeError: Connection closed by peer [127.0.0.1]:1234"),
+        1: status(1, "measure", 3, error="RuntimeError: injected crash"),
+        2: status(2, "measure", 3),
+    }
+    exits = {0: {"exitcode": 1}, 1: {"exitcode": 1}, 2: {"exitcode": -15, "signal": "SIGTERM"}}
+    assert crash_culprits(statuses, exits) == [1]
+    killed = {0: status(0, "measure", 3), 1: status(1, "measure", 3)}
+    assert crash_culprits(killed, {1: {"exitcode": -9, "signal": "SIGKILL"}, 0: {"signal": "SIGTERM"}}) == [1]
+
+
+# ------------------------------------------------------------------ real runs with faults
+@pytest.mark.parametrize(
+    ("fault", "culprit", "words"),
+    [
+        ("hang@1", 1, "is behind: alive but stuck at stage 'measure'"),
+        ("hang@2:join", 2, "never joined the process group"),
+        ("hang@0:gather", 0, "stuck at stage 'gather'"),
+        ("hang@1:done", 1, "stuck at stage 'done'"),
+    ],
+)
+def test_hang_is_named_within_the_timeout(ddpcheck, scratch, fault: str, culprit: int, words: str) -> None:
+    run = ddpcheck("allreduce", "--nproc", "3", *QUICK, "--timeout", "4", "--inject", fault)
+    assert run.code == 3, run.stdout + run.stderr
+    (hang,) = run.failing()
+    assert hang["name"] == "hang" and hang["ranks"] == [culprit]
+    assert words in hang["detail"]
+    assert "waited" in hang["detail"] or "ranks 0, 2 finished" in hang["detail"]
+    stages = {row["rank"]: row for row in run.table("stages")}
+    assert set(stages) == {0, 1, 2}
+    assert run.report["elapsed_s"] < 4 + 15  # the timeout, plus start-up on a loaded 2-core machine
+    assert_nothing_left(scratch, run)
+
+
+@pytest.mark.parametrize(
+    ("fault", "culprit", "words"),
+    [
+        ("crash@1", 1, "raised an exception at stage 'measure': RuntimeError: injected crash"),
+        ("crash@0:launched", 0, "RuntimeError: injected crash (crash@0:launched)"),
+        ("crash@2:gather", 2, "at stage 'gather'"),
+        ("kill@1", 1, "was killed by SIGKILL at stage 'measure'"),
+        ("kill@0:join", 0, "was killed by SIGKILL at stage 'join'"),
+    ],
+)
+def test_crash_is_named_with_its_stderr(ddpcheck, scratch, fault: str, culprit: int, words: str) -> None:
+    run = ddpcheck("allreduce", "--nproc", "3", *QUICK, "--timeout", "20", "--inject", fault)
+    assert run.code == 3, run.stdout + run.stderr
+    (crash,) = run.failing()
+    assert crash["name"] == "rank crashed" and crash["ranks"] == [culprit], crash
+    assert words in crash["detail"]
+    if fault.startswith("crash"):
+        (tail,) = run.table("stderr")
+        assert tail["rank"] == culprit and "injected crash" in tail["stderr_tail"]
+        assert "last lines of stderr" in run.stdout
+        assert run.report["log_dir"] and Path(run.report["log_dir"]).is_dir()
+        assert f"rank logs kept in {run.report['log_dir']}" in run.stdout
+    assert run.report["elapsed_s"] < 15  # torn down in seconds, not after the 20 s timeout
+    assert_nothing_left(scratch, run)
+
+
+def _start(scratch: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddpcheck", "allreduce", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _wait_for_workers(scratch: Path, count: int) -> list[psutil.Process]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        workers = worker_processes(scratch)
+        if len(workers) == count and (scratch.glob("ddpcheck-*/status/rank-*.json")):
+            ranks = sorted(scratch.glob("ddpcheck-*/status/rank-*.json"))
+            if len(ranks) == count:
+                return workers
+        time.sleep(0.1)
+    raise AssertionError("workers did not start")
+
+
+LONG = ("--sizes", "1K:4M", "--iters", "200")
+
+
+def test_stopped_rank_that_ignores_sigterm_is_named_and_killed(scratch) -> None:
+    proc = _start(scratch, "--nproc", "3", *LONG, "--timeout", "4", "--json", "-")
+    workers = _wait_for_workers(scratch, 3)
+    victim = next(w for w in workers if w.environ().get("RANK") == "1")
+    time.sleep(1)
+    victim.suspend()  # SIGSTOP
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    import json
+
+    report = json.loads(out)
+    (hang,) = [c for c in report["checks"] if c["status"] == "ERROR"]
+    assert hang["ranks"] == [1] and "stopped (SIGSTOP)" in hang["detail"]
+    assert not psutil.pid_exists(victim.pid) or victim.status() == psutil.STATUS_ZOMBIE
+    assert_nothing_left(scratch, type("R", (), {"report": report})())
+
+
+def test_ctrl_c_tears_down_and_exits_130(scratch) -> None:
+    proc = _start(scratch, "--nproc", "3", *LONG)
+    _wait_for_workers(scratch, 3)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err + out
+    assert_nothing_left(scratch)
+
+
+def test_ranks_do_not_outlive_a_killed_launcher(scratch) -> None:
+    proc = _start(scratch, "--nproc", "2", *LONG)
+    workers = _wait_for_workers(scratch, 2)
+    proc.kill()
+    proc.wait()
+    _gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive, alive
+
+
+def test_unreachable_endpoint_is_named_within_the_timeout(ddpcheck, scratch) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run = ddpcheck(
+        "allreduce",
+        "--nproc",
+        "1",
+        *QUICK,
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--timeout",
+        "5",
+    )
+    assert run.code == 3
+    (launch,) = run.failing()
+    assert launch["name"] == "launch" and f"127.0.0.1:{port}" in launch["detail"]
+    assert run.report["elapsed_s"] < 5 + 10
+    assert_nothing_left(scratch, run)
+
+
+def test_twenty_runs_back_to_back_leave_nothing(ddpcheck, scratch) -> None:
+    def one(_: int) -> int:
+        return ddpcheck("allreduce", "--nproc", "2", *QUICK).code
+
+    # Two at a time: also proves that concurrent runs never collide on a port.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        codes = list(pool.map(one, range(20)))
+    assert codes == [0] * 20
+    assert_nothing_left(scratch)

@@ -1,0 +1,117 @@
+"""Bad input: exit 2 with one line on stderr, no traceback, and no rank spawned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpcheck.errors import UsageError
+from ddpcheck.faults import Fault, parse_fault
+from ddpcheck.options import parse_endpoint, parse_size, parse_sizes
+from tests.conftest import worker_processes
+
+BAD_INVOCATIONS = {
+    "zero ranks": ["--nproc", "0"],
+    "negative ranks": ["--nproc", "-1"],
+    "absurd ranks": ["--nproc", "100000"],
+    "not a number": ["--nproc", "abc"],
+    "more GPUs than exist": ["--gpus", "8"],
+    "gpus and nproc": ["--gpus", "1", "--nproc", "2"],
+    "unknown backend": ["--backend", "mpi"],
+    "nccl without CUDA": ["--backend", "nccl"],
+    "unknown dtype": ["--dtype", "float8"],
+    "malformed size": ["--sizes", "1X:2M"],
+    "min above max": ["--sizes", "4M:1K"],
+    "three sizes": ["--sizes", "1K:2K:4K"],
+    "zero size": ["--sizes", "0:1K"],
+    "zero iterations": ["--iters", "0"],
+    "negative warmup": ["--warmup", "-1"],
+    "negative min busbw": ["--min-busbw", "-1"],
+    "zero timeout": ["--timeout", "0"],
+    "endpoint without port": ["--nnodes", "2", "--rdzv-endpoint", "nodeport"],
+    "endpoint port out of range": ["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:99999"],
+    "endpoint that does not resolve": ["--rdzv-endpoint", "no-such-host.invalid:29500"],
+    "nnodes without endpoint": ["--nnodes", "2"],
+    "node rank not below nnodes": ["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "127.0.0.1:29500"],
+    "unknown fault": ["--inject", "explode@1"],
+    "fault for another command": ["--inject", "nan@1"],
+    "fault rank outside the world": ["--nproc", "2", "--inject", "corrupt@5"],
+    "fault stage unknown": ["--inject", "hang@1:nowhere"],
+    "fault without rank": ["--inject", "crash"],
+    "unknown option": ["--frobnicate"],
+}
+
+
+@pytest.mark.parametrize("args", BAD_INVOCATIONS.values(), ids=BAD_INVOCATIONS.keys())
+def test_bad_invocation_is_one_line_and_exit_2(ddpcheck, scratch, args: list[str]) -> None:
+    run = ddpcheck("allreduce", *args)
+    assert run.code == 2, run.stdout + run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ddpcheck: error: "), run.stderr
+    assert "Traceback" not in run.stdout + run.stderr
+    assert list(scratch.iterdir()) == []  # no run directory: nothing was launched
+    assert not worker_processes(scratch)
+
+
+@pytest.mark.parametrize("flag", ["--json", "--junit"])
+def test_unwritable_output_paths(ddpcheck, scratch, tmp_path: Path, flag: str) -> None:
+    for path in (str(tmp_path / "missing" / "r.out"), str(tmp_path)):
+        run = ddpcheck("allreduce", flag, path)
+        assert run.code == 2 and run.stderr.startswith(f"ddpcheck: error: {flag} "), run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1
+        assert list(scratch.iterdir()) == []
+
+
+def test_port_in_use_is_named(ddpcheck, scratch) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = ddpcheck("allreduce", "--rdzv-endpoint", f"127.0.0.1:{port}")
+    assert run.code == 2
+    assert f"127.0.0.1:{port} is already in use" in run.stderr
+    assert list(scratch.iterdir()) == []
+
+
+def test_help_lists_examples(ddpcheck) -> None:
+    run = ddpcheck("allreduce", "--help")
+    assert run.code == 0 and "--min-busbw" in run.stdout and "Examples" in run.stdout
+
+
+# ------------------------------------------------------------------ the parsers
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("64", 64), ("4K", 4096), ("16M", 16 * 2**20), ("1G", 2**30), ("2kb", 2048), ("8MiB", 8 * 2**20)],
+)
+def test_parse_size(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+def test_parse_sizes() -> None:
+    assert parse_sizes("1K:64M") == (1024, 64 * 2**20)
+    assert parse_sizes("16M") == (16 * 2**20, 16 * 2**20)
+    for bad in ("", "K", "1K:", "-1:2", "2:1", "1:2:3", "32G"):
+        with pytest.raises(UsageError):
+            parse_sizes(bad)
+
+
+def test_parse_endpoint() -> None:
+    assert parse_endpoint("node01:29500") == ("node01", 29500)
+    assert parse_endpoint("[::1]:29500") == ("::1", 29500)
+    for bad in ("node01", ":29500", "node01:", "node01:port", "node01:0", "node 01:1"):
+        with pytest.raises(UsageError):
+            parse_endpoint(bad)
+
+
+def test_parse_fault() -> None:
+    assert parse_fault("corrupt@2", "allreduce") == Fault("corrupt", 2, "measure")
+    assert parse_fault("hang@1:join", "train") == Fault("hang", 1, "join")
+    assert str(parse_fault("kill@3", "profile")) == "kill@3:measure"
+    for bad in ("corrupt@x", "corrupt@1:join", "corrupt", "@1", "nan@1"):
+        with pytest.raises(UsageError):
+            parse_fault(bad, "allreduce")
+    with pytest.raises(UsageError):
+        parse_fault("crash@4", "allreduce", world_size=4)
