@@ -28,7 +28,7 @@ from typing import Any
 
 import psutil
 
-from ddpcheck import postmortem
+from ddpcheck import postmortem, slurm
 from ddpcheck.errors import UsageError
 from ddpcheck.options import LaunchOptions, parse_endpoint
 from ddpcheck.report import Report, Verdict
@@ -131,8 +131,20 @@ def plan_inline(opts: LaunchOptions) -> LaunchPlan:
     )
 
 
-def already_launched() -> bool:
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
+def detect_inline(opts: LaunchOptions) -> bool:
+    """Whether this process is already one rank of a launch (torchrun, or an srun step).
+
+    Under srun the Slurm task variables are mapped onto torch's here. Launch options
+    (--nproc, --gpus, --nnodes) mean "launch from here" even inside a Slurm step:
+    that is the one-task-per-node recipe.
+    """
+    if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")):
+        return True
+    explicit = opts.gpus is not None or opts.nproc is not None or opts.nnodes > 1
+    if slurm.under_srun(os.environ) and not explicit:
+        os.environ.update(slurm.torch_environment(os.environ))
+        return True
+    return False
 
 
 def make_spec(command: str, options: dict[str, Any], plan: LaunchPlan) -> dict[str, Any]:
@@ -180,10 +192,10 @@ def launch(
         shutil.rmtree(run_dir, ignore_errors=True)
         raise KeyboardInterrupt
     report = load_report(run_dir)
-    verdict = load_verdict(run_dir)
-    if report is None and verdict is not None and not (failures or watchdog.stall or launch_error):
+    shared = load_verdict(run_dir)
+    if report is None and shared is not None and not (failures or watchdog.stall or launch_error):
         # Rank 0 lives on another node: it printed the report; this node shares its verdict.
-        report = postmortem.remote_node_report(command, plan, verdict)
+        report = postmortem.remote_node_report(command, plan, *shared)
     elif report is None or failures or watchdog.stall:
         # No report, or one whose ranks then crashed or hung (in teardown, say): explain what happened.
         findings = {
@@ -381,6 +393,7 @@ class Watchdog(threading.Thread):
                     return
             if now - last_change > self.plan.timeout:
                 self.stall = {
+                    "at": time.time(),
                     "waited_s": now - last_change,
                     "elapsed_s": now - started,
                     "statuses": statuses,
@@ -488,9 +501,9 @@ def run_inline(command: str, options: dict[str, Any], plan: LaunchPlan) -> Repor
         if report is not None:
             report.elapsed_s = time.monotonic() - started
             return report
-        verdict = load_verdict(run_dir)
-        if code != 0 or verdict is None:
+        shared = load_verdict(run_dir)
+        if code != 0 or shared is None:
             return Verdict.ERROR
-        return verdict
+        return shared[0]
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

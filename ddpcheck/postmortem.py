@@ -77,7 +77,9 @@ def add_findings(
     log_tail: Callable[[int], str],
     now: float | None = None,
 ) -> None:
-    now = time.time() if now is None else now
+    if now is None:
+        # Ages are as of the moment the watchdog gave up, not of this (later) report.
+        now = stall.get("at", time.time()) if stall else time.time()
     if launch_error:
         report.checks.append(Check("launch", Status.ERROR, _one_line(launch_error)))
     if stall and (statuses or not launch_error):
@@ -210,6 +212,9 @@ def stages_table(
     now: float,
 ) -> Table:
     alive = (stall or {}).get("alive", {})
+    if stall:
+        # Describe the ranks as the watchdog found them, before it killed them.
+        statuses, exits = stall["statuses"], {}
     rows = []
     for rank, s in sorted(statuses.items()):
         exit_info = exits.get(rank, {})
@@ -221,8 +226,10 @@ def stages_table(
             state = "raised"
         elif alive.get(s.get("pid")) == "stopped":
             state = "stopped"
-        elif now - s.get("heartbeat", now) > FROZEN_AFTER_S and stall:
+        elif stall and now - s.get("heartbeat", now) > FROZEN_AFTER_S:
             state = "frozen"
+        elif stall and alive and s.get("pid") not in alive:
+            state = "exited"
         elif s.get("stage") == "done":
             state = "done"
         else:
@@ -243,7 +250,7 @@ def stages_table(
     return Table("stages", "Where every rank was last seen", STAGES_COLUMNS, rows)
 
 
-def remote_node_report(command: str, plan: Any, verdict: Verdict) -> Report:
+def remote_node_report(command: str, plan: Any, verdict: Verdict, report_host: str) -> Report:
     """This node's ranks finished; rank 0's node printed the report and shared its verdict."""
     report = Report(command=command)
     report.world = {
@@ -251,14 +258,15 @@ def remote_node_report(command: str, plan: Any, verdict: Verdict) -> Report:
         "backend": plan.backend,
         "device": plan.device,
         "nodes": plan.nnodes,
+        "report_on": report_host,
     }
     status = {Verdict.PASS: Status.PASS, Verdict.FAIL: Status.FAIL, Verdict.ERROR: Status.ERROR}[verdict]
     report.checks.append(
         Check(
             "remote verdict",
             status,
-            f"this node's {plan.nproc} ranks finished; the node holding rank 0 printed the "
-            f"report, whose verdict is {verdict.value}",
+            f"node {plan.node_rank}: its {plan.nproc} ranks finished; the report is on host "
+            f"{report_host} (rank 0), verdict {verdict.value}",
         )
     )
     return report

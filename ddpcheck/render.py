@@ -38,6 +38,11 @@ def say(console: Console, message: str, style: str = "") -> None:
 
 
 def render_report(report: Report, console: Console, quiet: bool = False) -> None:
+    if report.world.get("report_on"):
+        # Not the node of rank 0: one line, the whole report is printed there.
+        (check,) = report.checks
+        say(console, f"{report.verdict.value.upper()}  ddpcheck {report.command}: {check.detail}")
+        return
     if not quiet:
         for note in report.notes:
             say(console, note, "dim")
@@ -101,7 +106,7 @@ def _cell(value: Any) -> Text:
     if isinstance(value, float):
         return Text(f"{value:g}" if abs(value) < 1e6 else f"{value:.4g}")
     if isinstance(value, int):
-        return Text(f"{value:,}" if abs(value) >= 10_000 else str(value))
+        return Text(str(value))
     text = str(value)
     return Text(text, style=CELL_STYLE.get(text, ""))
 

@@ -22,6 +22,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from ddpcheck import env as env_probe
+from ddpcheck.checks.rankmap import hosts_table
 from ddpcheck.faults import Faults, parse_faults
 from ddpcheck.options import options_from_dict
 from ddpcheck.report import Report, Verdict
@@ -80,9 +82,24 @@ def rank_identity() -> dict[str, Any]:
     return {
         "rank": int(os.environ["RANK"]),
         "local_rank": int(os.environ["LOCAL_RANK"]),
+        "node": int(os.environ.get("GROUP_RANK", "0")),
         "host": socket.gethostname(),
+        "address": _address_towards(os.environ.get("MASTER_ADDR")),
         "pid": os.getpid(),
     }
+
+
+def _address_towards(master: str | None) -> str | None:
+    """This host's address on the route to the master (a UDP connect sends no packet)."""
+    if not master:
+        return None
+    try:
+        family = socket.AF_INET6 if ":" in master else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((master, 9))
+            return probe.getsockname()[0]
+    except OSError:
+        return None
 
 
 def device_identity(device: Any) -> dict[str, Any]:
@@ -118,6 +135,7 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
     try:
         faults.at_stage("launched")
         device = _bind_device(spec, identity["local_rank"], status, faults)
+        fingerprint = env_probe.rank_fingerprint()  # after binding: the GPU model is this rank's own
         _stage(status, faults, "join")
         _substage(status, "join: waiting for every rank")
         _join(spec, device)
@@ -138,21 +156,30 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
         data = check.measure(ctx, options)
         _stage(status, faults, "gather")
         _substage(status, "gather: sending results to rank 0")
-        gathered = ctx.all_gather_object({**identity, **device_identity(device), "data": data})
-        verdict = [None]
+        gathered = ctx.all_gather_object(
+            {**identity, **device_identity(device), "fingerprint": fingerprint, "data": data}
+        )
+        shared: list[Any] = [None]
         if rank == 0:
+            fingerprints = [g.pop("fingerprint") for g in gathered]
             report = check.judge([g.pop("data") for g in gathered], gathered, options)
+            agreement = env_probe.judge_agreement(fingerprints, gathered)
+            report.checks.append(agreement)
+            if agreement.status.value != "PASS":
+                report.tables.append(env_probe.fingerprint_table(fingerprints, gathered))
             report.world = _world(spec, gathered, device)
             report.ranks = gathered
+            if report.world["nodes"] > 1:
+                report.tables.insert(0, hosts_table(gathered, report.checks))
             report.options = spec["options"]
             report.notes = spec.get("notes", []) + report.notes
-            verdict = [report.verdict.value]
+            shared = [{"verdict": report.verdict.value, "host": identity["host"]}]
             if run_dir:
                 _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
         # Every node learns the verdict before teardown, so all of them exit with it.
-        dist.broadcast_object_list(verdict, src=0)
-        if run_dir and identity["local_rank"] == 0:
-            _write(Path(run_dir) / VERDICT_FILE, str(verdict[0]))
+        dist.broadcast_object_list(shared, src=0)
+        if run_dir:
+            _write(Path(run_dir) / VERDICT_FILE, json.dumps(shared[0]))
         _stage(status, faults, "done")
         return 0
     except BaseException as exc:
@@ -199,7 +226,7 @@ def _world(spec: dict[str, Any], gathered: list[dict[str, Any]], device: Any) ->
         "size": len(gathered),
         "backend": spec["backend"],
         "device": device.type,
-        "nodes": len(hosts),
+        "nodes": len({(g["host"], g["node"]) for g in gathered}),
         "hosts": hosts,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -221,7 +248,7 @@ def _substage(status: StatusWriter | None, name: str) -> None:
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".tmp{os.getpid()}")  # ranks of one node may write the same file
     tmp.write_text(text)
     os.replace(tmp, path)
 
@@ -243,9 +270,13 @@ def load_report(run_dir: str | Path) -> Report | None:
     return Report.from_transport(json.loads(path.read_text()))
 
 
-def load_verdict(run_dir: str | Path) -> Verdict | None:
+def load_verdict(run_dir: str | Path) -> tuple[Verdict, str] | None:
+    """(verdict, host of rank 0) as rank 0 shared them with every node, if it did."""
     path = Path(run_dir) / VERDICT_FILE
-    return Verdict(path.read_text().strip()) if path.exists() else None
+    if not path.exists():
+        return None
+    shared = json.loads(path.read_text())
+    return Verdict(shared["verdict"]), shared["host"]
 
 
 def main() -> None:

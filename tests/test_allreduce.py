@@ -145,6 +145,7 @@ def test_real_ranks_pass(ddpcheck, scratch, world: int) -> None:
         "rank map",
         "data integrity",
         "bandwidth",
+        "nodes agree",
     }
     assert len({r["pid"] for r in report["ranks"]}) == world
     assert "Classic check" in run.stdout and "PASS" in run.stdout

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ddpcheck.checks.rankmap import hosts_of, judge_rank_map, rank_map_table, where
+from ddpcheck.checks.rankmap import describe_ranks, hosts_of, judge_rank_map, rank_map_table
 from ddpcheck.options import AllreduceOptions
 from ddpcheck.report import Check, Report, Status, Table
 
@@ -313,7 +313,7 @@ def bandwidth_rows(data: list[dict[str, Any]], dtype: str) -> list[dict[str, Any
 
 
 def _culprit_text(culprits: list[int], identities: list[dict[str, Any]]) -> str:
-    named = ", ".join(where(r, identities) for r in culprits)
+    named = describe_ranks(culprits, identities)
     verb = "makes" if len(culprits) == 1 else "make"
     return f"localised by re-running on subgroups: {named} {verb} the sum wrong"
 

@@ -14,6 +14,7 @@ RANKS_TABLE_COLUMNS = {
     "rank": "rank",
     "local_rank": "local",
     "host": "host",
+    "address": "address",
     "pid": "pid",
     "device": "device",
     "device_name": "device name",
@@ -26,6 +27,64 @@ def where(rank: int, identities: list[dict[str, Any]]) -> str:
     return f"rank {rank} on host {identities[rank]['host']}"
 
 
+def node_of(ident: dict[str, Any]) -> tuple[str, int]:
+    """A node is one launcher's ranks: usually one host, but two launchers may share a host."""
+    return ident["host"], ident.get("node", 0)
+
+
+def node_label(node: tuple[str, int], identities: list[dict[str, Any]]) -> str:
+    host, number = node
+    shared = len({node_of(i) for i in identities if i["host"] == host}) > 1
+    return f"{host} (node {number})" if shared else host
+
+
+def describe_ranks(ranks: list[int], identities: list[dict[str, Any]]) -> str:
+    """Name ranks, a whole node at once when every one of its ranks is among them."""
+    wanted = set(ranks)
+    members: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for ident in identities:
+        members[node_of(ident)].append(ident["rank"])
+    parts, covered = [], set()
+    for node, node_ranks in members.items():
+        if len(node_ranks) > 1 and set(node_ranks) <= wanted:
+            parts.append(f"every rank of host {node_label(node, identities)} ({span(node_ranks)})")
+            covered |= set(node_ranks)
+    parts += [where(r, identities) for r in sorted(wanted - covered)]
+    return ", ".join(parts)
+
+
+def span(ranks: list[int]) -> str:
+    ordered = sorted(ranks)
+    if len(ordered) > 2 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"ranks {ordered[0]}-{ordered[-1]}"
+    return ("ranks " if len(ordered) > 1 else "rank ") + ", ".join(map(str, ordered))
+
+
+def hosts_table(identities: list[dict[str, Any]], checks: list[Any]) -> Table:
+    """One summary row per node: its ranks, devices and whether any check names them."""
+    blamed = {r for c in checks if c.status.value in ("FAIL", "ERROR") for r in c.ranks}
+    members: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for ident in identities:
+        members[node_of(ident)].append(ident)
+    rows = []
+    for node, idents in members.items():
+        ranks = [i["rank"] for i in idents]
+        at_fault = sorted(set(ranks) & blamed)
+        rows.append(
+            {
+                "host": node_label(node, identities),
+                "node": node[1],
+                "address": next((i.get("address") for i in idents if i.get("address")), None),
+                "ranks": span(ranks),
+                "devices": ", ".join(sorted({str(i.get("device_name") or i.get("device")) for i in idents})),
+                "at_fault": ", ".join(map(str, at_fault)) or "-",
+                "status": "FAIL" if at_fault else "PASS",
+            }
+        )
+    columns = {k: k.replace("_", " ") for k in ("host", "address", "ranks", "devices", "at_fault", "status")}
+    return Table("hosts", "Hosts", columns, rows)
+
+
 def hosts_of(ranks: list[int], identities: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(identities[r]["host"] for r in ranks))
 
@@ -33,7 +92,7 @@ def hosts_of(ranks: list[int], identities: list[dict[str, Any]]) -> list[str]:
 def rank_map_table(identities: list[dict[str, Any]]) -> Table:
     rows = [
         {
-            **{k: ident.get(k) for k in ("rank", "local_rank", "host", "pid", "device")},
+            **{k: ident.get(k) for k in ("rank", "local_rank", "node", "host", "address", "pid", "device")},
             "device_name": ident.get("device_name"),
             "device_uuid": ident.get("device_uuid"),
             "pci_bus_id": ident.get("pci_bus_id"),
@@ -45,17 +104,24 @@ def rank_map_table(identities: list[dict[str, Any]]) -> Table:
 
 
 def judge_rank_map(identities: list[dict[str, Any]]) -> Check:
-    """FAIL when a host's local ranks are not 0..k-1 or two ranks of one host share a GPU."""
+    """FAIL when a node's local ranks are not 0..k-1 or two ranks of one host share a GPU."""
     problems: list[str] = []
     culprits: set[int] = set()
+    by_node: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     by_host: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for ident in identities:
+        by_node[node_of(ident)].append(ident)
         by_host[ident["host"]].append(ident)
-    for host, members in by_host.items():
+    for node, members in by_node.items():
         local = sorted(m["local_rank"] for m in members)
         if local != list(range(len(members))):
-            problems.append(f"host {host}: local ranks are {local}, expected 0..{len(members) - 1}")
+            problems.append(
+                f"host {node_label(node, identities)}: local ranks are {local}, "
+                f"expected 0..{len(members) - 1}"
+            )
             culprits.update(m["rank"] for m in members)
+    for host, members in by_host.items():
+        # GPUs belong to the machine, whichever launcher started the ranks on it.
         by_gpu: dict[str, list[int]] = defaultdict(list)
         for m in members:
             gpu = m.get("device_uuid") or m.get("pci_bus_id")
@@ -71,10 +137,10 @@ def judge_rank_map(identities: list[dict[str, Any]]) -> Check:
     if problems:
         ranks = sorted(culprits)
         return Check("rank map", Status.FAIL, "; ".join(problems), ranks, hosts_of(ranks, identities))
-    hosts = len(by_host)
+    nodes = len(by_node)
     return Check(
         "rank map",
         Status.PASS,
-        f"{len(identities)} ranks on {hosts} host{'s' if hosts != 1 else ''}, "
+        f"{len(identities)} ranks on {nodes} node{'s' if nodes != 1 else ''}, "
         "local ranks contiguous, one device per rank",
     )

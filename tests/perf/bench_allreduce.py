@@ -1,0 +1,118 @@
+"""Benchmark: ddpcheck allreduce against the bare scripts it replaces, side by side in one run.
+
+1. Time from command to verdict: `ddpcheck allreduce --nproc N` against the classic
+   script (ones * rank, all_reduce, print) under `torchrun --nproc_per_node N`.
+   Target: <= 1.5x.
+2. Bus bandwidth at 16 MiB: ddpcheck's sweep against a bare all_reduce loop timed
+   the same way (barrier, perf_counter around ITERS calls, slowest rank).
+   Target: >= 0.95x.
+
+Runs alternate between the two sides so that noise on this shared machine hits
+both alike; medians are quoted.
+
+    python tests/perf/bench_allreduce.py [--nproc 4] [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CLASSIC = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+x = torch.ones(1) * rank
+dist.all_reduce(x)
+print(f"Rank {rank}: {x.item()}")
+dist.destroy_process_group()
+"""
+
+BARE_LOOP = """
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+n, iters, warmup = dist.get_world_size(), {iters}, {warmup}
+x = torch.zeros({size} // 4)
+for _ in range(warmup):
+    dist.all_reduce(x)
+dist.barrier()
+t = time.perf_counter()
+for _ in range(iters):
+    dist.all_reduce(x)
+seconds = torch.tensor([(time.perf_counter() - t) / iters], dtype=torch.float64)
+dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+if dist.get_rank() == 0:
+    print("BUSBW", {size} / seconds.item() / 1e9 * 2 * (n - 1) / n)
+dist.destroy_process_group()
+"""
+
+SIZE = 16 * 1024 * 1024
+ITERS, WARMUP = 20, 2
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
+    began = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    seconds = time.perf_counter() - began
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return seconds, proc.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nproc", type=int, default=4)
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={args.nproc}",
+    ]
+    ddpcheck = [sys.executable, "-m", "ddpcheck", "allreduce", "--nproc", str(args.nproc)]
+
+    with tempfile.TemporaryDirectory() as scratch:
+        classic, loop = Path(scratch, "classic.py"), Path(scratch, "loop.py")
+        classic.write_text(CLASSIC)
+        loop.write_text(BARE_LOOP.format(size=SIZE, iters=ITERS, warmup=WARMUP))
+        verdict_ddp, verdict_bare, bw_ddp, bw_bare = [], [], [], []
+        for _ in range(args.reps):
+            verdict_ddp.append(timed([*ddpcheck, "-q"], env)[0])
+            verdict_bare.append(timed([*torchrun, str(classic)], env)[0])
+            _, out = timed(
+                [*ddpcheck, "--sizes", "16M", "--iters", str(ITERS), "--warmup", str(WARMUP), "--json", "-"],
+                env,
+            )
+            bw_ddp.append(json.loads(out)["tables"]["bandwidth"][0]["busbw_gbps"])
+            _, out = timed([*torchrun, str(loop)], env)
+            bw_bare.append(
+                float(next(line for line in out.splitlines() if line.startswith("BUSBW")).split()[1])
+            )
+
+    med = statistics.median
+    print(f"# {args.reps} alternating repetitions, {args.nproc} CPU ranks over gloo, medians")
+    print(f"time to verdict: ddpcheck allreduce --nproc {args.nproc}  {med(verdict_ddp):.2f} s")
+    print(f"time to verdict: torchrun classic script         {med(verdict_bare):.2f} s")
+    print(f"  ratio ddpcheck / bare: {med(verdict_ddp) / med(verdict_bare):.2f}x (target <= 1.5x)")
+    print(
+        f"busbw at 16 MiB: ddpcheck  {med(bw_ddp):.3f} GB/s   (runs: {', '.join(f'{x:.3f}' for x in bw_ddp)})"
+    )
+    runs = ", ".join(f"{x:.3f}" for x in bw_bare)
+    print(f"busbw at 16 MiB: bare loop {med(bw_bare):.3f} GB/s   (runs: {runs})")
+    print(f"  ratio ddpcheck / bare: {med(bw_ddp) / med(bw_bare):.2f}x (target >= 0.95x)")
+
+
+if __name__ == "__main__":
+    main()
