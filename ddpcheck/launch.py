@@ -30,6 +30,7 @@ import psutil
 
 from ddpcheck import postmortem, slurm
 from ddpcheck.errors import UsageError
+from ddpcheck.network import route_address
 from ddpcheck.options import LaunchOptions, parse_endpoint
 from ddpcheck.report import Report, Verdict
 from ddpcheck.status import read_statuses
@@ -37,6 +38,8 @@ from ddpcheck.worker import SPEC_FILE, load_report, load_verdict, run_rank
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 POLL_S = 0.1
+# After a stall was declared and the workers killed, how long the agent may take to return.
+ABANDON_AFTER_S = 5.0
 # Ranks' own collective timeout is a little longer than the launcher's stall bound,
 # so that the launcher, which sees every rank, names the culprit first.
 PG_TIMEOUT_GRACE_S = 5.0
@@ -173,21 +176,34 @@ def launch(
     run_dir = Path(tempfile.mkdtemp(prefix="ddpcheck-"))
     (run_dir / SPEC_FILE).write_text(json.dumps(make_spec(command, options, plan)))
     watchdog = Watchdog(run_dir, plan, on_progress)
+    agent = AgentThread(plan, run_dir)
     failures: dict[int, Any] = {}
     launch_error: str | None = None
     interrupted = False
-    previous_sigint = signal.getsignal(signal.SIGINT)
+    previous_sigterm = signal.signal(signal.SIGTERM, _interrupt)
     try:
         watchdog.start()
-        _run_agent(plan, run_dir)
+        agent.start()
+        # The agent may block in native code (a store connect to an unreachable host) for
+        # minutes; the main thread only waits while the watchdog says the run is live.
+        while agent.is_alive() and not watchdog.abandoned():
+            agent.join(POLL_S)
     except KeyboardInterrupt:
         interrupted = True
-    except Exception as exc:
-        failures, launch_error, interrupted = _classify_agent_error(exc, plan)
     finally:
         watchdog.stop()
-        signal.signal(signal.SIGINT, previous_sigint)
         kill_workers()
+        agent.join(ABANDON_AFTER_S)
+        signal.signal(signal.SIGTERM, previous_sigterm)
+    if agent.error is not None:
+        failures, launch_error, signalled = _classify_agent_error(agent.error, plan)
+        interrupted = interrupted or signalled
+    elif agent.is_alive() and not interrupted:
+        launch_error = (
+            f"the launch did not complete within {plan.timeout:g} s: the agent was still waiting on the "
+            f"rendezvous store ({plan.rdzv_endpoint or 'local'}); is every node reachable at the "
+            "address it advertises?"
+        )
     if interrupted:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise KeyboardInterrupt
@@ -217,6 +233,27 @@ def launch(
     if kept is None:
         shutil.rmtree(run_dir, ignore_errors=True)
     return report
+
+
+class AgentThread(threading.Thread):
+    """torch's elastic agent, off the main thread, so that no native wait can outlive the bound."""
+
+    def __init__(self, plan: LaunchPlan, run_dir: Path) -> None:
+        super().__init__(name="ddpcheck-agent", daemon=True)
+        self.plan = plan
+        self.run_dir = run_dir
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            _run_agent(self.plan, self.run_dir)
+        except BaseException as exc:  # handed to the main thread, which reports it
+            self.error = exc
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    # SIGTERM from a scheduler: tear down like Ctrl-C.
+    raise KeyboardInterrupt
 
 
 def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
@@ -251,7 +288,7 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
         start_method="spawn",
         log_line_prefix_template=None,
         metrics_cfg={},
-        local_addr=None,
+        local_addr=advertised_address(plan.rdzv_endpoint),
         event_log_handler="null",
         numa_options=None,
         signals_to_handle="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
@@ -265,9 +302,20 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
         "PYTHONUNBUFFERED": "1",
         # The launcher runs with torch's C++ log quietened (see quiet_torch_cpp_logs); ranks log fully.
         "TORCH_CPP_LOG_LEVEL": os.environ.get(USER_CPP_LOG_LEVEL, "WARNING"),
+        **compile_cache_env(run_dir),
     }
     with _environment(env):
         elastic_launch(config, sys.executable)("-u", "-m", "ddpcheck.worker", str(run_dir))
+
+
+def compile_cache_env(run_dir: Path) -> dict[str, str]:
+    """Keep torch's compile cache (created by an optimizer's first step) inside the run directory.
+
+    Otherwise it lands in $TMPDIR/torchinductor_$USER and outlives the run.
+    """
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return {}
+    return {"TORCHINDUCTOR_CACHE_DIR": str(run_dir / "inductor")}
 
 
 def _classify_agent_error(exc: Exception, plan: LaunchPlan) -> tuple[dict[int, Any], str | None, bool]:
@@ -319,6 +367,17 @@ def endpoint_is_local(endpoint: str) -> bool:
         raise UsageError(f"--rdzv-endpoint host {host!r} does not resolve ({exc.strerror})") from None
     local = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
     return any(a in local or a.startswith("127.") or a == "::1" for a in addresses)
+
+
+def advertised_address(endpoint: str | None) -> str:
+    """The address this node gives the others: an IP on the route to the rendezvous host.
+
+    torch would advertise the hostname; a hostname the other nodes cannot resolve
+    turns into a five-minute connect timeout, a classic multi-node hang.
+    """
+    if not endpoint:
+        return "127.0.0.1"
+    return route_address(*parse_endpoint(endpoint)) or socket.gethostname()
 
 
 def check_rendezvous_port(plan: LaunchPlan) -> None:
@@ -401,6 +460,10 @@ class Watchdog(threading.Thread):
                 }
                 kill_workers()
                 return
+
+    def abandoned(self) -> bool:
+        """A stall was declared long enough ago that the agent should have returned."""
+        return self.stall is not None and time.time() - self.stall["at"] > ABANDON_AFTER_S
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -496,6 +559,7 @@ def run_inline(command: str, options: dict[str, Any], plan: LaunchPlan) -> Repor
     try:
         spec = make_spec(command, options, plan)
         spec["pg_timeout"] = plan.timeout  # no launcher watches: the ranks' own timeout is the bound
+        os.environ.update(compile_cache_env(run_dir))
         code = run_rank(spec, str(run_dir))
         report = load_report(run_dir)
         if report is not None:

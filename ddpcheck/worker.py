@@ -25,6 +25,7 @@ from typing import Any
 from ddpcheck import env as env_probe
 from ddpcheck.checks.rankmap import hosts_table
 from ddpcheck.faults import Faults, parse_faults
+from ddpcheck.network import route_address
 from ddpcheck.options import options_from_dict
 from ddpcheck.report import Report, Verdict
 from ddpcheck.status import StatusWriter
@@ -84,22 +85,9 @@ def rank_identity() -> dict[str, Any]:
         "local_rank": int(os.environ["LOCAL_RANK"]),
         "node": int(os.environ.get("GROUP_RANK", "0")),
         "host": socket.gethostname(),
-        "address": _address_towards(os.environ.get("MASTER_ADDR")),
+        "address": route_address(os.environ["MASTER_ADDR"]) if "MASTER_ADDR" in os.environ else None,
         "pid": os.getpid(),
     }
-
-
-def _address_towards(master: str | None) -> str | None:
-    """This host's address on the route to the master (a UDP connect sends no packet)."""
-    if not master:
-        return None
-    try:
-        family = socket.AF_INET6 if ":" in master else socket.AF_INET
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect((master, 9))
-            return probe.getsockname()[0]
-    except OSError:
-        return None
 
 
 def device_identity(device: Any) -> dict[str, Any]:

@@ -1,0 +1,635 @@
+"""`ddpcheck profile`: where every DDP step's time goes, on every rank, and which rank is slow.
+
+measure() runs on every rank: each step of nn.Linear(H, H) in DDP is timed in
+three phases (forward, backward with gradient sync, optimizer update), with
+CUDA events on GPUs and perf_counter on CPU, where every op has finished when
+it returns. Each step also times one backward under `no_sync()`, the same
+compute without communication: the difference is the communication backward
+could not hide. After the steps, one all_reduce of the gradients' size, timed
+alone, gives the bus bandwidth. judge() runs on rank 0 over plain timings.
+
+Under DDP a slow rank makes every rank's step slow (the others wait for it in
+backward's all-reduce), so stragglers are found by each rank's own work,
+compute = forward + backward under no_sync + update, not by wall-clock step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ddpcheck.checks.model import (
+    DATA,
+    INIT,
+    build_linear,
+    derive_seed,
+    gradient_bytes,
+    make_batch,
+    make_optimizer,
+    mse,
+    private_compile_cache,
+    wrap_ddp,
+)
+from ddpcheck.checks.rankmap import hosts_of, judge_rank_map, rank_map_table, where
+from ddpcheck.options import ProfileOptions
+from ddpcheck.report import Check, Report, Status, Table
+
+Options = ProfileOptions
+
+LR = 1e-3  # the classic script's Adam; the value does not change the timings
+# A rank whose compute time varies more than this (standard deviation / mean) over the
+# steady-state steps is unsteady: thermal throttling, a noisy neighbour, a swapping host.
+CV_WARN = 0.25
+ALLREDUCE_WARMUP, ALLREDUCE_ITERS = 1, 3
+# A slow rank (--inject slow) sleeps about as long as its step's compute: half speed.
+SLOW_SCALE = 1.5  # forward + backward is about 1.5 x backward
+
+# Dense FP32 (no tensor cores) peak TFLOP/s of known GPUs, by a fragment of the device name, most
+# specific first. The profiled layer is float32 at torch's default "highest" matmul precision.
+PEAK_FP32_TFLOPS: tuple[tuple[str, float], ...] = (
+    ("H200", 67.0),
+    ("H100 PCIe", 51.0),
+    ("H100 NVL", 60.0),
+    ("H100", 67.0),
+    ("A100", 19.5),
+    ("L40S", 91.6),
+    ("L40", 90.5),
+    ("L4", 30.3),
+    ("A10", 31.2),
+    ("A6000", 38.7),
+    ("RTX 4090", 82.6),
+    ("RTX 3090", 35.6),
+    ("V100", 15.7),
+    ("T4", 8.1),
+)
+
+# Per step, in the order they are timed; the derived ones are computed in judge().
+PHASES = ("forward", "backward", "backward_compute", "update")
+SUMMARY_PHASES = {
+    "forward": "forward",
+    "backward": "backward (with sync)",
+    "backward_compute": "backward compute (no_sync)",
+    "exposed_comm": "exposed communication",
+    "update": "update",
+    "step": "step (wall)",
+    "compute": "compute (own work)",
+}
+CHART_PARTS = {
+    "forward": "forward",
+    "backward_compute": "backward compute",
+    "exposed_comm": "exposed comm",
+    "update": "update",
+}
+
+
+# ---------------------------------------------------------------- timing
+class Marks:
+    """Timestamps at phase boundaries: CUDA events on a GPU, read once per step; perf_counter on CPU.
+
+    On a GPU, the host only records events while kernels run, so timing adds
+    no synchronisation inside the step; `intervals()` waits once, at its end.
+    """
+
+    def __init__(self, device: Any) -> None:
+        self.cuda = device.type == "cuda"
+        self.points: list[Any] = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            import torch
+
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.points.append(event)
+        else:
+            self.points.append(time.perf_counter())
+
+    def intervals(self) -> list[float]:
+        """Seconds between consecutive marks since the last call."""
+        points, self.points = self.points, []
+        if self.cuda:
+            points[-1].synchronize()
+            return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(points)]
+        return [b - a for a, b in itertools.pairwise(points)]
+
+
+def zero_grads(optimizer: Any, inputs: Any) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    inputs.grad = None
+
+
+def timed_step(
+    ddp: Any,
+    optimizer: Any,
+    inputs: Any,
+    targets: Any,
+    marks: Marks,
+    before_forward: Callable[[], None] | None = None,
+) -> tuple[float, float, float]:
+    """One training step as the classic loop runs it; (forward, backward, update) seconds."""
+    zero_grads(optimizer, inputs)
+    marks.mark()
+    if before_forward is not None:
+        before_forward()
+    loss = mse(ddp(inputs), targets)
+    marks.mark()
+    loss.backward()  # returns once DDP's all-reduce is done (on GPUs: once the stream waits for it)
+    marks.mark()
+    optimizer.step()
+    marks.mark()
+    forward, backward, update = marks.intervals()
+    return forward, backward, update
+
+
+def backward_compute(ddp: Any, optimizer: Any, inputs: Any, targets: Any, marks: Marks) -> float:
+    """Seconds of the same backward without gradient sync (under no_sync); leaves no gradients behind."""
+    zero_grads(optimizer, inputs)
+    with ddp.no_sync():
+        loss = mse(ddp(inputs), targets)
+        marks.mark()
+        loss.backward()
+        marks.mark()
+    (seconds,) = marks.intervals()
+    zero_grads(optimizer, inputs)  # the synchronised step must not reduce these
+    return seconds
+
+
+def time_allreduce(ctx: Any, count: int) -> float:
+    """Seconds for one all_reduce of `count` float32 elements (the gradients' size), on this rank."""
+    import torch
+    import torch.distributed as dist
+
+    buffer = torch.zeros(count, dtype=torch.float32, device=ctx.device)
+    for _ in range(ALLREDUCE_WARMUP):
+        dist.all_reduce(buffer)
+    ctx.sync()
+    ctx.barrier()
+    marks = Marks(ctx.device)
+    marks.mark()
+    for _ in range(ALLREDUCE_ITERS):
+        dist.all_reduce(buffer)
+    ctx.sync()  # on CPU ranks gloo has finished when all_reduce returns
+    marks.mark()
+    (seconds,) = marks.intervals()
+    return seconds / ALLREDUCE_ITERS
+
+
+def peak_memory(ctx: Any) -> tuple[int, str]:
+    """(bytes, kind): peak allocated device memory on a GPU, peak resident set of this process on CPU."""
+    if ctx.device.type == "cuda":
+        import torch
+
+        return int(torch.cuda.max_memory_allocated(ctx.device)), "device"
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024), "rss"  # macOS: bytes; Linux: KiB
+    except ImportError:  # Windows: the current RSS is the best there is
+        import psutil
+
+        return int(psutil.Process().memory_info().rss), "rss"
+
+
+# ---------------------------------------------------------------- measure
+def setup(ctx: Any, opts: ProfileOptions) -> tuple[Any, Any, Any, Any]:
+    """(ddp, optimizer, inputs, targets): the classic model, ready to step."""
+    module = build_linear(opts.hidden, derive_seed(0, 0, INIT), ctx.device)
+    ddp = wrap_ddp(module, ctx, opts.bucket_cap_mb)
+    optimizer = make_optimizer("adam", ddp.parameters(), LR)
+    inputs, targets = make_batch(opts.hidden, opts.batch, derive_seed(0, ctx.rank, DATA), ctx.device)
+    # As for a layer inside a deeper network, backward computes the input's gradient too: 4*B*H^2 FLOPs.
+    inputs.requires_grad_(True)
+    return ddp, optimizer, inputs, targets
+
+
+def measure(ctx: Any, opts: ProfileOptions) -> dict[str, Any]:
+    with private_compile_cache():
+        return _measure(ctx, opts)
+
+
+def _measure(ctx: Any, opts: ProfileOptions) -> dict[str, Any]:
+    import torch
+
+    ctx.stage("measure: build the model")
+    if ctx.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+    ddp, optimizer, inputs, targets = setup(ctx, opts)
+    marks = Marks(ctx.device)
+    rows = []
+    for step in range(opts.steps):
+        ctx.stage(f"measure: step {step + 1}/{opts.steps}")
+        ctx.progress(step, opts.steps, f"step {step + 1}/{opts.steps}")
+        compute = backward_compute(ddp, optimizer, inputs, targets, marks)
+        forward, backward, update = timed_step(
+            ddp, optimizer, inputs, targets, marks, lambda c=compute: ctx.faults.slow(c * SLOW_SCALE)
+        )
+        rows.append({"forward": forward, "backward": backward, "backward_compute": compute, "update": update})
+    ctx.progress(opts.steps, opts.steps, "done")
+    ctx.stage("measure: time one all_reduce of the gradients' size")
+    grad_bytes = gradient_bytes(ddp.module)
+    allreduce_s = time_allreduce(ctx, grad_bytes // 4)
+    memory, memory_kind = peak_memory(ctx)
+    return {
+        "steps": rows,
+        "grad_bytes": grad_bytes,
+        "allreduce_s": allreduce_s,
+        "peak_memory_bytes": memory,
+        "memory_kind": memory_kind,
+        "matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
+# ---------------------------------------------------------------- judge
+def bus_factor(world_size: int) -> float:
+    """nccl-tests' all_reduce factor 2(n-1)/n: the share of the data each rank sends."""
+    return 2 * (world_size - 1) / world_size
+
+
+def flops(opts: ProfileOptions) -> dict[str, float]:
+    """Matmul FLOPs per step and rank of one Linear(H, H) on B rows (the bias is noise)."""
+    forward = 2.0 * opts.batch * opts.hidden**2
+    return {"forward": forward, "backward": 2 * forward, "step": 3 * forward}
+
+
+def step_times(rows: list[dict[str, float]]) -> list[dict[str, float]]:
+    """Each timed step with the derived phases: exposed communication, wall step and own compute."""
+    out = []
+    for row in rows:
+        out.append(
+            {
+                **row,
+                "exposed_comm": row["backward"] - row["backward_compute"],
+                "step": row["forward"] + row["backward"] + row["update"],
+                "compute": row["forward"] + row["backward_compute"] + row["update"],
+            }
+        )
+    return out
+
+
+def rank_medians(data: list[dict[str, Any]], warmup: int) -> list[dict[str, float]]:
+    """Per rank, the median of each phase over the steady-state steps (warm-up left out)."""
+    medians = []
+    for d in data:
+        steady = step_times(d["steps"])[warmup:]
+        medians.append({p: statistics.median(s[p] for s in steady) for p in SUMMARY_PHASES})
+    return medians
+
+
+def variation(data: list[dict[str, Any]], warmup: int) -> list[float]:
+    """Per rank, the coefficient of variation of the compute time over the steady-state steps."""
+    out = []
+    for d in data:
+        compute = [s["compute"] for s in step_times(d["steps"])[warmup:]]
+        mean = statistics.fmean(compute)
+        out.append(statistics.pstdev(compute) / mean if len(compute) > 1 and mean > 0 else 0.0)
+    return out
+
+
+def straggler_ratios(medians: list[dict[str, float]]) -> list[float]:
+    """Each rank's compute time over the median of the *other* ranks' (1.0 for a lone rank).
+
+    The others, not all ranks: with two ranks, the median of all is the mean
+    of the straggler and its peer, which hides half of the gap.
+    """
+    compute = [m["compute"] for m in medians]
+    ratios = []
+    for r, own in enumerate(compute):
+        others = compute[:r] + compute[r + 1 :]
+        base = statistics.median(others) if others else own
+        ratios.append(own / base if base > 0 else 1.0)
+    return ratios
+
+
+def known_peak(device_name: str | None) -> float | None:
+    if not device_name:
+        return None
+    for fragment, tflops in PEAK_FP32_TFLOPS:
+        if fragment.lower() in device_name.lower():
+            return tflops
+    return None
+
+
+def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: ProfileOptions) -> Report:
+    """Verdicts and tables over every rank's timings; pure, so tests feed it synthetic timings."""
+    n = len(data)
+    medians = rank_medians(data, opts.warmup)
+    ratios = straggler_ratios(medians)
+    cvs = variation(data, opts.warmup)
+    figures = figures_of(data, identities, opts, medians)
+    report = Report(command="profile")
+    report.checks += [
+        judge_rank_map(identities),
+        judge_stragglers(medians, ratios, identities, opts.straggler_threshold),
+        judge_stability(cvs, identities),
+        judge_communication(figures, n),
+        judge_compute(figures),
+        judge_memory(data, identities),
+    ]
+    report.tables += [
+        rank0_table(data[0], opts.warmup),
+        summary_table(medians, identities, opts),
+        per_rank_table(data, medians, ratios, cvs, identities, opts),
+        breakdown_table(medians),
+        steps_table(data, identities, opts.warmup),
+        Table("figures", "Communication and compute figures", {}, [figures]),
+        rank_map_table(identities),
+    ]
+    return report
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1e3, 3)
+
+
+def _sig(value: float, digits: int = 4) -> float:
+    """Rounded to significant digits: CPU ranks reach thousandths of a TFLOP/s, GPUs hundreds."""
+    return float(f"{value:.{digits}g}")
+
+
+def _median_across(medians: list[dict[str, float]], phase: str) -> float:
+    return statistics.median(m[phase] for m in medians)
+
+
+def figures_of(
+    data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: ProfileOptions, medians: list[dict]
+) -> dict[str, Any]:
+    """The scalar results: bytes, bandwidth, hidden communication, FLOP/s and the fraction of peak."""
+    n = len(data)
+    work = flops(opts)
+    grad_bytes = data[0]["grad_bytes"]
+    bus_bytes = grad_bytes * bus_factor(n)
+    allreduce_s = max(d["allreduce_s"] for d in data)  # the collective is as slow as its slowest rank
+    exposed_s = max(0.0, _median_across(medians, "exposed_comm"))
+    forward_s = _median_across(medians, "forward")
+    backward_s = _median_across(medians, "backward_compute")
+    compute_s = _median_across(medians, "compute")
+    peak = opts.peak_tflops
+    peak_source = "--peak-tflops" if peak else None
+    name = identities[0].get("device_name")
+    if (
+        peak is None
+        and identities[0].get("device", "cpu") != "cpu"
+        and data[0]["matmul_precision"] == "highest"
+    ):
+        peak = known_peak(name)
+        peak_source = f"{name} FP32" if peak else None
+    step_tflops = work["step"] / compute_s / 1e12 if compute_s > 0 else 0.0
+    return {
+        "world_size": n,
+        "hidden": opts.hidden,
+        "batch": opts.batch,
+        "grad_bytes": grad_bytes,
+        "bus_bytes_per_step": int(bus_bytes),
+        "allreduce_ms": _ms(allreduce_s),
+        "busbw_gbps": _sig(bus_bytes / allreduce_s / 1e9) if allreduce_s > 0 and n > 1 else 0.0,
+        "exposed_comm_ms": _ms(exposed_s),
+        "hidden_comm_pct": (
+            round(100 * max(0.0, 1 - exposed_s / allreduce_s), 1) if allreduce_s > 0 and n > 1 else None
+        ),
+        "forward_gflop": work["forward"] / 1e9,
+        "backward_gflop": work["backward"] / 1e9,
+        "forward_tflops": _sig(work["forward"] / forward_s / 1e12) if forward_s > 0 else 0.0,
+        "backward_tflops": _sig(work["backward"] / backward_s / 1e12) if backward_s > 0 else 0.0,
+        "step_tflops": _sig(step_tflops),
+        "peak_tflops": peak,
+        "peak_source": peak_source,
+        "peak_fraction": _sig(step_tflops / peak) if peak else None,
+    }
+
+
+def judge_stragglers(
+    medians: list[dict[str, float]],
+    ratios: list[float],
+    identities: list[dict[str, Any]],
+    threshold: float,
+) -> Check:
+    name = "stragglers"
+    if len(medians) == 1:
+        return Check(name, Status.PASS, "one rank: nothing to compare")
+    slow = [r for r, ratio in enumerate(ratios) if ratio >= threshold]
+    fastest, slowest = min(ratios), max(ratios)
+    if not slow:
+        return Check(
+            name,
+            Status.PASS,
+            f"every rank's compute per step is within {threshold:g}x of the others' median "
+            f"(from {fastest:.2f}x to {slowest:.2f}x)",
+        )
+    parts = [
+        f"{where(r, identities)}: compute {_ms(medians[r]['compute']):g} ms per step, {ratios[r]:.2f}x "
+        f"the median of the other ranks"
+        for r in slow[:8]
+    ]
+    detail = f"{'; '.join(parts)} (threshold {threshold:g}x)"
+    rest = [m["exposed_comm"] for r, m in enumerate(medians) if r not in slow]
+    if rest:
+        # Under DDP the others cannot finish backward's all-reduce before the slow rank joins it.
+        detail += (
+            f". Every other rank waits for it in backward's all-reduce: their exposed communication "
+            f"({_ms(statistics.median(rest)):g} ms median) is mostly that wait"
+        )
+    return Check(name, Status.WARN, detail, slow, hosts_of(slow, identities))
+
+
+def judge_stability(cvs: list[float], identities: list[dict[str, Any]]) -> Check:
+    name = "timing stability"
+    unsteady = [r for r, cv in enumerate(cvs) if cv > CV_WARN]
+    if not unsteady:
+        return Check(
+            name,
+            Status.PASS,
+            f"every rank's compute time varies by at most {max(cvs):.0%} (std/mean) across steps",
+        )
+    parts = ", ".join(f"{where(r, identities)} varies by {cvs[r]:.0%}" for r in unsteady[:8])
+    return Check(
+        name,
+        Status.WARN,
+        f"{parts} (std/mean of compute time across steps, above {CV_WARN:.0%}): "
+        "throttling, a noisy neighbour or host contention",
+        unsteady,
+        hosts_of(unsteady, identities),
+    )
+
+
+def judge_communication(figures: dict[str, Any], n: int) -> Check:
+    name = "communication"
+    size = f"{figures['grad_bytes'] / 2**20:.1f} MiB of gradients"
+    if n == 1:
+        return Check(name, Status.PASS, f"one rank: {size}, nothing to send")
+    hidden = figures["hidden_comm_pct"]
+    return Check(
+        name,
+        Status.PASS,
+        f"{size}; each rank sends {figures['bus_bytes_per_step'] / 2**20:.1f} MiB per step "
+        f"(2(n-1)/n); one all_reduce of that size takes {figures['allreduce_ms']:g} ms "
+        f"(busbw {figures['busbw_gbps']:g} GB/s); backward exposes {figures['exposed_comm_ms']:g} ms"
+        + (
+            " (more than the all-reduce alone: the rest is waiting for slower ranks, or contention)"
+            if figures["exposed_comm_ms"] > figures["allreduce_ms"]
+            else f", so {hidden:g}% of the all-reduce is hidden behind backward compute"
+            if hidden is not None
+            else ""
+        ),
+    )
+
+
+def judge_compute(figures: dict[str, Any]) -> Check:
+    detail = (
+        f"forward {figures['forward_tflops']:g} TFLOP/s ({figures['forward_gflop']:.3g} GFLOP), "
+        f"backward {figures['backward_tflops']:g} TFLOP/s ({figures['backward_gflop']:.3g} GFLOP), "
+        f"whole step {figures['step_tflops']:g} TFLOP/s (matmul FLOPs over own compute time, median rank)"
+    )
+    if figures["peak_fraction"] is not None:
+        detail += (
+            f"; {figures['peak_fraction']:.1%} of the {figures['peak_tflops']:g} TFLOP/s peak "
+            f"({figures['peak_source']})"
+        )
+    return Check("compute", Status.PASS, detail)
+
+
+def judge_memory(data: list[dict[str, Any]], identities: list[dict[str, Any]]) -> Check:
+    peaks = [d["peak_memory_bytes"] for d in data]
+    kind = "device memory allocated" if data[0]["memory_kind"] == "device" else "resident set (RSS)"
+    top = max(range(len(peaks)), key=peaks.__getitem__)
+    return Check(
+        "memory",
+        Status.PASS,
+        f"peak {kind} per rank: {min(peaks) / 2**20:.0f} to {peaks[top] / 2**20:.0f} MiB "
+        f"(highest: {where(top, identities)})",
+    )
+
+
+# ---------------------------------------------------------------- tables
+def rank0_table(data: dict[str, Any], warmup: int) -> Table:
+    """The classic per-step printout of rank 0, warm-up steps marked."""
+    rows = []
+    for step, s in enumerate(step_times(data["steps"])):
+        rows.append(
+            {
+                "step": step,
+                "forward_ms": _ms(s["forward"]),
+                "backward_ms": _ms(s["backward"]),
+                "update_ms": _ms(s["update"]),
+                "exposed_comm_ms": _ms(s["exposed_comm"]),
+                "note": "warm-up" if step < warmup else "",
+            }
+        )
+    columns = {
+        "step": "Step",
+        "forward_ms": "forward (ms)",
+        "backward_ms": "backward (ms)",
+        "update_ms": "update (ms)",
+        "exposed_comm_ms": "exposed comm (ms)",
+        "note": "",
+    }
+    return Table("rank0", "Rank 0, step by step", columns, rows)
+
+
+def summary_table(
+    medians: list[dict[str, float]], identities: list[dict[str, Any]], opts: ProfileOptions
+) -> Table:
+    """Per phase: each rank's median over steady-state steps, then min / median / max across ranks."""
+    rows = []
+    for phase, label in SUMMARY_PHASES.items():
+        values = [m[phase] for m in medians]
+        slowest = max(range(len(values)), key=values.__getitem__)
+        rows.append(
+            {
+                "phase": phase,
+                "label": label,
+                "min_ms": _ms(min(values)),
+                "median_ms": _ms(statistics.median(values)),
+                "max_ms": _ms(max(values)),
+                "slowest_rank": slowest,
+                "slowest_host": identities[slowest]["host"],
+            }
+        )
+    columns = {
+        "label": "phase",
+        "min_ms": "min (ms)",
+        "median_ms": "median (ms)",
+        "max_ms": "max (ms)",
+        "slowest_rank": "slowest rank",
+        "slowest_host": "host",
+    }
+    steady = opts.steps - opts.warmup
+    title = f"Across ranks: each rank's median over {steady} steady step{'s' if steady != 1 else ''}"
+    return Table("summary", title, columns, rows)
+
+
+def per_rank_table(
+    data: list[dict[str, Any]],
+    medians: list[dict[str, float]],
+    ratios: list[float],
+    cvs: list[float],
+    identities: list[dict[str, Any]],
+    opts: ProfileOptions,
+) -> Table:
+    work = flops(opts)["step"]
+    rows = []
+    for r, m in enumerate(medians):
+        rows.append(
+            {
+                "rank": r,
+                "host": identities[r]["host"],
+                "step_ms": _ms(m["step"]),
+                "compute_ms": _ms(m["compute"]),
+                "exposed_comm_ms": _ms(m["exposed_comm"]),
+                "ratio": round(ratios[r], 3),
+                "cv": round(cvs[r], 3),
+                "tflops": _sig(work / m["compute"] / 1e12) if m["compute"] > 0 else 0.0,
+                "peak_memory_mib": round(data[r]["peak_memory_bytes"] / 2**20, 1),
+                "status": "WARN" if ratios[r] >= opts.straggler_threshold or cvs[r] > CV_WARN else "PASS",
+            }
+        )
+    columns = {
+        "rank": "rank",
+        "host": "host",
+        "step_ms": "step (ms)",
+        "compute_ms": "compute (ms)",
+        "exposed_comm_ms": "exposed comm (ms)",
+        "ratio": "x others",
+        "cv": "std/mean",
+        "tflops": "TFLOP/s",
+        "peak_memory_mib": "peak mem (MiB)",
+        "status": "status",
+    }
+    return Table("per_rank", "Per rank (medians over steady-state steps)", columns, rows)
+
+
+def breakdown_table(medians: list[dict[str, float]]) -> Table:
+    """Where the median rank's step goes: the parts add up to the wall-clock step."""
+    parts = {p: max(0.0, _median_across(medians, p)) for p in CHART_PARTS}
+    total = sum(parts.values())
+    rows = [
+        {
+            "part": part,
+            "label": label,
+            "ms": _ms(parts[part]),
+            "share_pct": round(100 * parts[part] / total, 1) if total > 0 else 0.0,
+        }
+        for part, label in CHART_PARTS.items()
+    ]
+    return Table("breakdown", "Where a step's time goes (median across ranks)", {}, rows)
+
+
+def steps_table(data: list[dict[str, Any]], identities: list[dict[str, Any]], warmup: int) -> Table:
+    """One row per rank per step, every phase in milliseconds (JSON only: the terminal shows rank 0)."""
+    rows = []
+    for r, d in enumerate(data):
+        for step, s in enumerate(step_times(d["steps"])):
+            rows.append(
+                {
+                    "rank": r,
+                    "host": identities[r]["host"],
+                    "step": step,
+                    "warmup": step < warmup,
+                    **{f"{phase}_ms": _ms(s[phase]) for phase in SUMMARY_PHASES},
+                }
+            )
+    return Table("steps", "Every rank, every step", {}, rows)

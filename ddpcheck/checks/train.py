@@ -1,0 +1,768 @@
+"""`ddpcheck train`: does DDP train correctly on these ranks, step by step?
+
+The classic 5-step DDP training of nn.Linear(H, H) with MSE, turned into
+verdicts. measure() runs on every rank. It initialises the layer from a
+different seed on every rank, wraps it in DDP, and at each step records, on
+this rank only: its local loss, a fingerprint of its gradients and weights,
+how far its gradients are from the mean of every rank's local gradient
+(computed here, independently, without DDP), and how far its weights are
+from a single-process reference trained on the global batch. Every rank can
+rebuild every rank's data and rank 0's initial weights from the seed, so
+none of this needs data or weights from another rank. Ranks exchange only
+fingerprints (two 64-bit checksums per tensor) and, only when these
+disagree, receive rank 0's tensors to measure by how much. judge() runs on
+rank 0 over that plain data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from ddpcheck.checks.model import (
+    DATA,
+    INIT,
+    build_linear,
+    derive_seed,
+    make_batch,
+    make_optimizer,
+    mse,
+    private_compile_cache,
+    wrap_ddp,
+)
+from ddpcheck.checks.rankmap import hosts_of, judge_rank_map, rank_map_table, where
+from ddpcheck.options import TrainOptions
+from ddpcheck.report import Check, Report, Status, Table
+
+Options = TrainOptions
+
+# DDP's averaged gradient vs the mean of local gradients computed here: the same products summed
+# in another order, so they agree to a few float32 ulps of the largest gradient element.
+GRAD_RTOL = 1e-5
+# DDP's weights vs one process on the global batch, as a fraction of how far training moved the
+# weights. Different matmul shapes round differently, and Adam divides by sqrt(v): an element whose
+# gradient is at rounding level can move by a good part of lr either way.
+REF_RTOL = 0.1
+# ...plus float32 rounding of the weights themselves (ulps of the largest weight).
+REF_ULPS = 8
+FLOAT32_EPS = 2.0**-23
+# Fingerprint: integer sums over the bits, in chunks so a huge tensor needs no huge temporary.
+FINGERPRINT_CHUNK = 1 << 22
+FINGERPRINT_MODULUS = 65_521  # a prime: position weights do not repeat with power-of-two shapes
+SHOWN_RANK_COLUMNS = 8
+
+
+# ---------------------------------------------------------------- fingerprints and differences
+def fingerprint(tensor: Any) -> list[int]:
+    """Two 64-bit checksums of a tensor's bits: equal tensors give equal fingerprints, bit for bit.
+
+    The plain sum and a position-weighted sum of the bit patterns, taken as
+    integers, so the result does not depend on summation order or device.
+    Every NaN counts as the same NaN: a non-finite value is the loss check's
+    finding, and payload bits differ between ranks for no fault.
+    """
+    import torch
+
+    flat = tensor.detach().reshape(-1)
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]
+    plain = weighted = 0
+    for start in range(0, flat.numel(), FINGERPRINT_CHUNK):
+        chunk = flat[start : start + FINGERPRINT_CHUNK]
+        if chunk.is_floating_point():
+            chunk = torch.where(torch.isnan(chunk), torch.full_like(chunk, math.nan), chunk)
+        bits = chunk.contiguous().view(as_int).to(torch.int64)
+        positions = torch.arange(start, start + chunk.numel(), device=chunk.device)
+        plain += int(bits.sum().item())
+        weighted += int((bits * (positions % FINGERPRINT_MODULUS + 1)).sum().item())
+    # Python ints do not wrap; fold back to int64 so fingerprints travel as int64 tensors.
+    return [_wrap64(plain), _wrap64(weighted)]
+
+
+def _wrap64(value: int) -> int:
+    return (value + 2**63) % 2**64 - 2**63
+
+
+def max_abs_diff(a: Any, b: Any) -> float:
+    """max |a - b| over all elements; NaN when either holds a NaN where the other does not matter."""
+    return float((a.detach() - b.detach()).abs().max().item())
+
+
+def max_abs(tensor: Any) -> float:
+    return float(tensor.detach().abs().max().item())
+
+
+# ---------------------------------------------------------------- measure
+class Batches:
+    """Every rank's batch, rebuilt here from the seed: rows r*B..(r+1)*B of the global batch are rank r's."""
+
+    def __init__(self, opts: TrainOptions, world_size: int, device: Any) -> None:
+        import torch
+
+        parts = [
+            make_batch(opts.hidden, opts.batch, derive_seed(opts.seed, r, DATA), device)
+            for r in range(world_size)
+        ]
+        self.inputs = torch.cat([x for x, _ in parts])
+        self.targets = torch.cat([y for _, y in parts])
+        self.batch = opts.batch
+        self.world_size = world_size
+
+    def of(self, rank: int) -> tuple[Any, Any]:
+        rows = slice(rank * self.batch, (rank + 1) * self.batch)
+        return self.inputs[rows], self.targets[rows]
+
+
+class Reference:
+    """One copy of the model in this process: rank 0's initial weights, trained on the global batch."""
+
+    def __init__(self, opts: TrainOptions, batches: Batches, device: Any) -> None:
+        self.module = build_linear(opts.hidden, derive_seed(opts.seed, 0, INIT), device)
+        self.initial = [p.detach().clone() for p in self.module.parameters()]
+        self.optimizer = make_optimizer(opts.optimizer, self.module.parameters(), opts.lr)
+        self.batches = batches
+
+    def step(self) -> float:
+        """One step on the concatenated global batch; its loss before the update."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = mse(self.module(self.batches.inputs), self.batches.targets)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.item())
+
+    def parameters(self) -> list[Any]:
+        return list(self.module.parameters())
+
+
+def mean_local_gradients(module: Any, batches: Batches) -> list[Any]:
+    """The mean over ranks of each rank's local gradient at this module's weights, without DDP.
+
+    functional_call on detached copies of the parameters: autograd never
+    touches the real ones, so DDP's reducer hooks stay out of it.
+    """
+    import torch
+    from torch.func import functional_call
+
+    params = {name: p.detach().requires_grad_(True) for name, p in module.named_parameters()}
+    total: list[Any] | None = None
+    for rank in range(batches.world_size):
+        inputs, targets = batches.of(rank)
+        loss = mse(functional_call(module, params, (inputs,)), targets)
+        grads = torch.autograd.grad(loss, list(params.values()))
+        total = list(grads) if total is None else [t + g for t, g in zip(total, grads, strict=True)]
+    assert total is not None
+    return [t / batches.world_size for t in total]
+
+
+def measure(ctx: Any, opts: TrainOptions) -> dict[str, Any]:
+    with private_compile_cache():
+        return _measure(ctx, opts)
+
+
+def _measure(ctx: Any, opts: TrainOptions) -> dict[str, Any]:
+    import torch
+
+    torch.manual_seed(derive_seed(opts.seed, ctx.rank, INIT))  # nothing below should draw, but be sure
+    ctx.stage("measure: initialise the layer from this rank's own seed")
+    module = build_linear(opts.hidden, derive_seed(opts.seed, ctx.rank, INIT), ctx.device)
+    names = [name for name, _ in module.named_parameters()]
+    batches = Batches(opts, ctx.world_size, ctx.device)
+    reference = Reference(opts, batches, ctx.device)
+    before = _init_state(module, reference)
+
+    ctx.stage("measure: wrap in DistributedDataParallel (broadcasts rank 0's weights)")
+    ddp = wrap_ddp(module, ctx, opts.bucket_cap_mb)
+    after = _init_state(module, reference)
+    optimizer = make_optimizer(opts.optimizer, ddp.parameters(), opts.lr)
+
+    steps = []
+    evidence_taken: set[str] = set()
+    for step in range(opts.steps):
+        ctx.stage(f"measure: step {step + 1}/{opts.steps}")
+        ctx.progress(step, opts.steps, f"step {step + 1}/{opts.steps}")
+        record = _train_step(ctx, opts, ddp, optimizer, batches, reference, step)
+        _compare_across_ranks(ctx, module, record, step, opts.steps, evidence_taken)
+        steps.append(record)
+    ctx.progress(opts.steps, opts.steps, "done")
+    return {
+        "params": names,
+        "numel": [p.numel() for p in module.parameters()],
+        "init": {"before": before, "after": after},
+        "steps": steps,
+        "update_scale": [
+            max_abs_diff(p, p0) for p, p0 in zip(reference.parameters(), reference.initial, strict=True)
+        ],
+        "weight_scale": [max_abs(p) for p in reference.parameters()],
+    }
+
+
+def _init_state(module: Any, reference: Reference) -> dict[str, Any]:
+    """This rank's fingerprints and its distance from rank 0's initial weights (rebuilt here)."""
+    params = list(module.parameters())
+    return {
+        "fingerprint": [fingerprint(p) for p in params],
+        "diff_from_rank0": [max_abs_diff(p, p0) for p, p0 in zip(params, reference.initial, strict=True)],
+    }
+
+
+def _train_step(
+    ctx: Any,
+    opts: TrainOptions,
+    ddp: Any,
+    optimizer: Any,
+    batches: Batches,
+    reference: Reference,
+    step: int,
+) -> dict[str, Any]:
+    """One DDP step as the classic loop does it, with what each check needs recorded on the way."""
+    import torch
+
+    module = ddp.module
+    expected = mean_local_gradients(module, batches)
+    inputs, targets = batches.of(ctx.rank)
+    optimizer.zero_grad(set_to_none=True)
+    ctx.faults.slow()
+    loss = ctx.faults.nan(mse(ddp(inputs), targets), step, opts.steps)
+    loss.backward()
+    grads = [p.grad for p in module.parameters()]
+    record: dict[str, Any] = {
+        "loss": float(loss.item()),
+        "grad_fingerprint": [fingerprint(g) for g in grads],
+        "grad_finite": all(bool(torch.isfinite(g).all().item()) for g in grads),
+        "grad_dev": [max_abs_diff(g, e) for g, e in zip(grads, expected, strict=True)],
+        "grad_scale": [max_abs(e) for e in expected],
+    }
+    optimizer.step()
+    ctx.faults.diverge(module, step, opts.steps)
+    record["reference_loss"] = reference.step()
+    params = list(module.parameters())
+    record["weight_fingerprint"] = [fingerprint(p) for p in params]
+    record["weight_finite"] = all(bool(torch.isfinite(p).all().item()) for p in params)
+    record["reference_dev"] = [
+        max_abs_diff(p, r) for p, r in zip(params, reference.parameters(), strict=True)
+    ]
+    return record
+
+
+def _compare_across_ranks(
+    ctx: Any, module: Any, record: dict[str, Any], step: int, steps: int, taken: set[str]
+) -> None:
+    """Exchange fingerprints; where they disagree, measure each rank's distance from rank 0.
+
+    The evidence costs one broadcast of rank 0's tensors (what DDP's own
+    construction sends), so it is taken only at the first disagreement of
+    gradients and of weights, and at the last step to show where it ended.
+    """
+    import torch
+    import torch.distributed as dist
+
+    mine = [v for fp in record["grad_fingerprint"] + record["weight_fingerprint"] for v in fp]
+    local = torch.tensor(mine, dtype=torch.int64, device=ctx.device)
+    gathered = [torch.empty_like(local) for _ in range(ctx.world_size)]
+    dist.all_gather(gathered, local)
+    half = len(mine) // 2
+    rows = [g.tolist() for g in gathered]
+    for kind, part in (("grad", slice(0, half)), ("weight", slice(half, None))):
+        if all(r[part] == rows[0][part] for r in rows):
+            continue
+        if kind in taken and step != steps - 1:
+            continue
+        taken.add(kind)
+        tensors = [p.grad if kind == "grad" else p for p in module.parameters()]
+        record[f"{kind}_diff_from_rank0"] = [_diff_from_rank0(t) for t in tensors]
+
+
+def _diff_from_rank0(tensor: Any) -> float:
+    import torch.distributed as dist
+
+    theirs = tensor.detach().clone()
+    dist.broadcast(theirs, src=0)
+    return max_abs_diff(tensor, theirs)
+
+
+# ---------------------------------------------------------------- judge
+def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: TrainOptions) -> Report:
+    """Six verdicts over every rank's plain data; pure, so tests feed it synthetic ranks."""
+    report = Report(command="train")
+    nonfinite = first_nonfinite_loss(data)
+    weights = weight_split(data)
+    report.checks.append(judge_rank_map(identities))
+    report.checks.append(judge_broadcast(data, identities))
+    report.checks.append(judge_gradients(data, identities, nonfinite, weights))
+    report.checks.append(judge_loss(data, identities, nonfinite))
+    report.checks.append(judge_weights(data, identities, weights))
+    upstream = _upstream_culprits(report.checks)
+    report.checks.append(judge_big_batch(data, identities, opts, upstream))
+    report.tables.append(loss_table(data, weights))
+    report.tables.append(parity_table(data, identities, report.checks))
+    report.tables.append(rank_map_table(identities))
+    return report
+
+
+def first_nonfinite_loss(data: list[dict[str, Any]]) -> tuple[int, list[int]] | None:
+    """(step, ranks) where a rank's local loss was first NaN or infinite."""
+    for step in range(len(data[0]["steps"])):
+        ranks = [r for r, d in enumerate(data) if not math.isfinite(d["steps"][step]["loss"])]
+        if ranks:
+            return step, ranks
+    return None
+
+
+def split_groups(
+    fingerprints: list[Any], closeness: list[float] | None = None
+) -> tuple[list[int], list[int]] | None:
+    """(agreeing ranks, odd ranks) when fingerprints disagree, else None.
+
+    The largest group of equal fingerprints is taken as right. When groups
+    tie (two ranks disagreeing), the group closer to the single-process
+    reference (`closeness`, smaller is closer) is right; failing that, the
+    one holding rank 0.
+    """
+    groups: dict[str, list[int]] = defaultdict(list)
+    for rank, fp in enumerate(fingerprints):
+        groups[repr(fp)].append(rank)
+    if len(groups) == 1:
+        return None
+
+    def rank_of(members: list[int]) -> tuple[int, float, int]:
+        near = max((_nan_last(closeness[r]) for r in members), default=0.0) if closeness else 0.0
+        return (-len(members), near, 0 if 0 in members else 1)
+
+    ordered = sorted(groups.values(), key=rank_of)
+    right = ordered[0]
+    odd = sorted(r for g in ordered[1:] for r in g)
+    return right, odd
+
+
+def _nan_last(value: float) -> float:
+    return math.inf if math.isnan(value) else value
+
+
+def weight_split(data: list[dict[str, Any]]) -> tuple[int, list[int], list[int]] | None:
+    """(step, agreeing ranks, odd ranks) at the first step after which weights differ; -1: from the start."""
+    if split := split_groups([d["init"]["after"]["fingerprint"] for d in data]):
+        return -1, *split
+    for step in range(len(data[0]["steps"])):
+        fps = [d["steps"][step]["weight_fingerprint"] for d in data]
+        closeness = [max(map(_nan_last, d["steps"][step]["reference_dev"])) for d in data]
+        if split := split_groups(fps, closeness):
+            return step, *split
+    return None
+
+
+def _named(ranks: list[int], identities: list[dict[str, Any]], limit: int = 8) -> str:
+    text = ", ".join(where(r, identities) for r in ranks[:limit])
+    return text + (f" and {len(ranks) - limit} more" if len(ranks) > limit else "")
+
+
+def _fail(name: str, detail: str, ranks: list[int], identities: list[dict[str, Any]]) -> Check:
+    return Check(name, Status.FAIL, detail, sorted(ranks), hosts_of(sorted(ranks), identities))
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}" if math.isfinite(value) else str(value)
+
+
+def _worst(values: list[float], names: list[str]) -> tuple[float, str]:
+    """The largest value (NaN counts as largest) and the tensor it belongs to."""
+    index = max(range(len(values)), key=lambda i: _nan_last(values[i]))
+    return values[index], names[index]
+
+
+def judge_broadcast(data: list[dict[str, Any]], identities: list[dict[str, Any]]) -> Check:
+    name = "initial broadcast"
+    names = data[0]["params"]
+    n = len(data)
+    rank0 = data[0]["init"]["after"]["fingerprint"]
+    wrong = [r for r, d in enumerate(data) if d["init"]["after"]["fingerprint"] != rank0]
+    if wrong:
+        evidence = "; ".join(
+            _evidence(r, data[r]["init"]["after"]["diff_from_rank0"], names, identities) for r in wrong[:8]
+        )
+        return _fail(
+            name,
+            f"after DDP's construction {len(wrong)} of {n} ranks do not hold rank 0's weights: "
+            f"{evidence} (was the model changed after wrapping, or built differently there?)",
+            wrong,
+            identities,
+        )
+    differed = [r for r, d in enumerate(data) if d["init"]["before"]["fingerprint"] != rank0]
+    spread = max(
+        (max(map(_nan_last, data[r]["init"]["before"]["diff_from_rank0"])) for r in differed), default=0
+    )
+    if n == 1:
+        return Check(name, Status.PASS, "one rank: nothing to broadcast; its weights are rank 0's")
+    if not differed:
+        return Check(
+            name,
+            Status.PASS,
+            f"all {n} ranks hold rank 0's weights bit for bit (they already did before wrapping)",
+        )
+    others = "every other rank" if len(differed) == n - 1 else f"{len(differed)} of the {n - 1} other ranks"
+    return Check(
+        name,
+        Status.PASS,
+        f"{others} started from its own initialisation (up to {_fmt(spread)} from rank 0's); "
+        f"after DDP's construction all {n} ranks hold rank 0's weights bit for bit",
+    )
+
+
+def _fmt_worst(values: list[float], names: list[str]) -> tuple[str, str]:
+    value, tensor = _worst(values, names)
+    return _fmt(value), tensor
+
+
+def _evidence(rank: int, values: list[float], names: list[str], identities: list[dict[str, Any]]) -> str:
+    value, tensor = _fmt_worst(values, names)
+    return f"{where(rank, identities)}: max |difference| {value} in {tensor}"
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def judge_gradients(
+    data: list[dict[str, Any]],
+    identities: list[dict[str, Any]],
+    nonfinite: tuple[int, list[int]] | None,
+    weights: tuple[int, list[int], list[int]] | None,
+) -> Check:
+    """Identical on every rank at every step, and the mean of the local gradients where that is defined."""
+    name = "gradient synchronisation"
+    names = data[0]["params"]
+    steps = len(data[0]["steps"])
+    for step in range(steps):
+        split = split_groups(
+            [d["steps"][step]["grad_fingerprint"] for d in data],
+            [max(map(_nan_last, d["steps"][step]["grad_dev"])) for d in data],
+        )
+        if split:
+            right, odd = split
+            return _fail(name, _grad_split_detail(data, identities, step, right, odd, names), odd, identities)
+    # The mean of local gradients is defined only while every rank has the same weights and a finite loss.
+    last = steps - 1
+    if weights is not None:
+        last = min(last, weights[0])
+    if nonfinite is not None:
+        last = min(last, nonfinite[0] - 1)
+    for step in range(last + 1):
+        off = [r for r, d in enumerate(data) if not _grad_within(d["steps"][step])]
+        if off:
+            return _fail(name, _grad_mean_detail(data, identities, step, off, names), off, identities)
+    detail = f"after backward() the gradients are identical on all {len(data)} ranks at all {steps} steps"
+    if last >= 0:
+        tol = f"{GRAD_RTOL:g} x max |mean gradient|"
+        worst = max(_grad_ratio(d["steps"][s]) for d in data for s in range(last + 1))
+        detail += (
+            f", and equal the mean of every rank's local gradient, computed here without DDP, "
+            f"at steps 0..{last} (largest difference {worst:.2g} of the tolerance {tol})"
+        )
+    if last < steps - 1:
+        detail += _grad_skip_reason(last, nonfinite, weights, identities)
+    return Check(name, Status.PASS, detail)
+
+
+def _grad_within(step: dict[str, Any]) -> bool:
+    return all(
+        dev <= GRAD_RTOL * scale for dev, scale in zip(step["grad_dev"], step["grad_scale"], strict=True)
+    )
+
+
+def _grad_ratio(step: dict[str, Any]) -> float:
+    return max(
+        dev / (GRAD_RTOL * scale) if scale > 0 else 0.0
+        for dev, scale in zip(step["grad_dev"], step["grad_scale"], strict=True)
+    )
+
+
+def _grad_split_detail(
+    data: list[dict[str, Any]],
+    identities: list[dict[str, Any]],
+    step: int,
+    right: list[int],
+    odd: list[int],
+    names: list[str],
+) -> str:
+    diffs = data[odd[0]]["steps"][step].get("grad_diff_from_rank0")
+    if 0 in odd:  # rank 0 is the odd one: any agreeing rank holds the difference
+        diffs = data[right[0]]["steps"][step].get("grad_diff_from_rank0")
+    evidence = ""
+    if diffs:
+        value, tensor = _fmt_worst(diffs, names)
+        evidence = f"; max |difference| from rank 0 {value} in {tensor}.grad"
+    return (
+        f"after backward() at step {step}, {_named(odd, identities)} "
+        f"{'holds' if len(odd) == 1 else 'hold'} gradients that differ from the other "
+        f"{_count(len(right), 'rank')}{evidence}: the all-reduce did not reach "
+        "every rank alike (a skipped hook, find_unused_parameters, or a bad link)"
+    )
+
+
+def _grad_mean_detail(
+    data: list[dict[str, Any]], identities: list[dict[str, Any]], step: int, off: list[int], names: list[str]
+) -> str:
+    parts = []
+    for r in off[:8]:
+        record = data[r]["steps"][step]
+        dev, tensor = _worst(record["grad_dev"], names)
+        scale = record["grad_scale"][names.index(tensor)]
+        parts.append(
+            f"{where(r, identities)}: max |difference| {_fmt(dev)} in {tensor}.grad (scale {scale:.3g})"
+        )
+    everyone = len(off) == len(data)
+    cause = (
+        "every rank agrees but not with the mean: the reduction sums instead of averaging, or a rank's "
+        "contribution is missing or scaled"
+        if everyone
+        else "these ranks' averaged gradients are wrong while others' are right"
+    )
+    return (
+        f"at step {step} the synchronised gradient is not the mean of the ranks' local gradients "
+        f"(tolerance {GRAD_RTOL:g} x scale): {'; '.join(parts)}; {cause}"
+    )
+
+
+def _grad_skip_reason(
+    last: int,
+    nonfinite: tuple[int, list[int]] | None,
+    weights: tuple[int, list[int], list[int]] | None,
+    identities: list[dict[str, Any]],
+) -> str:
+    if nonfinite is not None and (weights is None or nonfinite[0] - 1 <= weights[0]):
+        return (
+            f"; from step {last + 1} not compared with the mean: the loss of "
+            f"{_named(nonfinite[1], identities)} was non-finite (see loss descent)"
+        )
+    assert weights is not None
+    return (
+        f"; from step {last + 1} not compared with the mean: the weights of "
+        f"{_named(weights[2], identities)} already differed (see weight equality)"
+    )
+
+
+def judge_loss(
+    data: list[dict[str, Any]], identities: list[dict[str, Any]], nonfinite: tuple[int, list[int]] | None
+) -> Check:
+    name = "loss descent"
+    steps = len(data[0]["steps"])
+    if nonfinite is not None:
+        step, ranks = nonfinite
+        values = ", ".join(f"{data[r]['steps'][step]['loss']}" for r in ranks[:8])
+        detail = f"the loss turned non-finite ({values}) at step {step} on {_named(ranks, identities)}"
+        later = [
+            s for s in range(step + 1, steps) if all(not math.isfinite(d["steps"][s]["loss"]) for d in data)
+        ]
+        if later:
+            detail += f"; from step {later[0]} on every rank: the gradient all-reduce spread it"
+        detail += " (a bad batch, an overflow, or a faulty device on that rank)"
+        return _fail(name, detail, ranks, identities)
+    mean = [sum(d["steps"][s]["loss"] for d in data) / len(data) for s in range(steps)]
+    if steps == 1:
+        return Check(name, Status.PASS, f"finite on every rank ({mean[0]:.4f}); one step: nothing to compare")
+    if mean[-1] < mean[0]:
+        return Check(
+            name,
+            Status.PASS,
+            f"finite on every rank at every step; the mean loss fell from {mean[0]:.4f} at step 0 "
+            f"to {mean[-1]:.4f} at step {steps - 1}",
+        )
+    rose = [r for r, d in enumerate(data) if d["steps"][-1]["loss"] >= d["steps"][0]["loss"]]
+    culprits = rose if len(rose) < len(data) else []
+    return _fail(
+        name,
+        f"the mean loss did not fall: {mean[0]:.4f} at step 0, {mean[-1]:.4f} at step {steps - 1}"
+        + (f" (it rose on {_named(rose, identities)})" if culprits else "")
+        + "; suspect gradient synchronisation before the learning rate",
+        culprits,
+        identities,
+    )
+
+
+def judge_weights(
+    data: list[dict[str, Any]],
+    identities: list[dict[str, Any]],
+    weights: tuple[int, list[int], list[int]] | None,
+) -> Check:
+    name = "weight equality"
+    names = data[0]["params"]
+    steps = len(data[0]["steps"])
+    if weights is None:
+        detail = f"after every one of {steps} steps, all {len(data)} ranks hold the same weights, bit for bit"
+        bad = [s for s in range(steps) if not all(d["steps"][s]["weight_finite"] for d in data)]
+        if bad:
+            detail += f" (non-finite from step {bad[0]}: see loss descent)"
+        return Check(name, Status.PASS, detail)
+    step, right, odd = weights
+    if step < 0:
+        return _fail(
+            name,
+            f"{_named(odd, identities)} did not start from rank 0's weights (see initial broadcast)",
+            odd,
+            identities,
+        )
+    source = right[0] if 0 in odd else odd[0]
+    first = data[source]["steps"][step].get("weight_diff_from_rank0")
+    last = data[source]["steps"][-1].get("weight_diff_from_rank0")
+    evidence = ""
+    if first:
+        value, tensor = _fmt_worst(first, names)
+        evidence = f": max |difference| from rank 0 {value} in {tensor} after step {step}"
+        if last and step != steps - 1:
+            evidence += f", {_fmt_worst(last, names)[0]} after step {steps - 1}"
+    verb = "differs" if len(odd) == 1 else "differ"
+    others = (
+        ("the other rank" if len(right) == 1 else f"the other {len(right)} ranks, which agree,")
+        if 0 in odd
+        else "rank 0"
+    )
+    subject = f"{_named(odd, identities)} {verb} from {others}"
+    return _fail(
+        name,
+        f"{subject} from step {step} on{evidence} (a rank skipped a step, changed its weights outside "
+        "the optimizer, or ran a different optimizer)",
+        odd,
+        identities,
+    )
+
+
+def reference_tolerance(data: dict[str, Any], index: int) -> float:
+    """How far a tensor may be from the single-process reference: see REF_RTOL and REF_ULPS."""
+    return REF_RTOL * data["update_scale"][index] + REF_ULPS * FLOAT32_EPS * data["weight_scale"][index]
+
+
+def judge_big_batch(
+    data: list[dict[str, Any]],
+    identities: list[dict[str, Any]],
+    opts: TrainOptions,
+    upstream: Check | None = None,
+) -> Check:
+    """Each rank's final weights against its own single-process reference.
+
+    When an earlier check already named culprits, this failure is their
+    consequence (every rank's weights move once one rank's do): it names them.
+    """
+    name = "same as one big batch"
+    names = data[0]["params"]
+    steps = len(data[0]["steps"])
+    rows = len(data) * opts.batch
+    off: list[int] = []
+    worst: list[tuple[float, str, float]] = []
+    for r, d in enumerate(data):
+        devs = d["steps"][-1]["reference_dev"]
+        tols = [reference_tolerance(d, i) for i in range(len(names))]
+        ratios = [
+            _nan_last(dev) / tol if tol > 0 else _nan_last(dev) * math.inf
+            for dev, tol in zip(devs, tols, strict=True)
+        ]
+        i = max(range(len(names)), key=lambda k: ratios[k])
+        worst.append((devs[i], names[i], tols[i]))
+        if not all(dev <= tol for dev, tol in zip(devs, tols, strict=True)):
+            off.append(r)
+    if not off:
+        value, tensor, tol = max(worst, key=lambda w: _nan_last(w[0]) / w[2] if w[2] > 0 else 0.0)
+        return Check(
+            name,
+            Status.PASS,
+            f"after {steps} step{'s' if steps != 1 else ''} every rank's weights match one process trained "
+            f"on the {rows}-row global batch: max |difference| {_fmt(value)} in {tensor} "
+            f"(tolerance {tol:.2g}: {REF_RTOL:g} of the update, {REF_ULPS} ulps of the weights)",
+        )
+    evidence = "; ".join(
+        f"{where(r, identities)}: max |difference| {_fmt(worst[r][0])} in {worst[r][1]} "
+        f"(tolerance {worst[r][2]:.2g})"
+        for r in off[:8]
+    )
+    culprits = list(upstream.ranks) if upstream else off
+    cause = (
+        f"a consequence of the {upstream.name} failure of {_named(upstream.ranks, identities)}"
+        if upstream
+        else "every rank agrees with the others but not with large-batch training: the gradients are "
+        "not averaged over the global batch (a rank's data or scaling differs)"
+        if len(off) == len(data)
+        else "these ranks' training departs from large-batch training"
+    )
+    return _fail(
+        name,
+        f"after {steps} steps the DDP weights differ from one process trained on the {rows}-row global "
+        f"batch: {evidence}; {cause}",
+        culprits,
+        identities,
+    )
+
+
+def _upstream_culprits(checks: list[Check]) -> Check | None:
+    """The first failing training check that named ranks: later consequences name the same ranks."""
+    for check in checks:
+        if check.status == Status.FAIL and check.ranks and check.name != "rank map":
+            return check
+    return None
+
+
+# ---------------------------------------------------------------- tables
+def _value(x: float, digits: int = 6) -> float | str:
+    """A float for JSON, or its name when not finite (JSON has no NaN)."""
+    return round(x, digits) if math.isfinite(x) else str(x)
+
+
+def loss_table(data: list[dict[str, Any]], weights: tuple[int, list[int], list[int]] | None) -> Table:
+    """One row per step: the classic rank-0 printout, the mean, the reference, and each rank's loss."""
+    n = len(data)
+    rows = []
+    for step in range(len(data[0]["steps"])):
+        losses = [d["steps"][step]["loss"] for d in data]
+        diverged = weights is not None and step >= weights[0]
+        row: dict[str, Any] = {
+            "step": step,
+            "loss": _value(losses[0], 4),
+            "mean_loss": _value(sum(losses) / n, 4),
+            "reference_loss": _value(data[0]["steps"][step]["reference_loss"], 4),
+            **{f"loss_rank{r}": _value(loss, 4) for r, loss in enumerate(losses)},
+            "weights": (
+                f"rank{'s' if len(weights[2]) > 1 else ''} {', '.join(map(str, weights[2]))} differ"
+                if diverged and weights
+                else "equal"
+            ),
+            "max_grad_dev": _value(max(_nan_last(v) for d in data for v in d["steps"][step]["grad_dev"]), 9),
+            "max_reference_dev": _value(
+                max(_nan_last(v) for d in data for v in d["steps"][step]["reference_dev"]), 9
+            ),
+        }
+        rows.append(row)
+    columns = {"step": "Step", "loss": "Loss (rank 0)", "mean_loss": "mean", "reference_loss": "1 process"}
+    columns.update({f"loss_rank{r}": f"rank {r}" for r in range(min(n, SHOWN_RANK_COLUMNS))})
+    columns["weights"] = "weights"
+    return Table(
+        "loss", "Training loss per step (local loss on each rank; 1 process = global batch)", columns, rows
+    )
+
+
+def parity_table(data: list[dict[str, Any]], identities: list[dict[str, Any]], checks: list[Check]) -> Table:
+    """One row per rank: each check's verdict for that rank, and its distance from the reference."""
+    verdicts = {c.name: c for c in checks}
+    rows = []
+    for r, d in enumerate(data):
+        devs = d["steps"][-1]["reference_dev"]
+        row: dict[str, Any] = {"rank": r, "host": identities[r]["host"]}
+        for key, check in (
+            ("broadcast", "initial broadcast"),
+            ("gradients", "gradient synchronisation"),
+            ("loss", "loss descent"),
+            ("weights", "weight equality"),
+            ("big_batch", "same as one big batch"),
+        ):
+            found = verdicts[check]
+            row[key] = "FAIL" if found.status == Status.FAIL and r in found.ranks else "PASS"
+        row["max_reference_dev"] = _value(max(_nan_last(v) for v in devs), 9)
+        row["final_loss"] = _value(d["steps"][-1]["loss"], 4)
+        rows.append(row)
+    columns = {
+        "rank": "rank",
+        "host": "host",
+        "broadcast": "broadcast",
+        "gradients": "gradients",
+        "loss": "loss",
+        "weights": "weights",
+        "big_batch": "1 process",
+        "max_reference_dev": "max |w - 1 process|",
+    }
+    return Table("parity", "Per rank: which checks name it", columns, rows)
