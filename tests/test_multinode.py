@@ -142,7 +142,13 @@ def test_rank_map_catches_two_ranks_on_one_gpu() -> None:
 
 # ------------------------------------------------------------------ real runs
 def _popen(args: list[str], scratch: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1", "COLUMNS": "200", **(extra_env or {})}
+    env = {
+        **os.environ,
+        "TMPDIR": str(scratch),
+        "OMP_NUM_THREADS": "1",
+        "COLUMNS": "200",
+        **(extra_env or {}),
+    }
     return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -154,17 +160,26 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.mark.parametrize(("fault", "code"), [(None, 0), ("corrupt@3", 1)])
-def test_two_launchers_make_one_world(scratch, tmp_path: Path, fault: str | None, code: int) -> None:
+@pytest.mark.parametrize(
+    ("fault", "code", "one_task_per_node"), [(None, 0, False), ("corrupt@3", 1, False), (None, 0, True)]
+)
+def test_two_launchers_make_one_world(
+    scratch, tmp_path: Path, fault: str | None, code: int, one_task_per_node: bool
+) -> None:
     endpoint = f"127.0.0.1:{_free_port()}"
     procs, reports = [], []
     for node in (0, 1):
         report = tmp_path / f"node{node}.json"
         reports.append(report)
         args = [sys.executable, "-m", "ddpcheck", "allreduce", "--nproc", "2", *QUICK, "--nnodes", "2"]
-        args += ["--node-rank", str(node), "--rdzv-endpoint", endpoint, "--timeout", "30", "--json", str(report)]
+        args += ["--rdzv-endpoint", endpoint, "--timeout", "30", "--json", str(report)]
         args += ["--inject", fault] if fault else []
-        procs.append(_popen(args, scratch))
+        if one_task_per_node:
+            # The sbatch recipe: one srun task per node; --node-rank comes from SLURM_NODEID.
+            env = {**srun_env(node, 2, 1, nodelist="localhost"), "SLURM_NNODES": "2"}
+            procs.append(_popen(args, scratch, env))
+        else:
+            procs.append(_popen([*args, "--node-rank", str(node)], scratch))
     outputs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [code, code], outputs
     loaded = [json.loads(r.read_text()) for r in reports]
@@ -251,7 +266,9 @@ def two_hosts():
             _ip("-n", ns, "addr", "add", f"{address}/24", "dev", dev)
             _ip("-n", ns, "link", "set", dev, "up")
             _ip("-n", ns, "link", "set", "lo", "up")
-            hosts.append({"netns": ns, "device": dev, "address": address, "hostname": f"node{'ab'[index]}-{tag}"})
+            hosts.append(
+                {"netns": ns, "device": dev, "address": address, "hostname": f"node{'ab'[index]}-{tag}"}
+            )
         yield hosts
     finally:
         for ns in names:
