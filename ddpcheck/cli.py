@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -15,6 +16,9 @@ import typer
 from ddpcheck import __version__
 from ddpcheck.errors import UsageError
 from ddpcheck.options import (
+    BACKENDS,
+    DTYPES,
+    OPTIMIZERS,
     AllreduceOptions,
     LaunchOptions,
     ProfileOptions,
@@ -38,6 +42,16 @@ app = typer.Typer(
 LAUNCH = "Launch"
 OUTPUT = "Output"
 
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
+    """TAB-completion of an option's values (options.py validates them)."""
+
+    def complete(incomplete: str) -> list[str]:
+        return [c for c in choices if c.startswith(incomplete)]
+
+    return complete
+
+
 Gpus = Annotated[
     int | None,
     typer.Option(help="GPU ranks on this node, one per GPU, over NCCL.", rich_help_panel=LAUNCH),
@@ -49,7 +63,9 @@ Nproc = Annotated[
         rich_help_panel=LAUNCH,
     ),
 ]
-Backend = Annotated[str, typer.Option(help="auto, nccl or gloo.", rich_help_panel=LAUNCH)]
+Backend = Annotated[
+    str, typer.Option(help="auto, nccl or gloo.", autocompletion=_one_of(BACKENDS), rich_help_panel=LAUNCH)
+]
 Nnodes = Annotated[
     int, typer.Option(help="Nodes taking part (the same command runs on each).", rich_help_panel=LAUNCH)
 ]
@@ -151,7 +167,10 @@ def allreduce(
             "Default 1K:4M on CPU, 1M:1G on GPU."
         ),
     ] = None,
-    dtype: Annotated[str, typer.Option(help="float32, float16, bfloat16, float64 or int32.")] = "float32",
+    dtype: Annotated[
+        str,
+        typer.Option(help="float32, float16, bfloat16, float64 or int32.", autocompletion=_one_of(DTYPES)),
+    ] = "float32",
     iters: Annotated[
         int | None, typer.Option(help="Timed iterations per size (default 10 on CPU, 20 on GPU).")
     ] = None,
@@ -208,7 +227,7 @@ def train(
     hidden: Annotated[int, typer.Option(help="Width H of the nn.Linear(H, H) layer.")] = 1024,
     batch: Annotated[int, typer.Option(help="Rows per rank per step (different data on every rank).")] = 32,
     lr: Annotated[float, typer.Option(help="Learning rate.")] = 1e-3,
-    optimizer: Annotated[str, typer.Option(help="adam or sgd.")] = "adam",
+    optimizer: Annotated[str, typer.Option(help="adam or sgd.", autocompletion=_one_of(OPTIMIZERS))] = "adam",
     seed: Annotated[int, typer.Option(help="Seed of every rank's initial weights and data.")] = 0,
     bucket_cap_mb: Annotated[float, typer.Option(help="DDP's gradient bucket size in MiB.")] = 25.0,
     json_path: JsonPath = None,
@@ -398,7 +417,9 @@ def check_writable(path: str | None, flag: str) -> None:
 def main() -> None:
     """Entry point: every usage problem ends as one line and exit 2, never a traceback."""
     try:
-        code = app(standalone_mode=False)
+        # "ddpcheck" even as `python -m ddpcheck`: the name in usage lines, and the one
+        # that shell completion (_DDPCHECK_COMPLETE) and --install-completion key on.
+        code = app(prog_name="ddpcheck", standalone_mode=False)
     except UsageError as exc:
         _usage_exit(str(exc))
     except KeyboardInterrupt:

@@ -29,8 +29,16 @@ CELL_STYLE = {"PASS": "green", "FAIL": "red", "WARN": "yellow", "ERROR": "magent
 def make_console(stderr: bool = False) -> Console:
     """A console that writes plain text (no escape codes) when NO_COLOR is set or output is not a terminal."""
     stream = sys.stderr if stderr else sys.stdout
-    no_color = "NO_COLOR" in os.environ
-    return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=False)
+    # no-color.org: set and not empty. rich's own no_color drops colours but keeps bold and
+    # dim; color_system=None drops every style, so the text is plain.
+    no_color = bool(os.environ.get("NO_COLOR"))
+    return Console(
+        file=stream,
+        no_color=no_color,
+        color_system=None if no_color else "auto",
+        highlight=False,
+        soft_wrap=False,
+    )
 
 
 def say(console: Console, message: str, style: str = "") -> None:
@@ -180,7 +188,15 @@ class LaunchProgress:
     """The launcher's live view of rank 0's stage and the sweep's progress."""
 
     def __init__(self, console: Console, enabled: bool) -> None:
-        self.enabled = enabled and console.is_terminal
+        # A live display redraws with cursor escapes: only on a real terminal that allows
+        # styles (not a pipe, even with FORCE_COLOR; not TERM=dumb; not NO_COLOR).
+        isatty = getattr(console.file, "isatty", None)
+        self.enabled = (
+            enabled
+            and console.is_interactive
+            and console.color_system is not None
+            and bool(isatty and isatty())
+        )
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),

@@ -1,0 +1,1 @@
+complete --command ddpcheck --no-files --arguments "(env _DDPCHECK_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) ddpcheck)" --condition "env _DDPCHECK_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) ddpcheck"

@@ -1,0 +1,238 @@
+"""Terminal output: colour only on a terminal without NO_COLOR, plain text elsewhere, --quiet, the chart."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpcheck import render
+from ddpcheck.report import Check, Report, Status, Table
+
+SMALL = ("allreduce", "--nproc", "2", "--sizes", "1K:4K", "--iters", "1")
+ESC = "\x1b"
+# Variables that force or forbid colour, or fix the width: the tests set what they need.
+TERMINAL_VARS = ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "CLICOLOR_FORCE", "COLUMNS")
+
+
+def clean_env(scratch: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in TERMINAL_VARS}
+    env.update(TMPDIR=str(scratch), OMP_NUM_THREADS="1", TERM="xterm-256color")
+    env.update(extra)
+    return env
+
+
+def run_piped(args: tuple[str, ...], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ddpcheck", *args], capture_output=True, text=True, env=env, timeout=240
+    )
+
+
+def run_on_terminal(args: tuple[str, ...], env: dict[str, str], timeout: float = 240) -> tuple[int, str]:
+    """Run with stdout and stderr on a pseudo-terminal, 200 columns wide; return (code, output)."""
+    import fcntl
+    import termios
+
+    controller, terminal = os.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpcheck", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=terminal,
+        env=env,
+        start_new_session=True,
+    )
+    os.close(terminal)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    try:
+        # Read as it comes: a full pseudo-terminal buffer would block the writer.
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 1.0)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: every writer has closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        else:
+            os.killpg(proc.pid, signal.SIGTERM)
+            pytest.fail(f"ddpcheck {' '.join(args)} on a terminal ran past {timeout} s")
+        code = proc.wait(timeout=30)
+    finally:
+        os.close(controller)
+    return code, b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+def lines_of(text: str) -> list[str]:
+    return [line.rstrip() for line in text.splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------ real runs
+def test_piped_output_is_plain_and_draws_the_chart_after_the_table(scratch: Path) -> None:
+    proc = run_piped(SMALL, clean_env(scratch))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ESC not in proc.stdout
+    assert ESC not in proc.stderr
+    out = lines_of(proc.stdout)
+    titles = [next(i for i, line in enumerate(out) if line.startswith(t)) for t in (
+        "all_reduce bandwidth", "busbw by message size", "Checks",
+    )]  # fmt: skip
+    assert titles == sorted(titles), "the chart comes after the bandwidth table, before the checks"
+    chart = out[titles[1] + 1 : titles[2]]
+    assert [line.split()[0] for line in chart] == ["1K", "2K", "4K"]
+    assert all(line.endswith("GB/s") for line in chart)
+    assert any("█" in line for line in chart)
+    assert out[-1].startswith("PASS  ddpcheck allreduce (2 ranks, gloo, cpu)")
+
+
+def test_quiet_pass_prints_only_the_verdict(scratch: Path) -> None:
+    proc = run_piped((*SMALL, "--quiet"), clean_env(scratch))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (line,) = proc.stdout.splitlines()
+    assert line.startswith("PASS  ddpcheck allreduce (2 ranks, gloo, cpu): 5 pass in ")
+    assert proc.stderr == ""
+
+
+def test_quiet_fail_prints_the_failing_checks_then_the_verdict(scratch: Path, tmp_path: Path) -> None:
+    report_path = tmp_path / "report.json"
+    args = (*SMALL, "-q", "--inject", "corrupt@1", "--json", str(report_path))
+    proc = run_piped(args, clean_env(scratch))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert ESC not in proc.stdout + proc.stderr
+    failing = [c["name"] for c in json.loads(report_path.read_text())["checks"] if c["status"] == "FAIL"]
+    *failures, verdict = lines_of(proc.stdout)
+    assert [line.split(":")[0] for line in failures] == [f"FAIL {name}" for name in failing]
+    assert all("rank 1" in line for line in failures)
+    assert verdict.startswith("FAIL  ddpcheck allreduce (2 ranks, gloo, cpu)")
+    assert "classic all_reduce: rank 1" in verdict
+    assert "busbw" not in proc.stdout  # no tables, no chart
+
+
+def test_a_terminal_gets_colour(scratch: Path) -> None:
+    code, output = run_on_terminal(SMALL, clean_env(scratch))
+    assert code == 0, output
+    assert f"{ESC}[" in output
+    assert "busbw by message size" in output
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_no_color_on_a_terminal_is_plain_text(scratch: Path, quiet: bool) -> None:
+    args = (*SMALL, "--quiet") if quiet else SMALL
+    code, output = run_on_terminal(args, clean_env(scratch, NO_COLOR="1"))
+    assert code == 0, output
+    # Not only no colour: no bold, no cursor movement from the progress display either.
+    assert ESC not in output, repr(output[:2000])
+    if quiet:
+        (line,) = lines_of(output)
+        assert line.startswith("PASS  ddpcheck allreduce")
+    else:
+        assert "busbw by message size" in output
+        assert lines_of(output)[-1].startswith("PASS  ddpcheck allreduce")
+
+
+# ------------------------------------------------------------ in process
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def sample_report(wrong: int = 0) -> Report:
+    rows = [
+        {"size": "1K", "busbw_gbps": 0.5, "wrong": 0},
+        {"size": "2K", "busbw_gbps": 1.0, "wrong": wrong},
+    ]
+    table = Table("bandwidth", "all_reduce bandwidth", {"size": "size", "busbw_gbps": "busbw (GB/s)"}, rows)
+    status = Status.FAIL if wrong else Status.PASS
+    checks = [Check("data integrity", status, "2K: wrong" if wrong else "ok", [1] if wrong else [])]
+    return Report("allreduce", checks, [table], world={"size": 2, "backend": "gloo", "device": "cpu"})
+
+
+@pytest.fixture
+def terminal(monkeypatch: pytest.MonkeyPatch) -> FakeTerminal:
+    for name in TERMINAL_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    return FakeTerminal()
+
+
+def console_on(stream: io.StringIO) -> render.Console:
+    """make_console() as the CLI calls it, with `stream` as standard output.
+
+    Patched only for the call: pytest puts its own sys.stdout back between fixtures and test.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "stdout", stream)
+        return render.make_console()
+
+
+@pytest.mark.parametrize(("no_color", "styled"), [(None, True), ("", True), ("1", False)])
+def test_no_color_when_set_and_not_empty(
+    terminal: FakeTerminal, monkeypatch: pytest.MonkeyPatch, no_color: str | None, styled: bool
+) -> None:
+    # no-color.org: NO_COLOR counts when it is present and not an empty string.
+    if no_color is not None:
+        monkeypatch.setenv("NO_COLOR", no_color)
+    render.render_report(sample_report(wrong=3), console_on(terminal))
+    assert (ESC in terminal.getvalue()) is styled
+    assert "FAIL  ddpcheck allreduce" in re.sub(r"\x1b\[[0-9;]*m", "", terminal.getvalue())
+
+
+def test_the_progress_display_runs_only_on_a_real_terminal(
+    terminal: FakeTerminal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert render.LaunchProgress(console_on(terminal), enabled=True).enabled
+    assert not render.LaunchProgress(console_on(terminal), enabled=False).enabled
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not render.LaunchProgress(console_on(terminal), enabled=True).enabled
+    monkeypatch.delenv("NO_COLOR")
+    monkeypatch.setenv("TERM", "dumb")
+    assert not render.LaunchProgress(console_on(terminal), enabled=True).enabled
+
+
+def test_forced_colour_on_a_pipe_gets_no_progress_display(monkeypatch: pytest.MonkeyPatch) -> None:
+    # FORCE_COLOR (set by some CI systems) makes rich treat a pipe as a terminal; a live
+    # display there would fill the log with cursor movements.
+    for name in TERMINAL_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    pipe = io.StringIO()
+    console = console_on(pipe)
+    assert console.is_terminal
+    with render.LaunchProgress(console, enabled=True) as progress:
+        assert not progress.enabled
+        progress.update({"stage": "measure", "progress": {"label": "1K", "done": 1, "total": 3}})
+    assert pipe.getvalue() == ""
+
+
+def test_bars_are_proportional_to_busbw() -> None:
+    out = io.StringIO()
+    console = render.Console(file=out, width=120, color_system=None)
+    render.render_bandwidth_chart(sample_report().tables[0], console, width=40)
+    bars = {line.split()[0]: line.count("█") for line in lines_of(out.getvalue())[1:]}
+    assert bars == {"1K": 20, "2K": 40}
+
+
+def test_quiet_in_process(terminal: FakeTerminal, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    render.render_report(sample_report(), console_on(terminal), quiet=True)
+    render.render_report(sample_report(wrong=3), console_on(terminal), quiet=True)
+    assert lines_of(terminal.getvalue()) == [
+        "PASS  ddpcheck allreduce (2 ranks, gloo, cpu): 1 pass in 0.0 s",
+        "FAIL data integrity: 2K: wrong",
+        "FAIL  ddpcheck allreduce (2 ranks, gloo, cpu): 1 fail in 0.0 s - data integrity: rank 1",
+    ]
