@@ -40,10 +40,6 @@ class Verdict(str, enum.Enum):
         return {Verdict.PASS: 0, Verdict.FAIL: 1, Verdict.ERROR: 3}[self]
 
 
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
-
-
 @dataclass
 class Check:
     """One verdict row: what was checked, how it went, and who is at fault."""
