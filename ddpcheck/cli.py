@@ -26,6 +26,7 @@ from ddpcheck.options import (
     LaunchOptions,
     ProfileOptions,
     TrainOptions,
+    options_from_dict,
     options_to_dict,
     parse_sizes,
 )
@@ -199,17 +200,7 @@ def allreduce(
     options = AllreduceOptions(
         min_bytes=low, max_bytes=high, dtype=dtype, iters=iters, warmup=warmup, min_busbw=min_busbw
     )
-    launch_options = LaunchOptions(
-        gpus=gpus,
-        nproc=nproc,
-        backend=backend,
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        timeout=timeout,
-        inject=inject or [],
-    )
-    run_command("allreduce", launch_options, options, json_path, junit_path, quiet)
+    run_command("allreduce", options, locals())
 
 
 @app.command(
@@ -248,26 +239,8 @@ def train(
     weights stay equal bit for bit after every step, and that the result matches one
     process trained on the global batch. A failure names the rank, the step and by how much.
     """
-    options = TrainOptions(
-        steps=steps,
-        hidden=hidden,
-        batch=batch,
-        lr=lr,
-        optimizer=optimizer,
-        seed=seed,
-        bucket_cap_mb=bucket_cap_mb,
-    )
-    launch_options = LaunchOptions(
-        gpus=gpus,
-        nproc=nproc,
-        backend=backend,
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        timeout=timeout,
-        inject=inject or [],
-    )
-    run_command("train", launch_options, options, json_path, junit_path, quiet)
+    options = options_from_dict(TrainOptions, locals())
+    run_command("train", options, locals())
 
 
 @app.command(
@@ -313,37 +286,17 @@ def profile(
     no_sync()), gradient bytes and bus bandwidth, FLOPs and TFLOP/s, and peak memory;
     warns about stragglers and unsteady ranks by name.
     """
-    options = ProfileOptions(
-        hidden=hidden,
-        batch=batch,
-        steps=steps,
-        warmup=warmup,
-        straggler_threshold=straggler_threshold,
-        peak_tflops=peak_tflops,
-        bucket_cap_mb=bucket_cap_mb,
-    )
-    launch_options = LaunchOptions(
-        gpus=gpus,
-        nproc=nproc,
-        backend=backend,
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        timeout=timeout,
-        inject=inject or [],
-    )
-    run_command("profile", launch_options, options, json_path, junit_path, quiet)
+    options = options_from_dict(ProfileOptions, locals())
+    run_command("profile", options, locals())
 
 
-def run_command(
-    command: str,
-    launch_options: LaunchOptions,
-    options: Any,
-    json_path: str | None,
-    junit_path: str | None,
-    quiet: bool,
-) -> None:
-    """Validate, launch (or run as a rank), render, and exit with the verdict's code."""
+def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
+    """Validate, launch (or run as a rank), render, and exit with the verdict's code.
+
+    `params` are the command's parameters: the launch and output options every command shares.
+    """
+    launch_options = options_from_dict(LaunchOptions, {**params, "inject": params["inject"] or []})
+    json_path, junit_path, quiet = params["json_path"], params["junit_path"], params["quiet"]
     from ddpcheck import render, slurm
     from ddpcheck.faults import parse_faults
 
