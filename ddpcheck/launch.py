@@ -32,6 +32,7 @@ from ddpcheck import postmortem, slurm
 from ddpcheck.errors import UsageError
 from ddpcheck.network import route_address
 from ddpcheck.options import LaunchOptions, parse_endpoint
+from ddpcheck.presence import Presence, StoreUnreachable
 from ddpcheck.report import Report, Verdict
 from ddpcheck.status import read_statuses
 from ddpcheck.worker import SPEC_FILE, load_report, load_verdict, run_rank
@@ -196,7 +197,7 @@ def launch(
         agent.join(ABANDON_AFTER_S)
         signal.signal(signal.SIGTERM, previous_sigterm)
     if agent.error is not None:
-        failures, launch_error, signalled = _classify_agent_error(agent.error, plan)
+        failures, launch_error, signalled = _classify_agent_error(agent.error, plan, _missing_nodes(agent))
         interrupted = interrupted or signalled
     elif agent.is_alive() and not interrupted:
         launch_error = (
@@ -244,11 +245,26 @@ class AgentThread(threading.Thread):
         self.run_dir = run_dir
         self.error: BaseException | None = None
 
+        self.presence: Presence | None = None
+
     def run(self) -> None:
         try:
+            if self.plan.nnodes > 1 and self.plan.rdzv_endpoint:
+                self.presence = Presence(
+                    self.plan.rdzv_endpoint,
+                    self.plan.node_rank,
+                    self.plan.nnodes,
+                    is_host=hosts_store(self.plan),
+                    timeout_s=self.plan.timeout,
+                )
             _run_agent(self.plan, self.run_dir)
         except BaseException as exc:  # handed to the main thread, which reports it
             self.error = exc
+
+
+def hosts_store(plan: LaunchPlan) -> bool:
+    # Node 0 hosts the store; the others only connect, so two nodes on one machine never race for it.
+    return bool(plan.rdzv_endpoint) and plan.node_rank == 0 and endpoint_is_local(plan.rdzv_endpoint)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -270,8 +286,7 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
         "close_timeout": 5,
     }
     if plan.rdzv_endpoint:
-        # Node 0 hosts the store; the others only connect, so two nodes on one machine never race for it.
-        rdzv_configs["is_host"] = plan.node_rank == 0 and endpoint_is_local(plan.rdzv_endpoint)
+        rdzv_configs["is_host"] = hosts_store(plan)
     config = LaunchConfig(
         min_nodes=plan.nnodes,
         max_nodes=plan.nnodes,
@@ -308,6 +323,16 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
         elastic_launch(config, sys.executable)("-u", "-m", "ddpcheck.worker", str(run_dir))
 
 
+def _missing_nodes(agent: AgentThread) -> str:
+    """Which node ranks never reached the store, when this node could read it."""
+    if agent.presence is None:
+        return ""
+    try:
+        return agent.presence.describe_missing()
+    except Exception:  # the store went away with node 0: nothing more to learn
+        return ""
+
+
 def compile_cache_env(run_dir: Path) -> dict[str, str]:
     """Keep torch's compile cache (created by an optimizer's first step) inside the run directory.
 
@@ -318,8 +343,13 @@ def compile_cache_env(run_dir: Path) -> dict[str, str]:
     return {"TORCHINDUCTOR_CACHE_DIR": str(run_dir / "inductor")}
 
 
-def _classify_agent_error(exc: Exception, plan: LaunchPlan) -> tuple[dict[int, Any], str | None, bool]:
-    """(failed ranks, a launch error message, interrupted?) from what elastic_launch raised."""
+def _classify_agent_error(
+    exc: BaseException, plan: LaunchPlan, missing: str = ""
+) -> tuple[dict[int, Any], str | None, bool]:
+    """(failed ranks, a launch error message, interrupted?) from what elastic_launch raised.
+
+    `missing` names the nodes that never reached the rendezvous store, when known.
+    """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousError, RendezvousTimeoutError
@@ -334,12 +364,12 @@ def _classify_agent_error(exc: Exception, plan: LaunchPlan) -> tuple[dict[int, A
             {},
             (
                 f"rendezvous at {where} did not complete within {plan.timeout:g} s: "
-                f"{plan.nnodes} node(s) expected; are all nodes running with the same "
-                "--rdzv-endpoint and --nnodes?"
+                f"{missing or f'{plan.nnodes} node(s) expected'}; are all nodes running with the "
+                "same --rdzv-endpoint and --nnodes?"
             ),
             False,
         )
-    if isinstance(exc, RendezvousError):
+    if isinstance(exc, (RendezvousError, StoreUnreachable)):
         cause = exc.__cause__ or exc.__context__
         reason = f" ({_one_line(cause)})" if cause else ""
         return (

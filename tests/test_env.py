@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from ddpcheck import env
+from ddpcheck.env import agreement, host_report, judge, master, probe, redact, units, variables
 from ddpcheck.report import Check, Report, Status, Verdict, write_json
 
 SECRET = "s3cr3t-value-never-printed"
@@ -32,7 +32,7 @@ SECRET = "s3cr3t-value-never-printed"
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """No distributed variable of the machine running the tests leaks in."""
     for name in list(os.environ):
-        if name in env.DIST_ENV_NAMES or name.startswith(env.DIST_ENV_PREFIXES):
+        if name in variables.DIST_ENV_NAMES or name.startswith(variables.DIST_ENV_PREFIXES):
             monkeypatch.delenv(name)
     return monkeypatch
 
@@ -63,7 +63,7 @@ def run_probe(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Re
         if gpus is not None:
             config["nvidia_proc"] = str(fake_nvidia(tmp_path / f"nvidia{gpus}", gpus))
         config.update(overrides)
-        return env.run_env(env.ProbeConfig(**config))
+        return host_report.run_env(probe.ProbeConfig(**config))
 
     return run
 
@@ -139,7 +139,7 @@ def test_loopback_nccl_socket_ifname_passes_on_this_host(
     ],
 )
 def test_nccl_socket_ifname_syntax(value: str | None, status: Status, named: str) -> None:
-    found = env.judge_socket_ifname("NCCL_SOCKET_IFNAME", value, INTERFACES)
+    found = judge.judge_socket_ifname("NCCL_SOCKET_IFNAME", value, INTERFACES)
     assert found.status == status, found.detail
     assert named in found.detail
 
@@ -155,14 +155,14 @@ def test_nccl_socket_ifname_syntax(value: str | None, status: Status, named: str
     ],
 )
 def test_gloo_socket_ifname_takes_exact_names(value: str, status: Status, named: str) -> None:
-    found = env.judge_socket_ifname("GLOO_SOCKET_IFNAME", value, INTERFACES)
+    found = judge.judge_socket_ifname("GLOO_SOCKET_IFNAME", value, INTERFACES)
     assert found.status == status, found.detail
     assert named in found.detail
 
 
 def test_parse_nccl_ifname() -> None:
-    assert env.parse_nccl_ifname("^=docker0, lo") == (True, True, ["docker0", "lo"])
-    assert env.parse_nccl_ifname("eth,ib") == (False, False, ["eth", "ib"])
+    assert judge.parse_nccl_ifname("^=docker0, lo") == (True, True, ["docker0", "lo"])
+    assert judge.parse_nccl_ifname("eth,ib") == (False, False, ["eth", "ib"])
 
 
 # ---------------------------------------------------------------- secrets
@@ -185,7 +185,7 @@ def test_parse_nccl_ifname() -> None:
     ],
 )
 def test_secret_names(name: str) -> None:
-    assert env.is_secret_name(name)
+    assert redact.is_secret_name(name)
 
 
 @pytest.mark.parametrize(
@@ -205,7 +205,7 @@ def test_secret_names(name: str) -> None:
     ],
 )
 def test_harmless_names_are_not_redacted(name: str) -> None:
-    assert not env.is_secret_name(name)
+    assert not redact.is_secret_name(name)
 
 
 def test_secret_redacted_in_table_and_json(
@@ -229,7 +229,7 @@ def test_secret_redacted_in_table_and_json(
 
 # --------------------------------------------------------------- /dev/shm
 def test_small_shm_warns_and_still_exits_0(run_probe: Callable[..., Report]) -> None:
-    report = run_probe(shm_bytes=64 * env.MIB)
+    report = run_probe(shm_bytes=64 * units.MIB)
     found = check(report, "/dev/shm")
     assert found.status == Status.WARN
     assert "64.0 MiB" in found.detail and "--shm-size" in found.detail
@@ -243,9 +243,9 @@ def test_shm_path_is_injectable(run_probe: Callable[..., Report], tmp_path: Path
 
 
 def test_shm_thresholds() -> None:
-    assert env.judge_shm(16 * env.GIB).status == Status.PASS
-    assert env.judge_shm(env.GIB - 1).status == Status.WARN
-    assert env.judge_shm(None).status == Status.SKIP
+    assert judge.judge_shm(16 * units.GIB).status == Status.PASS
+    assert judge.judge_shm(units.GIB - 1).status == Status.WARN
+    assert judge.judge_shm(None).status == Status.SKIP
 
 
 # ------------------------------------------------------ GPUs and devices
@@ -274,16 +274,16 @@ def test_cuda_visible_devices_naming_absent_devices_fails(
     ],
 )
 def test_visible_devices_judge(value: str, status: Status, named: str, tmp_path: Path) -> None:
-    physical = env.physical_gpus(fake_nvidia(tmp_path / "nvidia", 4))
-    found = env.judge_visible_devices(value, physical, visible=0)
+    physical = probe.physical_gpus(fake_nvidia(tmp_path / "nvidia", 4))
+    found = judge.judge_visible_devices(value, physical, visible=0)
     assert found.status == status, found.detail
     assert named in found.detail
 
 
 def test_visible_devices_without_driver_info() -> None:
-    assert env.judge_visible_devices("0,1", None, visible=0).status == Status.SKIP
-    assert env.judge_visible_devices("0,1,2", None, visible=2).status == Status.FAIL
-    assert env.judge_visible_devices(None, None, visible=0).status == Status.PASS
+    assert judge.judge_visible_devices("0,1", None, visible=0).status == Status.SKIP
+    assert judge.judge_visible_devices("0,1,2", None, visible=2).status == Status.FAIL
+    assert judge.judge_visible_devices(None, None, visible=0).status == Status.PASS
 
 
 def test_slurm_narrowed_visible_devices_with_local_rank_fails(
@@ -309,35 +309,35 @@ def test_slurm_narrowed_visible_devices_with_local_rank_fails(
 def test_local_rank_judge_cases() -> None:
     physical = [{"model": "H100", "uuid": f"GPU-{i}"} for i in range(8)]
     slurm_zero = {"SLURM_JOB_ID": "1", "SLURM_LOCALID": "0", "CUDA_VISIBLE_DEVICES": "5"}
-    assert env.judge_local_rank(slurm_zero, physical, 0).status == Status.PASS
+    assert judge.judge_local_rank(slurm_zero, physical, 0).status == Status.PASS
     # Without LOCAL_RANK, SLURM_LOCALID is what scripts use as the local rank.
     slurm_two = {"SLURM_JOB_ID": "1", "SLURM_LOCALID": "2", "CUDA_VISIBLE_DEVICES": "2"}
-    assert "SLURM_LOCALID=2" in env.judge_local_rank(slurm_two, physical, 0).detail
-    assert env.judge_local_rank({"LOCAL_RANK": "9"}, physical, 8).status == Status.FAIL
-    assert env.judge_local_rank({"LOCAL_RANK": "7"}, physical, 8).status == Status.PASS
-    assert env.judge_local_rank({}, physical, 8).status == Status.SKIP
-    assert env.judge_local_rank({"LOCAL_RANK": "3"}, None, 0).status == Status.PASS  # CPU ranks
+    assert "SLURM_LOCALID=2" in judge.judge_local_rank(slurm_two, physical, 0).detail
+    assert judge.judge_local_rank({"LOCAL_RANK": "9"}, physical, 8).status == Status.FAIL
+    assert judge.judge_local_rank({"LOCAL_RANK": "7"}, physical, 8).status == Status.PASS
+    assert judge.judge_local_rank({}, physical, 8).status == Status.SKIP
+    assert judge.judge_local_rank({"LOCAL_RANK": "3"}, None, 0).status == Status.PASS  # CPU ranks
 
 
 def test_cuda_build_judge() -> None:
     physical = [{"model": "H100", "uuid": "GPU-0"}]
     cuda = {"cuda_build": "12.4", "gpus": [], "cuda_warnings": ["driver too old (found version 11040)"]}
-    broken = env.judge_cuda_build(cuda, physical, "470.57", None)
+    broken = judge.judge_cuda_build(cuda, physical, "470.57", None)
     assert broken.status == Status.FAIL and "driver too old" in broken.detail
-    assert env.judge_cuda_build(cuda, physical, "470.57", "").status == Status.WARN  # hid all on purpose
-    assert env.judge_cuda_build(cuda, None, None, None).status == Status.WARN  # CI box, CUDA wheel
+    assert judge.judge_cuda_build(cuda, physical, "470.57", "").status == Status.WARN  # hid all on purpose
+    assert judge.judge_cuda_build(cuda, None, None, None).status == Status.WARN  # CI box, CUDA wheel
     cpu = {"cuda_build": None, "version": "2.13.0+cpu", "gpus": []}
-    assert env.judge_cuda_build(cpu, physical, "550.1", None).status == Status.WARN
-    assert env.judge_cuda_build(cpu, None, None, None).status == Status.PASS
+    assert judge.judge_cuda_build(cpu, physical, "550.1", None).status == Status.WARN
+    assert judge.judge_cuda_build(cpu, None, None, None).status == Status.PASS
 
 
 def test_nvidia_proc_files_parse(tmp_path: Path) -> None:
     root = fake_nvidia(tmp_path / "nvidia", 2, driver="560.35.03", model="NVIDIA H200")
-    assert env.nvidia_driver_version(root) == "560.35.03"
-    gpus = env.physical_gpus(root)
+    assert probe.nvidia_driver_version(root) == "560.35.03"
+    gpus = probe.physical_gpus(root)
     assert gpus is not None and [g["model"] for g in gpus] == ["NVIDIA H200"] * 2
     assert gpus[1]["uuid"].startswith("GPU-00000001") and gpus[1]["bus"] == "0000:19:00.0"
-    assert env.physical_gpus(tmp_path / "absent") is None
+    assert probe.physical_gpus(tmp_path / "absent") is None
 
 
 TOPO = (
@@ -351,11 +351,11 @@ TOPO = (
 
 
 def test_topology_parse() -> None:
-    rows = env.parse_topology(TOPO)
+    rows = probe.parse_topology(TOPO)
     assert [r["device"] for r in rows] == ["GPU0", "GPU1", "NIC0"]
     assert rows[0]["GPU1"] == "NV18" and rows[1]["CPU Affinity"] == "48-95"
     assert rows[0]["GPU NUMA ID"] == "N/A"
-    assert env.parse_topology("") == []
+    assert probe.parse_topology("") == []
 
 
 def test_fake_nvidia_smi_gives_topology_and_a_hung_one_is_killed(
@@ -412,29 +412,29 @@ def test_infiniband_probe_and_memlock(run_probe: Callable[..., Report], tmp_path
     table = report.table("infiniband")
     assert table is not None and table.rows[0]["rate"].startswith("400 Gb/sec")
     assert check(report, "InfiniBand ports").status == Status.PASS
-    down = env.infiniband_ports(fake_ib(tmp_path / "ib-down", "1: DOWN"))
-    assert env.judge_infiniband(down).status == Status.WARN
+    down = probe.infiniband_ports(fake_ib(tmp_path / "ib-down", "1: DOWN"))
+    assert judge.judge_infiniband(down).status == Status.WARN
 
 
 def test_memlock_judge() -> None:
     ports = [{"device": "mlx5_0", "port": "1", "state": "4: ACTIVE"}]
-    assert env.judge_memlock({"soft": 8 * env.MIB}, ports).status == Status.FAIL
-    assert env.judge_memlock({"soft": env.GIB}, ports).status == Status.WARN
-    assert env.judge_memlock({"soft": env.UNLIMITED}, ports).status == Status.PASS
-    assert env.judge_memlock({"soft": 64 * 1024}, []).status == Status.PASS  # no RDMA, no matter
+    assert judge.judge_memlock({"soft": 8 * units.MIB}, ports).status == Status.FAIL
+    assert judge.judge_memlock({"soft": units.GIB}, ports).status == Status.WARN
+    assert judge.judge_memlock({"soft": units.UNLIMITED}, ports).status == Status.PASS
+    assert judge.judge_memlock({"soft": 64 * 1024}, []).status == Status.PASS  # no RDMA, no matter
 
 
 def test_omp_judge() -> None:
-    assert env.judge_omp(None, 64).status == Status.WARN
-    assert env.judge_omp(None, 4).status == Status.PASS
-    assert env.judge_omp("8", 64).status == Status.PASS
-    assert env.judge_omp("zero", 64).status == Status.WARN
+    assert judge.judge_omp(None, 64).status == Status.WARN
+    assert judge.judge_omp(None, 4).status == Status.PASS
+    assert judge.judge_omp("8", 64).status == Status.PASS
+    assert judge.judge_omp("zero", 64).status == Status.WARN
 
 
 def test_backends_judge() -> None:
-    assert env.judge_backends({"distributed": False}, 0).status == Status.FAIL
-    assert env.judge_backends({"distributed": True, "gloo": True}, 8).status == Status.FAIL
-    assert env.judge_backends({"distributed": True, "gloo": True, "nccl": True}, 8).status == Status.PASS
+    assert judge.judge_backends({"distributed": False}, 0).status == Status.FAIL
+    assert judge.judge_backends({"distributed": True, "gloo": True}, 8).status == Status.FAIL
+    assert judge.judge_backends({"distributed": True, "gloo": True, "nccl": True}, 8).status == Status.PASS
 
 
 # ------------------------------------------------ MASTER_ADDR / MASTER_PORT
@@ -490,18 +490,18 @@ def test_remote_master_reachability_on_loopback(
 def test_master_judge_failures_without_traffic() -> None:
     """Outcomes that would need a real network are judged from synthetic probe facts."""
     base = {"addr": "10.0.0.1", "port_text": "29500", "port": 29500, "resolved": ["10.0.0.1"], "local": False}
-    timeout = env.judge_master({**base, "connect": "timeout"}, {})[1]
+    timeout = judge.judge_master({**base, "connect": "timeout"}, {})[1]
     assert timeout.status == Status.FAIL and "firewall" in timeout.detail
     unresolved = {**base, "resolved": [], "resolve_error": "[Errno -2] Name or service not known"}
-    assert env.judge_master(unresolved, {})[0].status == Status.FAIL
+    assert judge.judge_master(unresolved, {})[0].status == Status.FAIL
     slow = {**base, "resolved": [], "resolve_error": "timeout: the resolver did not answer within 1 s"}
-    assert env.judge_master(slow, {})[0].status == Status.WARN
+    assert judge.judge_master(slow, {})[0].status == Status.WARN
     loop = {**base, "addr": "localhost", "resolved": ["127.0.0.1"], "local": True, "bind": "free"}
-    multi = env.judge_master(loop, {"SLURM_NNODES": "2"})[0]
+    multi = judge.judge_master(loop, {"SLURM_NNODES": "2"})[0]
     assert multi.status == Status.FAIL and "loopback" in multi.detail
-    assert env.judge_master(loop, {"SLURM_NNODES": "1"})[0].status == Status.PASS
-    assert env.judge_master({**loop, "bind": "denied"}, {})[1].status == Status.FAIL
-    unset = env.judge_master({"addr": None, "port_text": None, "port": None}, {})
+    assert judge.judge_master(loop, {"SLURM_NNODES": "1"})[0].status == Status.PASS
+    assert judge.judge_master({**loop, "bind": "denied"}, {})[1].status == Status.FAIL
+    unset = judge.judge_master({"addr": None, "port_text": None, "port": None}, {})
     assert [c.status for c in unset] == [Status.SKIP, Status.SKIP]
 
 
@@ -511,7 +511,7 @@ def test_a_crashed_master_probe_is_a_finding(
     def boom(*args: Any) -> Any:
         raise RuntimeError("probe exploded")
 
-    monkeypatch.setattr(env, "probe_master", boom)
+    monkeypatch.setattr(probe, "probe_master", boom)  # looked up in probe
     clean_env.setenv("MASTER_ADDR", "127.0.0.1")
     clean_env.setenv("MASTER_PORT", "29500")
     found = check(run_probe(), "MASTER_ADDR")
@@ -525,7 +525,7 @@ def test_resolve_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(socket, "getaddrinfo", hang)
     start = time.perf_counter()
-    addrs, error = env.resolve("master.example", timeout_s=0.2)
+    addrs, error = master.resolve("master.example", timeout_s=0.2)
     assert time.perf_counter() - start < 1
     assert addrs == [] and error is not None and error.startswith("timeout")
 
@@ -557,7 +557,7 @@ def test_one_upgraded_host_is_named() -> None:
         fingerprint(torch="2.6.0+cu126", nccl="2.23.4") if i["host"] == "node2" else fingerprint()
         for i in ids
     ]
-    found = env.judge_agreement(fps, ids)
+    found = agreement.judge_agreement(fps, ids)
     assert found.status == Status.FAIL
     assert found.hosts == ["node2"] and found.ranks == [4, 5]
     assert "torch differs: node2 has 2.6.0+cu126, the other 3 hosts 2.5.1+cu124" in found.detail
@@ -567,7 +567,7 @@ def test_one_upgraded_host_is_named() -> None:
 def test_driver_or_gpu_difference_warns() -> None:
     ids = identities(["a", "b", "c"], 1)
     fps = [fingerprint(), fingerprint(driver="535.104.05"), fingerprint()]
-    found = env.judge_agreement(fps, ids)
+    found = agreement.judge_agreement(fps, ids)
     assert found.status == Status.WARN and found.hosts == ["b"] and "driver differs" in found.detail
 
 
@@ -575,24 +575,24 @@ def test_majority_counts_hosts_not_ranks() -> None:
     """One node with 8 ranks is one upgrade, even against three nodes of one rank."""
     ids = identities(["big"], 8) + [{"rank": 8 + i, "local_rank": 0, "host": f"small{i}"} for i in range(3)]
     fps = [fingerprint(cuda="12.6")] * 8 + [fingerprint()] * 3
-    found = env.judge_agreement(fps, ids)
+    found = agreement.judge_agreement(fps, ids)
     assert found.hosts == ["big"] and found.ranks == list(range(8))
 
 
 def test_no_majority_names_every_host() -> None:
     ids = identities(["a", "b"], 1)
-    found = env.judge_agreement([fingerprint(), fingerprint(torch="2.4.0")], ids)
+    found = agreement.judge_agreement([fingerprint(), fingerprint(torch="2.4.0")], ids)
     assert found.status == Status.FAIL and found.hosts == ["a", "b"] and "no majority" in found.detail
 
 
 def test_agreeing_hosts_pass_and_a_missing_fingerprint_differs() -> None:
     ids = identities(["a", "b", "c"], 2)
-    agree = env.judge_agreement([fingerprint()] * 6, ids)
+    agree = agreement.judge_agreement([fingerprint()] * 6, ids)
     assert agree.status == Status.PASS and "3 hosts agree" in agree.detail and "NCCL 2.21.5" in agree.detail
     fps: list[dict[str, Any] | None] = [fingerprint()] * 6
     fps[5] = None
-    assert env.judge_agreement(fps, ids).ranks == [5]
-    table = env.fingerprint_table([fingerprint()] * 6, ids)
+    assert agreement.judge_agreement(fps, ids).ranks == [5]
+    table = agreement.fingerprint_table([fingerprint()] * 6, ids)
     assert [r["host"] for r in table.rows] == ["a", "b", "c"] and table.rows[0]["ranks"] == "0, 1"
 
 
@@ -601,15 +601,15 @@ def test_rank_fingerprint_is_cheap_and_real() -> None:
 
     import torch
 
-    env.rank_fingerprint()  # the first call may touch files for the first time
+    agreement.rank_fingerprint()  # the first call may touch files for the first time
     times = []
     for _ in range(5):
         start = time.perf_counter()
-        fp = env.rank_fingerprint()
+        fp = agreement.rank_fingerprint()
         times.append(time.perf_counter() - start)
     assert statistics.median(times) < 0.05
     assert fp["torch"] == torch.__version__ and fp["python"] == platform.python_version()
-    assert set(fp) == {key for key, _, _ in env.FINGERPRINT_FIELDS}
+    assert set(fp) == {key for key, _, _ in agreement.FINGERPRINT_FIELDS}
     json.dumps(fp)  # travels through all_gather_object and into the JSON report
 
 
@@ -618,7 +618,7 @@ def _clean_environ() -> dict[str, str]:
     return {
         k: v
         for k, v in os.environ.items()
-        if not (k in env.DIST_ENV_NAMES or k.startswith(env.DIST_ENV_PREFIXES))
+        if not (k in variables.DIST_ENV_NAMES or k.startswith(variables.DIST_ENV_PREFIXES))
     }
 
 
@@ -688,12 +688,12 @@ def test_gpu_host_is_seen_whole() -> None:
     """On a CUDA machine: torch's GPUs, the driver's, nvidia-smi's topology and the fingerprint agree."""
     import torch
 
-    report = env.run_env()
+    report = host_report.run_env()
     assert check(report, "CUDA build vs GPUs").status == Status.PASS, check(report, "CUDA build vs GPUs")
     assert check(report, "distributed backends").status == Status.PASS
     gpus = report.table("gpus")
     assert gpus is not None and len(gpus.rows) == torch.cuda.device_count()
-    physical = env.physical_gpus(Path("/proc/driver/nvidia"))
+    physical = probe.physical_gpus(Path("/proc/driver/nvidia"))
     if physical is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:
         # torch's UUIDs, once given the GPU- prefix, are the driver's.
         assert {g["uuid"] for g in gpus.rows} == {g["uuid"] for g in physical}
@@ -701,8 +701,8 @@ def test_gpu_host_is_seen_whole() -> None:
         topology = report.table("topology")
         assert topology is not None and topology.rows[0]["device"] == "GPU0"
     torch.cuda.set_device(0)  # as the harness does before it takes the fingerprint
-    env.rank_fingerprint()
+    agreement.rank_fingerprint()
     start = time.perf_counter()
-    fp = env.rank_fingerprint()
+    fp = agreement.rank_fingerprint()
     assert time.perf_counter() - start < 0.05
     assert fp["gpu"] == torch.cuda.get_device_name(0) and fp["nccl"] and fp["cuda"] == torch.version.cuda

@@ -1,0 +1,63 @@
+"""Which nodes reached the rendezvous, so that one that never arrives can be named.
+
+Every launcher of a multi-node run writes its node rank, host and address into the
+rendezvous store (node 0 hosts it; torch's c10d rendezvous shares the same
+multi-tenant store) before the rendezvous starts. When the rendezvous times out,
+the keys that are missing are the nodes that never arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from datetime import timedelta
+from typing import Any
+
+from ddpcheck.network import route_address
+from ddpcheck.options import parse_endpoint
+
+PREFIX = "ddpcheck/node/"
+
+
+class StoreUnreachable(Exception):
+    """The rendezvous store could not be reached (or, on node 0, opened)."""
+
+
+class Presence:
+    """This node's entry in the rendezvous store, and a view of everyone's."""
+
+    def __init__(self, endpoint: str, node_rank: int, nnodes: int, is_host: bool, timeout_s: float) -> None:
+        from torch.distributed import TCPStore
+
+        host, port = parse_endpoint(endpoint)
+        self.nnodes = nnodes
+        try:
+            self.store = TCPStore(
+                host,
+                port,
+                is_master=is_host,
+                multi_tenant=True,  # the c10d rendezvous opens the same store in this process
+                timeout=timedelta(seconds=max(1.0, timeout_s)),
+                wait_for_workers=False,
+            )
+        except (RuntimeError, TimeoutError, ValueError) as exc:
+            raise StoreUnreachable(str(exc)) from exc
+        me = {"host": socket.gethostname(), "address": route_address(host, port)}
+        self.store.set(f"{PREFIX}{node_rank}", json.dumps(me))
+
+    def arrived(self) -> dict[int, dict[str, Any]]:
+        """Node rank -> {host, address} of every node that reached the store."""
+        found = {}
+        for node in range(self.nnodes):
+            key = f"{PREFIX}{node}"
+            if self.store.check([key]):
+                found[node] = json.loads(self.store.get(key))
+        return found
+
+    def describe_missing(self) -> str:
+        arrived = self.arrived()
+        missing = [n for n in range(self.nnodes) if n not in arrived]
+        if not missing:
+            return ""
+        here = ", ".join(f"node {n} on {a['host']} ({a['address']})" for n, a in sorted(arrived.items()))
+        return f"node rank(s) {', '.join(map(str, missing))} never arrived (arrived: {here or 'none'})"
