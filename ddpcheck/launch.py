@@ -10,8 +10,10 @@ inside a launch (torchrun, srun), the command runs as that rank instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -34,11 +36,15 @@ from ddpcheck.network import route_address
 from ddpcheck.options import LaunchOptions, parse_endpoint
 from ddpcheck.presence import Presence, StoreUnreachable
 from ddpcheck.report import Report, Verdict
-from ddpcheck.status import read_statuses
+from ddpcheck.status import FROZEN_AFTER_S, read_statuses
 from ddpcheck.worker import SPEC_FILE, load_report, load_verdict, run_rank
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 POLL_S = 0.1
+PUBLISH_EVERY_S = 0.5
+# Ranks still importing torch or initialising CUDA (slow on a network filesystem) are not hung.
+STARTUP_STAGES = ("launched", "device")
+STARTUP_ALLOWANCE_S = 120.0
 # After a stall was declared and the workers killed, how long the agent may take to return.
 ABANDON_AFTER_S = 5.0
 # Ranks' own collective timeout is a little longer than the launcher's stall bound,
@@ -59,6 +65,7 @@ class LaunchPlan:
     timeout: float = 60.0
     inject: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    device_index: int | None = None  # the GPU of this rank when not its local rank (inline runs)
 
     @property
     def world_size(self) -> int:
@@ -120,9 +127,16 @@ def plan_inline(opts: LaunchOptions) -> LaunchPlan:
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     local_rank = int(os.environ["LOCAL_RANK"])
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if opts.backend == "nccl" and local_rank >= gpus:
-        raise UsageError(f"--backend nccl: local rank {local_rank} has no GPU ({gpus} visible)")
-    device = "cuda" if opts.backend != "gloo" and local_rank < gpus else "cpu"
+    # Decide from what every rank of this node sees alike (LOCAL_WORLD_SIZE and the GPU count),
+    # never from the local rank alone: a world whose ranks pick different backends hangs.
+    # One GPU per task (srun --gpus-per-task=1) shows each rank its own GPU as cuda:0.
+    device_index = local_rank if local_world <= gpus else 0 if gpus == 1 else None
+    if opts.backend == "nccl" and device_index is None:
+        raise UsageError(
+            f"--backend nccl: {local_world} ranks on this node but {gpus} visible GPU(s); "
+            "NCCL needs one GPU per rank"
+        )
+    device = "cuda" if opts.backend != "gloo" and device_index is not None else "cpu"
     backend = opts.backend if opts.backend != "auto" else ("nccl" if device == "cuda" else "gloo")
     return LaunchPlan(
         nproc=local_world,
@@ -132,6 +146,7 @@ def plan_inline(opts: LaunchOptions) -> LaunchPlan:
         node_rank=int(os.environ.get("GROUP_RANK", "0")),
         timeout=opts.timeout,
         inject=list(opts.inject),
+        device_index=device_index if device == "cuda" else None,
     )
 
 
@@ -176,8 +191,8 @@ def launch(
     started = time.monotonic()
     run_dir = Path(tempfile.mkdtemp(prefix="ddpcheck-"))
     (run_dir / SPEC_FILE).write_text(json.dumps(make_spec(command, options, plan)))
-    watchdog = Watchdog(run_dir, plan, on_progress)
     agent = AgentThread(plan, run_dir)
+    watchdog = Watchdog(run_dir, plan, on_progress, presence=lambda: agent.presence)
     failures: dict[int, Any] = {}
     launch_error: str | None = None
     interrupted = False
@@ -215,13 +230,14 @@ def launch(
         report = postmortem.remote_node_report(command, plan, *shared)
     elif report is None or failures or watchdog.stall:
         # No report, or one whose ranks then crashed or hung (in teardown, say): explain what happened.
+        statuses = watchdog.snapshot or watchdog.world_statuses(annotate(read_statuses(run_dir)))
         findings = {
             "plan": plan,
-            "statuses": read_statuses(run_dir),
-            "exits": {rank: _exit_info(f) for rank, f in failures.items()},
+            "statuses": statuses,
+            "exits": {rank: _exit_info(f, watchdog.killed) for rank, f in failures.items()},
             "stall": watchdog.stall,
             "launch_error": launch_error,
-            "log_tail": lambda rank: tail_of_log(run_dir, rank, plan.nproc),
+            "log_tail": lambda rank: tail_of_log(run_dir, statuses.get(rank)),
         }
         if report is None:
             report = postmortem.report_for(command=command, **findings)
@@ -281,7 +297,7 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
     endpoint = plan.rdzv_endpoint or "localhost:0"
     rdzv_configs: dict[str, Any] = {
         "join_timeout": plan.timeout,
-        "read_timeout": max(1, int(plan.timeout)),
+        "read_timeout": max(1, math.ceil(plan.timeout)),
         "last_call_timeout": 1,
         "close_timeout": 5,
     }
@@ -297,7 +313,7 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
         rdzv_endpoint=endpoint,
         rdzv_backend="c10d",
         rdzv_configs=rdzv_configs,
-        rdzv_timeout=int(plan.timeout),
+        rdzv_timeout=max(1, math.ceil(plan.timeout)),
         max_restarts=0,
         monitor_interval=POLL_S,
         start_method="spawn",
@@ -441,8 +457,12 @@ def quiet_torch_cpp_logs() -> None:
     os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
 
 
-def _exit_info(failure: Any) -> dict[str, Any]:
-    info: dict[str, Any] = {"exitcode": failure.exitcode, "pid": failure.pid}
+def _exit_info(failure: Any, killed: set[int]) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "exitcode": failure.exitcode,
+        "pid": failure.pid,
+        "killed_by_ddpcheck": failure.pid in killed,
+    }
     if failure.exitcode is not None and failure.exitcode < 0:
         try:
             info["signal"] = signal.Signals(-failure.exitcode).name
@@ -452,48 +472,101 @@ def _exit_info(failure: Any) -> dict[str, Any]:
 
 
 class Watchdog(threading.Thread):
-    """Reads every rank's status file; reports progress; ends a stalled or crashed run."""
+    """Reads every rank's status file; reports progress; ends a stalled or crashed run.
 
-    def __init__(self, run_dir: Path, plan: LaunchPlan, on_progress: ProgressCallback | None) -> None:
+    In a multi-node run it also publishes this node's statuses to the rendezvous store
+    and, when it gives up, reads every other node's: a rank that hangs on another node
+    is named as such, not the local ranks that wait for it.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        plan: LaunchPlan,
+        on_progress: ProgressCallback | None,
+        presence: Callable[[], Presence | None] = lambda: None,
+    ) -> None:
         super().__init__(name="ddpcheck-watchdog", daemon=True)
         self.run_dir = run_dir
         self.plan = plan
         self.on_progress = on_progress
+        self.presence = presence
         self.stall: dict[str, Any] | None = None
+        self.killed: set[int] = set()  # pids this watchdog killed: collateral, not culprits
+        self.gave_up_at: float | None = None
+        self.snapshot: dict[int, dict[str, Any]] | None = None  # statuses just before a crash kill
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        started = last_change = time.monotonic()
+        started = last_change = last_publish = time.monotonic()
         last_seen: tuple[Any, ...] = ()
         crash_seen_at: float | None = None
         while not self._stop_event.wait(POLL_S):
             statuses = read_statuses(self.run_dir)
-            seen = tuple(sorted((r, s["seq"], s["progress_seq"]) for r, s in statuses.items()))
+            seen = tuple(sorted((r, s["seq"], s["progress_seq"], s["ticks"]) for r, s in statuses.items()))
             now = time.monotonic()
             if seen != last_seen:
                 last_seen, last_change = seen, now
             if self.on_progress and 0 in statuses:
                 self.on_progress(statuses[0])
+            if now - last_publish > PUBLISH_EVERY_S:
+                last_publish = now
+                self._publish(statuses)
             if any(s.get("error") for s in statuses.values()):
-                # A rank crashed: give the agent a moment to notice, then end the others.
+                # A rank crashed: give the agent a moment to notice, then end the others,
+                # keeping how every rank looked (alive? frozen?) before they were killed.
                 crash_seen_at = crash_seen_at or now
                 if now - crash_seen_at > 2.0:
-                    kill_workers()
+                    self.snapshot = self.world_statuses(annotate(statuses))
+                    self._give_up()
                     return
-            if now - last_change > self.plan.timeout:
+            if now - last_change > self._bound(statuses):
                 self.stall = {
                     "at": time.time(),
                     "waited_s": now - last_change,
                     "elapsed_s": now - started,
-                    "statuses": statuses,
-                    "alive": _alive_workers(),
+                    "statuses": self.world_statuses(annotate(statuses)),
+                    "world_size": self.plan.world_size,
                 }
-                kill_workers()
+                self._give_up()
                 return
 
+    def _bound(self, statuses: dict[int, dict[str, Any]]) -> float:
+        """--timeout, or more while ranks are still starting (importing torch, initialising CUDA).
+
+        A frozen rank gets no allowance: its heartbeat stopped, it is not slow, it is stuck.
+        """
+        now = time.time()
+        frozen = any(now - s["heartbeat"] > FROZEN_AFTER_S for s in statuses.values())
+        starting = len(statuses) < self.plan.nproc or any(
+            s["stage"] in STARTUP_STAGES for s in statuses.values()
+        )
+        return max(self.plan.timeout, STARTUP_ALLOWANCE_S) if starting and not frozen else self.plan.timeout
+
+    def _give_up(self) -> None:
+        self.gave_up_at = time.time()
+        self.killed |= kill_workers()
+
+    def _publish(self, statuses: dict[int, dict[str, Any]]) -> None:
+        presence = self.presence()
+        if presence is not None:
+            # The store may be gone (node 0 ended): then there is no one left to tell.
+            with contextlib.suppress(Exception):
+                presence.publish(annotate(statuses))
+
+    def world_statuses(self, local: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+        """This node's statuses, and in a multi-node run the other nodes' last published ones."""
+        presence = self.presence()
+        if presence is None:
+            return local
+        try:
+            return {**presence.world_statuses(), **local}
+        except Exception:
+            return local
+
     def abandoned(self) -> bool:
-        """A stall was declared long enough ago that the agent should have returned."""
-        return self.stall is not None and time.time() - self.stall["at"] > ABANDON_AFTER_S
+        """The watchdog gave up long enough ago that the agent should have returned."""
+        return self.gave_up_at is not None and time.time() - self.gave_up_at > ABANDON_AFTER_S
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -501,7 +574,25 @@ class Watchdog(threading.Thread):
             self.join(timeout=5)
 
 
-def _alive_workers() -> dict[int, str]:
+def annotate(statuses: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Add what only this host can see: each rank's process state and heartbeat age.
+
+    Done where the ranks run, so that ages never mix two hosts' clocks.
+    """
+    states = _process_states()
+    now = time.time()
+    return {
+        rank: {
+            **s,
+            "proc_state": "exited" if states.get(s.get("pid"), "zombie") == "zombie" else states[s["pid"]],
+            "heartbeat_age_s": round(now - s.get("heartbeat", now), 1),
+            "in_stage_s": round(now - s.get("stage_since", now), 1),
+        }
+        for rank, s in statuses.items()
+    }
+
+
+def _process_states() -> dict[int, str]:
     """pid -> process state ('stopped' for SIGSTOP) of every descendant still running."""
     states = {}
     for child in psutil.Process().children(recursive=True):
@@ -512,7 +603,7 @@ def _alive_workers() -> dict[int, str]:
     return states
 
 
-def kill_workers() -> None:
+def kill_workers() -> set[int]:
     """Kill every descendant process, stopped ones included (SIGTERM cannot reach those)."""
     children = psutil.Process().children(recursive=True)
     for child in children:
@@ -522,12 +613,14 @@ def kill_workers() -> None:
         except psutil.Error:
             continue
     psutil.wait_procs(children, timeout=5)
+    return {child.pid for child in children}
 
 
-def tail_of_log(run_dir: Path, rank: int, nproc: int, lines: int = 12) -> str:
-    """The last lines of a local rank's stderr (global rank -> this node's local rank)."""
-    local_rank = rank % nproc
-    for path in sorted((run_dir / "logs").glob(f"*/attempt_*/{local_rank}/stderr.log")):
+def tail_of_log(run_dir: Path, status: dict[str, Any] | None, lines: int = 12) -> str:
+    """The last lines of a rank's stderr, when that rank ran on this node."""
+    if not status or status.get("remote"):
+        return ""
+    for path in sorted((run_dir / "logs").glob(f"*/attempt_*/{status['local_rank']}/stderr.log")):
         text = path.read_text(errors="replace").strip().splitlines()
         return "\n".join(text[-lines:])
     return ""

@@ -7,7 +7,6 @@ unit-tested with synthetic data.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,7 +48,6 @@ def report_for(
     stall: dict[str, Any] | None,
     launch_error: str | None,
     log_tail: Callable[[int], str],
-    now: float | None = None,
 ) -> Report:
     """The report of a run whose rank 0 never produced one."""
     report = Report(command=command)
@@ -63,7 +61,7 @@ def report_for(
     report.ranks = [
         {k: s.get(k) for k in ("rank", "local_rank", "host", "pid")} for _, s in sorted(statuses.items())
     ]
-    add_findings(report, plan, statuses, exits, stall, launch_error, log_tail, now)
+    add_findings(report, plan, statuses, exits, stall, launch_error, log_tail)
     return report
 
 
@@ -75,23 +73,30 @@ def add_findings(
     stall: dict[str, Any] | None,
     launch_error: str | None,
     log_tail: Callable[[int], str],
-    now: float | None = None,
 ) -> None:
-    if now is None:
-        # Ages are as of the moment the watchdog gave up, not of this (later) report.
-        now = stall.get("at", time.time()) if stall else time.time()
+    """Append what explains a run that crashed, hung or never launched.
+
+    `statuses` are annotated (launch.annotate): each carries its process state and
+    heartbeat age as seen on its own host.
+    """
     if launch_error:
         report.checks.append(Check("launch", Status.ERROR, _one_line(launch_error)))
     if stall and (statuses or not launch_error):
-        report.checks.append(judge_stall(stall, plan.nproc, now))
+        report.checks.append(judge_stall(stall))
     crashed = crash_culprits(statuses, exits) if not stall else []
+    if crashed is None:
+        # Every failure is a peer that timed out or lost its connection: someone hung or froze.
+        report.checks.append(
+            judge_stall({"statuses": statuses, "waited_s": None, "world_size": plan.world_size})
+        )
+        crashed = []
     for rank in crashed:
         report.checks.append(describe_crash(rank, statuses.get(rank, {}), exits.get(rank, {})))
     if not report.checks:
         report.checks.append(
             Check("launch", Status.ERROR, "the ranks ended without a report; see the rank logs")
         )
-    report.tables.append(stages_table(statuses, exits, stall, now))
+    report.tables.append(stages_table(stall["statuses"] if stall else statuses, exits))
     tails = [
         {"rank": rank, "host": statuses.get(rank, {}).get("host"), "stderr_tail": log_tail(rank)}
         for rank in sorted({r for c in report.checks for r in c.ranks})
@@ -108,25 +113,26 @@ def add_findings(
         )
 
 
-def crash_culprits(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]]) -> list[int]:
-    """Ranks that failed first-hand; peers that merely lost their connection are left out."""
+def crash_culprits(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]]) -> list[int] | None:
+    """Ranks that failed first-hand; peers that merely lost their connection are left out.
+
+    None when every failure is collateral (timeouts, lost connections): then no rank
+    crashed, one hung, and the statuses must say which.
+    """
     failed = sorted(set(exits) | {r for r, s in statuses.items() if s.get("error")})
     root = [r for r in failed if not _is_collateral(statuses.get(r, {}), exits.get(r, {}))]
-    if root:
+    if root or not failed:
         return root
-    if not failed:
-        return []
-    # Everyone reports a lost peer: the first to fail is the best lead.
-    first = min(failed, key=lambda r: statuses.get(r, {}).get("error_at") or float("inf"))
-    return [first]
+    return None
 
 
 def _is_collateral(status: dict[str, Any], exit_info: dict[str, Any]) -> bool:
     message = (status.get("error") or "").lower()
     if message:
         return any(marker in message for marker in COLLATERAL_MARKERS)
-    # No error of its own: torn down by the agent after another rank failed, or died on its own.
-    return exit_info.get("signal") in ("SIGTERM", "SIGINT", "SIGHUP")
+    # No error of its own: torn down (by the agent or by ddpcheck) after another rank failed,
+    # or it died on its own.
+    return exit_info.get("killed_by_ddpcheck") or exit_info.get("signal") in ("SIGTERM", "SIGINT", "SIGHUP")
 
 
 def describe_crash(rank: int, status: dict[str, Any], exit_info: dict[str, Any]) -> Check:
@@ -147,35 +153,31 @@ def describe_crash(rank: int, status: dict[str, Any], exit_info: dict[str, Any])
     return Check("rank crashed", Status.ERROR, detail, [rank], hosts)
 
 
-def judge_stall(stall: dict[str, Any], nproc: int, now: float) -> Check:
-    """Name the ranks that are behind or frozen when no rank made progress for the timeout."""
+def judge_stall(stall: dict[str, Any]) -> Check:
+    """Name the ranks that are behind or frozen when no rank made progress for the timeout.
+
+    `stall["statuses"]` are annotated statuses of every rank that could be seen (in a
+    multi-node run, the other nodes' too); `stall["world_size"]` says how many there
+    should be.
+    """
     statuses: dict[int, dict[str, Any]] = stall["statuses"]
-    alive: dict[int, str] | None = stall.get("alive")
     waited = stall["waited_s"]
-
-    def is_live(s: dict[str, Any]) -> bool:
-        return alive is None or not alive or s.get("pid") in alive
-
-    present_local = {s.get("local_rank") for s in statuses.values()}
-    missing_local = [lr for lr in range(nproc) if lr not in present_local]
-    live = {r: s for r, s in statuses.items() if is_live(s)}
-    frozen = [
-        r
-        for r, s in live.items()
-        if (alive or {}).get(s.get("pid")) == "stopped" or now - s.get("heartbeat", now) > FROZEN_AFTER_S
-    ]
+    never_started = [r for r in range(stall.get("world_size", 0)) if r not in statuses]
+    live = {r: s for r, s in statuses.items() if s.get("proc_state", "running") != "exited"}
+    frozen = [r for r, s in live.items() if _frozen(s)]
     furthest = max((s["seq"] for s in statuses.values()), default=0)
     behind = [r for r, s in live.items() if s["seq"] < furthest and r not in frozen]
-    finished = [r for r in statuses if r not in live]
-    if not frozen and not behind and finished:
-        behind = sorted(live)  # the others completed and left; these never did
+    finished = [r for r in statuses if r not in live and not statuses[r].get("error")]
+    gave_up = [r for r in statuses if r not in live and statuses[r].get("error")]
+    if not frozen and not behind and (finished or gave_up):
+        behind = sorted(live)  # the others completed or gave up waiting and left; these never did
     culprits = sorted(set(frozen) | set(behind))
     parts = []
     for r in sorted(frozen):
         s = statuses[r]
-        state = "stopped (SIGSTOP)" if (alive or {}).get(s.get("pid")) == "stopped" else "frozen"
+        state = "stopped (SIGSTOP)" if s.get("proc_state") == "stopped" else "frozen"
         parts.append(
-            f"{_who(r, s)} is {state}: no heartbeat for {now - s.get('heartbeat', now):.0f} s, "
+            f"{_who(r, s)} is {state}: no heartbeat for {s.get('heartbeat_age_s', 0):.0f} s, "
             f"last seen at stage '{s['stage']}'"
         )
     for r in sorted(behind):
@@ -186,18 +188,31 @@ def judge_stall(stall: dict[str, Any], nproc: int, now: float) -> Check:
             )
         else:
             parts.append(f"{_who(r, s)} is behind: alive but stuck at stage '{s['stage']}'")
-    if missing_local:
-        parts.append(f"local rank(s) {', '.join(map(str, missing_local))} never started")
+    if never_started:
+        parts.append(f"rank(s) {_ranks(never_started)} never started (or their node never reported)")
+        culprits = sorted(set(culprits) | set(never_started))
     waiting = sorted(r for r in live if r not in culprits)
-    if not culprits and not missing_local:
+    if not culprits:
         culprits = sorted(live)
         stage = statuses[culprits[0]]["stage"] if culprits else "?"
-        parts.append(f"every rank is alive and stuck at stage '{stage}' (a collective that never completes)")
+        what = (
+            "before joining the process group"
+            if stage in PRE_JOIN_STAGES
+            else "(a collective that never completes)"
+        )
+        parts.append(f"every rank is alive and stuck at stage '{stage}' {what}")
     elif waiting:
         stages = sorted({statuses[r]["stage"] for r in waiting})
+        how_long = f" {waited:.0f} s" if waited is not None else ""
         parts.append(
-            f"rank{'s' if len(waiting) > 1 else ''} {_ranks(waiting)} waited {waited:.0f} s "
+            f"rank{'s' if len(waiting) > 1 else ''} {_ranks(waiting)} waited{how_long} "
             f"at {', '.join(repr(x) for x in stages)}"
+        )
+    if gave_up:
+        first = statuses[gave_up[0]]
+        parts.append(
+            f"rank{'s' if len(gave_up) > 1 else ''} {_ranks(sorted(gave_up))} gave up waiting at stage "
+            f"'{first['stage']}' ({_one_line(first['error'])})"
         )
     if finished:
         parts.append(f"rank{'s' if len(finished) > 1 else ''} {_ranks(sorted(finished))} finished")
@@ -205,33 +220,27 @@ def judge_stall(stall: dict[str, Any], nproc: int, now: float) -> Check:
     return Check("hang", Status.ERROR, "; ".join(parts), culprits, hosts)
 
 
-def stages_table(
-    statuses: dict[int, dict[str, Any]],
-    exits: dict[int, dict[str, Any]],
-    stall: dict[str, Any] | None,
-    now: float,
-) -> Table:
-    alive = (stall or {}).get("alive", {})
-    if stall:
-        # Describe the ranks as the watchdog found them, before it killed them.
-        statuses, exits = stall["statuses"], {}
+def _frozen(status: dict[str, Any]) -> bool:
+    return status.get("proc_state") == "stopped" or status.get("heartbeat_age_s", 0) > FROZEN_AFTER_S
+
+
+def stages_table(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]]) -> Table:
+    """Where every rank was last seen, as its own host saw it."""
     rows = []
     for rank, s in sorted(statuses.items()):
         exit_info = exits.get(rank, {})
-        if exit_info.get("signal"):
+        if exit_info.get("signal") and not exit_info.get("killed_by_ddpcheck"):
             state = f"killed ({exit_info['signal']})"
-        elif exit_info.get("exitcode"):
+        elif exit_info.get("exitcode") and not exit_info.get("killed_by_ddpcheck"):
             state = f"exited {exit_info['exitcode']}"
         elif s.get("error"):
             state = "raised"
-        elif alive.get(s.get("pid")) == "stopped":
+        elif s.get("proc_state") == "stopped":
             state = "stopped"
-        elif stall and now - s.get("heartbeat", now) > FROZEN_AFTER_S:
+        elif s.get("proc_state") == "exited":
+            state = "done" if s.get("stage") == "done" else "exited"
+        elif _frozen(s):
             state = "frozen"
-        elif stall and alive and s.get("pid") not in alive:
-            state = "exited"
-        elif s.get("stage") == "done":
-            state = "done"
         else:
             state = "alive"
         rows.append(
@@ -241,8 +250,8 @@ def stages_table(
                 "host": s.get("host"),
                 "pid": s.get("pid"),
                 "stage": s.get("stage"),
-                "in_stage_s": round(now - s.get("stage_since", now), 1),
-                "heartbeat_s": round(now - s.get("heartbeat", now), 1),
+                "in_stage_s": s.get("in_stage_s"),
+                "heartbeat_s": s.get("heartbeat_age_s"),
                 "state": state,
                 "error": s.get("error"),
             }

@@ -17,6 +17,7 @@ from ddpcheck.network import route_address
 from ddpcheck.options import parse_endpoint
 
 PREFIX = "ddpcheck/node/"
+STATUS_PREFIX = "ddpcheck/statuses/"
 
 
 class StoreUnreachable(Exception):
@@ -31,6 +32,7 @@ class Presence:
 
         host, port = parse_endpoint(endpoint)
         self.nnodes = nnodes
+        self.node_rank = node_rank
         try:
             self.store = TCPStore(
                 host,
@@ -53,6 +55,21 @@ class Presence:
             if self.store.check([key]):
                 found[node] = json.loads(self.store.get(key))
         return found
+
+    def publish(self, statuses: dict[int, dict[str, Any]]) -> None:
+        """This node's ranks' statuses, for node 0's report when a rank elsewhere hangs."""
+        self.store.set(f"{STATUS_PREFIX}{self.node_rank}", json.dumps(statuses))
+
+    def world_statuses(self) -> dict[int, dict[str, Any]]:
+        """The other nodes' last published statuses, by global rank, marked remote."""
+        merged: dict[int, dict[str, Any]] = {}
+        for node in range(self.nnodes):
+            key = f"{STATUS_PREFIX}{node}"
+            if node == self.node_rank or not self.store.check([key]):
+                continue
+            for rank, status in json.loads(self.store.get(key)).items():
+                merged[int(rank)] = {**status, "remote": True}
+        return merged
 
     def describe_missing(self) -> str:
         arrived = self.arrived()

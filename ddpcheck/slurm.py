@@ -84,9 +84,11 @@ def tasks_on_node(tasks_per_node: str, node_id: int) -> int:
     return counts[node_id] if node_id < len(counts) else counts[-1]
 
 
-def port_for_job(job_id: str) -> int:
+def port_for_job(job_id: str, step_id: str = "0") -> int:
+    """A port every task of one step derives alike; steps of one job running at once differ."""
     digits = "".join(c for c in job_id if c.isdigit()) or "0"
-    return PORT_BASE + int(digits) % PORT_SPAN
+    step = int(step_id) if step_id.isdigit() else 0
+    return PORT_BASE + (int(digits) * 7919 + step) % PORT_SPAN
 
 
 def under_srun(environ: Mapping[str, str]) -> bool:
@@ -123,7 +125,8 @@ def torch_environment(environ: Mapping[str, str]) -> dict[str, str]:
         "LOCAL_WORLD_SIZE": str(local_world),
         "GROUP_RANK": str(node_id),
         "MASTER_ADDR": environ.get("MASTER_ADDR") or expand_nodelist(nodelist)[0],
-        "MASTER_PORT": environ.get("MASTER_PORT") or str(port_for_job(job_id)),
+        "MASTER_PORT": environ.get("MASTER_PORT")
+        or str(port_for_job(job_id, environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID", "0")))),
     }
 
 

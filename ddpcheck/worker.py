@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import socket
 import sys
 import traceback
@@ -55,6 +56,10 @@ class RankContext:
     def progress(self, done: int, total: int, label: str) -> None:
         if self.rank == 0:
             self.status.progress(done, total, label)
+
+    def tick(self) -> None:
+        """One iteration of a long stage done: proof of life for the launcher's stall detector."""
+        self.status.tick()
 
     def sync(self) -> None:
         """Wait for this rank's queued device work (a no-op on CPU)."""
@@ -188,9 +193,11 @@ def _bind_device(spec: dict[str, Any], local_rank: int, status: Any, faults: Fau
 
     _stage(status, faults, "device")
     if spec["device"] == "cuda":
+        index = spec["plan"].get("device_index")
+        index = local_rank if index is None else index
         # The classic pitfall: without set_device every rank lands on cuda:0.
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     return torch.device("cpu")
 
 
@@ -250,6 +257,9 @@ class _NullStatus:
     def progress(self, done: int, total: int, label: str) -> None:
         pass
 
+    def tick(self) -> None:
+        pass
+
 
 def load_report(run_dir: str | Path) -> Report | None:
     path = Path(run_dir) / REPORT_FILE
@@ -267,7 +277,22 @@ def load_verdict(run_dir: str | Path) -> tuple[Verdict, str] | None:
     return Verdict(shared["verdict"]), shared["host"]
 
 
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this rank when its launcher dies, even if the rank is stopped or stuck.
+
+    The heartbeat thread checks the parent too, but cannot run in a frozen process.
+    """
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: the heartbeat thread's parent check remains
+
+
 def main() -> None:
+    _die_with_parent()
     run_dir = sys.argv[1]
     spec = json.loads((Path(run_dir) / SPEC_FILE).read_text())
     code = run_rank(spec, run_dir)

@@ -20,7 +20,8 @@ QUICK = ("--sizes", "1K", "--iters", "1")
 
 
 # ------------------------------------------------------------------ pure diagnosis
-def status(rank: int, stage: str, seq: int, *, heartbeat: float = 100.0, error: str | None = None) -> dict:
+def status(rank: int, stage: str, seq: int, *, age: float = 0.3, state: str = "sleeping", **extra) -> dict:
+    """A rank's status as the watchdog annotates it (process state, heartbeat age)."""
     return {
         "rank": rank,
         "local_rank": rank,
@@ -28,41 +29,62 @@ def status(rank: int, stage: str, seq: int, *, heartbeat: float = 100.0, error: 
         "pid": 1000 + rank,
         "stage": stage,
         "seq": seq,
-        "stage_since": 90.0,
-        "heartbeat": heartbeat,
-        "error": error,
-        "error_at": 95.0 if error else None,
+        "heartbeat_age_s": age,
+        "proc_state": state,
+        "error": None,
+        "error_at": None,
+        **extra,
     }
 
 
+def stall_of(statuses: dict, world_size: int | None = None) -> dict:
+    return {"statuses": statuses, "waited_s": 20.0, "world_size": world_size or len(statuses)}
+
+
 def test_stall_names_the_rank_that_never_joined() -> None:
-    statuses = {0: status(0, "measure: x", 4), 1: status(1, "join", 2), 2: status(2, "measure: x", 4)}
-    check = judge_stall({"statuses": statuses, "waited_s": 20.0, "alive": {}}, nproc=3, now=100.5)
+    statuses = {0: status(0, "join: waiting", 4), 1: status(1, "join", 3), 2: status(2, "join: waiting", 4)}
+    check = judge_stall(stall_of(statuses))
     assert check.ranks == [1]
     assert "rank 1 (host h, pid 1001) never joined the process group" in check.detail
     assert "ranks 0, 2 waited 20 s" in check.detail
 
 
 def test_stall_tells_frozen_from_waiting() -> None:
-    statuses = {0: status(0, "measure: x", 4), 1: status(1, "measure: x", 4, heartbeat=80.0)}
-    check = judge_stall({"statuses": statuses, "waited_s": 20.0, "alive": {}}, nproc=2, now=100.5)
+    statuses = {0: status(0, "measure: x", 4), 1: status(1, "measure: x", 4, age=20.0)}
+    check = judge_stall(stall_of(statuses))
     assert check.ranks == [1] and "frozen" in check.detail
-    stopped = judge_stall(
-        {"statuses": statuses, "waited_s": 20.0, "alive": {1001: "stopped"}}, nproc=2, now=100.5
-    )
+    statuses[1] = status(1, "measure: x", 4, state="stopped")
+    stopped = judge_stall(stall_of(statuses))
     assert stopped.ranks == [1] and "stopped (SIGSTOP)" in stopped.detail
 
 
 def test_stall_with_every_rank_waiting_names_them_all() -> None:
     statuses = {r: status(r, "measure: x", 4) for r in range(3)}
-    check = judge_stall({"statuses": statuses, "waited_s": 20.0, "alive": {}}, nproc=3, now=100.5)
+    check = judge_stall(stall_of(statuses))
     assert check.ranks == [0, 1, 2] and "every rank is alive and stuck" in check.detail
+    starting = judge_stall(stall_of({r: status(r, "launched", 0) for r in range(2)}))
+    assert "before joining the process group" in starting.detail and "collective" not in starting.detail
 
 
-def test_stall_names_local_ranks_that_never_started() -> None:
-    statuses = {0: status(0, "join", 2)}
-    check = judge_stall({"statuses": statuses, "waited_s": 20.0, "alive": {}}, nproc=2, now=100.5)
-    assert "local rank(s) 1 never started" in check.detail
+def test_stall_names_ranks_that_never_started() -> None:
+    check = judge_stall(stall_of({0: status(0, "join", 2)}, world_size=2))
+    assert "rank(s) 1 never started" in check.detail and 1 in check.ranks
+
+
+def test_a_rank_hung_on_another_node_is_named_not_the_local_waiters() -> None:
+    statuses = {
+        0: status(0, "measure: classic", 5),
+        1: status(1, "measure", 4, remote=True, host="h2"),  # published by node 1's launcher
+    }
+    check = judge_stall(stall_of(statuses))
+    assert check.ranks == [1] and check.hosts == ["h2"]
+    assert "rank 0 waited 20 s" in check.detail
+
+
+def test_stall_after_the_others_finished_names_the_one_left() -> None:
+    statuses = {0: status(0, "done", 7, state="exited"), 1: status(1, "done", 7)}
+    check = judge_stall(stall_of(statuses))
+    assert check.ranks == [1] and "rank 0 finished" in check.detail
 
 
 def test_crash_root_cause_is_not_the_peers_that_lost_it() -> None:
@@ -75,6 +97,10 @@ def test_crash_root_cause_is_not_the_peers_that_lost_it() -> None:
     assert crash_culprits(statuses, exits) == [1]
     killed = {0: status(0, "measure", 3), 1: status(1, "measure", 3)}
     assert crash_culprits(killed, {1: {"exitcode": -9, "signal": "SIGKILL"}, 0: {"signal": "SIGTERM"}}) == [1]
+    # Ranks that ddpcheck itself killed after a crash are never the culprits.
+    by_us = {"exitcode": -9, "signal": "SIGKILL", "killed_by_ddpcheck": True}
+    crashed = {0: status(0, "measure", 3, error="RuntimeError: injected crash"), 1: status(1, "measure", 3)}
+    assert crash_culprits(crashed, {0: {"exitcode": 1}, 1: by_us}) == [0]
 
 
 # ------------------------------------------------------------------ real runs with faults

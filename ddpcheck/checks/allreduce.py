@@ -179,6 +179,7 @@ def _time_all_reduce(ctx: Any, buffer: Any, warmup: int, iters: int) -> float:
     buffer.zero_()
     for _ in range(warmup):
         dist.all_reduce(buffer)
+        ctx.tick()
     ctx.sync()
     ctx.barrier()
     if ctx.device.type == "cuda":
@@ -186,12 +187,14 @@ def _time_all_reduce(ctx: Any, buffer: Any, warmup: int, iters: int) -> float:
         start.record()
         for _ in range(iters):
             dist.all_reduce(buffer)
+            ctx.tick()
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1e3 / iters
     began = time.perf_counter()
     for _ in range(iters):
         dist.all_reduce(buffer)
+        ctx.tick()
     return (time.perf_counter() - began) / iters
 
 

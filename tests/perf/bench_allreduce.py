@@ -61,7 +61,7 @@ from types import SimpleNamespace
 from ddpcheck.checks.allreduce import _time_all_reduce
 dist.init_process_group("gloo")
 n, iters, warmup = dist.get_world_size(), {iters}, {warmup}
-ctx = SimpleNamespace(device=torch.device("cpu"), sync=lambda: None, barrier=dist.barrier)
+ctx = SimpleNamespace(device=torch.device("cpu"), sync=lambda: None, barrier=dist.barrier, tick=lambda: None)
 x = torch.zeros({size} // 4)
 
 def bare():
