@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ddpcheck import __version__
-from ddpcheck.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 
 if TYPE_CHECKING:
     from ddpcheck.report import Report
@@ -389,7 +389,15 @@ def main() -> None:
         # Typer's bundled Click raises its own usage errors; they carry exit_code 2.
         if getattr(exc, "exit_code", None) == EXIT_USAGE and hasattr(exc, "format_message"):
             _usage_exit(exc.format_message())
-        raise
+        if os.environ.get("DDPCHECK_DEBUG"):
+            raise
+        # A bug in ddpcheck itself: the check could not complete. One line, and how to see more.
+        print(
+            f"ddpcheck: internal error: {type(exc).__name__}: {exc} "
+            "(rerun with DDPCHECK_DEBUG=1 for the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_COULD_NOT_COMPLETE)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -230,11 +230,16 @@ def launch(
         report = postmortem.remote_node_report(command, plan, *shared)
     elif report is None or failures or watchdog.stall:
         # No report, or one whose ranks then crashed or hung (in teardown, say): explain what happened.
-        statuses = watchdog.snapshot or watchdog.world_statuses(annotate(read_statuses(run_dir)))
+        exits = {rank: _exit_info(f, watchdog.killed) for rank, f in failures.items()}
+        local = annotate(read_statuses(run_dir))
+        watchdog.publish_final(local, exits)
+        statuses = watchdog.snapshot or watchdog.world_statuses(local)
+        # Other nodes publish how their ranks ended; a rank that died there is named here too.
+        exits |= {r: s["exit"] for r, s in statuses.items() if s.get("remote") and s.get("exit")}
         findings = {
             "plan": plan,
             "statuses": statuses,
-            "exits": {rank: _exit_info(f, watchdog.killed) for rank, f in failures.items()},
+            "exits": exits,
             "stall": watchdog.stall,
             "launch_error": launch_error,
             "log_tail": lambda rank: tail_of_log(run_dir, statuses.get(rank)),
@@ -515,7 +520,9 @@ class Watchdog(threading.Thread):
             if any(s.get("error") for s in statuses.values()):
                 # A rank crashed: give the agent a moment to notice, then end the others,
                 # keeping how every rank looked (alive? frozen?) before they were killed.
-                crash_seen_at = crash_seen_at or now
+                if crash_seen_at is None:
+                    crash_seen_at = now
+                    self._publish(statuses)  # other nodes learn of it now, not at the next beat
                 if now - crash_seen_at > 2.0:
                     self.snapshot = self.world_statuses(annotate(statuses))
                     self._give_up()
@@ -547,12 +554,16 @@ class Watchdog(threading.Thread):
         self.gave_up_at = time.time()
         self.killed |= kill_workers()
 
-    def _publish(self, statuses: dict[int, dict[str, Any]]) -> None:
+    def _publish(self, statuses: dict[int, dict[str, Any]], annotated: bool = False) -> None:
         presence = self.presence()
         if presence is not None:
             # The store may be gone (node 0 ended): then there is no one left to tell.
             with contextlib.suppress(Exception):
-                presence.publish(annotate(statuses))
+                presence.publish(statuses if annotated else annotate(statuses))
+
+    def publish_final(self, statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]]) -> None:
+        """How this node's ranks ended (exit codes, signals), for node 0's report."""
+        self._publish({r: {**s, "exit": exits.get(r)} for r, s in statuses.items()}, annotated=True)
 
     def world_statuses(self, local: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
         """This node's statuses, and in a multi-node run the other nodes' last published ones."""

@@ -284,7 +284,8 @@ def remote_node_report(command: str, plan: Any, verdict: Verdict, report_host: s
 def _who(rank: int, status: dict[str, Any], exit_info: dict[str, Any] | None = None) -> str:
     host = status.get("host", "?")
     pid = status.get("pid") or (exit_info or {}).get("pid", "?")
-    return f"rank {rank} (host {host}, pid {pid})"
+    elsewhere = ", on another node: as last reported there" if status.get("remote") else ""
+    return f"rank {rank} (host {host}, pid {pid}{elsewhere})"
 
 
 def _ranks(ranks: list[int]) -> str:

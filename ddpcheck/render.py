@@ -99,7 +99,7 @@ def _culprit(check: Any) -> str:
 
 
 def rich_table(table: Table) -> RichTable:
-    out = RichTable(title=table.title, box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold")
+    out = RichTable(title=Text(table.title), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold")
     for key, header in table.columns.items():
         numeric = any(isinstance(row.get(key), (int, float)) for row in table.rows)
         out.add_column(header, justify="right" if numeric else "left")
@@ -125,7 +125,10 @@ def _checks_table(report: Report) -> RichTable:
     out.add_column("status")
     out.add_column("detail", overflow="fold")
     for check in report.checks:
-        out.add_row(check.name, Text(check.status.value, style=STATUS_STYLE[check.status]), check.detail)
+        # Text, not str: details quote ranks' errors, and "[/path/pair.cc:553]" is not rich markup.
+        out.add_row(
+            Text(check.name), Text(check.status.value, style=STATUS_STYLE[check.status]), Text(check.detail)
+        )
     return out
 
 
@@ -136,7 +139,9 @@ def _render_tails(table: Table, console: Console) -> None:
             + (f" on {row['host']}" if row.get("host") else "")
             + ": last lines of stderr"
         )
-        console.print(Panel(Text(row["stderr_tail"]), title=title, title_align="left", border_style="red"))
+        console.print(
+            Panel(Text(row["stderr_tail"]), title=Text(title), title_align="left", border_style="red")
+        )
 
 
 def render_bandwidth_chart(table: Table, console: Console, width: int = 40) -> None:

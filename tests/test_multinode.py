@@ -312,3 +312,38 @@ def test_a_host_pointed_where_nobody_listens(two_hosts, scratch, tmp_path: Path)
     assert endpoint in launch["detail"]
     assert report["elapsed_s"] < 5 + 15
     assert_nothing_left(scratch)
+
+
+@pytest.mark.parametrize(
+    ("fault", "check", "words"),
+    [
+        ("hang@1", "hang", "is behind"),
+        ("crash@1", "rank crashed", "injected crash"),
+        ("kill@1", "rank crashed", "killed by SIGKILL"),
+    ],
+)
+def test_a_fault_on_another_node_is_named_by_both(
+    scratch, tmp_path: Path, fault: str, check: str, words: str
+) -> None:
+    """Each node sees only its own ranks' status files; the rendezvous store carries the rest."""
+    endpoint = f"127.0.0.1:{_free_port()}"
+    procs = []
+    for node in (0, 1):
+        args = [sys.executable, "-m", "ddpcheck", "allreduce", "--nproc", "1", *QUICK, "--nnodes", "2"]
+        args += ["--node-rank", str(node), "--rdzv-endpoint", endpoint, "--timeout", "6", "--inject", fault]
+        procs.append(_popen([*args, "--json", str(tmp_path / f"n{node}.json")], scratch))
+    outputs = [p.communicate(timeout=180) for p in procs]
+    reports = [json.loads((tmp_path / f"n{node}.json").read_text()) for node in (0, 1)]
+    assert [p.returncode for p in procs] == [3, 3], [
+        (o, r["checks"]) for o, r in zip(outputs, reports, strict=True)
+    ]
+    for node in (0, 1):
+        report = json.loads((tmp_path / f"n{node}.json").read_text())
+        failing = [c for c in report["checks"] if c["status"] == "ERROR"]
+        assert [(c["name"], c["ranks"]) for c in failing] == [(check, [1])], (node, failing)
+        assert words in failing[0]["detail"]
+    for node in (0, 1):
+        log_dir = json.loads((tmp_path / f"n{node}.json").read_text())["log_dir"]
+        if log_dir:
+            shutil.rmtree(log_dir)
+    assert_nothing_left(scratch)

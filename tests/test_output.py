@@ -236,3 +236,21 @@ def test_quiet_in_process(terminal: FakeTerminal, monkeypatch: pytest.MonkeyPatc
         "FAIL data integrity: 2K: wrong",
         "FAIL  ddpcheck allreduce (2 ranks, gloo, cpu): 1 fail in 0.0 s - data integrity: rank 1",
     ]
+
+
+def test_details_quoting_brackets_are_not_rich_markup() -> None:
+    """Rank errors quote paths like "[/src/gloo/pair.cc:553]"; rich must print them, not parse them."""
+    import io
+
+    from rich.console import Console
+
+    from ddpcheck.render import render_report
+    from ddpcheck.report import Check, Report, Status, Table
+
+    detail = "rank 0 gave up ([/__w/pytorch/third_party/gloo/pair.cc:553] Connection closed by peer)"
+    report = Report(command="allreduce", checks=[Check("hang [x]", Status.ERROR, detail, [1], ["[h]"])])
+    report.tables.append(Table("stderr", "t", {}, [{"rank": 1, "host": "[/h]", "stderr_tail": "[/tail]"}]))
+    out = io.StringIO()
+    render_report(report, Console(file=out, width=300), quiet=False)
+    assert "[/__w/pytorch/third_party/gloo/pair.cc:553]" in out.getvalue()
+    assert "[/tail]" in out.getvalue()
