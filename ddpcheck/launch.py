@@ -433,7 +433,10 @@ def advertised_address(endpoint: str | None) -> str:
 
 def check_rendezvous_port(plan: LaunchPlan) -> None:
     """On the node that hosts the store, a port taken by another program is bad input: say so now."""
-    if not plan.rdzv_endpoint or plan.node_rank != 0 or not endpoint_is_local(plan.rdzv_endpoint):
+    if not plan.rdzv_endpoint:
+        return
+    local = endpoint_is_local(plan.rdzv_endpoint)  # on every node: a host that does not resolve is bad input
+    if plan.node_rank != 0 or not local:
         return
     host, port = parse_endpoint(plan.rdzv_endpoint)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:

@@ -10,6 +10,7 @@ import datetime
 import enum
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import re
@@ -153,9 +154,23 @@ class Report:
         )
 
 
+def _finite(value: Any) -> Any:
+    """NaN and infinities as strings: JSON has no such numbers, and strict parsers (jq) reject them.
+
+    A faulty GPU that returns NaN must still give a readable report.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def write_json(report: Report, path: str) -> None:
     """Write the report as JSON; '-' means standard output."""
-    text = json.dumps(report.to_dict(), indent=2, default=str) + "\n"
+    text = json.dumps(_finite(report.to_dict()), indent=2, default=str, allow_nan=False) + "\n"
     if path == "-":
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -269,3 +269,12 @@ def test_gpu_ranks_over_nccl(ddpcheck, scratch) -> None:
 def test_gpu_corrupt_is_localised(ddpcheck, scratch) -> None:
     run = ddpcheck("allreduce", "--gpus", "1", "--sizes", "1M", "--inject", "corrupt@0")
     assert run.code == 1 and run.check("data integrity")["ranks"] == [0]
+
+
+def test_judge_says_when_the_fault_could_not_be_localised() -> None:
+    data = [rank_data(2, got=2.0, wrong=3) for _ in range(2)]
+    data[0].update(culprits=[], unlocalised=True)
+    report = judge(data, identities(2), OPTS)
+    data_check = report.checks[2]
+    assert data_check.status.value == "FAIL" and data_check.ranks == [0, 1]
+    assert "could not localise" in data_check.detail

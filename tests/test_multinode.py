@@ -347,3 +347,11 @@ def test_a_fault_on_another_node_is_named_by_both(
         if log_dir:
             shutil.rmtree(log_dir)
     assert_nothing_left(scratch)
+
+
+def test_rank_map_names_a_node_with_fewer_ranks() -> None:
+    ids = idents(["a", "b", "c"], 2)
+    ids = [i for i in ids if i["rank"] != 5]  # host c lost a GPU: one rank fewer
+    check = judge_rank_map(ids)
+    assert check.status == Status.FAIL and check.hosts == ["c"] and check.ranks == [4]
+    assert "runs 1 ranks, the other nodes 2" in check.detail

@@ -29,7 +29,6 @@ EXACT_LIMIT = {
 }
 ITEM_SIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4}
 MAX_PERIOD = 251  # a prime, so the pattern does not line up with power-of-two sizes
-LOCALISE_MAX_COUNT = 1 << 20
 
 
 def bus_factor(world_size: int) -> float:
@@ -151,12 +150,18 @@ def measure(ctx: Any, opts: AllreduceOptions) -> dict[str, Any]:
     # Whether anything went wrong anywhere decides, identically on every rank, whether to localise.
     ctx.stage("measure: compare results across ranks")
     any_wrong = ctx.all_gather_object(classic["got"] != classic["expected"] or any(r["wrong"] for r in rows))
-    culprits = None
+    culprits: list[int] | None = []
     if any(any_wrong):
         ctx.stage("measure: localise the faulty rank by bisection")
+        # At the size that failed: a fault may only show with a larger message (another protocol).
         failing = next((r["count"] for r in rows if r["wrong"]), 1)
-        culprits = localise(ctx, min(failing, LOCALISE_MAX_COUNT), dtype)
-    return {"classic": classic, "sizes": rows, "culprits": culprits}
+        culprits = localise(ctx, failing, dtype)
+    return {
+        "classic": classic,
+        "sizes": rows,
+        "culprits": culprits or [],
+        "unlocalised": culprits is None,
+    }
 
 
 def _classic(ctx: Any) -> dict[str, Any]:
@@ -198,15 +203,16 @@ def _time_all_reduce(ctx: Any, buffer: Any, warmup: int, iters: int) -> float:
     return (time.perf_counter() - began) / iters
 
 
-def localise(ctx: Any, count: int, dtype: Any) -> list[int]:
+def localise(ctx: Any, count: int, dtype: Any) -> list[int] | None:
     """Ranks whose participation makes the reduction wrong, found on subgroups.
 
     Bisect: split every wrong group into halves and reduce each half on its
     own subgroup. A wrong pair is split once more, each member reduced
     alongside a rank already proven good (or alone, when none is known yet).
     A wrong group whose parts are all right is named whole: the fault needs
-    those ranks together. Every rank follows the same steps, since all
-    learn every result.
+    those ranks together; None when that group is the whole world (nothing
+    was localised). Every rank follows the same steps, since all learn every
+    result.
     """
     import torch
 
@@ -231,6 +237,8 @@ def localise(ctx: Any, count: int, dtype: Any) -> list[int]:
             children = [(g, w) for (p, g), w in zip(candidates, wrong, strict=True) if p == parent]
             bad = [g for g, w in children if w]
             good += [r for g, w in children if not w for r in g if r not in good]
+            if not bad and len(group) == ctx.world_size:
+                return None  # every part is right alone: only the whole world shows the fault
             if not bad:
                 culprits += group
             for g in bad:
@@ -266,11 +274,12 @@ def _dtype_name(tensor: Any) -> str:
 def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: AllreduceOptions) -> Report:
     n = len(data)
     culprits = data[0].get("culprits") or []
+    unlocalised = bool(data[0].get("unlocalised"))
     report = Report(command="allreduce")
-    report.checks.append(_judge_classic(data, identities, culprits))
+    report.checks.append(_judge_classic(data, identities, culprits, unlocalised))
     report.checks.append(judge_rank_map(identities))
     bandwidth = bandwidth_rows(data, opts.dtype)
-    report.checks.append(_judge_data(bandwidth, identities, culprits))
+    report.checks.append(_judge_data(bandwidth, identities, culprits, unlocalised))
     report.checks.append(_judge_bandwidth(bandwidth, n, opts.min_busbw))
     report.tables.append(_classic_table(data, identities))
     report.tables.append(rank_map_table(identities))
@@ -315,14 +324,22 @@ def bandwidth_rows(data: list[dict[str, Any]], dtype: str) -> list[dict[str, Any
     return rows
 
 
+UNLOCALISED = (
+    "could not localise: every subgroup reduced correctly, so the fault shows only with all "
+    "ranks together (an algorithm or link used only at full scale); the ranks named saw wrong values"
+)
+
+
 def _culprit_text(culprits: list[int], identities: list[dict[str, Any]]) -> str:
+    if not culprits:
+        return UNLOCALISED
     named = describe_ranks(culprits, identities)
     verb = "makes" if len(culprits) == 1 else "make"
     return f"localised by re-running on subgroups: {named} {verb} the sum wrong"
 
 
 def _judge_classic(
-    data: list[dict[str, Any]], identities: list[dict[str, Any]], culprits: list[int]
+    data: list[dict[str, Any]], identities: list[dict[str, Any]], culprits: list[int], unlocalised: bool
 ) -> Check:
     n = len(data)
     expected = n * (n - 1) / 2
@@ -331,7 +348,7 @@ def _judge_classic(
         return Check("classic all_reduce", Status.PASS, f"every rank holds sum(0..{n - 1}) = {expected:g}")
     got = ", ".join(f"rank {r} got {data[r]['classic']['got']:g}" for r in wrong[:8])
     detail = f"expected {expected:g} on every rank; {got}"
-    if culprits:
+    if culprits or unlocalised:
         detail += f"; {_culprit_text(culprits, identities)}"
     ranks = culprits or wrong
     return Check("classic all_reduce", Status.FAIL, detail, ranks, hosts_of(ranks, identities))
@@ -359,7 +376,9 @@ def _classic_table(data: list[dict[str, Any]], identities: list[dict[str, Any]])
     return Table("classic", "Classic check: all_reduce(ones * rank)", columns, rows)
 
 
-def _judge_data(rows: list[dict[str, Any]], identities: list[dict[str, Any]], culprits: list[int]) -> Check:
+def _judge_data(
+    rows: list[dict[str, Any]], identities: list[dict[str, Any]], culprits: list[int], unlocalised: bool
+) -> Check:
     bad = [r for r in rows if r["wrong"]]
     if not bad:
         total = sum(r["count"] for r in rows)
@@ -370,7 +389,7 @@ def _judge_data(rows: list[dict[str, Any]], identities: list[dict[str, Any]], cu
         )
     sizes = ", ".join(f"{r['size']}: {r['wrong']:,} wrong" for r in bad[:6])
     detail = f"wrong elements after all_reduce ({sizes})"
-    if culprits:
+    if culprits or unlocalised:
         detail += f"; {_culprit_text(culprits, identities)}"
     ranks = culprits or sorted({x for r in bad for x in r["wrong_ranks"]})
     return Check("data integrity", Status.FAIL, detail, ranks, hosts_of(ranks, identities))

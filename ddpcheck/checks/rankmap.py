@@ -120,6 +120,16 @@ def judge_rank_map(identities: list[dict[str, Any]]) -> Check:
                 f"expected 0..{len(members) - 1}"
             )
             culprits.update(m["rank"] for m in members)
+    sizes = {node: len(members) for node, members in by_node.items()}
+    # The most common size; on a tie the larger one (a node more often loses a GPU than gains one).
+    usual = max(set(sizes.values()), key=lambda n: (list(sizes.values()).count(n), n))
+    for node, size in sizes.items():
+        if size != usual:
+            problems.append(
+                f"host {node_label(node, identities)} runs {size} ranks, the other nodes {usual}: "
+                "a GPU missing from that node, or a different --nproc/--gpus there?"
+            )
+            culprits.update(m["rank"] for m in by_node[node])
     for host, members in by_host.items():
         # GPUs belong to the machine, whichever launcher started the ranks on it.
         by_gpu: dict[str, list[int]] = defaultdict(list)

@@ -16,8 +16,10 @@ rank 0 over that plain data.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 from ddpcheck.checks.model import (
@@ -155,8 +157,29 @@ def mean_local_gradients(module: Any, batches: Batches) -> list[Any]:
 
 
 def measure(ctx: Any, opts: TrainOptions) -> dict[str, Any]:
-    with private_compile_cache():
+    with private_compile_cache(), full_fp32_matmuls():
         return _measure(ctx, opts)
+
+
+@contextlib.contextmanager
+def full_fp32_matmuls() -> Iterator[None]:
+    """Exact float32 matmuls for the duration (TF32 off), restored afterwards.
+
+    With TF32 (set by site code or TORCH_ALLOW_TF32_CUBLAS_OVERRIDE), the one-process
+    reference's matmul over the global batch rounds ~1e-3 apart from the per-rank ones,
+    and Adam turns that into whole steps of difference: "same as one big batch" would
+    fail on a healthy GPU.
+    """
+    import torch
+
+    saved = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32)
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved[0])
+        torch.backends.cuda.matmul.allow_tf32 = saved[1]
 
 
 def _measure(ctx: Any, opts: TrainOptions) -> dict[str, Any]:
