@@ -696,6 +696,7 @@ def run_inline(command: str, options: dict[str, Any], plan: LaunchPlan) -> Repor
     try:
         spec = make_spec(command, options, plan)
         spec["pg_timeout"] = plan.timeout  # no launcher watches: the ranks' own timeout is the bound
+        spec["inline"] = True
         os.environ.update(compile_cache_env(run_dir))
         code = run_rank(spec, str(run_dir))
         report = load_report(run_dir)

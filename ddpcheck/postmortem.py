@@ -259,6 +259,17 @@ def stages_table(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str,
     return Table("stages", "Where every rank was last seen", STAGES_COLUMNS, rows)
 
 
+def inline_report(spec: dict[str, Any], stall: dict[str, Any], message: str) -> Report:
+    """Rank 0's report when it gave up waiting under torchrun or srun, from the ranks' stages."""
+    report = Report(command=spec["command"])
+    report.world = {"size": stall["world_size"], "backend": spec["backend"], "device": spec["device"]}
+    check = judge_stall(stall)
+    check.detail += f"; rank 0 gave up after {stall['waited_s']:g} s: {_one_line(message)}"
+    report.checks.append(check)
+    report.tables.append(stages_table(stall["statuses"], {}))
+    return report
+
+
 def remote_node_report(command: str, plan: Any, verdict: Verdict, report_host: str) -> Report:
     """This node's ranks finished; rank 0's node printed the report and shared its verdict."""
     report = Report(command=command)

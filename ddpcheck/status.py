@@ -8,10 +8,12 @@ heartbeat is fresh is alive and waiting; one whose heartbeat stopped is frozen.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,9 @@ class StatusWriter:
             "error_at": None,
         }
         self._parent = os.getppid()
+        # Where else stage changes go: with no launcher watching (under torchrun or srun),
+        # the process group's store, so that rank 0 can say who is behind.
+        self.mirror: Callable[[dict[str, Any]], None] | None = None
         self._stopped = threading.Event()
         self._write()
         self._thread = threading.Thread(target=self._beat, name="ddpcheck-heartbeat", daemon=True)
@@ -54,6 +59,9 @@ class StatusWriter:
         with self._lock:
             self._state.update(stage=name, seq=self._state["seq"] + 1, stage_since=time.time(), progress=None)
         self._write()
+        if self.mirror is not None:
+            with contextlib.suppress(Exception):  # a lost store must not fail the rank
+                self.mirror(dict(self._state))
 
     def progress(self, done: int, total: int, label: str) -> None:
         with self._lock:

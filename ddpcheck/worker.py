@@ -11,6 +11,7 @@ spec.json (what to run) and receives status files and rank 0's report.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -18,12 +19,14 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from ddpcheck import env as env_probe
+from ddpcheck import postmortem
 from ddpcheck.checks.rankmap import hosts_table
 from ddpcheck.faults import Faults, parse_faults
 from ddpcheck.network import route_address
@@ -132,6 +135,9 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
         _stage(status, faults, "join")
         _substage(status, "join: waiting for every rank")
         _join(spec, device)
+        if spec.get("inline") and status:
+            status.mirror = _store_mirror(rank)
+            status.stage("joined")
         check = importlib.import_module(f"ddpcheck.checks.{spec['command']}")
         options = options_from_dict(check.Options, spec["options"])
         ctx = RankContext(
@@ -179,13 +185,49 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         if status:
             status.error(message)
-        traceback.print_exc()
+        if spec.get("inline"):
+            # This is the user's terminal, not a log file: one line per rank, the report says the rest.
+            print(f"ddpcheck: rank {rank} failed: {message.splitlines()[-1]}", file=sys.stderr)
+        else:
+            traceback.print_exc()
+        if spec.get("inline") and rank == 0 and run_dir and dist.is_initialized():
+            _report_inline_failure(spec, run_dir, world_size, message)
         return 1
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
         if status:
             status.close()
+
+
+STAGE_KEY = "ddpcheck/stage/"
+
+
+def _store_mirror(rank: int) -> Callable[[dict[str, Any]], None]:
+    import torch.distributed as dist
+
+    store = dist.distributed_c10d._get_default_store()
+    return lambda state: store.set(f"{STAGE_KEY}{rank}", json.dumps(state))
+
+
+def _report_inline_failure(spec: dict[str, Any], run_dir: str, world_size: int, message: str) -> None:
+    """Under torchrun or srun no launcher watches: rank 0 reads every rank's stage from the store.
+
+    When rank 0 gave up (a peer hung, crashed or never came), the ranks that are behind
+    are named as a launcher would, instead of rank 0's own timeout alone.
+    """
+    import torch.distributed as dist
+
+    store = dist.distributed_c10d._get_default_store()
+    statuses: dict[int, dict[str, Any]] = {}
+    for rank in range(world_size):
+        key = f"{STAGE_KEY}{rank}"
+        with contextlib.suppress(Exception):
+            if store.check([key]):
+                statuses[rank] = {**json.loads(store.get(key)), "proc_state": "running"}
+    stall = {"statuses": statuses, "waited_s": spec["pg_timeout"], "world_size": world_size}
+    report = postmortem.inline_report(spec, stall, message)
+    _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
 
 
 def _bind_device(spec: dict[str, Any], local_rank: int, status: Any, faults: Faults) -> Any:

@@ -355,3 +355,31 @@ def test_rank_map_names_a_node_with_fewer_ranks() -> None:
     check = judge_rank_map(ids)
     assert check.status == Status.FAIL and check.hosts == ["c"] and check.ranks == [4]
     assert "runs 1 ranks, the other nodes 2" in check.detail
+
+
+def test_under_torchrun_a_hang_is_named_by_rank_0(scratch, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "3"]
+    args += [
+        "-m",
+        "ddpcheck",
+        "allreduce",
+        *QUICK,
+        "--inject",
+        "hang@1",
+        "--timeout",
+        "5",
+        "--json",
+        str(report),
+    ]
+    proc = _popen(args, scratch)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode != 0
+    data = json.loads(report.read_text())
+    (hang,) = [c for c in data["checks"] if c["status"] == "ERROR"]
+    assert hang["name"] == "hang" and hang["ranks"] == [1], hang
+    assert "rank 0 gave up after 5 s" in hang["detail"]
+    assert (
+        "ddpcheck: rank 0 failed:" in err and "ddpcheck/worker.py" not in err
+    )  # (torchrun's own traceback follows)
+    assert not worker_processes(scratch)
