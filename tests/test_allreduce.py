@@ -149,7 +149,7 @@ def test_real_ranks_pass(ddpcheck, scratch, world: int) -> None:
     }
     assert len({r["pid"] for r in report["ranks"]}) == world
     assert "Classic check" in run.stdout and "PASS" in run.stdout
-    assert "Traceback" not in run.stdout + run.stderr
+    assert run.stderr == ""  # no torch banner or warning reaches the user's terminal on a pass
     assert_nothing_left(scratch, run)
 
 

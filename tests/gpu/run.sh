@@ -25,4 +25,7 @@ if python3 -c "import ddpcheck.checks.train" 2>/dev/null; then
   COLUMNS=120 timeout 300 python3 -m ddpcheck train --json "$OUT/train.json" > "$OUT/train.txt" 2>&1
   echo "train exit $?" >> "$OUT/summary.txt"
 fi
+GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
+timeout 300 python3 tests/perf/bench_profile_overhead.py --device cuda --nproc "$GPUS" > "$OUT/bench_profile_overhead.txt" 2>&1
+echo "profile overhead bench exit $?: $(tail -1 "$OUT/bench_profile_overhead.txt")" >> "$OUT/summary.txt"
 cat "$OUT/summary.txt"
