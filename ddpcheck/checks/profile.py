@@ -67,8 +67,7 @@ PEAK_FP32_TFLOPS: tuple[tuple[str, float], ...] = (
     ("T4", 8.1),
 )
 
-# Per step, in the order they are timed; the derived ones are computed in judge().
-PHASES = ("forward", "backward", "backward_compute", "update")
+# The phases timed per step, with their labels; the derived ones are computed in judge().
 SUMMARY_PHASES = {
     "forward": "forward",
     "backward": "backward (with sync)",
