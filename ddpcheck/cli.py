@@ -310,8 +310,10 @@ def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
 
     launch.quiet_torch_cpp_logs()
     console = render.make_console(stderr=json_path == "-" or junit_path == "-")
-    inline = launch.detect_inline(launch_options)
-    plan = launch.plan_inline(launch_options) if inline else launch.plan_launch(launch_options)
+    from ddpcheck import plan as planning
+
+    inline = planning.detect_inline(launch_options)
+    plan = planning.plan_inline(launch_options) if inline else planning.plan_launch(launch_options)
     parse_faults(plan.inject, command, plan.world_size)
     options = resolve_defaults(options, plan.device)
     if inline:

@@ -76,7 +76,7 @@ def add_findings(
 ) -> None:
     """Append what explains a run that crashed, hung or never launched.
 
-    `statuses` are annotated (launch.annotate): each carries its process state and
+    `statuses` are annotated (watchdog.annotate): each carries its process state and
     heartbeat age as seen on its own host.
     """
     if launch_error:
