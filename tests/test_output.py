@@ -258,9 +258,10 @@ def test_details_quoting_brackets_are_not_rich_markup() -> None:
 
 def test_a_terminal_shows_the_sweep_progress_driven_by_the_launcher(scratch: Path) -> None:
     """The launcher reads rank 0's status file and draws the sweep's progress; ranks never print."""
-    args = ("allreduce", "--nproc", "2", "--sizes", "1K:2M", "--iters", "30")
+    # Long enough (seconds) for several redraws of the display, even on a fast machine.
+    args = ("allreduce", "--nproc", "2", "--sizes", "1K:8M", "--iters", "60")
     code, output = run_on_terminal(args, clean_env(scratch))
     assert code == 0, output
-    sizes = 12  # 1K, 2K, ... 2M
+    sizes = 14  # 1K, 2K, ... 8M
     assert f"/{sizes}" in output  # the progress bar's "done/total" column
     assert "rank 0: " in output  # its description: what rank 0 is doing

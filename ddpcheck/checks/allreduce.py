@@ -138,8 +138,8 @@ def measure(ctx: Any, opts: AllreduceOptions) -> dict[str, Any]:
     largest = torch.empty(max(sizes) // ITEM_SIZE[opts.dtype], dtype=dtype, device=ctx.device)
     for i, size in enumerate(sizes):
         label = human_bytes(size)
-        ctx.progress(i, len(sizes), label)
         ctx.stage(f"measure: all_reduce {label}")
+        ctx.progress(i, len(sizes), label)  # after the stage, which clears the previous progress
         buffer = largest[: size // ITEM_SIZE[opts.dtype]]
         wrong = _reduce_pattern(ctx, buffer, ctx.rank, ctx.world_size)
         seconds = _time_all_reduce(ctx, buffer, opts.warmup, opts.iters)
