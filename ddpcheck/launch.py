@@ -369,6 +369,8 @@ def run_inline(command: str, options: dict[str, Any], plan: LaunchPlan) -> Repor
     """
     started = time.monotonic()
     run_dir = Path(tempfile.mkdtemp(prefix="ddpcheck-"))
+    # torchrun and srun stop a rank with SIGTERM: unwind, so that the run directory goes too.
+    previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         spec = make_spec(command, options, plan)
         spec["pg_timeout"] = plan.timeout  # no launcher watches: the ranks' own timeout is the bound
@@ -384,4 +386,9 @@ def run_inline(command: str, options: dict[str, Any], plan: LaunchPlan) -> Repor
             return Verdict.ERROR
         return shared[0]
     finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)

@@ -383,3 +383,6 @@ def test_under_torchrun_a_hang_is_named_by_rank_0(scratch, tmp_path: Path) -> No
         "ddpcheck: rank 0 failed:" in err and "ddpcheck/worker.py" not in err
     )  # (torchrun's own traceback follows)
     assert not worker_processes(scratch)
+    assert not list(
+        scratch.glob("ddpcheck-*")
+    )  # the hung rank, stopped by torchrun, removed its run directory
