@@ -106,9 +106,7 @@ def launch(
         exits = {rank: _exit_info(f, watchdog.killed) for rank, f in failures.items()}
         local = annotate(read_statuses(run_dir))
         watchdog.publish_final(local, exits)
-        statuses = watchdog.snapshot or watchdog.world_statuses(local)
-        # Other nodes publish how their ranks ended; a rank that died there is named here too.
-        exits |= {r: s["exit"] for r, s in statuses.items() if s.get("remote") and s.get("exit")}
+        statuses, exits = _world_view(watchdog, local, exits, settle=plan.nnodes > 1 and not watchdog.stall)
         findings = {
             "plan": plan,
             "statuses": statuses,
@@ -210,6 +208,29 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
     }
     with _environment(env):
         elastic_launch(config, sys.executable)("-u", "-m", "ddpcheck.worker", str(run_dir))
+
+
+REMOTE_SETTLE_S = 4.0
+
+
+def _world_view(
+    watchdog: Watchdog, local: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]], settle: bool
+) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
+    """Every rank's status and exit as far as this node can know them.
+
+    Other nodes publish how their ranks ended. When this node's own failures are only
+    peers that lost their connection, the cause is on another node: wait a moment for
+    that node's account (its launcher publishes it once its agent returns).
+    """
+    base = {r: s for r, s in (watchdog.snapshot or local).items() if not s.get("remote")}
+    deadline = time.monotonic() + (REMOTE_SETTLE_S if settle else 0)
+    while True:
+        statuses = watchdog.world_statuses(base)
+        # A rank that died there is named here too.
+        merged = exits | {r: s["exit"] for r, s in statuses.items() if s.get("remote") and s.get("exit")}
+        if postmortem.crash_culprits(statuses, merged) or time.monotonic() >= deadline:
+            return statuses, merged
+        time.sleep(POLL_S * 2)
 
 
 def _missing_nodes(agent: AgentThread) -> str:

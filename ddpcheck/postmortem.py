@@ -191,6 +191,13 @@ def judge_stall(stall: dict[str, Any]) -> Check:
     if never_started:
         parts.append(f"rank(s) {_ranks(never_started)} never started (or their node never reported)")
         culprits = sorted(set(culprits) | set(never_started))
+    silent = [r for r in finished if statuses[r].get("stage") != "done"]
+    if not culprits and not live and silent:
+        # Nobody is left waiting: the ranks that ended mid-run without an error are the lead.
+        for r in silent:
+            parts.append(f"{_who(r, statuses[r])} ended at stage '{statuses[r]['stage']}' without an error")
+        culprits = silent
+        finished = [r for r in finished if r not in silent]
     waiting = sorted(r for r in live if r not in culprits)
     if not culprits:
         culprits = sorted(live)

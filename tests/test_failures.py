@@ -252,3 +252,12 @@ def test_twenty_runs_back_to_back_leave_nothing(ddpcheck, scratch) -> None:
         codes = list(pool.map(one, range(20)))
     assert codes == [0] * 20
     assert_nothing_left(scratch)
+
+
+def test_a_rank_that_ended_mid_run_without_a_word_is_the_lead() -> None:
+    statuses = {
+        0: status(0, "measure: classic", 5, state="exited", error="RuntimeError: Connection reset by peer"),
+        1: status(1, "measure", 4, state="exited", remote=True),  # its node said no more
+    }
+    check = judge_stall(stall_of(statuses))
+    assert check.ranks == [1] and "ended at stage 'measure' without an error" in check.detail
