@@ -281,7 +281,7 @@ def _classify_agent_error(
         )
     if isinstance(exc, (RendezvousError, StoreUnreachable)):
         cause = exc.__cause__ or exc.__context__
-        reason = f" ({_one_line(cause)})" if cause else ""
+        reason = f" ({_headline(cause)})" if cause else ""
         return (
             {},
             (
@@ -290,10 +290,11 @@ def _classify_agent_error(
             ),
             False,
         )
-    return {}, f"{type(exc).__name__}: {_one_line(exc)}".strip(), False
+    return {}, f"{type(exc).__name__}: {_headline(exc)}".strip(), False
 
 
-def _one_line(exc: BaseException) -> str:
+def _headline(exc: BaseException) -> str:
+    """The first line of an exception's message (torch's store errors add pages after it)."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
     return lines[0].strip() if lines else type(exc).__name__
 

@@ -15,6 +15,14 @@ import psutil
 import pytest
 
 
+def needs_gpu(test: Any) -> Any:
+    """CUDA-only tests: selected by `-m gpu` (tests/gpu/run.sh), skipped where no GPU is visible."""
+    import torch
+
+    skip = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+    return pytest.mark.gpu(skip(test))
+
+
 @dataclass
 class Run:
     code: int

@@ -10,7 +10,7 @@ import torch
 from ddpcheck.checks import allreduce
 from ddpcheck.checks.allreduce import EXACT_LIMIT, Pattern, bus_factor, judge, sweep_sizes
 from ddpcheck.options import AllreduceOptions
-from tests.conftest import assert_nothing_left
+from tests.conftest import assert_nothing_left, needs_gpu
 
 OPTS = AllreduceOptions(min_bytes=1024, max_bytes=4096, dtype="float32", iters=2, warmup=1)
 
@@ -253,8 +253,7 @@ def test_json_to_stdout_is_pure_json(ddpcheck, scratch) -> None:
     }
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_gpu
 def test_gpu_ranks_over_nccl(ddpcheck, scratch) -> None:
     gpus = torch.cuda.device_count()
     run = ddpcheck("allreduce", "--gpus", str(gpus), "--sizes", "1M:64M")
@@ -264,8 +263,7 @@ def test_gpu_ranks_over_nccl(ddpcheck, scratch) -> None:
     assert_nothing_left(scratch, run)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_gpu
 def test_gpu_corrupt_is_localised(ddpcheck, scratch) -> None:
     run = ddpcheck("allreduce", "--gpus", "1", "--sizes", "1M", "--inject", "corrupt@0")
     assert run.code == 1 and run.check("data integrity")["ranks"] == [0]

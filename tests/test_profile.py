@@ -13,7 +13,7 @@ from ddpcheck.checks.profile import Marks, flops, judge, known_peak, straggler_r
 from ddpcheck.errors import UsageError
 from ddpcheck.options import ProfileOptions
 from ddpcheck.report import Status, Verdict
-from tests.conftest import assert_nothing_left
+from tests.conftest import assert_nothing_left, needs_gpu
 
 OPTS = ProfileOptions(hidden=64, batch=8, steps=6, warmup=1)
 GRAD_BYTES = 4 * (64 * 64 + 64)
@@ -295,8 +295,7 @@ def test_slow_rank_is_named_exactly(ddpcheck, scratch, nproc: int, culprit: int)
     assert_nothing_left(scratch, run)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_gpu
 def test_gpu_profile_reports_tflops(ddpcheck, scratch) -> None:
     gpus = torch.cuda.device_count()
     run = ddpcheck("profile", "--gpus", str(gpus), "--hidden", "4096")
@@ -309,8 +308,7 @@ def test_gpu_profile_reports_tflops(ddpcheck, scratch) -> None:
     assert_nothing_left(scratch, run)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_gpu
 def test_gpu_slow_rank(ddpcheck, scratch) -> None:
     gpus = torch.cuda.device_count()
     if gpus < 2:

@@ -14,7 +14,7 @@ from ddpcheck.errors import UsageError
 from ddpcheck.faults import DIVERGE_NUDGE, fault_step
 from ddpcheck.options import TrainOptions
 from ddpcheck.report import Status, Verdict
-from tests.conftest import assert_nothing_left
+from tests.conftest import assert_nothing_left, needs_gpu
 
 OPTS = TrainOptions(steps=5, hidden=64, batch=4)
 PARAMS = ["weight", "bias"]
@@ -348,8 +348,7 @@ def test_nan_rank_is_named_exactly(ddpcheck, scratch, nproc: int, culprit: int) 
     assert_nothing_left(scratch, run)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_gpu
 def test_gpu_ranks_train_correctly(ddpcheck, scratch) -> None:
     gpus = torch.cuda.device_count()
     run = ddpcheck("train", "--gpus", str(gpus))
@@ -358,8 +357,7 @@ def test_gpu_ranks_train_correctly(ddpcheck, scratch) -> None:
     assert_nothing_left(scratch, run)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_gpu
 def test_gpu_nan_is_named(ddpcheck, scratch) -> None:
     run = ddpcheck("train", "--gpus", "1", "--inject", "nan@0")
     assert run.code == 1 and run.check("loss descent")["ranks"] == [0]
