@@ -10,6 +10,7 @@ Already inside a launch (torchrun, srun), `run_inline` runs the command as that 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -21,7 +22,6 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from ddpcheck.presence import Presence, StoreUnreachable
 from ddpcheck.rendezvous import advertised_address, check_rendezvous_port, hosts_store
 from ddpcheck.report import Report, Verdict
 from ddpcheck.status import read_statuses
+from ddpcheck.torch_compat import allow_agent_off_main_thread, fields_known_to, rank_log_fields
 from ddpcheck.watchdog import ABANDON_AFTER_S, POLL_S, ProgressCallback, Watchdog, annotate, kill_workers
 from ddpcheck.worker import SPEC_FILE, load_report, load_verdict, run_rank
 
@@ -49,7 +50,7 @@ def make_spec(command: str, options: dict[str, Any], plan: LaunchPlan) -> dict[s
         "pg_timeout": plan.timeout + PG_TIMEOUT_GRACE_S,
         "inject": plan.inject,
         "notes": plan.notes,
-        "plan": asdict(plan),
+        "plan": dataclasses.asdict(plan),
     }
 
 
@@ -159,11 +160,15 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+def launch_config(plan: LaunchPlan, run_dir: Path) -> Any:
+    """The agent's LaunchConfig: each field that this torch has, set explicitly."""
+    from torch.distributed.launcher.api import LaunchConfig
 
-    _silence_torch_logging()
+    return LaunchConfig(**fields_known_to(LaunchConfig, launch_fields(plan, run_dir)))
+
+
+def launch_fields(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
+    """Every LaunchConfig field of every supported release, chosen: none is left to torch's default."""
     # Without an endpoint, as torchrun --standalone: a free port, chosen by the store.
     endpoint = plan.rdzv_endpoint or "localhost:0"
     rdzv_configs: dict[str, Any] = {
@@ -174,31 +179,39 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
     }
     if plan.rdzv_endpoint:
         rdzv_configs["is_host"] = hosts_store(plan)
-    config = LaunchConfig(
-        min_nodes=plan.nnodes,
-        max_nodes=plan.nnodes,
-        nproc_per_node=plan.nproc,
-        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL, tee=Std.NONE),
-        run_id=f"ddpcheck-{uuid.uuid4().hex[:12]}" if not plan.rdzv_endpoint else "ddpcheck",
-        role="ddpcheck",
-        rdzv_endpoint=endpoint,
-        rdzv_backend="c10d",
-        rdzv_configs=rdzv_configs,
-        rdzv_timeout=max(1, math.ceil(plan.timeout)),
-        max_restarts=0,
-        monitor_interval=POLL_S,
-        start_method="spawn",
-        log_line_prefix_template=None,
-        metrics_cfg={},
-        local_addr=advertised_address(plan.rdzv_endpoint),
-        event_log_handler="null",
-        numa_options=None,
-        signals_to_handle="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
-        duplicate_stdout_filters=None,
-        duplicate_stderr_filters=None,
-        virtual_local_rank=False,
-        shutdown_timeout=2,
-    )
+    return {
+        "min_nodes": plan.nnodes,
+        "max_nodes": plan.nnodes,
+        "nproc_per_node": plan.nproc,
+        **rank_log_fields(run_dir / "logs"),
+        "run_id": f"ddpcheck-{uuid.uuid4().hex[:12]}" if not plan.rdzv_endpoint else "ddpcheck",
+        "role": "ddpcheck",
+        "rdzv_endpoint": endpoint,
+        "rdzv_backend": "c10d",
+        "rdzv_configs": rdzv_configs,
+        "rdzv_timeout": max(1, math.ceil(plan.timeout)),
+        "max_restarts": 0,
+        "monitor_interval": POLL_S,
+        "start_method": "spawn",
+        "log_line_prefix_template": None,
+        "metrics_cfg": {},
+        "local_addr": advertised_address(plan.rdzv_endpoint),
+        "event_log_handler": "null",
+        "numa_options": None,
+        "signals_to_handle": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+        "duplicate_stdout_filters": None,
+        "duplicate_stderr_filters": None,
+        "virtual_local_rank": False,
+        "shutdown_timeout": 2,
+    }
+
+
+def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
+    from torch.distributed.launcher.api import elastic_launch
+
+    _silence_torch_logging()
+    allow_agent_off_main_thread()
+    config = launch_config(plan, run_dir)
     env = {
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
         "PYTHONUNBUFFERED": "1",

@@ -33,6 +33,7 @@ from ddpcheck.network import route_address
 from ddpcheck.options import options_from_dict
 from ddpcheck.report import Report, Verdict
 from ddpcheck.status import StatusWriter
+from ddpcheck.torch_compat import takes_device_id
 
 REPORT_FILE = "report.json"
 VERDICT_FILE = "verdict"
@@ -250,7 +251,7 @@ def _join(spec: dict[str, Any], device: Any) -> None:
         "backend": spec["backend"],
         "timeout": timedelta(seconds=spec["pg_timeout"]),
     }
-    if device.type == "cuda" and spec["backend"] == "nccl":
+    if device.type == "cuda" and spec["backend"] == "nccl" and takes_device_id():
         kwargs["device_id"] = device  # eager NCCL init: a bad GPU fails here, not mid-check
     dist.init_process_group(**kwargs)
 
