@@ -1,31 +1,59 @@
 #!/usr/bin/env bash
 # On a machine with CUDA GPUs: the GPU-marked tests and the GPU figures, in one call.
-# Results go under $OUT (default ./gpu-results). Usage: bash tests/gpu/run.sh
+#
+#   bash tests/gpu/run.sh            # results under ./gpu-results
+#   OUT=/some/dir bash tests/gpu/run.sh
+#
+# Runs from this checkout with the machine's own torch (PYTHONPATH, no install), so it
+# works on a machine that reaches no package index. It leaves at most 8 files under
+# $OUT: summary.txt and the main printouts, with everything (JSON reports included)
+# in results.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
-export OMP_NUM_THREADS=1
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 COLUMNS=120
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-python3 -m pip install --quiet -e '.[test]' 2>&1 | tail -2
-nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-python3 -m ddpcheck env --json "$OUT/env.json" > "$OUT/env.txt" 2>&1
-echo "env exit $?" >> "$OUT/summary.txt"
+# step NAME LIMIT_S COMMAND...: run it, its output in NAME.txt, one line in summary.txt.
+step() {
+  local name=$1 limit=$2 began=$SECONDS rc
+  shift 2
+  timeout "$limit" "$@" > "$WORK/$name.txt" 2>&1
+  rc=$?
+  echo "$name: exit $rc in $((SECONDS - began)) s: $(tail -1 "$WORK/$name.txt")" | tee -a "$WORK/summary.txt"
+}
 
-python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml "$OUT/gpu-tests.xml" > "$OUT/gpu-tests.txt" 2>&1
-echo "gpu tests exit $?: $(tail -1 "$OUT/gpu-tests.txt")" >> "$OUT/summary.txt"
+python3 - > "$WORK/versions.txt" 2>&1 <<'EOF'
+import importlib, sys
+print("python", sys.version.split()[0])
+for name in ("torch", "typer", "rich", "psutil", "numpy", "pytest", "pytest_timeout"):
+    try:
+        print(name, getattr(importlib.import_module(name), "__version__", "?"))
+    except ImportError as exc:
+        print(name, "MISSING:", exc)
+import torch
+print("cuda", torch.version.cuda, "gpus", torch.cuda.device_count(),
+      [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
+EOF
+cat "$WORK/versions.txt" >> "$WORK/summary.txt"
+nvidia-smi > "$WORK/nvidia-smi.txt" 2>&1
 
-COLUMNS=120 timeout 300 python3 -m ddpcheck allreduce --json "$OUT/allreduce.json" > "$OUT/allreduce.txt" 2>&1
-echo "allreduce exit $?" >> "$OUT/summary.txt"
-if python3 -c "import ddpcheck.checks.profile" 2>/dev/null; then
-  COLUMNS=120 timeout 300 python3 -m ddpcheck profile --hidden 4096 --json "$OUT/profile.json" > "$OUT/profile.txt" 2>&1
-  echo "profile exit $?" >> "$OUT/summary.txt"
-fi
-if python3 -c "import ddpcheck.checks.train" 2>/dev/null; then
-  COLUMNS=120 timeout 300 python3 -m ddpcheck train --json "$OUT/train.json" > "$OUT/train.txt" 2>&1
-  echo "train exit $?" >> "$OUT/summary.txt"
-fi
+step env 60 python3 -m ddpcheck env --json "$WORK/env.json"
+step gpu-tests 420 python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" \
+  --junitxml "$WORK/gpu-tests.xml" tests
+step allreduce 120 python3 -m ddpcheck allreduce --json "$WORK/allreduce.json"
+step train 120 python3 -m ddpcheck train --json "$WORK/train.json"
+step profile 120 python3 -m ddpcheck profile --hidden 4096 --json "$WORK/profile.json"
+# The default batch (32 rows) is launch-bound on a large GPU; this one shows the matmuls' rate.
+step profile-batch4096 120 python3 -m ddpcheck profile --hidden 4096 --batch 4096 \
+  --json "$WORK/profile-batch4096.json"
 GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
-timeout 300 python3 tests/perf/bench_profile_overhead.py --device cuda --nproc "$GPUS" > "$OUT/bench_profile_overhead.txt" 2>&1
-echo "profile overhead bench exit $?: $(tail -1 "$OUT/bench_profile_overhead.txt")" >> "$OUT/summary.txt"
-cat "$OUT/summary.txt"
+step bench-profile-overhead 180 python3 tests/perf/bench_profile_overhead.py --device cuda \
+  --nproc "$GPUS" --hidden 4096
+
+cp "$WORK"/{summary,gpu-tests,profile,profile-batch4096,allreduce,train}.txt "$OUT"/ 2>/dev/null
+tar -czf "$OUT/results.tar.gz" -C "$WORK" .
+cat "$WORK/summary.txt"
