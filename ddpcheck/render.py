@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ddpcheck.report import Report, Status, Table, Verdict
+from ddpcheck.report import Report, Status, Table, Verdict, counted
 
 STATUS_STYLE = {
     Status.PASS: "bold green",
@@ -77,7 +77,7 @@ def verdict_line(report: Report) -> Text:
     world = report.world
     where = ""
     if world.get("size"):
-        where = f" ({world['size']} ranks, {world.get('backend')}, {world.get('device')})"
+        where = f" ({counted(world['size'], 'rank')}, {world.get('backend')}, {world.get('device')})"
     counts: dict[Status, int] = {}
     for check in report.checks:
         counts[check.status] = counts.get(check.status, 0) + 1

@@ -154,6 +154,11 @@ class Report:
         )
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 rank', '2 ranks': a count and its noun, for details and verdict lines."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _finite(value: Any) -> Any:
     """NaN and infinities as strings: JSON has no such numbers, and strict parsers (jq) reject them.
 

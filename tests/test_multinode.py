@@ -354,7 +354,7 @@ def test_rank_map_names_a_node_with_fewer_ranks() -> None:
     ids = [i for i in ids if i["rank"] != 5]  # host c lost a GPU: one rank fewer
     check = judge_rank_map(ids)
     assert check.status == Status.FAIL and check.hosts == ["c"] and check.ranks == [4]
-    assert "runs 1 ranks, the other nodes 2" in check.detail
+    assert "runs 1 rank, the other nodes 2" in check.detail
 
 
 def test_under_torchrun_a_hang_is_named_by_rank_0(scratch, tmp_path: Path) -> None:
@@ -386,3 +386,8 @@ def test_under_torchrun_a_hang_is_named_by_rank_0(scratch, tmp_path: Path) -> No
     assert not list(
         scratch.glob("ddpcheck-*")
     )  # the hung rank, stopped by torchrun, removed its run directory
+
+
+def test_counts_read_as_english() -> None:
+    assert judge_rank_map(idents(["a"], 1)).detail.startswith("1 rank on 1 node,")
+    assert judge_rank_map(idents(["a", "b"], 2)).detail.startswith("4 ranks on 2 nodes,")

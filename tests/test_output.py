@@ -238,6 +238,14 @@ def test_quiet_in_process(terminal: FakeTerminal, monkeypatch: pytest.MonkeyPatc
     ]
 
 
+def test_one_rank_is_one_rank(terminal: FakeTerminal, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    report = sample_report()
+    report.world["size"] = 1
+    render.render_report(report, console_on(terminal), quiet=True)
+    assert lines_of(terminal.getvalue()) == ["PASS  ddpcheck allreduce (1 rank, gloo, cpu): 1 pass in 0.0 s"]
+
+
 def test_details_quoting_brackets_are_not_rich_markup() -> None:
     """Rank errors quote paths like "[/src/gloo/pair.cc:553]"; rich must print them, not parse them."""
     import io

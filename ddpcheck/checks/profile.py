@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ddpcheck.checks.allreduce import bus_factor
 from ddpcheck.checks.model import (
     DATA,
     INIT,
@@ -244,11 +245,6 @@ def _measure(ctx: Any, opts: ProfileOptions) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- judge
-def bus_factor(world_size: int) -> float:
-    """nccl-tests' all_reduce factor 2(n-1)/n: the share of the data each rank sends."""
-    return 2 * (world_size - 1) / world_size
-
-
 def flops(opts: ProfileOptions) -> dict[str, float]:
     """Matmul FLOPs per step and rank of one Linear(H, H) on B rows (the bias is noise)."""
     forward = 2.0 * opts.batch * opts.hidden**2

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ddpcheck.report import Check, Status, Table
+from ddpcheck.report import Check, Status, Table, counted
 
 RANKS_TABLE_COLUMNS = {
     "rank": "rank",
@@ -126,7 +126,7 @@ def judge_rank_map(identities: list[dict[str, Any]]) -> Check:
     for node, size in sizes.items():
         if size != usual:
             problems.append(
-                f"host {node_label(node, identities)} runs {size} ranks, the other nodes {usual}: "
+                f"host {node_label(node, identities)} runs {counted(size, 'rank')}, the other nodes {usual}: "
                 "a GPU missing from that node, or a different --nproc/--gpus there?"
             )
             culprits.update(m["rank"] for m in by_node[node])
@@ -151,6 +151,6 @@ def judge_rank_map(identities: list[dict[str, Any]]) -> Check:
     return Check(
         "rank map",
         Status.PASS,
-        f"{len(identities)} ranks on {nodes} node{'s' if nodes != 1 else ''}, "
+        f"{counted(len(identities), 'rank')} on {counted(nodes, 'node')}, "
         "local ranks contiguous, one device per rank",
     )
