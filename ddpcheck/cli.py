@@ -15,6 +15,7 @@ import typer
 
 from ddpcheck import __version__
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from ddpcheck.torch_compat import process_group_left_open
 
 if TYPE_CHECKING:
     from ddpcheck.report import Report
@@ -400,7 +401,13 @@ def main() -> None:
             file=sys.stderr,
         )
         sys.exit(EXIT_COULD_NOT_COMPLETE)
-    sys.exit(code if isinstance(code, int) else 0)
+    code = code if isinstance(code, int) else 0
+    if process_group_left_open():
+        # Interpreter teardown would destroy it, and could deadlock as destroy_process_group can.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def _usage_exit(message: str) -> None:

@@ -31,7 +31,12 @@ from ddpcheck.presence import Presence, StoreUnreachable
 from ddpcheck.rendezvous import advertised_address, check_rendezvous_port, hosts_store
 from ddpcheck.report import Report, Verdict
 from ddpcheck.status import read_statuses
-from ddpcheck.torch_compat import allow_agent_off_main_thread, fields_known_to, rank_log_fields
+from ddpcheck.torch_compat import (
+    allow_agent_off_main_thread,
+    fields_known_to,
+    rank_log_fields,
+    share_rendezvous_port,
+)
 from ddpcheck.watchdog import ABANDON_AFTER_S, POLL_S, ProgressCallback, Watchdog, annotate, kill_workers
 from ddpcheck.worker import SPEC_FILE, load_report, load_verdict, run_rank
 
@@ -211,6 +216,7 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
 
     _silence_torch_logging()
     allow_agent_off_main_thread()
+    share_rendezvous_port()
     config = launch_config(plan, run_dir)
     env = {
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),

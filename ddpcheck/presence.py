@@ -15,6 +15,7 @@ from typing import Any
 
 from ddpcheck.network import route_address
 from ddpcheck.options import parse_endpoint
+from ddpcheck.torch_compat import store_has
 
 PREFIX = "ddpcheck/node/"
 STATUS_PREFIX = "ddpcheck/statuses/"
@@ -52,7 +53,7 @@ class Presence:
         found = {}
         for node in range(self.nnodes):
             key = f"{PREFIX}{node}"
-            if self.store.check([key]):
+            if store_has(self.store, key):
                 found[node] = json.loads(self.store.get(key))
         return found
 
@@ -65,7 +66,7 @@ class Presence:
         merged: dict[int, dict[str, Any]] = {}
         for node in range(self.nnodes):
             key = f"{STATUS_PREFIX}{node}"
-            if node == self.node_rank or not self.store.check([key]):
+            if node == self.node_rank or not store_has(self.store, key):
                 continue
             for rank, status in json.loads(self.store.get(key)).items():
                 merged[int(rank)] = {**status, "remote": True}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,41 @@ def takes_device_id() -> bool:
     return "device_id" in inspect.signature(dist.init_process_group).parameters
 
 
+def teardown_may_deadlock() -> bool:
+    """Whether destroy_process_group can deadlock on this torch: before 2.8 it could.
+
+    Its ProcessGroup destructor held the GIL while joining the backend's worker threads,
+    and a worker still dropping a finished collective's tensors needs the GIL
+    (pytorch#56297, fixed by pytorch#154976 in 2.8). Seen here on 2.2 and 2.4: a rank
+    frozen at stage 'done', inside ~ProcessGroupGloo, one run in tens under load.
+    """
+    import torch
+
+    return torch.__version__ < (2, 8)  # a TorchVersion: compared as a version, not a string
+
+
+def store_has(store: Any, key: str) -> bool:
+    """Whether `key` is set in a torch.distributed Store, without waiting for it.
+
+    Store.check reached Python in 2.3; before, a wait of a millisecond answers.
+    """
+    if hasattr(store, "check"):
+        return bool(store.check([key]))
+    from datetime import timedelta
+
+    try:
+        store.wait([key], timedelta(milliseconds=1))
+    except RuntimeError:  # timed out (DistStoreError is a RuntimeError)
+        return False
+    return True
+
+
+def process_group_left_open() -> bool:
+    """Whether this process still has a process group: a rank run inline where teardown may deadlock."""
+    dist = sys.modules.get("torch.distributed")  # never imports torch (--help stays fast)
+    return dist is not None and dist.is_available() and dist.is_initialized()
+
+
 class _MainThreadSignals:
     """The `signal` module as torch's elastic process context sees it: handlers only from the main thread.
 
@@ -73,3 +109,22 @@ def allow_agent_off_main_thread() -> None:
 
     if not isinstance(api.signal, _MainThreadSignals):
         api.signal = _MainThreadSignals()
+
+
+def _shared_port_tcp_store(*args: Any, **kwargs: Any) -> Any:
+    from torch.distributed import TCPStore
+
+    kwargs.setdefault("multi_tenant", True)
+    return TCPStore(*args, **kwargs)
+
+
+def share_rendezvous_port() -> None:
+    """Let the c10d rendezvous open its store on the port that presence.py's store already holds.
+
+    Both live in the launcher's process on the node that hosts the endpoint. From 2.5
+    the rendezvous backend opens its TCPStore with multi_tenant=True, sharing the
+    server; before, it binds the port anew and fails with "Address already in use".
+    """
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
+
+    backend.TCPStore = _shared_port_tcp_store  # type: ignore[attr-defined]

@@ -33,7 +33,7 @@ from ddpcheck.network import route_address
 from ddpcheck.options import options_from_dict
 from ddpcheck.report import Report, Verdict
 from ddpcheck.status import StatusWriter
-from ddpcheck.torch_compat import takes_device_id
+from ddpcheck.torch_compat import store_has, takes_device_id, teardown_may_deadlock
 
 REPORT_FILE = "report.json"
 VERDICT_FILE = "verdict"
@@ -195,7 +195,8 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
             _report_inline_failure(spec, run_dir, world_size, message)
         return 1
     finally:
-        if dist.is_initialized():
+        # Where teardown can deadlock, main()'s os._exit ends the process group with the process.
+        if dist.is_initialized() and not teardown_may_deadlock():
             dist.destroy_process_group()
         if status:
             status.close()
@@ -224,7 +225,7 @@ def _report_inline_failure(spec: dict[str, Any], run_dir: str, world_size: int, 
     for rank in range(world_size):
         key = f"{STAGE_KEY}{rank}"
         with contextlib.suppress(Exception):
-            if store.check([key]):
+            if store_has(store, key):
                 statuses[rank] = {**json.loads(store.get(key)), "proc_state": "running"}
     stall = {"statuses": statuses, "waited_s": spec["pg_timeout"], "world_size": world_size}
     report = postmortem.inline_report(spec, stall, message)

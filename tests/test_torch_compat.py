@@ -67,3 +67,63 @@ def test_the_elastic_process_context_sees_the_shim() -> None:
     allow_agent_off_main_thread()  # idempotent
     assert isinstance(api.signal, _MainThreadSignals)
     assert api.signal.SIGINT == signal.SIGINT
+
+
+def test_teardown_is_skipped_only_before_the_release_that_fixed_it(monkeypatch) -> None:
+    import torch
+    from torch.torch_version import TorchVersion
+
+    from ddpcheck.torch_compat import teardown_may_deadlock
+
+    cases = (("2.2.2+cu121", True), ("2.7.1", True), ("2.8.0", False), ("2.13.0+cpu", False))
+    for version, deadlocks in cases:
+        monkeypatch.setattr(torch, "__version__", TorchVersion(version))
+        assert teardown_may_deadlock() is deadlocks, version
+
+
+def test_an_open_process_group_is_seen(tmp_path: Path) -> None:
+    import torch.distributed as dist
+
+    from ddpcheck.torch_compat import process_group_left_open
+
+    assert not process_group_left_open()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        assert process_group_left_open()
+    finally:
+        dist.destroy_process_group()
+    assert not process_group_left_open()
+
+
+def test_the_rendezvous_store_can_share_the_presence_port() -> None:
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
+
+    from ddpcheck.torch_compat import share_rendezvous_port
+
+    share_rendezvous_port()
+    presence = TCPStore("127.0.0.1", 0, is_master=True, multi_tenant=True, wait_for_workers=False)
+    # What the c10d backend does on the node that hosts the endpoint, after presence.py did.
+    rendezvous = backend.TCPStore("127.0.0.1", presence.port, is_master=True, wait_for_workers=False)
+    rendezvous.set("key", "value")
+    assert presence.get("key") == b"value"
+
+
+class WaitOnlyStore:
+    """A store as 2.2 binds it: wait, but no check."""
+
+    def __init__(self, store) -> None:
+        self.wait = store.wait
+
+
+def test_a_key_is_looked_up_with_or_without_check() -> None:
+    from torch.distributed import HashStore
+
+    from ddpcheck.torch_compat import store_has
+
+    store = HashStore()
+    for view in (store, WaitOnlyStore(store)):
+        assert not store_has(view, "missing")
+    store.set("present", "1")
+    for view in (store, WaitOnlyStore(store)):
+        assert store_has(view, "present")
