@@ -32,6 +32,7 @@ from ddpcheck.rendezvous import advertised_address, check_rendezvous_port, hosts
 from ddpcheck.report import Report, Verdict
 from ddpcheck.status import read_statuses
 from ddpcheck.torch_compat import (
+    advertise_store_address,
     allow_agent_off_main_thread,
     fields_known_to,
     rank_log_fields,
@@ -218,6 +219,7 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
     allow_agent_off_main_thread()
     share_rendezvous_port()
     config = launch_config(plan, run_dir)
+    advertise_store_address(config.local_addr)
     env = {
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
         "PYTHONUNBUFFERED": "1",

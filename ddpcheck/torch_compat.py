@@ -8,7 +8,9 @@ behaviour it smooths over; tests/compat/run.sh runs the suite on an older releas
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import Any
 def fields_known_to(cls: type, wanted: dict[str, Any]) -> dict[str, Any]:
     """The entries of `wanted` that dataclass `cls` has a field for.
 
-    LaunchConfig gains fields over releases (shutdown_timeout in 2.13): one this torch
+    LaunchConfig gains fields over releases (2.13 has shutdown_timeout, 2.11 not): one this torch
     lacks is left out, and what it would set keeps this torch's own behaviour.
     """
     known = {f.name for f in dataclasses.fields(cls)}
@@ -42,8 +44,6 @@ def rank_log_fields(log_dir: Path) -> dict[str, Any]:
 
 def takes_device_id() -> bool:
     """Whether init_process_group takes device_id (2.3 on): NCCL then sets up its communicator at once."""
-    import inspect
-
     import torch.distributed as dist
 
     return "device_id" in inspect.signature(dist.init_process_group).parameters
@@ -54,8 +54,9 @@ def teardown_may_deadlock() -> bool:
 
     Its ProcessGroup destructor held the GIL while joining the backend's worker threads,
     and a worker still dropping a finished collective's tensors needs the GIL
-    (pytorch#56297, fixed by pytorch#154976 in 2.8). Seen here on 2.2 and 2.4: a rank
-    frozen at stage 'done', inside ~ProcessGroupGloo, one run in tens under load.
+    (pytorch#56297; pytorch#154976, merged June 2025, releases it there from 2.8).
+    Seen here on 2.2 and 2.4: a rank frozen at stage 'done', inside ~ProcessGroupGloo,
+    about one run in 25 on a loaded machine.
     """
     import torch
 
@@ -65,7 +66,7 @@ def teardown_may_deadlock() -> bool:
 def store_has(store: Any, key: str) -> bool:
     """Whether `key` is set in a torch.distributed Store, without waiting for it.
 
-    Store.check reached Python in 2.3; before, a wait of a millisecond answers.
+    2.2 binds no Store.check (2.4 does); there, a wait of a millisecond answers.
     """
     if hasattr(store, "check"):
         return bool(store.check([key]))
@@ -128,3 +129,31 @@ def share_rendezvous_port() -> None:
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
 
     backend.TCPStore = _shared_port_tcp_store  # type: ignore[attr-defined]
+
+
+class _AdvertisedSocket:
+    """The `socket` module as 2.4's rendezvous API sees it: this host's name is the advertised address."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(socket, name)
+
+    def getfqdn(self, name: str = "") -> str:
+        return socket.getfqdn(name) if name else self.address
+
+
+def advertise_store_address(address: str | None) -> None:
+    """Make the node of rank 0 give workers `address` as MASTER_ADDR, as LaunchConfig.local_addr asks.
+
+    2.4's RendezvousStoreInfo.build ignores local_addr and advertises socket.getfqdn():
+    where that name does not resolve on the other nodes, every worker waits in
+    init_process_group until the timeout. 2.2 and 2.5 on honour local_addr themselves.
+    """
+    from torch.distributed.elastic.rendezvous import api
+
+    store_info = getattr(api, "RendezvousStoreInfo", None)
+    if store_info is None or "local_addr" in inspect.signature(store_info.build).parameters:
+        return
+    api.socket = _AdvertisedSocket(address) if address else socket  # type: ignore[attr-defined]

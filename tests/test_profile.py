@@ -282,9 +282,12 @@ def test_two_ranks_profile(ddpcheck, scratch) -> None:
 
 @pytest.mark.parametrize(("nproc", "culprit"), [(2, 0), (2, 1), (4, 3)])
 def test_slow_rank_is_named_exactly(ddpcheck, scratch, nproc: int, culprit: int) -> None:
+    # Four ranks share this machine's two cores: a healthy rank is now and then 1.2x the
+    # others (seen once), which is the machine, not a straggler. The slow rank is ~20x.
+    threshold = "1.2" if nproc <= 2 else "2"
     run = ddpcheck(
         "profile", "--nproc", str(nproc), "--hidden", "64", "--steps", "6", "--warmup", "1",
-        "--inject", f"slow@{culprit}",
+        "--inject", f"slow@{culprit}", "--straggler-threshold", threshold,
     )  # fmt: skip
     assert run.code == 0, run.stdout + run.stderr  # a straggler is a warning
     stragglers = run.check("stragglers")

@@ -127,3 +127,43 @@ def test_a_key_is_looked_up_with_or_without_check() -> None:
     store.set("present", "1")
     for view in (store, WaitOnlyStore(store)):
         assert store_has(view, "present")
+
+
+def test_the_node_of_rank_0_advertises_its_route_address_where_torch_would_not(monkeypatch) -> None:
+    import socket
+
+    from torch.distributed.elastic.rendezvous import api
+
+    from ddpcheck.torch_compat import advertise_store_address
+
+    class StoreInfoOf24:
+        """2.4's build(rank, store): rank 0's address is socket.getfqdn(), local_addr unheard of."""
+
+        @staticmethod
+        def build(rank: int, store: object) -> str:
+            return api.socket.getfqdn()
+
+    monkeypatch.setattr(api, "RendezvousStoreInfo", StoreInfoOf24, raising=False)
+    monkeypatch.setattr(api, "socket", socket, raising=False)
+    advertise_store_address("10.1.2.3")
+    assert StoreInfoOf24.build(0, None) == "10.1.2.3"
+    assert api.socket.gethostname() == socket.gethostname()  # the rest of the module passes through
+    advertise_store_address(None)  # a single-node run: torch's own lookup again
+    assert api.socket is socket
+
+
+def test_this_torchs_rendezvous_api_is_patched_only_if_it_ignores_local_addr(monkeypatch) -> None:
+    import inspect
+
+    from torch.distributed.elastic.rendezvous import api
+
+    from ddpcheck.torch_compat import advertise_store_address
+
+    monkeypatch.setattr(api, "socket", getattr(api, "socket", None), raising=False)  # restored after
+    before = api.socket
+    advertise_store_address("10.1.2.3")
+    store_info = getattr(api, "RendezvousStoreInfo", None)
+    if store_info is None or "local_addr" in inspect.signature(store_info.build).parameters:
+        assert api.socket is before  # 2.2, and 2.5 on
+    else:
+        assert api.socket.getfqdn() == "10.1.2.3"  # 2.4
