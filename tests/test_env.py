@@ -23,6 +23,7 @@ import pytest
 
 from ddpcheck.env import agreement, host_report, judge, master, probe, redact, units, variables
 from ddpcheck.report import Check, Report, Status, Verdict, write_json
+from tests.conftest import needs_gpu
 
 SECRET = "s3cr3t-value-never-printed"
 
@@ -683,7 +684,7 @@ def test_help_and_env_module_import_no_torch() -> None:
 
 
 # ------------------------------------------------------------------ on a GPU
-@pytest.mark.gpu
+@needs_gpu
 def test_gpu_host_is_seen_whole() -> None:
     """On a CUDA machine: torch's GPUs, the driver's, nvidia-smi's topology and the fingerprint agree."""
     import torch

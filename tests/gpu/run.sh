@@ -23,17 +23,17 @@ step() {
   shift 2
   timeout "$limit" "$@" > "$WORK/$name.txt" 2>&1
   rc=$?
-  echo "$name: exit $rc in $((SECONDS - began)) s: $(tail -1 "$WORK/$name.txt")" | tee -a "$WORK/summary.txt"
+  echo "$name: exit $rc in $((SECONDS - began)) s: $(tail -1 "$WORK/$name.txt")" >> "$WORK/summary.txt"
 }
 
 python3 - > "$WORK/versions.txt" 2>&1 <<'EOF'
-import importlib, sys
+import importlib.metadata as metadata, sys
 print("python", sys.version.split()[0])
-for name in ("torch", "typer", "rich", "psutil", "numpy", "pytest", "pytest_timeout"):
+for name in ("torch", "typer", "click", "rich", "psutil", "numpy", "pytest", "pytest-timeout"):
     try:
-        print(name, getattr(importlib.import_module(name), "__version__", "?"))
-    except ImportError as exc:
-        print(name, "MISSING:", exc)
+        print(name, metadata.version(name))
+    except metadata.PackageNotFoundError:
+        print(name, "MISSING")
 import torch
 print("cuda", torch.version.cuda, "gpus", torch.cuda.device_count(),
       [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
@@ -51,9 +51,13 @@ step profile 120 python3 -m ddpcheck profile --hidden 4096 --json "$WORK/profile
 step profile-batch4096 120 python3 -m ddpcheck profile --hidden 4096 --batch 4096 \
   --json "$WORK/profile-batch4096.json"
 GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
-step bench-profile-overhead 180 python3 tests/perf/bench_profile_overhead.py --device cuda \
-  --nproc "$GPUS" --hidden 4096
+if [ "$GPUS" -gt 0 ]; then
+  step bench-profile-overhead 180 python3 tests/perf/bench_profile_overhead.py --device cuda \
+    --nproc "$GPUS" --hidden 4096
+else
+  echo "bench-profile-overhead: skipped, no GPU visible" >> "$WORK/summary.txt"
+fi
 
-cp "$WORK"/{summary,gpu-tests,profile,profile-batch4096,allreduce,train}.txt "$OUT"/ 2>/dev/null
+cp "$WORK"/{summary,gpu-tests,profile,profile-batch4096,allreduce,train,bench-profile-overhead}.txt "$OUT"/ 2>/dev/null
 tar -czf "$OUT/results.tar.gz" -C "$WORK" .
 cat "$WORK/summary.txt"

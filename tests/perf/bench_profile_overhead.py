@@ -111,6 +111,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
+    if args.nproc < 1:
+        parser.error(f"--nproc must be at least 1, got {args.nproc}")
+    if args.device == "cuda" and torch.cuda.device_count() < args.nproc:
+        parser.error(f"--device cuda --nproc {args.nproc}: {torch.cuda.device_count()} GPU(s) visible")
     context = mp.get_context("spawn")
     queue = context.SimpleQueue()
     mp.start_processes(
