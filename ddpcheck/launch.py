@@ -113,7 +113,9 @@ def launch(
         exits = {rank: _exit_info(f, watchdog.killed) for rank, f in failures.items()}
         local = annotate(read_statuses(run_dir))
         watchdog.publish_final(local, exits)
-        statuses, exits = _world_view(watchdog, local, exits, settle=plan.nnodes > 1 and not watchdog.stall)
+        # Another node's account of a crash is worth waiting for only if ranks ran and its store answers.
+        settle = plan.nnodes > 1 and not (watchdog.stall or launch_error) and agent.presence is not None
+        statuses, exits = _world_view(watchdog, local, exits, settle=settle)
         findings = {
             "plan": plan,
             "statuses": statuses,
