@@ -15,7 +15,6 @@ import typer
 
 from ddpcheck import __version__
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
-from ddpcheck.torch_compat import process_group_left_open
 
 if TYPE_CHECKING:
     from ddpcheck.report import Report
@@ -92,6 +91,8 @@ Inject = Annotated[
         rich_help_panel=LAUNCH,
     ),
 ]
+Hidden = Annotated[int, typer.Option(help="Width H of the nn.Linear(H, H) layer.")]
+BucketCapMb = Annotated[float, typer.Option(help="DDP's gradient bucket size in MiB.")]
 JsonPath = Annotated[
     str | None,
     typer.Option("--json", help="Write the JSON report here ('-' = stdout).", rich_help_panel=OUTPUT),
@@ -221,12 +222,12 @@ def train(
     timeout: Timeout = 60.0,
     inject: Inject = None,
     steps: Annotated[int, typer.Option(help="Training steps.")] = 5,
-    hidden: Annotated[int, typer.Option(help="Width H of the nn.Linear(H, H) layer.")] = 1024,
+    hidden: Hidden = 1024,
     batch: Annotated[int, typer.Option(help="Rows per rank per step (different data on every rank).")] = 32,
     lr: Annotated[float, typer.Option(help="Learning rate.")] = 1e-3,
     optimizer: Annotated[str, typer.Option(help="adam or sgd.", autocompletion=_one_of(OPTIMIZERS))] = "adam",
     seed: Annotated[int, typer.Option(help="Seed of every rank's initial weights and data.")] = 0,
-    bucket_cap_mb: Annotated[float, typer.Option(help="DDP's gradient bucket size in MiB.")] = 25.0,
+    bucket_cap_mb: BucketCapMb = 25.0,
     json_path: JsonPath = None,
     junit_path: JunitPath = None,
     quiet: Quiet = False,
@@ -260,7 +261,7 @@ def profile(
     rdzv_endpoint: RdzvEndpoint = None,
     timeout: Timeout = 60.0,
     inject: Inject = None,
-    hidden: Annotated[int, typer.Option(help="Width H of the nn.Linear(H, H) layer.")] = 4096,
+    hidden: Hidden = 4096,
     batch: Annotated[int, typer.Option(help="Rows per rank per step.")] = 32,
     steps: Annotated[int, typer.Option(help="Steps, warm-up included.")] = 10,
     warmup: Annotated[
@@ -274,7 +275,7 @@ def profile(
         float | None,
         typer.Option(help="The device's peak TFLOP/s, for the fraction of peak (default: known GPUs)."),
     ] = None,
-    bucket_cap_mb: Annotated[float, typer.Option(help="DDP's gradient bucket size in MiB.")] = 25.0,
+    bucket_cap_mb: BucketCapMb = 25.0,
     json_path: JsonPath = None,
     junit_path: JunitPath = None,
     quiet: Quiet = False,
@@ -402,6 +403,8 @@ def main() -> None:
         )
         sys.exit(EXIT_COULD_NOT_COMPLETE)
     code = code if isinstance(code, int) else 0
+    from ddpcheck.torch_compat import process_group_left_open  # here: --help imports no more than it needs
+
     if process_group_left_open():
         # Interpreter teardown would destroy it, and could deadlock as destroy_process_group can.
         sys.stdout.flush()

@@ -98,3 +98,13 @@ def assert_nothing_left(scratch: Path, run: Run | None = None) -> None:
     if announced:
         leftovers = [name for name in leftovers if str(scratch / name) != announced]
     assert leftovers == [], leftovers
+
+
+def assert_usage_error(run: Run, scratch: Path) -> None:
+    """Bad input: exit 2, one line on stderr, no traceback, and nothing launched."""
+    assert run.code == 2, run.stdout + run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ddpcheck: error: "), run.stderr
+    assert "Traceback" not in run.stdout + run.stderr
+    assert list(scratch.iterdir()) == []  # no run directory: nothing was launched
+    assert not worker_processes(scratch)

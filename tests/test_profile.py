@@ -13,7 +13,7 @@ from ddpcheck.checks.profile import Marks, flops, judge, known_peak, straggler_r
 from ddpcheck.errors import UsageError
 from ddpcheck.options import ProfileOptions
 from ddpcheck.report import Status, Verdict
-from tests.conftest import assert_nothing_left, needs_gpu
+from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu
 
 OPTS = ProfileOptions(hidden=64, batch=8, steps=6, warmup=1)
 GRAD_BYTES = 4 * (64 * 64 + 64)
@@ -239,11 +239,7 @@ BAD = {
 @pytest.mark.parametrize("args", BAD.values(), ids=BAD.keys())
 def test_bad_input_is_one_line_and_exit_2(ddpcheck, scratch, args: list[str]) -> None:
     run = ddpcheck("profile", *args)
-    assert run.code == 2, run.stdout + run.stderr
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ddpcheck: error: "), run.stderr
-    assert "Traceback" not in run.stdout + run.stderr
-    assert list(scratch.iterdir()) == []
+    assert_usage_error(run, scratch)
 
 
 def test_options_validate() -> None:

@@ -14,7 +14,7 @@ from ddpcheck.errors import UsageError
 from ddpcheck.faults import DIVERGE_NUDGE, fault_step
 from ddpcheck.options import TrainOptions
 from ddpcheck.report import Status, Verdict
-from tests.conftest import assert_nothing_left, needs_gpu
+from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu
 
 OPTS = TrainOptions(steps=5, hidden=64, batch=4)
 PARAMS = ["weight", "bias"]
@@ -270,11 +270,7 @@ BAD = {
 @pytest.mark.parametrize("args", BAD.values(), ids=BAD.keys())
 def test_bad_input_is_one_line_and_exit_2(ddpcheck, scratch, args: list[str]) -> None:
     run = ddpcheck("train", *args)
-    assert run.code == 2, run.stdout + run.stderr
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ddpcheck: error: "), run.stderr
-    assert "Traceback" not in run.stdout + run.stderr
-    assert list(scratch.iterdir()) == []  # no run directory: nothing was launched
+    assert_usage_error(run, scratch)
 
 
 @pytest.mark.parametrize(

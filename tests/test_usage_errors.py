@@ -9,7 +9,7 @@ import pytest
 from ddpcheck.errors import UsageError
 from ddpcheck.faults import Fault, parse_fault
 from ddpcheck.options import parse_endpoint, parse_size, parse_sizes
-from tests.conftest import worker_processes
+from tests.conftest import assert_usage_error
 
 BAD_INVOCATIONS = {
     "zero ranks": ["--nproc", "0"],
@@ -46,12 +46,7 @@ BAD_INVOCATIONS = {
 @pytest.mark.parametrize("args", BAD_INVOCATIONS.values(), ids=BAD_INVOCATIONS.keys())
 def test_bad_invocation_is_one_line_and_exit_2(ddpcheck, scratch, args: list[str]) -> None:
     run = ddpcheck("allreduce", *args)
-    assert run.code == 2, run.stdout + run.stderr
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ddpcheck: error: "), run.stderr
-    assert "Traceback" not in run.stdout + run.stderr
-    assert list(scratch.iterdir()) == []  # no run directory: nothing was launched
-    assert not worker_processes(scratch)
+    assert_usage_error(run, scratch)
 
 
 @pytest.mark.parametrize("flag", ["--json", "--junit"])
