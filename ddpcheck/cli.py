@@ -5,10 +5,11 @@ No torch at module level: `ddpcheck --help` stays instant.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -26,7 +27,6 @@ from ddpcheck.options import (
     LaunchOptions,
     ProfileOptions,
     TrainOptions,
-    options_from_dict,
     options_to_dict,
     parse_sizes,
 )
@@ -141,57 +141,133 @@ def env_command(json_path: JsonPath = None, junit_path: JunitPath = None, quiet:
     """
     from ddpcheck import env, render
 
-    for path, flag in ((json_path, "--json"), (junit_path, "--junit")):
-        check_writable(path, flag)
-    console = render.make_console(stderr=json_path == "-" or junit_path == "-")
+    output = Output(json_path, junit_path, quiet)
+    output.check()
+    console = render.make_console(stderr=output.to_stdout)
     report = env.run_env()
     # The process ends right after: exempt torch's objects from the garbage
     # collection at exit, which alone costs ~0.5 s of the 3 s budget (measured).
     import gc
 
     gc.freeze()
-    finish(report, console, json_path, junit_path, quiet)
+    finish(report, console, output)
 
 
-@app.command(
+# ---------------------------------------------------------------- shared options, declared once
+def _parameter(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+# Every command that runs on ranks takes these; LaunchOptions holds them, by the same names.
+LAUNCH_PARAMETERS = [
+    _parameter("gpus", Gpus, None),
+    _parameter("nproc", Nproc, None),
+    _parameter("backend", Backend, "auto"),
+    _parameter("nnodes", Nnodes, 1),
+    _parameter("node_rank", NodeRank, 0),
+    _parameter("rdzv_endpoint", RdzvEndpoint, None),
+    _parameter("timeout", Timeout, 60.0),
+    _parameter("inject", Inject, None),
+]
+# Every command takes these.
+OUTPUT_PARAMETERS = [
+    _parameter("json_path", JsonPath, None),
+    _parameter("junit_path", JunitPath, None),
+    _parameter("quiet", Quiet, False),
+]
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where the report goes besides the terminal."""
+
+    json_path: str | None = None
+    junit_path: str | None = None
+    quiet: bool = False
+
+    def check(self) -> None:
+        """Refuse a path that cannot be written before anything is launched."""
+        for path, flag in ((self.json_path, "--json"), (self.junit_path, "--junit")):
+            check_writable(path, flag)
+
+    @property
+    def to_stdout(self) -> bool:
+        """A report on stdout moves the terminal report to stderr."""
+        return self.json_path == "-" or self.junit_path == "-"
+
+
+def _take(values: dict[str, Any], parameters: list[inspect.Parameter]) -> dict[str, Any]:
+    return {p.name: values.pop(p.name) for p in parameters}
+
+
+def ranked_command(name: str, epilog: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare a command that runs on ranks: its own options, then the shared launch and output ones.
+
+    The decorated function takes the command's own options and returns its typed
+    options dataclass; its docstring is the command's help. The command registered with
+    Typer takes every option, builds LaunchOptions and Output from the shared ones and
+    runs the command (commands.py says which check module measures and judges).
+    """
+
+    def register(build_options: Callable[..., Any]) -> Callable[..., Any]:
+        own = list(inspect.signature(build_options, eval_str=True).parameters.values())
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+
+        def command(**values: Any) -> None:
+            options = build_options(**_take(values, own))
+            output = Output(**_take(values, OUTPUT_PARAMETERS))
+            launch = LaunchOptions(**{**values, "inject": values["inject"] or []})
+            run_command(name, options, launch, output)
+
+        _declare(command, name, build_options.__doc__, [*own, *LAUNCH_PARAMETERS, *OUTPUT_PARAMETERS])
+        app.command(name, epilog=epilog)(command)
+        return build_options
+
+    return register
+
+
+def _declare(
+    command: Callable[..., Any], name: str, doc: str | None, parameters: list[inspect.Parameter]
+) -> None:
+    """Give `command` the signature Typer reads its options from."""
+    command.__name__ = name.replace("-", "_")
+    command.__doc__ = doc
+    command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in parameters}
+
+
+# ---------------------------------------------------------------- the commands that run on ranks
+Sizes = Annotated[
+    str | None,
+    typer.Option(
+        help="Message sizes MIN:MAX in bytes (K/M/G suffixes), doubling. Default 1K:4M on CPU, 1M:1G on GPU."
+    ),
+]
+Dtype = Annotated[
+    str, typer.Option(help="float32, float16, bfloat16, float64 or int32.", autocompletion=_one_of(DTYPES))
+]
+Iters = Annotated[int | None, typer.Option(help="Timed iterations per size (default 10 on CPU, 20 on GPU).")]
+SweepWarmup = Annotated[
+    int | None, typer.Option(help="Untimed iterations per size (default 2 on CPU, 5 on GPU).")
+]
+
+
+@ranked_command(
+    "allreduce",
     epilog=(
         "Examples: ddpcheck allreduce --gpus 8 | ddpcheck allreduce --nproc 4 --sizes 1K:64M "
         "| ddpcheck allreduce --dtype bfloat16 --min-busbw 300 --json report.json"
-    )
+    ),
 )
 def allreduce(
-    gpus: Gpus = None,
-    nproc: Nproc = None,
-    backend: Backend = "auto",
-    nnodes: Nnodes = 1,
-    node_rank: NodeRank = 0,
-    rdzv_endpoint: RdzvEndpoint = None,
-    timeout: Timeout = 60.0,
-    inject: Inject = None,
-    sizes: Annotated[
-        str | None,
-        typer.Option(
-            help="Message sizes MIN:MAX in bytes (K/M/G suffixes), doubling. "
-            "Default 1K:4M on CPU, 1M:1G on GPU."
-        ),
-    ] = None,
-    dtype: Annotated[
-        str,
-        typer.Option(help="float32, float16, bfloat16, float64 or int32.", autocompletion=_one_of(DTYPES)),
-    ] = "float32",
-    iters: Annotated[
-        int | None, typer.Option(help="Timed iterations per size (default 10 on CPU, 20 on GPU).")
-    ] = None,
-    warmup: Annotated[
-        int | None, typer.Option(help="Untimed iterations per size (default 2 on CPU, 5 on GPU).")
-    ] = None,
+    sizes: Sizes = None,
+    dtype: Dtype = "float32",
+    iters: Iters = None,
+    warmup: SweepWarmup = None,
     min_busbw: Annotated[
         float | None, typer.Option(help="FAIL when the peak bus bandwidth (GB/s) is below this.")
     ] = None,
-    json_path: JsonPath = None,
-    junit_path: JunitPath = None,
-    quiet: Quiet = False,
-) -> None:
+) -> AllreduceOptions:
     """Is the process group sound, which rank breaks it, and how fast is all_reduce?
 
     The classic check (all_reduce of ones * rank must give N(N-1)/2 on every rank),
@@ -199,28 +275,20 @@ def allreduce(
     bandwidth sweep; a wrong result is localised to the rank at fault.
     """
     low, high = parse_sizes(sizes) if sizes else (None, None)
-    options = AllreduceOptions(
+    return AllreduceOptions(
         min_bytes=low, max_bytes=high, dtype=dtype, iters=iters, warmup=warmup, min_busbw=min_busbw
     )
-    run_command("allreduce", options, locals())
 
 
-@app.command(
+@ranked_command(
+    "train",
     epilog=(
         "Examples: ddpcheck train --gpus 8 | ddpcheck train --nproc 4 --steps 5 "
         "| ddpcheck train --hidden 4096 --optimizer sgd --lr 0.1 --json train.json "
         "| ddpcheck train --nproc 2 --inject diverge@1"
-    )
+    ),
 )
 def train(
-    gpus: Gpus = None,
-    nproc: Nproc = None,
-    backend: Backend = "auto",
-    nnodes: Nnodes = 1,
-    node_rank: NodeRank = 0,
-    rdzv_endpoint: RdzvEndpoint = None,
-    timeout: Timeout = 60.0,
-    inject: Inject = None,
     steps: Annotated[int, typer.Option(help="Training steps.")] = 5,
     hidden: Hidden = 1024,
     batch: Annotated[int, typer.Option(help="Rows per rank per step (different data on every rank).")] = 32,
@@ -228,10 +296,7 @@ def train(
     optimizer: Annotated[str, typer.Option(help="adam or sgd.", autocompletion=_one_of(OPTIMIZERS))] = "adam",
     seed: Annotated[int, typer.Option(help="Seed of every rank's initial weights and data.")] = 0,
     bucket_cap_mb: BucketCapMb = 25.0,
-    json_path: JsonPath = None,
-    junit_path: JunitPath = None,
-    quiet: Quiet = False,
-) -> None:
+) -> TrainOptions:
     """Does DDP train correctly here? The classic 5-step training of one layer, as verdicts.
 
     nn.Linear(H, H) in DistributedDataParallel, Adam, MSE, a different batch on
@@ -241,26 +306,26 @@ def train(
     weights stay equal bit for bit after every step, and that the result matches one
     process trained on the global batch. A failure names the rank, the step and by how much.
     """
-    options = options_from_dict(TrainOptions, locals())
-    run_command("train", options, locals())
+    return TrainOptions(
+        steps=steps,
+        hidden=hidden,
+        batch=batch,
+        lr=lr,
+        optimizer=optimizer,
+        seed=seed,
+        bucket_cap_mb=bucket_cap_mb,
+    )
 
 
-@app.command(
+@ranked_command(
+    "profile",
     epilog=(
         "Examples: ddpcheck profile --gpus 8 | ddpcheck profile --hidden 8192 --batch 64 "
         "| ddpcheck profile --nproc 4 --hidden 1024 --steps 20 --warmup 5 --json profile.json "
         "| ddpcheck profile --straggler-threshold 1.1 --peak-tflops 67"
-    )
+    ),
 )
 def profile(
-    gpus: Gpus = None,
-    nproc: Nproc = None,
-    backend: Backend = "auto",
-    nnodes: Nnodes = 1,
-    node_rank: NodeRank = 0,
-    rdzv_endpoint: RdzvEndpoint = None,
-    timeout: Timeout = 60.0,
-    inject: Inject = None,
     hidden: Hidden = 4096,
     batch: Annotated[int, typer.Option(help="Rows per rank per step.")] = 32,
     steps: Annotated[int, typer.Option(help="Steps, warm-up included.")] = 10,
@@ -276,10 +341,7 @@ def profile(
         typer.Option(help="The device's peak TFLOP/s, for the fraction of peak (default: known GPUs)."),
     ] = None,
     bucket_cap_mb: BucketCapMb = 25.0,
-    json_path: JsonPath = None,
-    junit_path: JunitPath = None,
-    quiet: Quiet = False,
-) -> None:
+) -> ProfileOptions:
     """Where does each DDP step's time go, on every rank, and which rank is slow?
 
     Times forward, backward and the optimizer update of nn.Linear(H, H) in
@@ -288,17 +350,19 @@ def profile(
     no_sync()), gradient bytes and bus bandwidth, FLOPs and TFLOP/s, and peak memory;
     warns about stragglers and unsteady ranks by name.
     """
-    options = options_from_dict(ProfileOptions, locals())
-    run_command("profile", options, locals())
+    return ProfileOptions(
+        hidden=hidden,
+        batch=batch,
+        steps=steps,
+        warmup=warmup,
+        straggler_threshold=straggler_threshold,
+        peak_tflops=peak_tflops,
+        bucket_cap_mb=bucket_cap_mb,
+    )
 
 
-def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
-    """Validate, launch (or run as a rank), render, and exit with the verdict's code.
-
-    `params` are the command's parameters: the launch and output options every command shares.
-    """
-    launch_options = options_from_dict(LaunchOptions, {**params, "inject": params["inject"] or []})
-    json_path, junit_path, quiet = params["json_path"], params["junit_path"], params["quiet"]
+def run_command(command: str, options: Any, launch_options: LaunchOptions, output: Output) -> None:
+    """Validate, launch (or run as a rank), render, and exit with the verdict's code."""
     from ddpcheck import render, slurm
     from ddpcheck.faults import parse_faults
 
@@ -306,18 +370,17 @@ def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
     launch_options.validate()
     options.validate()
     parse_faults(launch_options.inject, command)
-    for path, flag in ((json_path, "--json"), (junit_path, "--junit")):
-        check_writable(path, flag)
+    output.check()
     from ddpcheck import launch
 
     launch.quiet_torch_cpp_logs()
-    console = render.make_console(stderr=json_path == "-" or junit_path == "-")
+    console = render.make_console(stderr=output.to_stdout)
     from ddpcheck import plan as planning
 
     inline = planning.detect_inline(launch_options)
     plan = planning.plan_inline(launch_options) if inline else planning.plan_launch(launch_options)
     parse_faults(plan.inject, command, plan.world_size)
-    options = resolve_defaults(options, plan.device)
+    options = options.for_device(plan.device) if hasattr(options, "for_device") else options
     if inline:
         outcome = launch.run_inline(command, options_to_dict(options), plan)
         from ddpcheck.report import Verdict
@@ -326,42 +389,28 @@ def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
             raise typer.Exit(outcome.exit_code)
         report = outcome
     else:
-        if not quiet:
+        if not output.quiet:
             for note in plan.notes:
                 render.say(console, note, "dim")
         try:
-            with render.LaunchProgress(console, enabled=not quiet) as progress:
+            with render.LaunchProgress(console, enabled=not output.quiet) as progress:
                 report = launch.launch(command, options_to_dict(options), plan, progress.update)
         except KeyboardInterrupt:
             print("ddpcheck: interrupted; every rank was stopped", file=sys.stderr)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         report.notes = [n for n in report.notes if n not in plan.notes]
-    finish(report, console, json_path, junit_path, quiet)
+    finish(report, console, output)
 
 
-def resolve_defaults(options: Any, device: str) -> Any:
-    """Fill the options whose defaults depend on the device."""
-    if isinstance(options, AllreduceOptions):
-        gpu = device == "cuda"
-        return replace(
-            options,
-            min_bytes=options.min_bytes or (1024**2 if gpu else 1024),
-            max_bytes=options.max_bytes or (1024**3 if gpu else 4 * 1024**2),
-            iters=options.iters or (20 if gpu else 10),
-            warmup=options.warmup if options.warmup is not None else (5 if gpu else 2),
-        )
-    return options
-
-
-def finish(report: Report, console: Any, json_path: str | None, junit_path: str | None, quiet: bool) -> None:
+def finish(report: Report, console: Any, output: Output) -> None:
     from ddpcheck import render
     from ddpcheck.report import write_json, write_junit
 
-    render.render_report(report, console, quiet=quiet)
-    if json_path:
-        write_json(report, json_path)
-    if junit_path:
-        write_junit(report, junit_path)
+    render.render_report(report, console, quiet=output.quiet)
+    if output.json_path:
+        write_json(report, output.json_path)
+    if output.junit_path:
+        write_junit(report, output.junit_path)
     raise typer.Exit(report.verdict.exit_code)
 
 

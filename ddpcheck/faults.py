@@ -13,20 +13,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ddpcheck.commands import COMMANDS, commands_taking
 from ddpcheck.errors import UsageError
 
 # The harness stages every rank passes through, in order (worker.py enters them).
 STAGES = ("launched", "device", "join", "measure", "gather", "done")
 
-# kind -> (commands it applies to, whether it takes a :STAGE, what it does)
-KINDS: dict[str, tuple[tuple[str, ...], bool, str]] = {
-    "corrupt": (("allreduce",), False, "rank R adds 1 to every 13th element it contributes"),
-    "hang": (("allreduce", "train", "profile"), True, "rank R sleeps forever at STAGE"),
-    "crash": (("allreduce", "train", "profile"), True, "rank R raises an exception at STAGE"),
-    "kill": (("allreduce", "train", "profile"), True, "rank R sends itself SIGKILL at STAGE"),
-    "diverge": (("train",), False, "rank R nudges its weights after a step"),
-    "nan": (("train",), False, "rank R's loss turns NaN"),
-    "slow": (("profile", "train"), False, "rank R sleeps a little in every step"),
+# kind -> (whether it takes a :STAGE, what it does); which commands take it is in commands.py.
+KINDS: dict[str, tuple[bool, str]] = {
+    "corrupt": (False, "rank R adds 1 to every 13th element it contributes (to each receiver)"),
+    "hang": (True, "rank R sleeps forever at STAGE"),
+    "crash": (True, "rank R raises an exception at STAGE"),
+    "kill": (True, "rank R sends itself SIGKILL at STAGE"),
+    "diverge": (False, "rank R nudges its weights after a step"),
+    "nan": (False, "rank R's loss turns NaN"),
+    "slow": (False, "rank R sleeps a little in every step"),
 }
 DEFAULT_STAGE = "measure"
 CORRUPT_STRIDE = 13
@@ -49,7 +50,7 @@ class Fault:
     stage: str = DEFAULT_STAGE
 
     def __str__(self) -> str:
-        takes_stage = KINDS[self.kind][1]
+        takes_stage = KINDS[self.kind][0]
         return f"{self.kind}@{self.rank}" + (f":{self.stage}" if takes_stage else "")
 
 
@@ -57,9 +58,9 @@ def parse_fault(spec: str, command: str, world_size: int | None = None) -> Fault
     kind, sep, rest = spec.strip().partition("@")
     if kind not in KINDS:
         raise UsageError(f"unknown --inject fault {spec!r}: known kinds are {', '.join(KINDS)}")
-    commands, takes_stage, _ = KINDS[kind]
-    if command not in commands:
-        raise UsageError(f"--inject {kind} applies to {' and '.join(commands)}, not {command}")
+    takes_stage, _ = KINDS[kind]
+    if kind not in COMMANDS[command].faults:
+        raise UsageError(f"--inject {kind} applies to {', '.join(commands_taking(kind))}, not {command}")
     rank_text, _, stage = rest.partition(":")
     if not sep or not rank_text.isdigit():
         raise UsageError(f"malformed --inject {spec!r}: expected {kind}@RANK")

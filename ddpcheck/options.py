@@ -59,8 +59,8 @@ class LaunchOptions:
 
 
 @dataclass(kw_only=True)
-class AllreduceOptions:
-    """`ddpcheck allreduce`: sizes in bytes; None means the device's default."""
+class SweepOptions:
+    """A message-size sweep (allreduce, collectives): sizes in bytes; None means the device's default."""
 
     min_bytes: int | None = None
     max_bytes: int | None = None
@@ -78,6 +78,22 @@ class AllreduceOptions:
             raise UsageError(f"--warmup must be between 0 and 100000, got {self.warmup}")
         if self.min_busbw is not None and self.min_busbw < 0:
             raise UsageError(f"--min-busbw must be >= 0 GB/s, got {self.min_busbw:g}")
+
+    def for_device(self, device: str) -> Any:
+        """The defaults that depend on the device: GPUs reach their plateau only with large messages."""
+        gpu = device == "cuda"
+        return dataclasses.replace(
+            self,
+            min_bytes=self.min_bytes or (1024**2 if gpu else 1024),
+            max_bytes=self.max_bytes or (1024**3 if gpu else 4 * 1024**2),
+            iters=self.iters or (20 if gpu else 10),
+            warmup=self.warmup if self.warmup is not None else (5 if gpu else 2),
+        )
+
+
+@dataclass(kw_only=True)
+class AllreduceOptions(SweepOptions):
+    """`ddpcheck allreduce`: the classic check, the rank map and the all_reduce sweep."""
 
 
 OPTIMIZERS = ("adam", "sgd")

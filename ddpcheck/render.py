@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from ddpcheck.commands import COMMANDS
 from ddpcheck.report import Report, Status, Table, Verdict, counted
 
 STATUS_STYLE = {
@@ -54,15 +55,17 @@ def render_report(report: Report, console: Console, quiet: bool = False) -> None
     if not quiet:
         for note in report.notes:
             say(console, note, "dim")
+        command = COMMANDS.get(report.command)
+        charts = command.charts if command else {}
         for table in report.tables:
             if table.name == "stderr":
                 _render_tails(table, console)
-            elif table.name == "breakdown":
-                render_breakdown_chart(table, console)
-            elif table.columns:  # a table without columns is for the JSON report only
-                console.print(rich_table(table))
-            if table.name == "bandwidth":
-                render_bandwidth_chart(table, console)
+                continue
+            for title, rows in table.groups():
+                if table.columns:  # a table without columns is for the JSON report only
+                    console.print(rich_table(table, title, rows))
+                if table.name in charts:
+                    CHARTS[charts[table.name]](table, rows, console)
         console.print(_checks_table(report))
     else:
         for check in report.failing():
@@ -98,12 +101,16 @@ def _culprit(check: Any) -> str:
     return check.name
 
 
-def rich_table(table: Table) -> RichTable:
-    out = RichTable(title=Text(table.title), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold")
+def rich_table(table: Table, title: str | None = None, rows: list[dict[str, Any]] | None = None) -> RichTable:
+    """The table, or one group of it (`title` and `rows`)."""
+    rows = table.rows if rows is None else rows
+    out = RichTable(
+        title=Text(title or table.title), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold"
+    )
     for key, header in table.columns.items():
-        numeric = any(isinstance(row.get(key), (int, float)) for row in table.rows)
+        numeric = any(isinstance(row.get(key), (int, float)) for row in rows)
         out.add_column(header, justify="right" if numeric else "left")
-    for row in table.rows:
+    for row in rows:
         out.add_row(*(_cell(row.get(key)) for key in table.columns))
     return out
 
@@ -144,14 +151,19 @@ def _render_tails(table: Table, console: Console) -> None:
         )
 
 
-def render_bandwidth_chart(table: Table, console: Console, width: int = 40) -> None:
-    """busbw against message size as horizontal bars (no plotting library)."""
-    rows = table.rows
+def render_bandwidth_chart(
+    table: Table, rows: list[dict[str, Any]], console: Console, width: int = 40
+) -> None:
+    """busbw against message size as horizontal bars (no plotting library); one chart per group."""
     peak = max((r["busbw_gbps"] for r in rows), default=0.0)
     if peak <= 0:
         return
     chart = RichTable(
-        title="busbw by message size", box=None, title_justify="left", title_style="bold", show_header=False
+        title=f"{rows[0]['op']} busbw by message size" if table.group_by else "busbw by message size",
+        box=None,
+        title_justify="left",
+        title_style="bold",
+        show_header=False,
     )
     chart.add_column(justify="right")
     chart.add_column()
@@ -168,9 +180,10 @@ def render_bandwidth_chart(table: Table, console: Console, width: int = 40) -> N
 BREAKDOWN_STYLE = {"forward": "cyan", "backward_compute": "blue", "exposed_comm": "red", "update": "green"}
 
 
-def render_breakdown_chart(table: Table, console: Console, width: int = 40) -> None:
+def render_breakdown_chart(
+    table: Table, rows: list[dict[str, Any]], console: Console, width: int = 40
+) -> None:
     """Where a step's time goes (rows: part, label, ms, share_pct) as horizontal bars."""
-    rows = table.rows
     longest = max((r["ms"] for r in rows), default=0.0)
     if longest <= 0:
         return
@@ -187,6 +200,10 @@ def render_breakdown_chart(table: Table, console: Console, width: int = 40) -> N
         style = BREAKDOWN_STYLE.get(r["part"], "cyan")
         chart.add_row(r["label"], Text(bar, style=style), f"{r['ms']:.3f} ms", f"{r['share_pct']:.1f}%")
     console.print(chart)
+
+
+# The chart kinds commands.py names, by the function that draws one (table, rows of a group, console).
+CHARTS = {"busbw": render_bandwidth_chart, "breakdown": render_breakdown_chart}
 
 
 class LaunchProgress:

@@ -50,15 +50,19 @@ class Check:
     detail: str = ""
     ranks: list[int] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
+    links: list[list[int]] = field(default_factory=list)  # [sender, receiver] pairs at fault
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "status": self.status.value,
             "detail": self.detail,
             "ranks": list(self.ranks),
             "hosts": list(self.hosts),
         }
+        if self.links:
+            out["links"] = [list(link) for link in self.links]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Check:
@@ -68,6 +72,7 @@ class Check:
             detail=data.get("detail", ""),
             ranks=list(data.get("ranks", [])),
             hosts=list(data.get("hosts", [])),
+            links=[list(link) for link in data.get("links", [])],
         )
 
 
@@ -75,20 +80,41 @@ class Check:
 class Table:
     """A named list of rows; `columns` maps row keys to headers for the terminal.
 
-    JSON carries every key of every row; the terminal shows only `columns`.
+    JSON carries every key of every row; the terminal shows only `columns`, as one
+    table per value of `group_by` when set (one bandwidth table per collective, say,
+    while the JSON keeps them all in one list); `{group}` in the title names the value.
     """
 
     name: str
     title: str
     columns: dict[str, str]
     rows: list[dict[str, Any]] = field(default_factory=list)
+    group_by: str | None = None
+
+    def groups(self) -> list[tuple[str, list[dict[str, Any]]]]:
+        """(title, rows) per group, in the order the rows come; the whole table when not grouped."""
+        if not self.group_by:
+            return [(self.title, self.rows)]
+        grouped: dict[Any, list[dict[str, Any]]] = {}
+        for row in self.rows:
+            grouped.setdefault(row.get(self.group_by), []).append(row)
+        return [(self.title.format(group=value), rows) for value, rows in grouped.items()]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"title": self.title, "columns": dict(self.columns), "rows": self.rows}
+        out = {"title": self.title, "columns": dict(self.columns), "rows": self.rows}
+        if self.group_by:
+            out["group_by"] = self.group_by
+        return out
 
     @classmethod
     def from_dict(cls, name: str, data: dict[str, Any]) -> Table:
-        return cls(name=name, title=data["title"], columns=data["columns"], rows=data["rows"])
+        return cls(
+            name=name,
+            title=data["title"],
+            columns=data["columns"],
+            rows=data["rows"],
+            group_by=data.get("group_by"),
+        )
 
 
 @dataclass

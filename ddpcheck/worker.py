@@ -12,7 +12,6 @@ spec.json (what to run) and receives status files and rank 0's report.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import signal
@@ -28,6 +27,7 @@ from typing import Any
 from ddpcheck import env as env_probe
 from ddpcheck import postmortem
 from ddpcheck.checks.rankmap import hosts_table
+from ddpcheck.commands import COMMANDS
 from ddpcheck.faults import Faults, parse_faults
 from ddpcheck.network import route_address
 from ddpcheck.options import options_from_dict
@@ -80,11 +80,36 @@ class RankContext:
         else:
             dist.barrier(group=group)
 
+    def agree_max(self, values: list[int]) -> list[int]:
+        """The element-wise maximum of `values` over every rank (every rank learns it): one all_reduce."""
+        return self._agree(values, "MAX")
+
+    def agree_min(self, values: list[int]) -> list[int]:
+        return self._agree(values, "MIN")
+
+    def _agree(self, values: list[int], how: str) -> list[int]:
+        import torch
+        import torch.distributed as dist
+
+        # A tensor, not an object collective: a few integers, whatever the world size.
+        tensor = torch.tensor(values, dtype=torch.int64, device=self.device)
+        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, how))
+        return [int(v) for v in tensor.tolist()]
+
     def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's small `obj` on every rank (padded to the largest: keep it tiny)."""
         import torch.distributed as dist
 
         gathered: list[Any] = [None] * self.world_size
         dist.all_gather_object(gathered, obj)
+        return gathered
+
+    def gather_to_rank0(self, obj: Any) -> list[Any] | None:
+        """Every rank's `obj` on rank 0 (None elsewhere): each rank sends its own, nobody receives all."""
+        import torch.distributed as dist
+
+        gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(obj, gathered, dst=0)
         return gathered
 
 
@@ -139,7 +164,7 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
         if spec.get("inline") and status:
             status.mirror = _store_mirror(rank)
             status.stage("joined")
-        check = importlib.import_module(f"ddpcheck.checks.{spec['command']}")
+        check = COMMANDS[spec["command"]].module()
         options = options_from_dict(check.Options, spec["options"])
         ctx = RankContext(
             rank=rank,
@@ -156,11 +181,11 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
         data = check.measure(ctx, options)
         _stage(status, faults, "gather")
         _substage(status, "gather: sending results to rank 0")
-        gathered = ctx.all_gather_object(
+        gathered = ctx.gather_to_rank0(
             {**identity, **device_identity(device), "fingerprint": fingerprint, "data": data}
         )
         shared: list[Any] = [None]
-        if rank == 0:
+        if gathered is not None:
             fingerprints = [g.pop("fingerprint") for g in gathered]
             report = check.judge([g.pop("data") for g in gathered], gathered, options)
             agreement = env_probe.judge_agreement(fingerprints, gathered)

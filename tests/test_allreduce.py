@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from ddpcheck.checks import allreduce
-from ddpcheck.checks.allreduce import EXACT_LIMIT, Pattern, bus_factor, judge, sweep_sizes
+from ddpcheck.checks.allreduce import judge
+from ddpcheck.collective.ops.all_reduce import bus_factor
+from ddpcheck.collective.pattern import EXACT_LIMIT, Pattern, human_bytes, sweep_sizes
 from ddpcheck.options import AllreduceOptions
 from tests.conftest import assert_nothing_left, needs_gpu
 
@@ -116,9 +117,9 @@ def test_one_rank_has_zero_busbw_and_passes() -> None:
 
 
 def test_human_bytes() -> None:
-    assert allreduce.human_bytes(1024) == "1K"
-    assert allreduce.human_bytes(64 * 1024**2) == "64M"
-    assert allreduce.human_bytes(1000) == "1000B"
+    assert human_bytes(1024) == "1K"
+    assert human_bytes(64 * 1024**2) == "64M"
+    assert human_bytes(1000) == "1000B"
 
 
 # ------------------------------------------------------------------ real runs

@@ -222,7 +222,8 @@ def test_forced_colour_on_a_pipe_gets_no_progress_display(monkeypatch: pytest.Mo
 def test_bars_are_proportional_to_busbw() -> None:
     out = io.StringIO()
     console = render.Console(file=out, width=120, color_system=None)
-    render.render_bandwidth_chart(sample_report().tables[0], console, width=40)
+    table = sample_report().tables[0]
+    render.render_bandwidth_chart(table, table.rows, console, width=40)
     bars = {line.split()[0]: line.count("█") for line in lines_of(out.getvalue())[1:]}
     assert bars == {"1K": 20, "2K": 40}
 

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ddpcheck.checks.allreduce import bus_factor
 from ddpcheck.checks.model import (
     DATA,
     INIT,
@@ -36,6 +35,8 @@ from ddpcheck.checks.model import (
     wrap_ddp,
 )
 from ddpcheck.checks.rankmap import hosts_of, judge_rank_map, rank_map_table, where
+from ddpcheck.collective.harness import time_collective
+from ddpcheck.collective.ops.all_reduce import bus_factor
 from ddpcheck.options import ProfileOptions
 from ddpcheck.report import Check, Report, Status, Table
 
@@ -164,18 +165,7 @@ def time_allreduce(ctx: Any, count: int) -> float:
     import torch.distributed as dist
 
     buffer = torch.zeros(count, dtype=torch.float32, device=ctx.device)
-    for _ in range(ALLREDUCE_WARMUP):
-        dist.all_reduce(buffer)
-    ctx.sync()
-    ctx.barrier()
-    marks = Marks(ctx.device)
-    marks.mark()
-    for _ in range(ALLREDUCE_ITERS):
-        dist.all_reduce(buffer)
-    ctx.sync()  # on CPU ranks gloo has finished when all_reduce returns
-    marks.mark()
-    (seconds,) = marks.intervals()
-    return seconds / ALLREDUCE_ITERS
+    return time_collective(ctx, lambda: dist.all_reduce(buffer), ALLREDUCE_WARMUP, ALLREDUCE_ITERS)
 
 
 def peak_memory(ctx: Any) -> tuple[int, str]:

@@ -58,7 +58,7 @@ dist.destroy_process_group()
 SAME_RUN = """
 import statistics, time, torch, torch.distributed as dist
 from types import SimpleNamespace
-from ddpcheck.checks.allreduce import _time_all_reduce
+from ddpcheck.collective.harness import time_collective
 dist.init_process_group("gloo")
 n, iters, warmup = dist.get_world_size(), {iters}, {warmup}
 ctx = SimpleNamespace(device=torch.device("cpu"), sync=lambda: None, barrier=dist.barrier, tick=lambda: None)
@@ -81,7 +81,7 @@ def slowest(seconds):
 ours, theirs = [], []
 for _ in range({blocks}):
     theirs.append(slowest(bare()))
-    ours.append(slowest(_time_all_reduce(ctx, x, warmup, iters)))
+    ours.append(slowest(time_collective(ctx, lambda: dist.all_reduce(x), warmup, iters)))
 if dist.get_rank() == 0:
     def busbw(seconds):
         return {size} / seconds / 1e9 * 2 * (n - 1) / n

@@ -1,0 +1,173 @@
+"""The collective harness, on every rank: the sweep, the timing, the exact data check and localisation.
+
+For each size of the sweep a collective (a definition from collective/ops/) runs once
+per data-check variant (every root, both ring directions) with an integer pattern that
+every rank can predict; each rank counts its wrong elements, by the rank that sent
+them where the data says who sent it. Then the collective is timed. When a reduction
+was wrong anywhere, the ranks localise the fault together by re-running it on
+subgroups. The judging is pure and runs on rank 0 (collective/judge.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ddpcheck.collective.ops.base import Collective, Team
+from ddpcheck.collective.pattern import ITEM_SIZE, human_bytes
+
+
+def time_collective(ctx: Any, call: Callable[[], None], warmup: int, iters: int) -> float:
+    """Seconds per call on this rank: CUDA events on GPUs, perf_counter between barriers on CPU."""
+    import torch
+
+    for _ in range(warmup):
+        call()
+        ctx.tick()
+    ctx.sync()
+    ctx.barrier()
+    if ctx.device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            call()
+            ctx.tick()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / iters
+    began = time.perf_counter()
+    for _ in range(iters):
+        call()
+        ctx.tick()
+    ctx.sync()
+    return (time.perf_counter() - began) / iters
+
+
+def measure_op(
+    ctx: Any, op: Collective, sizes: list[int], dtype_name: str, warmup: int, iters: int
+) -> dict[str, Any]:
+    """This rank's account of one collective over the sweep: per size, time and wrong elements."""
+    import torch
+
+    n = ctx.world_size
+    reason = f"needs at least {op.min_ranks} ranks" if n < op.min_ranks else op.missing()
+    if reason:
+        return {"op": op.name, "skipped": reason, "sizes": [], "culprits": [], "unlocalised": False}
+    dtype, item = getattr(torch, dtype_name), ITEM_SIZE[dtype_name]
+    world = Team(tuple(range(n)), ctx.rank)
+    rows = []
+    for index, size in enumerate(sizes):
+        count = op.count(size, item, n)
+        label = human_bytes(count * item)
+        ctx.stage(f"measure: {op.name} {label}")
+        ctx.progress(index, len(sizes), f"{op.name} {label}")  # after the stage, which clears progress
+        buffers = op.buffers(count, dtype, ctx.device, n)
+        variants = op.variants(n, index)
+        wrong, by_sender = 0, {}
+        for variant in variants:
+            op.load(buffers, world, variant, dtype_name, ctx.faults)
+            op.run(buffers, world, variant)
+            received = op.verify(buffers, world, variant, dtype_name)
+            wrong += received.wrong
+            for sender, count_wrong in received.by_sender.items():
+                by_sender[sender] = by_sender.get(sender, 0) + count_wrong
+        op.clear(buffers)
+        seconds = time_collective(ctx, lambda b=buffers: op.run(b, world, op.timed_variant()), warmup, iters)
+        rows.append(
+            {
+                "size_bytes": count * item,
+                "count": count,
+                "seconds": seconds,
+                "wrong": wrong,
+                "wrong_from": by_sender,
+                "variants": variants,
+            }
+        )
+        del buffers
+    ctx.progress(len(sizes), len(sizes), "done")
+    culprits: list[int] | None = []
+    if op.reduces:
+        # Every rank must take the same decision and localise at the same size (a reduce's
+        # result is on its root only): agree on the first size that failed anywhere.
+        first_wrong = next((i for i, r in enumerate(rows) if r["wrong"]), len(rows))
+        (failing,) = ctx.agree_min([first_wrong])
+        if failing < len(rows):
+            ctx.stage(f"measure: localise the faulty rank of {op.name} by bisection")
+            culprits = localise(ctx, op, rows[failing]["size_bytes"], dtype_name)
+    return {
+        "op": op.name,
+        "skipped": None,
+        "sizes": rows,
+        "culprits": culprits or [],
+        "unlocalised": culprits is None,
+    }
+
+
+def localise(ctx: Any, op: Collective, size_bytes: int, dtype_name: str) -> list[int] | None:
+    """Ranks whose participation makes a reduction wrong, found on subgroups.
+
+    Bisect: split every wrong group into halves and run the reduction on each half's own
+    subgroup. A wrong pair is split once more, each member run alongside a rank already
+    proven good (or alone, when none is known yet). A wrong group whose parts are all
+    right is named whole: the fault needs those ranks together; None when that group is
+    the whole world (nothing was localised). Every rank follows the same steps, since
+    all learn every result.
+    """
+    suspects: list[list[int]] = [list(range(ctx.world_size))]
+    good: list[int] = []
+    culprits: list[int] = []
+    while suspects:
+        candidates: list[tuple[int, list[int]]] = []  # (parent index, group)
+        spare = list(good)
+        for parent, group in enumerate(suspects):
+            if len(group) > 2:
+                half = (len(group) + 1) // 2
+                candidates += [(parent, group[:half]), (parent, group[half:])]
+                continue
+            for member in group:
+                partner = [spare.pop()] if spare else []
+                candidates.append((parent, [member, *partner]))
+        wrong = run_on_groups(ctx, op, size_bytes, dtype_name, [g for _, g in candidates])
+        next_suspects: list[list[int]] = []
+        for parent, group in enumerate(suspects):
+            children = [(g, w) for (p, g), w in zip(candidates, wrong, strict=True) if p == parent]
+            bad = [g for g, w in children if w]
+            good += [r for g, w in children if not w for r in g if r not in good]
+            if not bad and len(group) == ctx.world_size:
+                return None  # every part is right alone: only the whole world shows the fault
+            if not bad:
+                culprits += group
+            for g in bad:
+                if len(group) <= 2:
+                    culprits.append(g[0])  # a member tested alone or beside a good rank
+                else:
+                    next_suspects.append(g)
+        suspects = next_suspects
+    return sorted(set(culprits))
+
+
+def run_on_groups(
+    ctx: Any, op: Collective, size_bytes: int, dtype_name: str, groups: list[list[int]]
+) -> list[bool]:
+    """Run the data check in each (disjoint) group at once; which groups saw a wrong element."""
+    import torch
+    import torch.distributed as dist
+
+    handles = [dist.new_group(ranks=g) for g in groups]  # every rank creates every group
+    mine = next((i for i, g in enumerate(groups) if ctx.rank in g), None)
+    wrong_here = [0] * len(groups)
+    if mine is not None:
+        members = groups[mine]
+        team = Team(tuple(members), members.index(ctx.rank), handles[mine])
+        item = ITEM_SIZE[dtype_name]
+        count = op.count(size_bytes, item, team.size)
+        buffers = op.buffers(count, getattr(torch, dtype_name), ctx.device, team.size)
+        for variant in op.variants(team.size, 0):
+            op.load(buffers, team, variant, dtype_name, ctx.faults)
+            op.run(buffers, team, variant)
+            wrong_here[mine] |= op.verify(buffers, team, variant, dtype_name).wrong > 0
+    seen = ctx.agree_max(wrong_here)  # each group's verdict reaches every rank
+    for handle in handles:
+        dist.destroy_process_group(handle)
+    return [bool(w) for w in seen]

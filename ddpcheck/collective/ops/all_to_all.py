@@ -1,0 +1,52 @@
+"""all_to_all: rank r sends its block k to rank k (nccl-tests' alltoall; size: each rank's whole buffer)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpcheck.collective.ops.base import Buffers, Collective, Received, Team, corrupt_blocks
+from ddpcheck.collective.pattern import UNWRITTEN, block_values, count_wrong, fill
+
+
+class AllToAll(Collective):
+    name = "all_to_all"
+
+    def bus_factor(self, n: int) -> float:
+        return (n - 1) / n
+
+    def count(self, size_bytes: int, item: int, n: int) -> int:
+        return max(n, size_bytes // item // n * n)
+
+    def missing(self) -> str | None:
+        import torch.distributed as dist
+
+        return None if hasattr(dist, "all_to_all_single") else "this torch has no all_to_all_single"
+
+    def buffers(self, count: int, dtype: Any, device: Any, n: int) -> Buffers:
+        import torch
+
+        return {
+            "input": torch.empty(count, dtype=dtype, device=device),
+            "output": torch.empty(count, dtype=dtype, device=device),
+        }
+
+    def load(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str, faults: Any) -> None:
+        me = team.rank(team.me)
+        for index, block in enumerate(bufs["input"].view(team.size, -1)):
+            fill(block, block_values(me, team.rank(index)))
+        corrupt_blocks(faults, bufs["input"], team.size)
+        bufs["output"].fill_(UNWRITTEN)
+
+    def run(self, bufs: Buffers, team: Team, variant: int) -> None:
+        import torch.distributed as dist
+
+        dist.all_to_all_single(bufs["output"], bufs["input"], group=team.group)
+
+    def verify(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str) -> Received:
+        me = team.rank(team.me)
+        by_sender = {}
+        for index, block in enumerate(bufs["output"].view(team.size, -1)):
+            wrong = count_wrong(block, block_values(team.rank(index), me))
+            if wrong:
+                by_sender[team.rank(index)] = wrong
+        return Received(sum(by_sender.values()), by_sender)

@@ -1,0 +1,105 @@
+"""What a collective definition says about itself, and the team of ranks it runs on.
+
+A definition (one small module per collective, beside this one) knows its buffers,
+the pattern each rank writes, the result each rank must hold, nccl-tests' bus factor
+and how to call torch.distributed. The harness (collective/harness.py) does the rest:
+the sweep, the timing, counting wrong elements, localising, the rows and the verdicts.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+Buffers = dict[str, Any]  # name -> tensor
+
+
+@dataclass(frozen=True)
+class Team:
+    """The ranks a collective runs on: the whole world, or a subgroup while localising."""
+
+    ranks: tuple[int, ...]  # global ranks, in group order
+    me: int  # this rank's index in `ranks`
+    group: Any = None  # the process group handle; None is the world
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    def rank(self, index: int) -> int:
+        """The global rank of member `index` (torch's calls take global ranks)."""
+        return self.ranks[index % self.size]
+
+
+@dataclass(frozen=True)
+class Received:
+    """What a rank found in its result: wrong elements in all, and by the rank that sent them.
+
+    `by_sender` is empty for reductions, where no single rank sent an element.
+    """
+
+    wrong: int
+    by_sender: dict[int, int]
+
+
+class Collective(ABC):
+    """One collective: override what differs; sizes, variants and observers have common defaults."""
+
+    name: ClassVar[str]
+    reduces: ClassVar[bool] = False  # reductions localise by bisection; the others by sender and receiver
+    min_ranks: ClassVar[int] = 1
+
+    @abstractmethod
+    def bus_factor(self, n: int) -> float:
+        """nccl-tests' factor from algbw to busbw (DESIGN.md: Conventions)."""
+
+    def count(self, size_bytes: int, item: int, n: int) -> int:
+        """Elements of the whole buffer for a message of `size_bytes` (nccl-tests' size convention)."""
+        return max(1, size_bytes // item)
+
+    def missing(self) -> str | None:
+        """Why this torch cannot run the collective (a call it lacks), or None."""
+        return None
+
+    @abstractmethod
+    def buffers(self, count: int, dtype: Any, device: Any, n: int) -> Buffers:
+        """The tensors one run needs, allocated once per size."""
+
+    def variants(self, n: int, size_index: int) -> list[int]:
+        """The data check's runs per size: roots for rooted collectives, ring shifts for sendrecv."""
+        return [0]
+
+    @abstractmethod
+    def load(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str, faults: Any) -> None:
+        """Write this member's contribution (an injected corruption applies to what it sends)."""
+
+    @abstractmethod
+    def run(self, bufs: Buffers, team: Team, variant: int) -> None:
+        """Call the collective once (what is timed)."""
+
+    @abstractmethod
+    def verify(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str) -> Received:
+        """Compare this member's result with what it must hold, element by element."""
+
+    def senders(self, n: int, variant: int) -> list[int]:
+        """Which ranks send data in one run (collectives that move data, not reductions)."""
+        return list(range(n))
+
+    def observers(self, sender: int, n: int, variant: int) -> list[int]:
+        """Which ranks receive `sender`'s data in one run (collectives that move data, not reductions)."""
+        return list(range(n))
+
+    def timed_variant(self) -> int:
+        return 0
+
+    def clear(self, bufs: Buffers) -> None:
+        """Before timing: zeros keep repeated in-place reductions finite; speed does not depend on values."""
+        for tensor in bufs.values():
+            tensor.zero_()
+
+
+def corrupt_blocks(faults: Any, tensor: Any, blocks: int) -> None:
+    """Corrupt every block that goes to a different receiver, so that each of them sees the fault."""
+    for block in tensor.view(blocks, -1):
+        faults.corrupt(block)

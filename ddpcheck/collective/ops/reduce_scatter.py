@@ -1,0 +1,47 @@
+"""reduce_scatter: rank r ends with block r of the sum of every rank's input (nccl-tests' size: the input)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpcheck.collective.ops.base import Buffers, Collective, Received, Team
+from ddpcheck.collective.pattern import Pattern, count_wrong, fill
+
+
+class ReduceScatter(Collective):
+    name = "reduce_scatter"
+    reduces = True
+
+    def bus_factor(self, n: int) -> float:
+        return (n - 1) / n
+
+    def count(self, size_bytes: int, item: int, n: int) -> int:
+        return max(n, size_bytes // item // n * n)  # the input splits into n equal blocks
+
+    def missing(self) -> str | None:
+        import torch.distributed as dist
+
+        return None if hasattr(dist, "reduce_scatter_tensor") else "this torch has no reduce_scatter_tensor"
+
+    def buffers(self, count: int, dtype: Any, device: Any, n: int) -> Buffers:
+        import torch
+
+        return {
+            "input": torch.empty(count, dtype=dtype, device=device),
+            "output": torch.empty(count // n, dtype=dtype, device=device),
+        }
+
+    def load(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str, faults: Any) -> None:
+        fill(bufs["input"], Pattern.for_world(team.size, pattern_dtype).contribution(team.me))
+        faults.corrupt(bufs["input"])
+
+    def run(self, bufs: Buffers, team: Team, variant: int) -> None:
+        import torch.distributed as dist
+
+        dist.reduce_scatter_tensor(bufs["output"], bufs["input"], group=team.group)
+
+    def verify(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str) -> Received:
+        block = bufs["output"].numel()
+        # Block r starts at element r * block of the summed input: the expected period, shifted.
+        expected = Pattern.for_world(team.size, pattern_dtype).expected(offset=team.me * block)
+        return Received(count_wrong(bufs["output"], expected), {})
