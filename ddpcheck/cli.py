@@ -21,13 +21,16 @@ if TYPE_CHECKING:
     from ddpcheck.report import Report
 from ddpcheck.options import (
     BACKENDS,
+    COLLECTIVES,
     DTYPES,
     OPTIMIZERS,
     AllreduceOptions,
+    CollectivesOptions,
     LaunchOptions,
     ProfileOptions,
     TrainOptions,
     options_to_dict,
+    parse_ops,
     parse_sizes,
 )
 
@@ -277,6 +280,49 @@ def allreduce(
     low, high = parse_sizes(sizes) if sizes else (None, None)
     return AllreduceOptions(
         min_bytes=low, max_bytes=high, dtype=dtype, iters=iters, warmup=warmup, min_busbw=min_busbw
+    )
+
+
+@ranked_command(
+    "collectives",
+    epilog=(
+        "Examples: ddpcheck collectives --gpus 8 | ddpcheck collectives --nproc 4 --sizes 1K:1M "
+        "| ddpcheck collectives --ops all_gather,reduce_scatter --dtype bfloat16 --min-busbw 100 "
+        "| ddpcheck collectives --nproc 3 --inject corrupt@1"
+    ),
+)
+def collectives(
+    ops: Annotated[
+        str | None,
+        typer.Option(help=f"Comma-separated collectives to run (default all): {', '.join(COLLECTIVES)}."),
+    ] = None,
+    sizes: Sizes = None,
+    dtype: Dtype = "float32",
+    iters: Iters = None,
+    warmup: SweepWarmup = None,
+    min_busbw: Annotated[
+        float | None, typer.Option(help="FAIL any collective whose peak bus bandwidth (GB/s) is below this.")
+    ] = None,
+) -> CollectivesOptions:
+    """Does every collective a training job uses work, who breaks it, and how fast is each?
+
+    all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all and sendrecv
+    (a ring: rank r sends to r+1 and receives from r-1) in one launch, each checked
+    exactly at every size (an integer pattern every rank predicts) and timed like
+    nccl-tests (message size, algbw, busbw with nccl-tests' bus factors). A wrong block
+    names the rank that sent it, the rank that received it badly, or the link between
+    them; a wrong reduction is localised by re-running it on subgroups.
+    """
+    low, high = parse_sizes(sizes) if sizes else (None, None)
+    chosen = parse_ops(ops) if ops is not None else list(COLLECTIVES)
+    return CollectivesOptions(
+        ops=chosen,
+        min_bytes=low,
+        max_bytes=high,
+        dtype=dtype,
+        iters=iters,
+        warmup=warmup,
+        min_busbw=min_busbw,
     )
 
 

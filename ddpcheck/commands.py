@@ -36,6 +36,12 @@ COMMANDS: dict[str, Command] = {
             ("corrupt", *HARNESS_FAULTS),
             charts={"bandwidth": "busbw"},
         ),
+        Command(
+            "collectives",
+            "ddpcheck.checks.collectives",
+            ("corrupt", *HARNESS_FAULTS),
+            charts={"bandwidth": "busbw"},
+        ),
         Command("train", "ddpcheck.checks.train", (*HARNESS_FAULTS, "diverge", "nan", "slow")),
         Command(
             "profile",

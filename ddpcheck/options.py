@@ -96,6 +96,34 @@ class AllreduceOptions(SweepOptions):
     """`ddpcheck allreduce`: the classic check, the rank map and the all_reduce sweep."""
 
 
+# The order `ddpcheck collectives` runs them in (collective/ops registers each definition).
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
+
+
+@dataclass(kw_only=True)
+class CollectivesOptions(SweepOptions):
+    """`ddpcheck collectives`: every collective of COLLECTIVES (or those of --ops), one after another."""
+
+    ops: list[str] = field(default_factory=lambda: list(COLLECTIVES))
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.ops:
+            raise UsageError(f"--ops is empty: name one or more of {', '.join(COLLECTIVES)}")
+        unknown = [op for op in self.ops if op not in COLLECTIVES]
+        if unknown:
+            raise UsageError(
+                f"unknown collective {unknown[0]!r} in --ops: choose from {', '.join(COLLECTIVES)}"
+            )
+        if len(set(self.ops)) != len(self.ops):
+            raise UsageError(f"--ops names a collective twice: {', '.join(self.ops)}")
+
+
+def parse_ops(text: str) -> list[str]:
+    """'all_gather, sendrecv' -> ['all_gather', 'sendrecv'] (validated by CollectivesOptions)."""
+    return [op.strip() for op in text.split(",") if op.strip()]
+
+
 OPTIMIZERS = ("adam", "sgd")
 MAX_HIDDEN = 65_536  # a 16 GiB float32 matrix; beyond that the check itself is the problem
 MAX_STEPS = 100_000

@@ -52,6 +52,7 @@ def measure_op(
 
     n = ctx.world_size
     reason = f"needs at least {op.min_ranks} ranks" if n < op.min_ranks else op.missing()
+    reason = reason or unsupported(ctx, op, dtype_name)
     if reason:
         return {"op": op.name, "skipped": reason, "sizes": [], "culprits": [], "unlocalised": False}
     dtype, item = getattr(torch, dtype_name), ITEM_SIZE[dtype_name]
@@ -102,6 +103,35 @@ def measure_op(
         "culprits": culprits or [],
         "unlocalised": culprits is None,
     }
+
+
+# How backends refuse a collective or a dtype they lack (gloo: "... is not supported"), as
+# opposed to a failure of the run itself, which must stay a finding.
+UNSUPPORTED_MARKERS = ("not supported", "unsupported", "not implemented", "notimplemented")
+
+
+def unsupported(ctx: Any, op: Collective, dtype_name: str) -> str | None:
+    """Why this backend cannot run `op` on `dtype_name`, from one call on a tiny buffer; None if it can.
+
+    A backend refuses before any traffic, alike on every rank, so every rank skips together.
+    """
+    import torch
+
+    n = ctx.world_size
+    buffers = op.buffers(
+        op.count(n * ITEM_SIZE[dtype_name], ITEM_SIZE[dtype_name], n),
+        getattr(torch, dtype_name),
+        ctx.device,
+        n,
+    )
+    try:
+        op.run(buffers, Team(tuple(range(n)), ctx.rank), op.timed_variant())
+    except (RuntimeError, NotImplementedError, ValueError, TypeError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if not any(m in f"{type(exc).__name__} {message}".lower() for m in UNSUPPORTED_MARKERS):
+            raise
+        return f"the {ctx.backend} backend cannot run it with {dtype_name}: {message}"
+    return None
 
 
 def localise(ctx: Any, op: Collective, size_bytes: int, dtype_name: str) -> list[int] | None:
@@ -158,7 +188,7 @@ def run_on_groups(
     mine = next((i for i, g in enumerate(groups) if ctx.rank in g), None)
     wrong_here = [0] * len(groups)
     if mine is not None:
-        members = groups[mine]
+        members = sorted(groups[mine])  # a process group orders its members by global rank
         team = Team(tuple(members), members.index(ctx.rank), handles[mine])
         item = ITEM_SIZE[dtype_name]
         count = op.count(size_bytes, item, team.size)

@@ -91,11 +91,12 @@ class Pattern:
 def block_values(src: int, dst: int = 0) -> list[int]:
     """One period of the block that rank `src` sends to rank `dst` in a collective that moves data.
 
-    (i + src + 2·dst) mod P: a block that reached the wrong receiver, or came from
-    the wrong sender, differs from the expected one; every value is below 256, so
-    exact in every dtype, bfloat16 included.
+    (i + src + 16·dst) mod P: a block that reached the wrong receiver, or came from
+    the wrong sender, differs from the expected one (P is prime; up to 15 ranks, every
+    sender-receiver pair has a block of its own); every value is below 256, so exact in
+    every dtype, bfloat16 included.
     """
-    offset = src + 2 * dst
+    offset = src + 16 * dst
     return [(i + offset) % MAX_PERIOD for i in range(MAX_PERIOD)]
 
 
