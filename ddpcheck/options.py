@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpcheck.collective.ops import OPS
 from ddpcheck.errors import UsageError
 
 BACKENDS = ("auto", "nccl", "gloo")
@@ -96,8 +97,8 @@ class AllreduceOptions(SweepOptions):
     """`ddpcheck allreduce`: the classic check, the rank map and the all_reduce sweep."""
 
 
-# The order `ddpcheck collectives` runs them in (collective/ops registers each definition).
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
+# Every collective defined in collective/ops, in the order `ddpcheck collectives` runs them.
+COLLECTIVES = tuple(OPS)
 
 
 @dataclass(kw_only=True)

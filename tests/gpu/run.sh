@@ -45,6 +45,7 @@ step env 60 python3 -m ddpcheck env --json "$WORK/env.json"
 step gpu-tests 420 python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" \
   --junitxml "$WORK/gpu-tests.xml" tests
 step allreduce 120 python3 -m ddpcheck allreduce --json "$WORK/allreduce.json"
+step collectives 180 python3 -m ddpcheck collectives --json "$WORK/collectives.json"
 step train 120 python3 -m ddpcheck train --json "$WORK/train.json"
 step profile 120 python3 -m ddpcheck profile --hidden 4096 --json "$WORK/profile.json"
 # The default batch (32 rows) is launch-bound on a large GPU; this one shows the matmuls' rate.
@@ -58,6 +59,7 @@ else
   echo "bench-profile-overhead: skipped, no GPU visible" >> "$WORK/summary.txt"
 fi
 
-cp "$WORK"/{summary,gpu-tests,profile,profile-batch4096,allreduce,train,bench-profile-overhead}.txt "$OUT"/ 2>/dev/null
+# At most 8 files come back: the rest (train, profile-batch4096, the JSON reports) is in the tarball.
+cp "$WORK"/{summary,gpu-tests,allreduce,collectives,links,profile,bench-profile-overhead}.txt "$OUT"/ 2>/dev/null
 tar -czf "$OUT/results.tar.gz" -C "$WORK" .
 cat "$WORK/summary.txt"
