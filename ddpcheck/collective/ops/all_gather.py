@@ -4,23 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcheck.collective.ops.base import Buffers, Collective, Received, Team
+from ddpcheck.collective.ops.base import Blocked, Buffers, Received, Team
 from ddpcheck.collective.pattern import UNWRITTEN, block_values, count_wrong, fill
 
 
-class AllGather(Collective):
+class AllGather(Blocked):
     name = "all_gather"
-
-    def bus_factor(self, n: int) -> float:
-        return (n - 1) / n
-
-    def count(self, size_bytes: int, item: int, n: int) -> int:
-        return max(n, size_bytes // item // n * n)
-
-    def missing(self) -> str | None:
-        import torch.distributed as dist
-
-        return None if hasattr(dist, "all_gather_into_tensor") else "this torch has no all_gather_into_tensor"
+    calls = ("all_gather_into_tensor",)
 
     def buffers(self, count: int, dtype: Any, device: Any, n: int) -> Buffers:
         import torch

@@ -4,23 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcheck.collective.ops.base import Buffers, Collective, Received, Team, corrupt_blocks
+from ddpcheck.collective.ops.base import Blocked, Buffers, Received, Team, corrupt_blocks
 from ddpcheck.collective.pattern import UNWRITTEN, block_values, count_wrong, fill
 
 
-class AllToAll(Collective):
+class AllToAll(Blocked):
     name = "all_to_all"
-
-    def bus_factor(self, n: int) -> float:
-        return (n - 1) / n
-
-    def count(self, size_bytes: int, item: int, n: int) -> int:
-        return max(n, size_bytes // item // n * n)
-
-    def missing(self) -> str | None:
-        import torch.distributed as dist
-
-        return None if hasattr(dist, "all_to_all_single") else "this torch has no all_to_all_single"
+    calls = ("all_to_all_single",)
 
     def buffers(self, count: int, dtype: Any, device: Any, n: int) -> Buffers:
         import torch

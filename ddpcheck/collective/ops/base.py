@@ -49,6 +49,7 @@ class Collective(ABC):
     name: ClassVar[str]
     reduces: ClassVar[bool] = False  # reductions localise by bisection; the others by sender and receiver
     min_ranks: ClassVar[int] = 1
+    calls: ClassVar[tuple[str, ...]] = ()  # torch.distributed functions it needs (added over releases)
 
     @abstractmethod
     def bus_factor(self, n: int) -> float:
@@ -60,7 +61,10 @@ class Collective(ABC):
 
     def missing(self) -> str | None:
         """Why this torch cannot run the collective (a call it lacks), or None."""
-        return None
+        import torch.distributed as dist
+
+        lacking = [call for call in self.calls if not hasattr(dist, call)]
+        return f"this torch has no {', '.join(lacking)}" if lacking else None
 
     @abstractmethod
     def buffers(self, count: int, dtype: Any, device: Any, n: int) -> Buffers:
@@ -97,6 +101,33 @@ class Collective(ABC):
         """Before timing: zeros keep repeated in-place reductions finite; speed does not depend on values."""
         for tensor in bufs.values():
             tensor.zero_()
+
+
+class Blocked(Collective):
+    """A collective whose buffer holds one block per rank (all_gather, reduce_scatter, all_to_all)."""
+
+    def bus_factor(self, n: int) -> float:
+        return (n - 1) / n
+
+    def count(self, size_bytes: int, item: int, n: int) -> int:
+        return max(n, size_bytes // item // n * n)  # whole blocks, at least one element each
+
+
+class Rooted(Collective):
+    """A collective with a root (broadcast, reduce): one buffer, every root in turn in the data check."""
+
+    def bus_factor(self, n: int) -> float:
+        return 1.0
+
+    def buffers(self, count: int, dtype: Any, device: Any, n: int) -> Buffers:
+        import torch
+
+        return {"data": torch.empty(count, dtype=dtype, device=device)}
+
+    def variants(self, n: int, size_index: int) -> list[int]:
+        from ddpcheck.collective.ops.roots import roots_for
+
+        return roots_for(n, size_index)
 
 
 def corrupt_blocks(faults: Any, tensor: Any, blocks: int) -> None:

@@ -4,24 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcheck.collective.ops.base import Buffers, Collective, Received, Team
-from ddpcheck.collective.ops.roots import roots_for
+from ddpcheck.collective.ops.base import Buffers, Received, Rooted, Team
 from ddpcheck.collective.pattern import UNWRITTEN, block_values, count_wrong, fill
 
 
-class Broadcast(Collective):
+class Broadcast(Rooted):
     name = "broadcast"
-
-    def bus_factor(self, n: int) -> float:
-        return 1.0
-
-    def buffers(self, count: int, dtype: Any, device: Any, n: int) -> Buffers:
-        import torch
-
-        return {"data": torch.empty(count, dtype=dtype, device=device)}
-
-    def variants(self, n: int, size_index: int) -> list[int]:
-        return roots_for(n, size_index)
 
     def load(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str, faults: Any) -> None:
         if team.me == variant:

@@ -4,24 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcheck.collective.ops.base import Buffers, Collective, Received, Team
+from ddpcheck.collective.ops.base import Blocked, Buffers, Received, Team
 from ddpcheck.collective.pattern import Pattern, count_wrong, fill
 
 
-class ReduceScatter(Collective):
+class ReduceScatter(Blocked):
     name = "reduce_scatter"
     reduces = True
-
-    def bus_factor(self, n: int) -> float:
-        return (n - 1) / n
-
-    def count(self, size_bytes: int, item: int, n: int) -> int:
-        return max(n, size_bytes // item // n * n)  # the input splits into n equal blocks
-
-    def missing(self) -> str | None:
-        import torch.distributed as dist
-
-        return None if hasattr(dist, "reduce_scatter_tensor") else "this torch has no reduce_scatter_tensor"
+    calls = ("reduce_scatter_tensor",)
 
     def buffers(self, count: int, dtype: Any, device: Any, n: int) -> Buffers:
         import torch

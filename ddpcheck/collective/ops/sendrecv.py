@@ -16,14 +16,10 @@ from ddpcheck.collective.pattern import UNWRITTEN, block_values, count_wrong, fi
 class SendRecv(Collective):
     name = "sendrecv"
     min_ranks = 2
+    calls = ("batch_isend_irecv",)
 
     def bus_factor(self, n: int) -> float:
         return 1.0
-
-    def missing(self) -> str | None:
-        import torch.distributed as dist
-
-        return None if hasattr(dist, "batch_isend_irecv") else "this torch has no batch_isend_irecv"
 
     def buffers(self, count: int, dtype: Any, device: Any, n: int) -> Buffers:
         import torch
