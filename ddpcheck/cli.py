@@ -123,39 +123,6 @@ def _root(
     """Root options."""
 
 
-@app.command(
-    "env",
-    epilog=(
-        "Examples: ddpcheck env | ddpcheck env --json env.json (attach it to a bug report: secrets "
-        "are redacted) | ddpcheck env --quiet --junit env.xml (a CI gate) "
-        "| srun --ntasks-per-node=1 ddpcheck env --quiet (every node of an allocation)"
-    ),
-)
-def env_command(json_path: JsonPath = None, junit_path: JunitPath = None, quiet: Quiet = False) -> None:
-    """Is this host set up for distributed training? A preflight in one process, no ranks.
-
-    Collects what torch.utils.collect_env does plus NCCL, GPUs, topology,
-    /dev/shm, ulimits, network, InfiniBand and the distributed environment
-    (MASTER_*, RANK, SLURM_*, NCCL_*, ...), then judges it: the socket
-    interfaces exist and are up, MASTER_ADDR resolves, MASTER_PORT is free
-    or reachable, CUDA_VISIBLE_DEVICES and LOCAL_RANK name real GPUs,
-    /dev/shm and locked memory are large enough. Secrets are redacted.
-    Exits 1 only when something FAILs; warnings exit 0.
-    """
-    from ddpcheck import env, render
-
-    output = Output(json_path, junit_path, quiet)
-    output.check()
-    console = render.make_console(stderr=output.to_stdout)
-    report = env.run_env()
-    # The process ends right after: exempt torch's objects from the garbage
-    # collection at exit, which alone costs ~0.5 s of the 3 s budget (measured).
-    import gc
-
-    gc.freeze()
-    finish(report, console, output)
-
-
 # ---------------------------------------------------------------- shared options, declared once
 def _parameter(name: str, annotation: Any, default: Any) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
@@ -229,6 +196,26 @@ def ranked_command(name: str, epilog: str) -> Callable[[Callable[..., Any]], Cal
     return register
 
 
+def plain_command(name: str, epilog: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Declare a command that starts no ranks: its own options, then the shared output ones.
+
+    The decorated function takes its own options and `output` (an Output).
+    """
+
+    def register(run: Callable[..., None]) -> Callable[..., None]:
+        own = [p for p in inspect.signature(run, eval_str=True).parameters.values() if p.name != "output"]
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+
+        def command(**values: Any) -> None:
+            run(output=Output(**_take(values, OUTPUT_PARAMETERS)), **values)
+
+        _declare(command, name, run.__doc__, [*own, *OUTPUT_PARAMETERS])
+        app.command(name, epilog=epilog)(command)
+        return run
+
+    return register
+
+
 def _declare(
     command: Callable[..., Any], name: str, doc: str | None, parameters: list[inspect.Parameter]
 ) -> None:
@@ -237,6 +224,38 @@ def _declare(
     command.__doc__ = doc
     command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in parameters}
+
+
+@plain_command(
+    "env",
+    epilog=(
+        "Examples: ddpcheck env | ddpcheck env --json env.json (attach it to a bug report: secrets "
+        "are redacted) | ddpcheck env --quiet --junit env.xml (a CI gate) "
+        "| srun --ntasks-per-node=1 ddpcheck env --quiet (every node of an allocation)"
+    ),
+)
+def env_command(output: Output) -> None:
+    """Is this host set up for distributed training? A preflight in one process, no ranks.
+
+    Collects what torch.utils.collect_env does plus NCCL, GPUs, topology,
+    /dev/shm, ulimits, network, InfiniBand and the distributed environment
+    (MASTER_*, RANK, SLURM_*, NCCL_*, ...), then judges it: the socket
+    interfaces exist and are up, MASTER_ADDR resolves, MASTER_PORT is free
+    or reachable, CUDA_VISIBLE_DEVICES and LOCAL_RANK name real GPUs,
+    /dev/shm and locked memory are large enough. Secrets are redacted.
+    Exits 1 only when something FAILs; warnings exit 0.
+    """
+    from ddpcheck import env, render
+
+    output.check()
+    console = render.make_console(stderr=output.to_stdout)
+    report = env.run_env()
+    # The process ends right after: exempt torch's objects from the garbage
+    # collection at exit, which alone costs ~0.5 s of the 3 s budget (measured).
+    import gc
+
+    gc.freeze()
+    finish(report, console, output)
 
 
 # ---------------------------------------------------------------- the commands that run on ranks
