@@ -100,6 +100,14 @@ JsonPath = Annotated[
 JunitPath = Annotated[
     str | None, typer.Option("--junit", help="Write a JUnit XML report here.", rich_help_panel=OUTPUT)
 ]
+HtmlPath = Annotated[
+    str | None,
+    typer.Option(
+        "--html",
+        help="Write the report as one self-contained HTML page with charts (needs ddpcheck[html]).",
+        rich_help_panel=OUTPUT,
+    ),
+]
 Quiet = Annotated[
     bool, typer.Option("--quiet", "-q", help="Print only the verdict and failures.", rich_help_panel=OUTPUT)
 ]
@@ -128,7 +136,9 @@ def _root(
         "| srun --ntasks-per-node=1 ddpcheck env --quiet (every node of an allocation)"
     ),
 )
-def env_command(json_path: JsonPath = None, junit_path: JunitPath = None, quiet: Quiet = False) -> None:
+def env_command(
+    json_path: JsonPath = None, junit_path: JunitPath = None, html_path: HtmlPath = None, quiet: Quiet = False
+) -> None:
     """Is this host set up for distributed training? A preflight in one process, no ranks.
 
     Collects what torch.utils.collect_env does plus NCCL, GPUs, topology,
@@ -141,8 +151,7 @@ def env_command(json_path: JsonPath = None, junit_path: JunitPath = None, quiet:
     """
     from ddpcheck import env, render
 
-    for path, flag in ((json_path, "--json"), (junit_path, "--junit")):
-        check_writable(path, flag)
+    check_outputs(json_path, junit_path, html_path)
     console = render.make_console(stderr=json_path == "-" or junit_path == "-")
     report = env.run_env()
     # The process ends right after: exempt torch's objects from the garbage
@@ -150,7 +159,7 @@ def env_command(json_path: JsonPath = None, junit_path: JunitPath = None, quiet:
     import gc
 
     gc.freeze()
-    finish(report, console, json_path, junit_path, quiet)
+    finish(report, console, json_path, junit_path, quiet, html_path)
 
 
 @app.command(
@@ -190,6 +199,7 @@ def allreduce(
     ] = None,
     json_path: JsonPath = None,
     junit_path: JunitPath = None,
+    html_path: HtmlPath = None,
     quiet: Quiet = False,
 ) -> None:
     """Is the process group sound, which rank breaks it, and how fast is all_reduce?
@@ -230,6 +240,7 @@ def train(
     bucket_cap_mb: BucketCapMb = 25.0,
     json_path: JsonPath = None,
     junit_path: JunitPath = None,
+    html_path: HtmlPath = None,
     quiet: Quiet = False,
 ) -> None:
     """Does DDP train correctly here? The classic 5-step training of one layer, as verdicts.
@@ -278,6 +289,7 @@ def profile(
     bucket_cap_mb: BucketCapMb = 25.0,
     json_path: JsonPath = None,
     junit_path: JunitPath = None,
+    html_path: HtmlPath = None,
     quiet: Quiet = False,
 ) -> None:
     """Where does each DDP step's time go, on every rank, and which rank is slow?
@@ -292,6 +304,35 @@ def profile(
     run_command("profile", options, locals())
 
 
+@app.command(
+    epilog=(
+        "Examples: ddpcheck show report.json | ddpcheck show report.json --html report.html "
+        "| ddpcheck show report.json --quiet"
+    )
+)
+def show(
+    report_path: Annotated[
+        str, typer.Argument(metavar="REPORT.json", help="A report saved with --json.", show_default=False)
+    ],
+    json_path: JsonPath = None,
+    junit_path: JunitPath = None,
+    html_path: HtmlPath = None,
+    quiet: Quiet = False,
+) -> None:
+    """Show a saved report again: the same tables, checks and verdict line, or as HTML.
+
+    Nothing is launched. The exit code is the saved report's verdict (0, 1 or 3);
+    a file that is not a ddpcheck report is exit 2.
+    """
+    from ddpcheck import render
+    from ddpcheck import show as showing
+
+    check_outputs(json_path, junit_path, html_path)
+    report = showing.load(report_path)
+    console = render.make_console(stderr=json_path == "-" or junit_path == "-")
+    finish(report, console, json_path, junit_path, quiet, html_path)
+
+
 def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
     """Validate, launch (or run as a rank), render, and exit with the verdict's code.
 
@@ -299,6 +340,7 @@ def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
     """
     launch_options = options_from_dict(LaunchOptions, {**params, "inject": params["inject"] or []})
     json_path, junit_path, quiet = params["json_path"], params["junit_path"], params["quiet"]
+    html_path = params.get("html_path")
     from ddpcheck import render, slurm
     from ddpcheck.faults import parse_faults
 
@@ -306,8 +348,7 @@ def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
     launch_options.validate()
     options.validate()
     parse_faults(launch_options.inject, command)
-    for path, flag in ((json_path, "--json"), (junit_path, "--junit")):
-        check_writable(path, flag)
+    check_outputs(json_path, junit_path, html_path)
     from ddpcheck import launch
 
     launch.quiet_torch_cpp_logs()
@@ -336,7 +377,7 @@ def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
             print("ddpcheck: interrupted; every rank was stopped", file=sys.stderr)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         report.notes = [n for n in report.notes if n not in plan.notes]
-    finish(report, console, json_path, junit_path, quiet)
+    finish(report, console, json_path, junit_path, quiet, html_path)
 
 
 def resolve_defaults(options: Any, device: str) -> Any:
@@ -353,7 +394,14 @@ def resolve_defaults(options: Any, device: str) -> Any:
     return options
 
 
-def finish(report: Report, console: Any, json_path: str | None, junit_path: str | None, quiet: bool) -> None:
+def finish(
+    report: Report,
+    console: Any,
+    json_path: str | None,
+    junit_path: str | None,
+    quiet: bool,
+    html_path: str | None = None,
+) -> None:
     from ddpcheck import render
     from ddpcheck.report import write_json, write_junit
 
@@ -362,7 +410,23 @@ def finish(report: Report, console: Any, json_path: str | None, junit_path: str 
         write_json(report, json_path)
     if junit_path:
         write_junit(report, junit_path)
+    if html_path:
+        from ddpcheck.html import write_html
+
+        write_html(report, html_path)
     raise typer.Exit(report.verdict.exit_code)
+
+
+def check_outputs(json_path: str | None, junit_path: str | None, html_path: str | None) -> None:
+    """Every output file can be written, and --html can draw, before anything is launched."""
+    for path, flag in ((json_path, "--json"), (junit_path, "--junit"), (html_path, "--html")):
+        check_writable(path, flag)
+    if html_path:
+        if html_path == "-":
+            raise UsageError("--html -: the page needs a file path (standard output is the terminal report)")
+        from ddpcheck.html import require_charts
+
+        require_charts()
 
 
 def check_writable(path: str | None, flag: str) -> None:
