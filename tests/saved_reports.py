@@ -49,9 +49,16 @@ def run_ddpcheck(
     )
 
 
-@pytest.fixture(scope="session")
-def saved_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Saved]:
+# Each test module that imports the fixture gets its own definition of it, so session scope alone
+# would run the four commands once per module: the runs are kept here, once per session.
+_SAVED: dict[str, Saved] = {}
+
+
+@pytest.fixture(scope="session", name="saved_reports")
+def saved_reports_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Saved]:
     pytest.importorskip("matplotlib", reason="--html needs matplotlib: pip install 'ddpcheck[html]'")
+    if _SAVED:
+        return _SAVED
     out = tmp_path_factory.mktemp("wt16-saved")
     scratch = out / "tmp"
     scratch.mkdir()
@@ -66,4 +73,5 @@ def saved_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Saved]:
         saved[name] = Saved(name, proc.returncode, proc.stdout, proc.stderr, json_path, html_path)
         print(f"{name}: {time.monotonic() - began:.1f} s")
     assert_nothing_left(scratch)
-    return saved
+    _SAVED.update(saved)
+    return _SAVED

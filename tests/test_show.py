@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Run, assert_usage_error
-from tests.saved_reports import Saved, run_ddpcheck
-from tests.saved_reports import saved_reports as _saved_reports  # noqa: F401 (registers the fixture)
+from tests.saved_reports import (
+    Saved,
+    run_ddpcheck,
+    saved_reports_fixture,  # noqa: F401 (the fixture `saved_reports`)
+)
 
 
 def _lines(text: str) -> list[str]:
