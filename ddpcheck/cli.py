@@ -311,9 +311,7 @@ def profile(
     )
 )
 def show(
-    report_path: Annotated[
-        str, typer.Argument(metavar="REPORT.json", help="A report saved with --json.", show_default=False)
-    ],
+    report_path: Annotated[str, typer.Argument(metavar="REPORT.json", help="A report saved with --json.")],
     json_path: JsonPath = None,
     junit_path: JunitPath = None,
     html_path: HtmlPath = None,

@@ -92,4 +92,4 @@ def charts(report: Report) -> list[Chart]:
     ]
     notes = [t for t in titles.values()]
     title = "Bus bandwidth by message size" + (" against the baseline" if baseline else "")
-    return [Chart(title, chart_svg, Table("chart_bandwidth", title, columns, data), notes)]
+    return [Chart(title, chart_svg, Table("chart_bandwidth", "busbw per op and size", columns, data), notes)]

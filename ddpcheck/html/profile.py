@@ -93,4 +93,11 @@ def charts(report: Report) -> list[Chart]:
         c.detail for c in report.checks if c.name == "stragglers" and c.status != Status.PASS and c.detail
     ]
     title = "Where each rank's step goes"
-    return [Chart(title, chart_svg, Table("chart_profile", title, columns, data), notes)]
+    return [
+        Chart(
+            title,
+            chart_svg,
+            Table("chart_profile", "Each rank's median over the steady-state steps", columns, data),
+            notes,
+        )
+    ]

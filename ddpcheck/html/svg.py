@@ -57,6 +57,8 @@ def to_svg(fig: Figure, titles: dict[str, str] | None = None) -> str:
     text = buffer.getvalue()
     # The XML prolog and DOCTYPE belong to a standalone file, not to an element inside HTML.
     text = text[text.index("<svg") :]
+    # Its RDF metadata names namespaces by URL and says nothing a reader needs.
+    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
     for gid, title in (titles or {}).items():
         text = re.sub(
             rf'(<g id="{re.escape(gid)}"[^>]*>)',

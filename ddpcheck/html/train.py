@@ -51,4 +51,4 @@ def charts(report: Report) -> list[Chart]:
     columns = {"step": "step", **{f"loss_rank{r}": f"rank {r}" for r in ranks}, "reference_loss": "1 process"}
     data = [{k: row.get(k) for k in columns} for row in rows]
     title = "Loss per step on every rank, and in one process"
-    return [Chart(title, chart_svg, Table("chart_loss", title, columns, data))]
+    return [Chart(title, chart_svg, Table("chart_loss", "Loss per step", columns, data))]
