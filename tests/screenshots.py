@@ -1,6 +1,6 @@
 """Make docs/html-*.png, the README's screenshots: `python -m tests.screenshots [DIR]`.
 
-Real small runs for allreduce, train, profile and env (the tests' runs); synthetic reports for
+Real small runs for allreduce, train, profile (with rank 1 slowed) and env (the tests' runs); synthetic reports for
 links (16 ranks on 2 hosts, one slow link) and collectives, whose commands are built
 elsewhere. Each shot is the top of the page (verdict, checks, the first chart), scaled so that
 the PNG stays small. Also prints the size of a 64-rank links page.
@@ -26,7 +26,9 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="wt16-shots-") as work:
         pages = {}
-        for name, args in RUNS.items():
+        # The profile shot shows how a straggler is marked: rank 1 made slow on purpose.
+        runs = {**RUNS, "profile": [*RUNS["profile"], "--inject", "slow@1"]}
+        for name, args in runs.items():
             page = Path(work) / f"{name}.html"
             proc = run_ddpcheck(*args, "--html", str(page))
             print(f"{name}: exit {proc.returncode}")
