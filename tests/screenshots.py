@@ -1,9 +1,9 @@
 """Make docs/html-*.png, the README's screenshots: `python -m tests.screenshots [DIR]`.
 
-Real small runs for allreduce, train, profile (with rank 1 slowed) and env (the tests' runs); synthetic reports for
-links (16 ranks on 2 hosts, one slow link) and collectives, whose commands are built
-elsewhere. Each shot is the top of the page (verdict, checks, the first chart), scaled so that
-the PNG stays small. Also prints the size of a 64-rank links page.
+Real small runs for allreduce, train, profile (with rank 1 slowed) and env (the tests' runs);
+synthetic reports for links (16 ranks on 2 hosts, one slow link) and collectives, whose
+commands are built elsewhere. Each shot is the top of the page (verdict, checks, the first
+chart), scaled so that the PNG stays small. Also prints the size of a 64-rank links page.
 """
 
 from __future__ import annotations
