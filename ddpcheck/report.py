@@ -183,22 +183,26 @@ def report_from_dict(data: Any) -> Report:
     for name, rows in data["tables"].items():
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise NotAReport(f"not a ddpcheck report (table '{name}' is not a list of rows)")
-        found = meta.get(name) or {}
+        found = meta.get(name) if isinstance(meta, dict) else None
+        found = found if isinstance(found, dict) else {}
         columns = found.get("columns")
-        if columns is None:
+        if not isinstance(columns, dict):
             columns = {k: k for row in rows for k in row}
-        tables.append(Table(name, found.get("title", name), dict(columns), rows))
-    report = Report(
-        command=data["command"],
-        checks=checks,
-        tables=tables,
-        world=data.get("world") or {},
-        ranks=data.get("ranks") or [],
-        options=data.get("options") or {},
-        notes=list(data.get("notes") or []),
-        elapsed_s=float(data.get("elapsed_s") or 0.0),
-        log_dir=data.get("log_dir"),
-    )
+        tables.append(Table(name, str(found.get("title", name)), dict(columns), rows))
+    try:
+        report = Report(
+            command=data["command"],
+            checks=checks,
+            tables=tables,
+            world=dict(data.get("world") or {}),
+            ranks=list(data.get("ranks") or []),
+            options=dict(data.get("options") or {}),
+            notes=[str(n) for n in data.get("notes") or []],
+            elapsed_s=float(data.get("elapsed_s") or 0.0),
+            log_dir=data.get("log_dir"),
+        )
+    except (TypeError, ValueError) as exc:
+        raise NotAReport(f"not a ddpcheck report (malformed: {exc})") from None
     if report.verdict.value != data["verdict"]:
         raise NotAReport(
             f"inconsistent report: verdict '{data['verdict']}' but its checks say '{report.verdict.value}'"

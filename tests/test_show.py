@@ -81,6 +81,7 @@ def _variants(report: dict) -> dict[str, str]:
     rows_not_list = json.loads(json.dumps(report))
     rows_not_list["tables"]["bandwidth"] = "fast"
     no_version = {k: v for k, v in report.items() if k != "ddpcheck"}
+    bad_time = {**report, "elapsed_s": "soon"}
     return {
         "text.json": "this is not JSON\n",
         "list.json": "[1, 2, 3]\n",
@@ -89,6 +90,7 @@ def _variants(report: dict) -> dict[str, str]:
         "bad-status.json": json.dumps(bad_status),
         "lying.json": json.dumps(lying),
         "rows.json": json.dumps(rows_not_list),
+        "time.json": json.dumps(bad_time),
     }
 
 
