@@ -243,6 +243,13 @@ class Page:
                 found.append(f"loading failed: {p.get('errorText')}")
         return found
 
+    def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript expression in the page (JSON-serialisable)."""
+        result = self.browser.call(
+            "Runtime.evaluate", {"expression": expression, "returnByValue": True}, self.session
+        )
+        return result["result"].get("value")
+
     def screenshot(self, path: Path, height: int | None = None, scale: float = 1.0) -> None:
         """A PNG of the page from the top, `height` CSS pixels of it (default: the whole page)."""
         clip = {"x": 0, "y": 0, "width": 1100, "height": height or self.height, "scale": scale}

@@ -35,7 +35,17 @@ def browser() -> Iterator[headless.Browser]:
         yield opened
 
 
-def _open(browser: headless.Browser, path: Path) -> headless.Page:
+# For every heat-map cell with hover text: is that cell what the pointer is over at its centre?
+HOVER = """(() => Array.from(document.querySelectorAll('svg.chart g[id^="link-"] > title')).map(t => {
+  const cell = t.parentElement;
+  cell.scrollIntoView({block: 'center', inline: 'center'});
+  const box = cell.getBoundingClientRect();
+  const hit = document.elementFromPoint(box.x + box.width / 2, box.y + box.height / 2);
+  return [t.textContent, Boolean(hit && hit.closest('g[id^="link-"]') === cell)];
+}))()"""
+
+
+def _open(browser: headless.Browser, path: Path, hovers: int = 0) -> headless.Page:
     page = browser.open(path)
     try:
         # Loaded, asked for nothing but itself (its inline images are data: URIs), and quiet.
@@ -47,6 +57,10 @@ def _open(browser: headless.Browser, path: Path) -> headless.Page:
         # Every chart drew: a box on the page, with shapes in it.
         for chart in page.charts:
             assert chart["width"] > 100 and chart["height"] > 100 and chart["shapes"] > 5, chart
+        # The heat map's hover text is reachable: each titled cell is what the pointer meets there.
+        cells = page.evaluate(HOVER)
+        assert len(cells) == hovers and all(hit for _, hit in cells), cells
+        page.hover_texts = [text for text, _ in cells]
         return page
     finally:
         page.close()
@@ -84,21 +98,22 @@ def test_each_commands_page_in_a_browser(
 
 
 def test_links_and_collectives_pages_in_a_browser(browser: headless.Browser, tmp_path: Path) -> None:
-    for name, report, named in (
-        (
-            "links64",
-            links_report(64, per_host=8, slow=(13, 42)),
-            ["rank 13 (host gpu02) → rank 42 (host gpu06)"],
-        ),
-        ("links8", links_report(8, per_host=4, slow=(2, 5)), ["rank 2 (host gpu01) → rank 5 (host gpu02)"]),
-        ("collectives", collectives_report(8, corrupt=3), ["all_gather: rank 3", "sendrecv"]),
+    slow64 = "rank 13 (host gpu02) → rank 42 (host gpu06)"
+    slow8 = "rank 2 (host gpu01) → rank 5 (host gpu02)"
+    # Hover texts: a 64-rank map has one (its slow cell), an 8-rank map one per link.
+    for name, report, named, hovers in (
+        ("links64", links_report(64, per_host=8, slow=(13, 42)), [slow64], 1),
+        ("links8", links_report(8, per_host=4, slow=(2, 5)), [slow8], 8 * 7),
+        ("collectives", collectives_report(8, corrupt=3), ["all_gather: rank 3", "sendrecv"], 0),
     ):
         path = tmp_path / f"{name}.html"
         write_html(report, str(path))
-        page = _open(browser, path)
+        page = _open(browser, path, hovers)
         assert len(page.charts) == 1
         for text in named:
             assert text in page.text, (name, text)
+        if name.startswith("links"):  # the slow cell's hover text names both ends
+            assert any(t.startswith(f"slow: {named[0]}") for t in page.hover_texts), page.hover_texts
 
 
 def test_a_page_that_fetches_is_caught(browser: headless.Browser, tmp_path: Path) -> None:

@@ -93,12 +93,13 @@ def charts(report: Report) -> list[Chart]:
             if key not in slow_keys and n > HOVER_EVERY_CELL:
                 continue
             marked = key in slow_keys
+            # Unfilled (matplotlib writes a transparent face as none): the page's CSS gives
+            # these cells pointer events over their whole area, so the hover works anywhere on them.
             cell = Rectangle(
                 (r["dst"] - 0.5, r["src"] - 0.5),
                 1,
                 1,
-                fill=not marked,
-                facecolor="none",
+                facecolor=(0, 0, 0, 0),
                 edgecolor="black" if marked else "none",
                 linewidth=1.5 if marked else 0,
             )
