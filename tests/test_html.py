@@ -150,3 +150,22 @@ def test_a_non_finite_loss_and_a_straggler_are_drawn(saved_reports: dict[str, Sa
     page = render_html(report_from_dict(profile))
     assert "rank 1 (straggler)" in page and ">straggler<" in page
     assert "rank 0 (straggler)" not in page
+
+
+def test_a_crash_report_escapes_what_ranks_wrote() -> None:
+    """An exit-3 report quotes a rank's stderr: shown as text, never as markup or script."""
+    from ddpcheck.report import Check, Report, Status, Table
+
+    hostile = "RuntimeError: <script>alert(1)</script> at [/path/pair.cc:553] & more"
+    report = Report(
+        command="allreduce",
+        checks=[Check("rank crashed", Status.ERROR, hostile, [1], ["vm"])],
+        tables=[Table("stderr", "stderr", {}, [{"rank": 1, "host": "vm", "stderr_tail": hostile}])],
+        world={"size": 2, "backend": "gloo", "device": "cpu"},
+        log_dir="/tmp/ddpcheck-run",
+    )
+    page = render_html(report)
+    _self_contained(page)
+    assert '<h1 id="verdict" class="error">ERROR' in page
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 2  # the check, the tail
+    assert "rank 1 on vm: last lines of stderr" in page and "rank logs kept in /tmp/ddpcheck-run" in page
