@@ -103,6 +103,14 @@ JsonPath = Annotated[
 JunitPath = Annotated[
     str | None, typer.Option("--junit", help="Write a JUnit XML report here.", rich_help_panel=OUTPUT)
 ]
+HtmlPath = Annotated[
+    str | None,
+    typer.Option(
+        "--html",
+        help="Write the report as one self-contained HTML page with charts (needs ddpcheck[html]).",
+        rich_help_panel=OUTPUT,
+    ),
+]
 Quiet = Annotated[
     bool, typer.Option("--quiet", "-q", help="Print only the verdict and failures.", rich_help_panel=OUTPUT)
 ]
@@ -143,6 +151,7 @@ LAUNCH_PARAMETERS = [
 OUTPUT_PARAMETERS = [
     _parameter("json_path", JsonPath, None),
     _parameter("junit_path", JunitPath, None),
+    _parameter("html_path", HtmlPath, None),
     _parameter("quiet", Quiet, False),
 ]
 
@@ -153,12 +162,25 @@ class Output:
 
     json_path: str | None = None
     junit_path: str | None = None
+    html_path: str | None = None
     quiet: bool = False
 
     def check(self) -> None:
-        """Refuse a path that cannot be written before anything is launched."""
-        for path, flag in ((self.json_path, "--json"), (self.junit_path, "--junit")):
+        """Every output file can be written, and --html can draw, before anything is launched."""
+        for path, flag in (
+            (self.json_path, "--json"),
+            (self.junit_path, "--junit"),
+            (self.html_path, "--html"),
+        ):
             check_writable(path, flag)
+        if self.html_path:
+            if self.html_path == "-":
+                raise UsageError(
+                    "--html -: the page needs a file path (standard output is the terminal report)"
+                )
+            from ddpcheck.html import require_charts
+
+            require_charts()
 
     @property
     def to_stdout(self) -> bool:
@@ -256,6 +278,30 @@ def env_command(output: Output) -> None:
 
     gc.freeze()
     finish(report, console, output)
+
+
+@plain_command(
+    "show",
+    epilog=(
+        "Examples: ddpcheck show report.json | ddpcheck show report.json --html report.html "
+        "| ddpcheck show report.json --quiet"
+    ),
+)
+def show(
+    report_path: Annotated[str, typer.Argument(metavar="REPORT.json", help="A report saved with --json.")],
+    output: Output,
+) -> None:
+    """Show a saved report again: the same tables, checks and verdict line, or as HTML.
+
+    Nothing is launched. The exit code is the saved report's verdict (0, 1 or 3);
+    a file that is not a ddpcheck report is exit 2.
+    """
+    from ddpcheck import render
+    from ddpcheck import show as showing
+
+    output.check()
+    report = showing.load(report_path)
+    finish(report, render.make_console(stderr=output.to_stdout), output)
 
 
 # ---------------------------------------------------------------- the commands that run on ranks
@@ -476,6 +522,10 @@ def finish(report: Report, console: Any, output: Output) -> None:
         write_json(report, output.json_path)
     if output.junit_path:
         write_junit(report, output.junit_path)
+    if output.html_path:
+        from ddpcheck.html import write_html
+
+        write_html(report, output.html_path)
     raise typer.Exit(report.verdict.exit_code)
 
 

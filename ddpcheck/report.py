@@ -100,11 +100,15 @@ class Table:
             grouped.setdefault(row.get(self.group_by), []).append(row)
         return [(self.title.format(group=value), rows) for value, rows in grouped.items()]
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {"title": self.title, "columns": dict(self.columns), "rows": self.rows}
+    def meta(self) -> dict[str, Any]:
+        """How the terminal shows the table: what a saved report needs to be shown again."""
+        out: dict[str, Any] = {"title": self.title, "columns": dict(self.columns)}
         if self.group_by:
             out["group_by"] = self.group_by
         return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.meta(), "rows": self.rows}
 
     @classmethod
     def from_dict(cls, name: str, data: dict[str, Any]) -> Table:
@@ -154,6 +158,9 @@ class Report:
             "ranks": self.ranks,
             "checks": [c.to_dict() for c in self.checks],
             "tables": {t.name: t.rows for t in self.tables},
+            # Beside `tables`, not in it: scripts read `tables` as {name: rows}. With these,
+            # a saved report can be shown again exactly as it ran (`ddpcheck show`).
+            "table_meta": {t.name: t.meta() for t in self.tables},
             "options": self.options,
             "notes": self.notes,
             "log_dir": self.log_dir,
@@ -178,6 +185,75 @@ class Report:
             elapsed_s=data.get("elapsed_s", 0.0),
             log_dir=data.get("log_dir"),
         )
+
+
+class NotAReport(ValueError):
+    """The data is not a ddpcheck report; the message says what is wrong, in one line."""
+
+
+def report_from_dict(data: Any) -> Report:
+    """A saved JSON report (`--json`) as a Report, after checking that it is one.
+
+    Reports written before `table_meta` existed still load: each table is titled by its name and
+    shows every key of its rows.
+    """
+    if not isinstance(data, dict) or "ddpcheck" not in data:
+        raise NotAReport("not a ddpcheck report (no top-level 'ddpcheck' version)")
+    for key, kind in (("command", str), ("checks", list), ("tables", dict)):
+        if not isinstance(data.get(key), kind):
+            raise NotAReport(f"not a ddpcheck report ('{key}' is missing or not a {kind.__name__})")
+    if data.get("verdict") not in {v.value for v in Verdict}:
+        raise NotAReport(f"not a ddpcheck report (verdict {data.get('verdict')!r})")
+    try:
+        checks = [Check.from_dict(c) for c in data["checks"]]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise NotAReport(f"not a ddpcheck report (a check is malformed: {exc})") from None
+    meta = data.get("table_meta") or {}
+    tables = []
+    for name, rows in data["tables"].items():
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise NotAReport(f"not a ddpcheck report (table '{name}' is not a list of rows)")
+        found = meta.get(name) if isinstance(meta, dict) else None
+        found = found if isinstance(found, dict) else {}
+        columns = found.get("columns")
+        if not isinstance(columns, dict):
+            columns = {k: k for row in rows for k in row}
+        group_by = found.get("group_by")
+        group_by = group_by if isinstance(group_by, str) else None
+        tables.append(Table(name, str(found.get("title", name)), dict(columns), rows, group_by=group_by))
+    try:
+        report = Report(
+            command=data["command"],
+            checks=checks,
+            tables=tables,
+            world=dict(data.get("world") or {}),
+            ranks=list(data.get("ranks") or []),
+            options=dict(data.get("options") or {}),
+            notes=[str(n) for n in data.get("notes") or []],
+            elapsed_s=float(data.get("elapsed_s") or 0.0),
+            log_dir=data.get("log_dir"),
+        )
+    except (TypeError, ValueError) as exc:
+        raise NotAReport(f"not a ddpcheck report (malformed: {exc})") from None
+    if report.verdict.value != data["verdict"]:
+        raise NotAReport(
+            f"inconsistent report: verdict '{data['verdict']}' but its checks say '{report.verdict.value}'"
+        )
+    return report
+
+
+def read_report(path: str) -> Report:
+    """Load and check a saved report file; NotAReport (one line) when it is none."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except json.JSONDecodeError as exc:
+        raise NotAReport(f"not a ddpcheck report (not JSON: {exc.msg} at line {exc.lineno})") from None
+    except UnicodeDecodeError:
+        raise NotAReport("not a ddpcheck report (not text)") from None
+    except OSError as exc:
+        raise NotAReport(f"cannot read it: {exc.strerror}") from None
+    return report_from_dict(data)
 
 
 def counted(n: int, noun: str) -> str:
@@ -340,6 +416,11 @@ def _culprit_text(check: Check) -> str:
     if check.hosts:
         parts.append("hosts: " + ", ".join(check.hosts))
     return "; ".join(parts)
+
+
+def write_text(path: str, text: str) -> None:
+    """Write a whole output file at once: a reader never sees half of it."""
+    _write_atomically(path, text)
 
 
 def _write_atomically(path: str, text: str) -> None:
