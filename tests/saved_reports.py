@@ -23,6 +23,17 @@ RUNS = {
     "train": ["train", "--nproc", "2", "--hidden", "64"],
     "profile": ["profile", "--nproc", "2", "--hidden", "256", "--steps", "4", "--warmup", "1"],
     "env": ["env"],
+    "collectives": [
+        "collectives",
+        "--nproc",
+        "3",
+        "--sizes",
+        "1K:2K",
+        "--ops",
+        "all_gather,reduce_scatter,sendrecv",
+        "--inject",
+        "corrupt@1",
+    ],
 }
 
 

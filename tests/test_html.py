@@ -75,7 +75,7 @@ def test_same_report_same_page_but_the_time_it_was_written(saved_reports: dict[s
     assert first == second
 
 
-@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env"])
+@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env", "collectives"])
 def test_each_commands_page(saved_reports: dict[str, Saved], name: str) -> None:
     saved = saved_reports[name]
     page = saved.html.read_text()
@@ -88,6 +88,7 @@ def test_each_commands_page(saved_reports: dict[str, Saved], name: str) -> None:
         "train": ("step", "loss"),
         "profile": ("median time per steady-state step (ms)", "rank"),
         "env": (),
+        "collectives": ("message size", "bus bandwidth (GB/s)"),
     }[name]:
         assert axis in page
     assert len(page.encode()) < 1_000_000

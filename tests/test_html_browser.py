@@ -71,10 +71,17 @@ EXPECTED_ON_PAGE = {
     "train": ["Loss per step on every rank, and in one process", "weight equality", "1 process"],
     "profile": ["Where each rank's step goes", "stragglers", "exposed communication"],
     "env": ["Checks"],
+    "collectives": [
+        "all_gather",
+        "reduce_scatter",
+        "sendrecv",
+        "rank 1 on host",
+        "Bus bandwidth by message size",
+    ],
 }
 
 
-@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env"])
+@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env", "collectives"])
 def test_each_commands_page_in_a_browser(
     browser: headless.Browser, saved_reports: dict[str, Saved], name: str
 ) -> None:

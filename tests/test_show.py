@@ -24,7 +24,7 @@ def _lines(text: str) -> list[str]:
     return [re.sub(r" in \d+\.\d s\b", " in N s", line.rstrip()) for line in text.splitlines()]
 
 
-@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env"])
+@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env", "collectives"])
 def test_show_prints_what_the_run_printed(saved_reports: dict[str, Saved], name: str, tmp_path: Path) -> None:
     saved = saved_reports[name]
     shown = run_ddpcheck("show", str(saved.json))
@@ -51,6 +51,10 @@ def test_the_runs_verdicts(saved_reports: dict[str, Saved]) -> None:
     assert isinstance(report["tables"]["bandwidth"], list)
     assert report["table_meta"]["bandwidth"]["columns"]["busbw_gbps"] == "busbw (GB/s)"
     assert report["table_meta"]["bandwidth"]["title"].startswith("all_reduce bandwidth")
+    # A grouped table keeps its grouping, so that `show` prints one table per collective again.
+    collectives = json.loads(saved_reports["collectives"].json.read_text())
+    assert saved_reports["collectives"].code == 1
+    assert collectives["table_meta"]["bandwidth"]["group_by"] == "op"
 
 
 def test_show_json_round_trip(saved_reports: dict[str, Saved], tmp_path: Path) -> None:
