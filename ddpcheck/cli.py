@@ -103,6 +103,23 @@ JunitPath = Annotated[
 Quiet = Annotated[
     bool, typer.Option("--quiet", "-q", help="Print only the verdict and failures.", rich_help_panel=OUTPUT)
 ]
+BASELINE = "Baseline"
+BaselinePath = Annotated[
+    str | None,
+    typer.Option(
+        "--baseline",
+        help="A JSON report of a known-good run (saved with --json): FAIL when a figure is worse than it.",
+        rich_help_panel=BASELINE,
+    ),
+]
+Tolerance = Annotated[
+    float | None,
+    typer.Option(
+        help="How much worse than the baseline a figure may be, a fraction of its speed "
+        "(default 0.85 on CPU ranks, 0.2 on GPUs; see the README).",
+        rich_help_panel=BASELINE,
+    ),
+]
 
 
 def _version(value: bool) -> None:
@@ -188,6 +205,8 @@ def allreduce(
     min_busbw: Annotated[
         float | None, typer.Option(help="FAIL when the peak bus bandwidth (GB/s) is below this.")
     ] = None,
+    baseline: BaselinePath = None,
+    tolerance: Tolerance = None,
     json_path: JsonPath = None,
     junit_path: JunitPath = None,
     quiet: Quiet = False,
@@ -276,6 +295,8 @@ def profile(
         typer.Option(help="The device's peak TFLOP/s, for the fraction of peak (default: known GPUs)."),
     ] = None,
     bucket_cap_mb: BucketCapMb = 25.0,
+    baseline: BaselinePath = None,
+    tolerance: Tolerance = None,
     json_path: JsonPath = None,
     junit_path: JunitPath = None,
     quiet: Quiet = False,
@@ -290,6 +311,57 @@ def profile(
     """
     options = options_from_dict(ProfileOptions, locals())
     run_command("profile", options, locals())
+
+
+@app.command(
+    epilog=(
+        "Examples: ddpcheck compare monday.json today.json | ddpcheck compare a.json b.json --tolerance 0.2 "
+        "--junit compare.xml | ddpcheck compare node-type.json new-node.json --quiet"
+    )
+)
+def compare(
+    old: Annotated[
+        str, typer.Argument(help="The baseline: a JSON report saved with --json.", show_default=False)
+    ],
+    new: Annotated[str, typer.Argument(help="The run to judge against it.", show_default=False)],
+    tolerance: Tolerance = None,
+    json_path: JsonPath = None,
+    junit_path: JunitPath = None,
+    quiet: Quiet = False,
+) -> None:
+    """Is NEW slower than OLD? Two saved reports compared like for like; nothing is launched.
+
+    busbw per op and size, each link's bandwidth and latency, each profile phase's time
+    and TFLOP/s: exit 1 when a figure is worse than OLD by more than --tolerance. Also shows
+    the checks whose verdict changed and what changed in torch, CUDA, NCCL and the driver.
+    Setups that differ (world size, backend, device, dtype) are compared only where the
+    figures do not depend on what differs; nothing comparable is exit 2.
+    """
+    import time
+
+    from ddpcheck import baseline as baselines
+    from ddpcheck import render
+    from ddpcheck.report import Report
+
+    began = time.monotonic()
+    baselines.validate_tolerance(tolerance)
+    for path, flag in ((json_path, "--json"), (junit_path, "--junit")):
+        check_writable(path, flag)
+    then, now = baselines.load_report(old, "OLD"), baselines.load_report(new, "NEW")
+    chosen = baselines.default_tolerance(now) if tolerance is None else tolerance
+    comparison = baselines.compare(then, now, chosen, old)
+    verdicts, verdicts_table = baselines.verdict_changes(then, now)
+    environment, environment_table = baselines.environment_changes(then, now)
+    report = Report(
+        "compare",
+        checks=[comparison.check, verdicts, environment],
+        tables=[comparison.table, verdicts_table, environment_table],
+        world=now.get("world", {}),
+        options={"old": old, "new": new, "tolerance": chosen},
+    )
+    report.elapsed_s = time.monotonic() - began
+    console = render.make_console(stderr=json_path == "-" or junit_path == "-")
+    finish(report, console, json_path, junit_path, quiet)
 
 
 def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
@@ -308,6 +380,7 @@ def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
     parse_faults(launch_options.inject, command)
     for path, flag in ((json_path, "--json"), (junit_path, "--junit")):
         check_writable(path, flag)
+    baseline = _load_baseline(params.get("baseline"), params.get("tolerance"))
     from ddpcheck import launch
 
     launch.quiet_torch_cpp_logs()
@@ -318,6 +391,11 @@ def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
     plan = planning.plan_inline(launch_options) if inline else planning.plan_launch(launch_options)
     parse_faults(plan.inject, command, plan.world_size)
     options = resolve_defaults(options, plan.device)
+    if baseline is not None:
+        from ddpcheck.baseline import check_setup, planned_setup
+
+        planned = planned_setup(command, plan.world_size, plan.backend, plan.device, options_to_dict(options))
+        check_setup(baseline, command, planned, params["baseline"])
     if inline:
         outcome = launch.run_inline(command, options_to_dict(options), plan)
         from ddpcheck.report import Verdict
@@ -336,7 +414,50 @@ def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
             print("ddpcheck: interrupted; every rank was stopped", file=sys.stderr)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         report.notes = [n for n in report.notes if n not in plan.notes]
+    judge_speed(report, baseline, params.get("baseline"), params.get("tolerance"))
     finish(report, console, json_path, junit_path, quiet)
+
+
+def _load_baseline(path: str | None, tolerance: float | None) -> dict[str, Any] | None:
+    """The --baseline report, validated before anything is launched (a bad file is exit 2)."""
+    from ddpcheck.baseline import load_report, validate_tolerance
+
+    validate_tolerance(tolerance)
+    if path is None:
+        if tolerance is not None:
+            raise UsageError("--tolerance needs --baseline PATH (a saved report to compare with)")
+        return None
+    return load_report(path, "--baseline")
+
+
+def judge_speed(
+    report: Report, baseline: dict[str, Any] | None, path: str | None, tolerance: float | None
+) -> None:
+    """After the run, on the launcher side: against the baseline, or else what the hardware should do."""
+    from ddpcheck import baseline as baselines
+    from ddpcheck.report import Check, Status, Verdict
+
+    if report.world.get("report_on"):
+        return  # not rank 0's node: the report, and its comparison, are printed there
+    if baseline is None:
+        if baselines.FAMILIES.get(report.command) == "bandwidth" and report.verdict != Verdict.ERROR:
+            from ddpcheck.expectations import judge_expected
+
+            report.checks.append(judge_expected(report.to_dict()))
+        return
+    if report.verdict == Verdict.ERROR:
+        report.checks.append(Check("baseline", Status.SKIP, "the run did not complete: nothing to compare"))
+        return
+    now = report.to_dict()
+    tolerance = baselines.default_tolerance(now) if tolerance is None else tolerance
+    try:
+        comparison = baselines.compare(baseline, now, tolerance, f"baseline {path}")
+    except UsageError as exc:
+        # After the run, not before it: the run's own verdicts still stand, and this one fails.
+        report.checks.append(Check("baseline", Status.FAIL, str(exc)))
+        return
+    report.checks.append(comparison.check)
+    report.tables.append(comparison.table)
 
 
 def resolve_defaults(options: Any, device: str) -> Any:
