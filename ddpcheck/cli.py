@@ -321,9 +321,14 @@ def profile(
 )
 def compare(
     old: Annotated[
-        str, typer.Argument(help="The baseline: a JSON report saved with --json.", show_default=False)
+        str,
+        typer.Argument(
+            metavar="OLD.json", help="The baseline: a JSON report saved with --json.", show_default=False
+        ),
     ],
-    new: Annotated[str, typer.Argument(help="The run to judge against it.", show_default=False)],
+    new: Annotated[
+        str, typer.Argument(metavar="NEW.json", help="The run to judge against it.", show_default=False)
+    ],
     tolerance: Tolerance = None,
     json_path: JsonPath = None,
     junit_path: JunitPath = None,

@@ -130,6 +130,19 @@ def test_latency_bound_sizes_do_not_count() -> None:
     assert baseline.compare(healthy(), noisy, 0.2).check.status == Status.PASS
 
 
+def test_a_lucky_small_size_in_the_baseline_is_still_latency_bound() -> None:
+    """Half the peak at 128K once, then below it at 256K: measured, a healthy rerun looked 0.13x there."""
+    lucky = bandwidth({128 * 1024: 0.6, 256 * 1024: 0.3, M: 0.6, 2 * M: 0.8, 4 * M: 1.0})
+    bound = {f.label: f.bandwidth_bound for f in baseline.bandwidth_figures(lucky)}
+    assert bound == {
+        "all_reduce busbw at 128K": False,
+        "all_reduce busbw at 256K": False,
+        "all_reduce busbw at 1M": True,
+        "all_reduce busbw at 2M": True,
+        "all_reduce busbw at 4M": True,
+    }
+
+
 def test_a_missing_op_is_all_reduce_and_each_op_is_compared_with_itself() -> None:
     collectives = healthy(op="all_reduce")
     collectives["command"] = "collectives"
