@@ -29,21 +29,25 @@ from ddpcheck.report import Check, Status, Table, counted
 # compared with an allreduce baseline (its all_reduce rows), never with a profile.
 FAMILIES = {"allreduce": "bandwidth", "collectives": "bandwidth", "links": "links", "profile": "profile"}
 
-# Default --tolerance per device type. CPU: from 20 healthy runs of allreduce and of profile
-# on this shared 2-core machine (tests/perf/bench_baseline_spread.py, figures in the README):
-# over all 380 ordered pairs of runs the worst figure kept 0.21x (allreduce) and 0.26x (profile)
-# of the other run's speed, so a healthy rerun needs a tolerance above 0.79; 0.85 leaves a
-# margin, and still catches a rank or link that is 7x slower. GPU: not measured here (no GPU
-# on this machine); NCCL's timings over many iterations vary by a few percent, and what an
-# operator hunts (a downed NVLink, a PCIe or TCP fallback) costs 2x or more, so 0.2 - measure
-# your node type with the same bench and pass --tolerance.
-DEFAULT_TOLERANCE = {"cpu": 0.85, "cuda": 0.2}
+# Default --tolerance per device type. CPU: from 20 healthy runs each of allreduce and of
+# profile on this 2-core machine shared with four other engineers' tests, in two sessions
+# (tests/perf/bench_baseline_spread.py, figures in the README): over all ordered pairs of
+# runs, the worst figure kept 0.115x (allreduce, busy session) and 0.078x (profile) of the
+# other run's speed, so a healthy rerun needs a tolerance above 0.92; 0.95 passes every pair
+# and still fails a figure at under 0.05x: a link throttled by tc, a rank that sleeps. That
+# catches only gross faults: shared cores make CPU timings swing 10x. GPU: not measured here
+# (no GPU on this machine); NCCL's timings over many iterations on dedicated GPUs vary by a few
+# percent, and what an operator hunts (a downed NVLink, a PCIe or TCP fallback) costs 2x or
+# more, so 0.2 - measure your node type with the same bench and pass --tolerance.
+DEFAULT_TOLERANCE = {"cpu": 0.95, "cuda": 0.2}
 
-# A size is compared only when the baseline reached at least this fraction of its peak
-# busbw there and at every larger size: smaller messages are latency-bound, their time is
-# scheduling noise, and their busbw varies by 3x between healthy runs (README, "Baselines").
-# "Every larger size too": a latency-bound size that was lucky once in the baseline (a
-# 128K at 0.13x in a healthy rerun, measured) must not become the figure a rerun is held to.
+# A size is compared only when the baseline reached at least this fraction of its peak busbw
+# there and at every larger size (on CPU ranks, the rerun too: see compare()). Smaller
+# messages are latency-bound: their time is scheduling noise, and their busbw varies by 3x
+# and more between healthy runs (README, "Baselines"). "Every larger size too": a
+# latency-bound size that was lucky once in the baseline (a 128K at 0.13x in a healthy
+# rerun, measured) must not become the figure a rerun is held to. The largest size always
+# counts: it is the most bandwidth-bound size the sweep has.
 BANDWIDTH_BOUND_FRACTION = 0.5
 
 # Profile phases compared: each rank's median over steady steps, then the median across
@@ -262,7 +266,7 @@ def bandwidth_figures(report: dict[str, Any]) -> list[Figure]:
         peak = max(r["busbw_gbps"] for r in rows)
         rows = sorted(rows, key=lambda r: r["size_bytes"])
         # The first size from which every size reaches the fraction of the peak.
-        first = len(rows)
+        first = len(rows) - 1
         while first > 0 and rows[first - 1]["busbw_gbps"] >= BANDWIDTH_BOUND_FRACTION * peak:
             first -= 1
         for index, row in enumerate(rows):
@@ -422,8 +426,18 @@ def compare(
     if "link" in usable:
         # Host pairs stand in for rank pairs only when rank pairs cannot be matched (another layout).
         usable.discard("host link")
-    pairs = [(then[k], now[k]) for k in common if then[k].kind in usable and then[k].bandwidth_bound]
-    latency_bound = [then[k] for k in common if then[k].kind in usable and not then[k].bandwidth_bound]
+    compared = [k for k in common if then[k].kind in usable]
+    # The baseline says which sizes are bandwidth-bound. On CPU ranks the rerun must agree:
+    # there a healthy run's own curve wanders, and a size that fell below half its run's peak
+    # measures the scheduler (measured: a healthy 256K at 0.016x). On GPUs a mid-size dip is
+    # what an NCCL upgrade's new algorithm does, and is judged. The largest size always counts.
+    strict = new.get("world", {}).get("device") == "cpu"
+
+    def bound(key: tuple[Any, ...]) -> bool:
+        return then[key].bandwidth_bound and (now[key].bandwidth_bound or not strict)
+
+    pairs = [(then[k], now[k]) for k in compared if bound(k)]
+    latency_bound = [then[k] for k in compared if not bound(k)]
     if not pairs:
         why = describe_differences(diff) if diff else "no figure of one is in the other"
         raise UsageError(f"nothing to compare with {source}: {why}")
@@ -470,7 +484,8 @@ def compare(
         notes.append(f"setups differ ({describe_differences(diff)}); compared what does not depend on it")
     if latency_bound:
         notes.append(
-            f"{counted(len(latency_bound), 'latency-bound size')} left out (below half the peak busbw)"
+            f"{counted(len(latency_bound), 'latency-bound size')} left out "
+            f"(below half the peak busbw{' in either run' if strict else ''})"
         )
     if better:
         notes.append(f"{counted(len(better), 'figure')} better than the baseline: {_named(better)}")

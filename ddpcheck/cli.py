@@ -116,7 +116,7 @@ Tolerance = Annotated[
     float | None,
     typer.Option(
         help="How much worse than the baseline a figure may be, a fraction of its speed "
-        "(default 0.85 on CPU ranks, 0.2 on GPUs; see the README).",
+        "(default 0.95 on CPU ranks, 0.2 on GPUs; see the README).",
         rich_help_panel=BASELINE,
     ),
 ]
