@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ddpcheck import __version__
+from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 
 if TYPE_CHECKING:
@@ -103,6 +104,23 @@ JsonPath = Annotated[
 JunitPath = Annotated[
     str | None, typer.Option("--junit", help="Write a JUnit XML report here.", rich_help_panel=OUTPUT)
 ]
+BASELINE = "Baseline"
+BaselinePath = Annotated[
+    str | None,
+    typer.Option(
+        "--baseline",
+        help="A JSON report of a known-good run (saved with --json): FAIL when a figure is worse than it.",
+        rich_help_panel=BASELINE,
+    ),
+]
+Tolerance = Annotated[
+    float | None,
+    typer.Option(
+        help="How much worse than the baseline a figure may be, a fraction of its speed "
+        "(default 0.95 on CPU ranks, 0.2 on GPUs; see the README).",
+        rich_help_panel=BASELINE,
+    ),
+]
 HtmlPath = Annotated[
     str | None,
     typer.Option(
@@ -147,6 +165,11 @@ LAUNCH_PARAMETERS = [
     _parameter("timeout", Timeout, 60.0),
     _parameter("inject", Inject, None),
 ]
+# Every command that measures speed takes these (commands.py: Command.measures).
+BASELINE_PARAMETERS = [
+    _parameter("baseline", BaselinePath, None),
+    _parameter("tolerance", Tolerance, None),
+]
 # Every command takes these.
 OUTPUT_PARAMETERS = [
     _parameter("json_path", JsonPath, None),
@@ -188,8 +211,27 @@ class Output:
         return self.json_path == "-" or self.junit_path == "-"
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """--baseline and --tolerance: a saved report of a known-good run to compare this one with."""
+
+    path: str | None = None
+    tolerance: float | None = None
+
+    def load(self) -> dict[str, Any] | None:
+        """The baseline report, validated before anything is launched (a bad file is exit 2)."""
+        from ddpcheck.baseline import load_report, validate_tolerance
+
+        validate_tolerance(self.tolerance)
+        if self.path is None:
+            if self.tolerance is not None:
+                raise UsageError("--tolerance needs --baseline PATH (a saved report to compare with)")
+            return None
+        return load_report(self.path, "--baseline")
+
+
 def _take(values: dict[str, Any], parameters: list[inspect.Parameter]) -> dict[str, Any]:
-    return {p.name: values.pop(p.name) for p in parameters}
+    return {p.name: values.pop(p.name) for p in parameters if p.name in values}
 
 
 def ranked_command(name: str, epilog: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -205,13 +247,20 @@ def ranked_command(name: str, epilog: str) -> Callable[[Callable[..., Any]], Cal
         own = list(inspect.signature(build_options, eval_str=True).parameters.values())
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
 
+        shared = [
+            *LAUNCH_PARAMETERS,
+            *(BASELINE_PARAMETERS if COMMANDS[name].measures else []),
+            *OUTPUT_PARAMETERS,
+        ]
+
         def command(**values: Any) -> None:
             options = build_options(**_take(values, own))
             output = Output(**_take(values, OUTPUT_PARAMETERS))
+            baseline = Baseline(values.pop("baseline", None), values.pop("tolerance", None))
             launch = LaunchOptions(**{**values, "inject": values["inject"] or []})
-            run_command(name, options, launch, output)
+            run_command(name, options, launch, output, baseline)
 
-        _declare(command, name, build_options.__doc__, [*own, *LAUNCH_PARAMETERS, *OUTPUT_PARAMETERS])
+        _declare(command, name, build_options.__doc__, [*own, *shared])
         app.command(name, epilog=epilog)(command)
         return build_options
 
@@ -301,6 +350,60 @@ def show(
 
     output.check()
     report = showing.load(report_path)
+    finish(report, render.make_console(stderr=output.to_stdout), output)
+
+
+@plain_command(
+    "compare",
+    epilog=(
+        "Examples: ddpcheck compare monday.json today.json | ddpcheck compare a.json b.json --tolerance 0.2 "
+        "--junit compare.xml | ddpcheck compare node-type.json new-node.json --quiet"
+    ),
+)
+def compare(
+    old: Annotated[
+        str,
+        typer.Argument(
+            metavar="OLD.json", help="The baseline: a JSON report saved with --json.", show_default=False
+        ),
+    ],
+    new: Annotated[
+        str, typer.Argument(metavar="NEW.json", help="The run to judge against it.", show_default=False)
+    ],
+    tolerance: Tolerance = None,
+    *,
+    output: Output,
+) -> None:
+    """Is NEW slower than OLD? Two saved reports compared like for like; nothing is launched.
+
+    busbw per op and size, each link's bandwidth and latency, each profile phase's time
+    and TFLOP/s: exit 1 when a figure is worse than OLD by more than --tolerance. Also shows
+    the checks whose verdict changed and what changed in torch, CUDA, NCCL and the driver.
+    Setups that differ (world size, backend, device, dtype) are compared only where the
+    figures do not depend on what differs; nothing comparable is exit 2.
+    """
+    import time
+
+    from ddpcheck import baseline as baselines
+    from ddpcheck import render
+    from ddpcheck.report import Report
+
+    began = time.monotonic()
+    baselines.validate_tolerance(tolerance)
+    output.check()
+    then, now = baselines.load_report(old, "OLD"), baselines.load_report(new, "NEW")
+    chosen = baselines.default_tolerance(now) if tolerance is None else tolerance
+    comparison = baselines.compare(then, now, chosen, old)
+    verdicts, verdicts_table = baselines.verdict_changes(then, now)
+    environment, environment_table = baselines.environment_changes(then, now)
+    report = Report(
+        "compare",
+        checks=[comparison.check, verdicts, environment],
+        tables=[comparison.table, verdicts_table, environment_table],
+        world=now.get("world", {}),
+        options={"old": old, "new": new, "tolerance": chosen},
+    )
+    report.elapsed_s = time.monotonic() - began
     finish(report, render.make_console(stderr=output.to_stdout), output)
 
 
@@ -472,7 +575,9 @@ def profile(
     )
 
 
-def run_command(command: str, options: Any, launch_options: LaunchOptions, output: Output) -> None:
+def run_command(
+    command: str, options: Any, launch_options: LaunchOptions, output: Output, baseline: Baseline
+) -> None:
     """Validate, launch (or run as a rank), render, and exit with the verdict's code."""
     from ddpcheck import render, slurm
     from ddpcheck.faults import parse_faults
@@ -482,6 +587,7 @@ def run_command(command: str, options: Any, launch_options: LaunchOptions, outpu
     options.validate()
     parse_faults(launch_options.inject, command)
     output.check()
+    known_good = baseline.load()
     from ddpcheck import launch
 
     launch.quiet_torch_cpp_logs()
@@ -492,6 +598,11 @@ def run_command(command: str, options: Any, launch_options: LaunchOptions, outpu
     plan = planning.plan_inline(launch_options) if inline else planning.plan_launch(launch_options)
     parse_faults(plan.inject, command, plan.world_size)
     options = options.for_device(plan.device) if hasattr(options, "for_device") else options
+    if known_good is not None:
+        from ddpcheck.baseline import check_setup, planned_setup
+
+        planned = planned_setup(command, plan.world_size, plan.backend, plan.device, options_to_dict(options))
+        check_setup(known_good, command, planned, baseline.path)
     if inline:
         outcome = launch.run_inline(command, options_to_dict(options), plan)
         from ddpcheck.report import Verdict
@@ -510,7 +621,36 @@ def run_command(command: str, options: Any, launch_options: LaunchOptions, outpu
             print("ddpcheck: interrupted; every rank was stopped", file=sys.stderr)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         report.notes = [n for n in report.notes if n not in plan.notes]
+    judge_speed(report, known_good, baseline)
     finish(report, console, output)
+
+
+def judge_speed(report: Report, known_good: dict[str, Any] | None, baseline: Baseline) -> None:
+    """After the run, on the launcher side: against the baseline, or else what the hardware should do."""
+    from ddpcheck import baseline as baselines
+    from ddpcheck.report import Check, Status, Verdict
+
+    if report.world.get("report_on"):
+        return  # not rank 0's node: the report, and its comparison, are printed there
+    if known_good is None:
+        if baselines.FAMILIES.get(report.command) == "bandwidth" and report.verdict != Verdict.ERROR:
+            from ddpcheck.expectations import judge_expected
+
+            report.checks.append(judge_expected(report.to_dict()))
+        return
+    if report.verdict == Verdict.ERROR:
+        report.checks.append(Check("baseline", Status.SKIP, "the run did not complete: nothing to compare"))
+        return
+    now = report.to_dict()
+    tolerance = baselines.default_tolerance(now) if baseline.tolerance is None else baseline.tolerance
+    try:
+        comparison = baselines.compare(known_good, now, tolerance, f"baseline {baseline.path}")
+    except UsageError as exc:
+        # After the run, not before it: the run's own verdicts still stand, and this one fails.
+        report.checks.append(Check("baseline", Status.FAIL, str(exc)))
+        return
+    report.checks.append(comparison.check)
+    report.tables.append(comparison.table)
 
 
 def finish(report: Report, console: Any, output: Output) -> None:

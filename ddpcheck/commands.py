@@ -22,6 +22,7 @@ class Command:
     faults: tuple[str, ...]  # the --inject kinds it takes
     # Tables the terminal draws a chart for (render.py's chart kinds), after the table itself.
     charts: dict[str, str] = field(default_factory=dict)
+    measures: bool = False  # it measures speed: --baseline and --tolerance compare it with a saved run
 
     def module(self) -> ModuleType:
         return importlib.import_module(self.check)
@@ -35,12 +36,14 @@ COMMANDS: dict[str, Command] = {
             "ddpcheck.checks.allreduce",
             ("corrupt", *HARNESS_FAULTS),
             charts={"bandwidth": "busbw"},
+            measures=True,
         ),
         Command(
             "collectives",
             "ddpcheck.checks.collectives",
             ("corrupt", *HARNESS_FAULTS),
             charts={"bandwidth": "busbw"},
+            measures=True,
         ),
         Command("train", "ddpcheck.checks.train", (*HARNESS_FAULTS, "diverge", "nan", "slow")),
         Command(
@@ -48,6 +51,7 @@ COMMANDS: dict[str, Command] = {
             "ddpcheck.checks.profile",
             (*HARNESS_FAULTS, "slow"),
             charts={"breakdown": "breakdown"},
+            measures=True,
         ),
     )
 }

@@ -193,6 +193,7 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
             if agreement.status.value != "PASS":
                 report.tables.append(env_probe.fingerprint_table(fingerprints, gathered))
             report.world = _world(spec, gathered, device)
+            report.world["fingerprint"] = fingerprints[0]  # the driver and the rest, for `ddpcheck compare`
             report.ranks = gathered
             if report.world["nodes"] > 1:
                 report.tables.insert(0, hosts_table(gathered, report.checks))
