@@ -24,6 +24,7 @@ from ddpcheck.options import (
     OPTIMIZERS,
     AllreduceOptions,
     LaunchOptions,
+    LinksOptions,
     ProfileOptions,
     TrainOptions,
     options_from_dict,
@@ -292,6 +293,65 @@ def profile(
     run_command("profile", options, locals())
 
 
+@app.command(
+    epilog=(
+        "Examples: ddpcheck links --gpus 8 | ddpcheck links --nproc 4 --size 4M "
+        "| ddpcheck links --nnodes 16 --rdzv-endpoint node01:29400 --gpus 8 --json links.json "
+        "| ddpcheck links --nproc 4 --inject slowlink@2"
+    )
+)
+def links(
+    gpus: Gpus = None,
+    nproc: Nproc = None,
+    backend: Backend = "auto",
+    nnodes: Nnodes = 1,
+    node_rank: NodeRank = 0,
+    rdzv_endpoint: RdzvEndpoint = None,
+    timeout: Timeout = 60.0,
+    inject: Inject = None,
+    size: Annotated[
+        str | None,
+        typer.Option(
+            help="Bytes each rank sends its partner per exchange (K/M/G). Default 1M on CPU, 64M on GPU."
+        ),
+    ] = None,
+    iters: Annotated[
+        int | None, typer.Option(help="Timed exchanges per pair (default 10 on CPU, 20 on GPU).")
+    ] = None,
+    warmup: Annotated[
+        int | None, typer.Option(help="Untimed exchanges per pair first (default 2 on CPU, 5 on GPU).")
+    ] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(help="FAIL a link below this fraction of the median of comparable links (default 0.5)."),
+    ] = None,
+    min_gbps: Annotated[
+        float | None, typer.Option(help="FAIL any link whose bandwidth (GB/s, each way) is below this.")
+    ] = None,
+    json_path: JsonPath = None,
+    junit_path: JunitPath = None,
+    quiet: Quiet = False,
+) -> None:
+    """Which GPU, host or cable is slower than its peers? Every pair of ranks measured.
+
+    In n-1 rounds (a round robin; all pairs of a round at once) every pair of ranks
+    exchanges --size bytes both ways at once, and a small round trip gives the latency:
+    within each node every pair, between nodes rail by rail (local rank i with local
+    rank i). Each link is judged against the median of comparable links; a rank or host
+    most of whose links are slow is named, else the slow link itself.
+    """
+    from ddpcheck.options import parse_size
+
+    options = LinksOptions(
+        size=parse_size(size) if size is not None else None,
+        iters=iters,
+        warmup=warmup,
+        threshold=threshold,
+        min_gbps=min_gbps,
+    )
+    run_command("links", options, locals())
+
+
 def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
     """Validate, launch (or run as a rank), render, and exit with the verdict's code.
 
@@ -317,6 +377,9 @@ def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
     inline = planning.detect_inline(launch_options)
     plan = planning.plan_inline(launch_options) if inline else planning.plan_launch(launch_options)
     parse_faults(plan.inject, command, plan.world_size)
+    least = getattr(options, "min_world_size", 1)
+    if plan.world_size < least:
+        raise UsageError(f"ddpcheck {command} needs at least {least} ranks, got {plan.world_size}")
     options = resolve_defaults(options, plan.device)
     if inline:
         outcome = launch.run_inline(command, options_to_dict(options), plan)
@@ -349,6 +412,16 @@ def resolve_defaults(options: Any, device: str) -> Any:
             max_bytes=options.max_bytes or (1024**3 if gpu else 4 * 1024**2),
             iters=options.iters or (20 if gpu else 10),
             warmup=options.warmup if options.warmup is not None else (5 if gpu else 2),
+        )
+    if isinstance(options, LinksOptions):
+        # How these were chosen (20 healthy runs, a slowed link named every time): README, `ddpcheck links`.
+        gpu = device == "cuda"
+        return replace(
+            options,
+            size=options.size or (64 * 1024**2 if gpu else 1024**2),
+            iters=options.iters or (20 if gpu else 10),
+            warmup=options.warmup if options.warmup is not None else (5 if gpu else 2),
+            threshold=options.threshold or 0.5,
         )
     return options
 

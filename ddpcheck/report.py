@@ -50,15 +50,19 @@ class Check:
     detail: str = ""
     ranks: list[int] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
+    links: list[list[int]] = field(default_factory=list)  # [src, dst] pairs of ranks, for link findings
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "name": self.name,
             "status": self.status.value,
             "detail": self.detail,
             "ranks": list(self.ranks),
             "hosts": list(self.hosts),
         }
+        if self.links:  # only checks that name links carry the key
+            data["links"] = [list(pair) for pair in self.links]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Check:
@@ -68,6 +72,7 @@ class Check:
             detail=data.get("detail", ""),
             ranks=list(data.get("ranks", [])),
             hosts=list(data.get("hosts", [])),
+            links=[list(pair) for pair in data.get("links", [])],
         )
 
 

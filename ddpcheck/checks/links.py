@@ -1,0 +1,556 @@
+"""`ddpcheck links`: every pair of ranks measured, the slow GPU, host or cable named.
+
+measure() runs on every rank: the round-robin plan (schedule.py) says whom it exchanges
+with in each round; all pairs of a round exchange at once, both directions at once
+(batched isend/irecv, as training traffic does), then a small round trip gives the
+latency. Each rank returns only its own links: what it sends grows with its own links,
+not with the world. judge() runs on rank 0 over plain data and compares each link with
+its peers (outliers.py): intra-node links with intra-node links, inter-node with inter-node.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections import defaultdict
+from typing import Any
+
+from ddpcheck.checks.outliers import Findings, SlowLink, SlowRank, find_slow
+from ddpcheck.checks.rankmap import describe_ranks, judge_rank_map, node_label, node_of, span, where
+from ddpcheck.checks.schedule import INTER, INTRA, link_plan, nodes_of
+from ddpcheck.options import LinksOptions
+from ddpcheck.report import Check, Report, Status, Table, counted
+
+Options = LinksOptions
+
+HEATMAP_MAX = 32  # ranks (or nodes) per side of the terminal heat map
+SLOWEST_SHOWN = 8
+FINDINGS_SHOWN = 6
+LATENCY_BYTES = 4  # one float32: the round trip measures the path, not the bandwidth
+
+# What a slow component usually is, by the kind of link and what is slow.
+CAUSE = {
+    (INTER, "host"): "its NIC, cable or switch port",
+    (INTER, "rank"): "the NIC or rail of that GPU",
+    (INTER, "link"): "that path through the fabric: a cable, a switch port or a route",
+    (INTRA, "host"): "its NVLink/NVSwitch fabric or PCIe (on CPU ranks: an overloaded host)",
+    (INTRA, "rank"): "its GPU's NVLink or PCIe lanes (on CPU ranks: its core or its process)",
+    (INTRA, "link"): "that GPU pair's lanes (a downtrained NVLink or PCIe link)",
+}
+
+
+# ---------------------------------------------------------------- measure
+def measure(ctx: Any, opts: LinksOptions) -> dict[str, Any]:
+    import torch
+
+    # The node layout is tiny and every rank needs it to compute the same plan.
+    layout = ctx.all_gather_object((ctx.host, int(os.environ.get("GROUP_RANK", "0")), ctx.local_rank))
+    rounds = link_plan(nodes_of([tuple(x) for x in layout]))
+    assert opts.size is not None and opts.iters is not None and opts.warmup is not None
+    send = torch.full((opts.size,), ctx.rank % 251, dtype=torch.uint8, device=ctx.device)
+    recv = torch.empty_like(send)
+    ping = torch.zeros(LATENCY_BYTES // 4, dtype=torch.float32, device=ctx.device)
+    links = []
+    for i, rnd in enumerate(rounds):
+        label = f"round {i + 1}/{len(rounds)}: {rnd.kind}-node links"
+        ctx.stage(f"measure: links {label}")
+        ctx.progress(i, len(rounds), label)  # after the stage, which clears the previous progress
+        peer = rnd.partner(ctx.rank)
+        # Three phases, each begun together by every rank, so that the pairs of a round
+        # run at the same time and one pair's warm-up never overlaps another's timing.
+        ctx.barrier()
+        hint = _warm_up(ctx, peer, send, recv, opts.warmup) if peer is not None else 0.0
+        ctx.barrier()
+        timed = _time_exchange(ctx, peer, send, recv, opts.iters, hint) if peer is not None else None
+        ctx.barrier()
+        if peer is not None and timed is not None:
+            latency = _time_round_trip(ctx, peer, ping, opts.iters)
+            wrong = int((recv != peer % 251).sum().item())
+            links.append({"peer": peer, "kind": rnd.kind, **timed, "latency_s": latency, "wrong": wrong})
+    ctx.barrier()
+    ctx.progress(len(rounds), len(rounds), "done")
+    return {"size_bytes": opts.size, "rounds": len(rounds), "links": links}
+
+
+def _ops(peer: int, send: Any, recv: Any) -> list[Any]:
+    import torch.distributed as dist
+
+    return [dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)]
+
+
+def _warm_up(ctx: Any, peer: int, send: Any, recv: Any, warmup: int) -> float:
+    """Untimed exchanges (the first one also connects the pair); the last one's seconds."""
+    import torch.distributed as dist
+
+    seconds = 0.0
+    for _ in range(warmup):
+        began = time.perf_counter()
+        for work in dist.batch_isend_irecv(_ops(peer, send, recv)):
+            work.wait()
+        ctx.sync()
+        seconds = time.perf_counter() - began
+        ctx.tick()
+    return seconds
+
+
+def _time_exchange(ctx: Any, peer: int, send: Any, recv: Any, iters: int, hint: float) -> dict[str, float]:
+    """Seconds per exchange: `recv_s` until the peer's bytes are here (the peer -> this rank
+    direction, on this rank's clock) and `exchange_s` until both directions are done.
+
+    On CPU each exchange is timed alone with perf_counter and the median quoted (robust to
+    a descheduled rank); on GPUs CUDA events around all of them, so both are the mean.
+    """
+    import torch
+    import torch.distributed as dist
+
+    ops = _ops(peer, send, recv)
+    if ctx.device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            ctx.faults.slowlink(hint)
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+            ctx.tick()
+        end.record()
+        end.synchronize()
+        seconds = start.elapsed_time(end) / 1e3 / iters
+        return {"recv_s": seconds, "exchange_s": seconds}
+    recv_times, exchange_times = [], []
+    for _ in range(iters):
+        began = time.perf_counter()
+        ctx.faults.slowlink(hint)  # inside the timed region: the injected slowness is measured
+        posted = time.perf_counter()
+        works = dist.batch_isend_irecv(ops)
+        works[1].wait()
+        arrived = time.perf_counter()
+        works[0].wait()
+        done = time.perf_counter()
+        hint = done - posted  # the exchange's own time, without the injected wait
+        recv_times.append(arrived - began)
+        exchange_times.append(done - began)
+        ctx.tick()
+    return {"recv_s": statistics.median(recv_times), "exchange_s": statistics.median(exchange_times)}
+
+
+def _time_round_trip(ctx: Any, peer: int, ping: Any, iters: int) -> float:
+    """One-way latency: half the median round trip of a 4-byte message (as osu_latency)."""
+    import torch.distributed as dist
+
+    first = ctx.rank < peer
+    trips, hint = [], 0.0
+    for _ in range(iters + 1):  # the first round trip is a warm-up
+        began = time.perf_counter()
+        if not first:
+            dist.recv(ping, peer)
+        waited = time.perf_counter()
+        ctx.faults.slowlink(hint)  # inside the round trip: the injected slowness is measured
+        slept = time.perf_counter() - waited
+        dist.send(ping, peer)
+        if first:
+            dist.recv(ping, peer)
+        ctx.sync()
+        trips.append(time.perf_counter() - began)
+        hint = trips[-1] - slept  # the round trip's own time, without the injected wait
+        ctx.tick()
+    return statistics.median(trips[1:]) / 2
+
+
+# ---------------------------------------------------------------- judge
+def directed_links(data: list[dict[str, Any]], identities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every measured link and direction, as the rank that received measured it."""
+    rows = []
+    for dst, rank_data in enumerate(data):
+        size = rank_data["size_bytes"]
+        for link in rank_data["links"]:
+            src = link["peer"]
+            rows.append(
+                {
+                    "src": src,
+                    "dst": dst,
+                    "src_host": identities[src]["host"],
+                    "dst_host": identities[dst]["host"],
+                    "kind": link["kind"],
+                    "gbps": size / link["recv_s"] / 1e9 if link["recv_s"] > 0 else 0.0,
+                    "latency_us": link["latency_s"] * 1e6,
+                    "wrong": link["wrong"],
+                }
+            )
+    rows.sort(key=lambda r: (r["src"], r["dst"]))
+    return rows
+
+
+def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: LinksOptions) -> Report:
+    assert opts.threshold is not None
+    links = directed_links(data, identities)
+    kinds = [k for k in (INTRA, INTER) if any(r["kind"] == k for r in links)]
+    bandwidth = {
+        k: find_slow({(r["src"], r["dst"]): r["gbps"] for r in links if r["kind"] == k}, opts.threshold)
+        for k in kinds
+    }
+    latency = {
+        k: find_slow(
+            {(r["src"], r["dst"]): 1 / max(r["latency_us"], 1e-3) for r in links if r["kind"] == k},
+            opts.threshold,
+        )
+        for k in kinds
+    }
+    _annotate(links, bandwidth, latency)
+    report = Report(command="links")
+    report.checks.append(judge_rank_map(identities))
+    report.checks.append(_judge_data(links, identities))
+    report.checks.append(_judge_speed("link bandwidth", bandwidth, links, identities, opts.threshold, "gbps"))
+    report.checks.append(_judge_speed("link latency", latency, links, identities, opts.threshold, "latency"))
+    if opts.min_gbps is not None:
+        report.checks.append(_judge_floor(links, identities, opts.min_gbps))
+    size = data[0]["size_bytes"]
+    report.tables += link_tables(links, identities, size, data[0]["rounds"])
+    return report
+
+
+def _annotate(
+    links: list[dict[str, Any]], bandwidth: dict[str, Findings], latency: dict[str, Findings]
+) -> None:
+    """Each link's ratio to its kind's reference median, and whether a finding names it."""
+    for row in links:
+        found = bandwidth[row["kind"]]
+        reference = found.reference.median if found.reference else None
+        if reference is None:  # one pair only: compare with the median of everything measured
+            reference = statistics.median(r["gbps"] for r in links if r["kind"] == row["kind"])
+        row["ratio"] = round(row["gbps"] / reference, 3) if reference > 0 else None
+        blamed = _blamed(found) | _blamed(latency[row["kind"]])
+        row["status"] = "FAIL" if (row["src"], row["dst"]) in blamed or row["wrong"] else "PASS"
+    for row in links:
+        row["gbps"] = round(row["gbps"], 4)
+        row["latency_us"] = round(row["latency_us"], 1)
+
+
+def _blamed(found: Findings) -> set[tuple[int, int]]:
+    return {p for s in found.ranks for p in s.slow} | {(link.src, link.dst) for link in found.links}
+
+
+def _judge_data(links: list[dict[str, Any]], identities: list[dict[str, Any]]) -> Check:
+    bad = [r for r in links if r["wrong"]]
+    if not bad:
+        return Check(
+            "link data", Status.PASS, f"every byte of {counted(len(links), 'transfer')} arrived intact"
+        )
+    text = ", ".join(f"{r['src']} → {r['dst']}: {r['wrong']:,} wrong bytes" for r in bad[:FINDINGS_SHOWN])
+    ranks = sorted({x for r in bad for x in (r["src"], r["dst"])})
+    hosts = list(dict.fromkeys(identities[r]["host"] for r in ranks))
+    return Check(
+        "link data",
+        Status.FAIL,
+        f"bytes changed in transit ({text})",
+        ranks,
+        hosts,
+        [[r["src"], r["dst"]] for r in bad],
+    )
+
+
+def _fmt(value: float, measure: str) -> str:
+    """A speed as the user reads it: GB/s, or (for latency, judged as 1/latency) microseconds."""
+    if measure == "gbps":
+        return f"{value:.3g} GB/s"
+    return f"{1 / value:.3g} us"
+
+
+def _judge_speed(
+    name: str,
+    findings: dict[str, Findings],
+    links: list[dict[str, Any]],
+    identities: list[dict[str, Any]],
+    threshold: float,
+    measure: str,
+) -> Check:
+    parts: list[str] = []
+    ranks: list[int] = []
+    pairs: list[list[int]] = []
+    for kind, found in findings.items():
+        parts += _rank_findings(kind, found.ranks, identities, measure)
+        parts += _link_findings(kind, found.links, identities, measure)
+        ranks += [s.rank for s in found.ranks] + [r for link in found.links for r in (link.src, link.dst)]
+        pairs += [list(p) for p in sorted(_blamed(found))]
+    if parts:
+        shown = "; ".join(parts[:FINDINGS_SHOWN]) + (
+            f"; and {len(parts) - FINDINGS_SHOWN} more" if len(parts) > FINDINGS_SHOWN else ""
+        )
+        ranks = sorted(set(ranks))
+        hosts = list(dict.fromkeys(identities[r]["host"] for r in ranks))
+        return Check(name, Status.FAIL, shown, ranks, hosts, pairs)
+    summary = []
+    for kind, found in findings.items():
+        count = sum(1 for r in links if r["kind"] == kind)
+        if found.reference is None or count < 3:
+            summary.append(
+                f"{kind}-node: one pair of ranks, nothing to compare it with (--min-gbps sets a floor)"
+            )
+            continue
+        spread = found.reference.sigma / found.reference.median if found.reference.median else 0.0
+        summary.append(
+            f"{kind}-node: {counted(count, 'link')}, median {_fmt(found.reference.median, measure)} "
+            f"(spread {spread:.0%}), none {'below' if measure == 'gbps' else 'above'} "
+            f"{threshold if measure == 'gbps' else 1 / threshold:.3g} x the median"
+        )
+    comparable = any(
+        f.reference is not None and sum(1 for r in links if r["kind"] == k) >= 3 for k, f in findings.items()
+    )
+    return Check(name, Status.PASS if comparable else Status.SKIP, "; ".join(summary))
+
+
+def _rank_findings(
+    kind: str, slow: list[SlowRank], identities: list[dict[str, Any]], measure: str
+) -> list[str]:
+    """One phrase per slow host (when every rank of a node is slow) or per slow rank."""
+    by_node: dict[tuple[str, int], list[SlowRank]] = defaultdict(list)
+    for s in slow:
+        by_node[node_of(identities[s.rank])].append(s)
+    node_ranks: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for ident in identities:
+        node_ranks[node_of(ident)].append(ident["rank"])
+    parts = []
+    for node, found in by_node.items():
+        whole = len(found) == len(node_ranks[node]) and (kind == INTER or len(found) > 1)
+        median = statistics.median(s.median for s in found)
+        reference = statistics.median(s.reference for s in found)
+        direction = {s.direction for s in found}
+        way = "from" if direction == {"out"} else "into" if direction == {"in"} else "of"
+        kind_words = "" if kind == INTER else "intra-node "
+        if whole:
+            who = f"host {node_label(node, identities)}"
+            if len(found) > 1:
+                who += f" ({span([s.rank for s in found])})"
+            parts.append(
+                f"every {kind_words}link {way} {who}: {_fmt(median, measure)} against a median of "
+                f"{_fmt(reference, measure)}: {CAUSE[(kind, 'host')]}"
+            )
+            continue
+        for s in found:
+            parts.append(
+                f"{counted(len(s.slow), 'link')} of {s.total} {way} {where(s.rank, identities)} "
+                f"({kind}-node): "
+                f"{_fmt(s.median, measure)} against a median of {_fmt(s.reference, measure)}: "
+                f"{CAUSE[(kind, 'rank')]}"
+            )
+    return parts
+
+
+def _link_findings(
+    kind: str, slow: list[SlowLink], identities: list[dict[str, Any]], measure: str
+) -> list[str]:
+    """One phrase per slow link; both directions of a pair in one."""
+    by_pair: dict[tuple[int, int], list[SlowLink]] = defaultdict(list)
+    for link in slow:
+        by_pair[(min(link.src, link.dst), max(link.src, link.dst))].append(link)
+    parts = []
+    for (a, b), found in by_pair.items():
+        if len(found) == 2:
+            ends = f"{a} ↔ {b}"
+            hosts = f"{identities[a]['host']} ↔ {identities[b]['host']}"
+        else:
+            ends = f"{found[0].src} → {found[0].dst}"
+            hosts = f"{identities[found[0].src]['host']} → {identities[found[0].dst]['host']}"
+        value = min(link.value for link in found)
+        parts.append(
+            f"link {ends} (host {hosts}, {kind}-node): {_fmt(value, measure)} against a median of "
+            f"{_fmt(found[0].reference, measure)}: {CAUSE[(kind, 'link')]}"
+        )
+    return parts
+
+
+def _judge_floor(links: list[dict[str, Any]], identities: list[dict[str, Any]], floor: float) -> Check:
+    low = [r for r in links if r["gbps"] < floor]
+    if not low:
+        slowest = min(links, key=lambda r: r["gbps"])
+        return Check(
+            "bandwidth floor",
+            Status.PASS,
+            f"every link >= --min-gbps {floor:g} (slowest {slowest['gbps']:.3g} GB/s, "
+            f"{slowest['src']} → {slowest['dst']})",
+        )
+    low.sort(key=lambda r: r["gbps"])
+    text = ", ".join(
+        f"{r['src']} → {r['dst']} ({r['src_host']} → {r['dst_host']}) {r['gbps']:.3g} GB/s"
+        for r in low[:FINDINGS_SHOWN]
+    )
+    more = f" and {len(low) - FINDINGS_SHOWN} more" if len(low) > FINDINGS_SHOWN else ""
+    ranks = sorted({x for r in low for x in (r["src"], r["dst"])})
+    named = describe_ranks(ranks, identities) if len(ranks) <= FINDINGS_SHOWN else counted(len(ranks), "rank")
+    return Check(
+        "bandwidth floor",
+        Status.FAIL,
+        f"{counted(len(low), 'link')} below --min-gbps {floor:g}: {text}{more} (touching {named})",
+        ranks,
+        list(dict.fromkeys(identities[r]["host"] for r in ranks)),
+        [[r["src"], r["dst"]] for r in low],
+    )
+
+
+# ---------------------------------------------------------------- tables
+LINK_COLUMNS = {
+    "src": "src",
+    "dst": "dst",
+    "src_host": "src host",
+    "dst_host": "dst host",
+    "kind": "kind",
+    "gbps": "GB/s",
+    "latency_us": "latency (us)",
+    "ratio": "x median",
+    "status": "status",
+}
+
+
+def link_tables(
+    links: list[dict[str, Any]], identities: list[dict[str, Any]], size: int, rounds: int
+) -> list[Table]:
+    world = len(identities)
+    nodes = len({node_of(i) for i in identities})
+    reported = _node_pair_rows(links, identities)
+    slowest = sorted((r for r in links if r["ratio"] is not None), key=lambda r: r["ratio"])[:SLOWEST_SHOWN]
+    tables = [
+        Table("link_matrix", _matrix_title(world, nodes, size, rounds), {}, heat_map_rows(links, identities)),
+        Table("slowest_links", "Slowest links", LINK_COLUMNS, slowest),
+        # Every intra-node link, and one row per node pair and direction between nodes (its slowest
+        # rail): a report of 1,000 nodes stays node x node, not rank x rank. JSON only.
+        Table("links", "Links", {}, reported),
+        Table(
+            "link_ranks",
+            "Links per rank",
+            _rank_columns(links) if world <= HEATMAP_MAX else {},
+            rank_rows(links, identities),
+        ),
+    ]
+    if nodes > 1:
+        tables.append(
+            Table(
+                "link_hosts",
+                "Links per host",
+                HOST_COLUMNS if nodes <= 2 * HEATMAP_MAX else {},
+                host_rows(links, identities),
+            )
+        )
+    return tables
+
+
+def _matrix_title(world: int, nodes: int, size: int, rounds: int) -> str:
+    from ddpcheck.checks.allreduce import human_bytes
+
+    axis = (
+        "rank x rank (row sends, column receives)"
+        if world <= HEATMAP_MAX
+        else "node x node (slowest rail; diagonal: the node's own links)"
+    )
+    each = f"{human_bytes(size)} each way, {counted(rounds, 'round')}"
+    return f"Link bandwidth as a fraction of the median, {axis}; {each}"
+
+
+def _node_pair_rows(links: list[dict[str, Any]], identities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = [dict(r) for r in links if r["kind"] == INTRA]
+    between: dict[tuple[tuple[str, int], tuple[str, int]], list[dict[str, Any]]] = defaultdict(list)
+    for r in links:
+        if r["kind"] == INTER:
+            between[(node_of(identities[r["src"]]), node_of(identities[r["dst"]]))].append(r)
+    for rails in between.values():
+        worst = min(rails, key=lambda r: r["gbps"])
+        rows.append({**worst, "rails": len(rails), "rail": identities[worst["src"]]["local_rank"]})
+    rows.sort(key=lambda r: (r["src"], r["dst"]))
+    return rows
+
+
+def heat_map_rows(links: list[dict[str, Any]], identities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of the heat map: rank x rank up to HEATMAP_MAX ranks, node x node up to as many nodes."""
+    world = len(identities)
+    if world <= HEATMAP_MAX:
+        cells: list[list[float | None]] = [[None] * world for _ in range(world)]
+        for r in links:
+            cells[r["src"]][r["dst"]] = r["ratio"]
+        return [
+            {"label": str(rank), "host": identities[rank]["host"], "ratios": cells[rank]}
+            for rank in range(world)
+        ]
+    nodes = list(dict.fromkeys(node_of(i) for i in identities))
+    if len(nodes) > HEATMAP_MAX:
+        return []  # too many for a terminal: the per-host table and the slowest links say who
+    index = {node: i for i, node in enumerate(nodes)}
+    grid: list[list[list[float]]] = [[[] for _ in nodes] for _ in nodes]
+    for r in links:
+        if r["ratio"] is not None:
+            grid[index[node_of(identities[r["src"]])]][index[node_of(identities[r["dst"]])]].append(
+                r["ratio"]
+            )
+    return [
+        {
+            "label": node_label(node, identities),
+            "host": node[0],
+            "ratios": [
+                (statistics.median(c) if i == j else min(c)) if c else None for j, c in enumerate(grid[i])
+            ],
+        }
+        for i, node in enumerate(nodes)
+    ]
+
+
+def _rank_columns(links: list[dict[str, Any]]) -> dict[str, str]:
+    columns = {"rank": "rank", "host": "host"}
+    for kind in (INTRA, INTER):
+        if any(r["kind"] == kind for r in links):
+            columns |= {f"{kind}_out_gbps": f"{kind} out GB/s", f"{kind}_in_gbps": f"{kind} in GB/s"}
+    return columns | {"latency_us": "latency (us)", "min_ratio": "slowest x median", "status": "status"}
+
+
+def rank_rows(links: list[dict[str, Any]], identities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per rank: the median of its links out and in, per kind; its slowest link's ratio."""
+    rows = []
+    for ident in identities:
+        rank = ident["rank"]
+        mine = [r for r in links if rank in (r["src"], r["dst"])]
+        row: dict[str, Any] = {"rank": rank, "host": ident["host"]}
+        for kind in (INTRA, INTER):
+            out = [r["gbps"] for r in mine if r["kind"] == kind and r["src"] == rank]
+            into = [r["gbps"] for r in mine if r["kind"] == kind and r["dst"] == rank]
+            row[f"{kind}_out_gbps"] = round(statistics.median(out), 4) if out else None
+            row[f"{kind}_in_gbps"] = round(statistics.median(into), 4) if into else None
+        row["latency_us"] = round(statistics.median(r["latency_us"] for r in mine), 1) if mine else None
+        ratios = [r["ratio"] for r in mine if r["ratio"] is not None]
+        row["min_ratio"] = min(ratios) if ratios else None
+        row["status"] = "FAIL" if any(r["status"] == "FAIL" for r in mine) else "PASS"
+        rows.append(row)
+    return rows
+
+
+HOST_COLUMNS = {
+    "host": "host",
+    "ranks": "ranks",
+    "intra_gbps": "intra GB/s",
+    "inter_out_gbps": "out GB/s",
+    "inter_in_gbps": "in GB/s",
+    "min_ratio": "slowest x median",
+    "status": "status",
+}
+
+
+def host_rows(links: list[dict[str, Any]], identities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    members: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for ident in identities:
+        members[node_of(ident)].append(ident["rank"])
+    rows = []
+    for node, ranks in members.items():
+        mine = set(ranks)
+        intra = [r["gbps"] for r in links if r["kind"] == INTRA and r["src"] in mine]
+        out = [r["gbps"] for r in links if r["kind"] == INTER and r["src"] in mine]
+        into = [r["gbps"] for r in links if r["kind"] == INTER and r["dst"] in mine]
+        touching = [r for r in links if r["src"] in mine or r["dst"] in mine]
+        ratios = [r["ratio"] for r in touching if r["ratio"] is not None]
+        rows.append(
+            {
+                "host": node_label(node, identities),
+                "ranks": span(ranks),
+                "intra_gbps": round(statistics.median(intra), 4) if intra else None,
+                "inter_out_gbps": round(statistics.median(out), 4) if out else None,
+                "inter_in_gbps": round(statistics.median(into), 4) if into else None,
+                "min_ratio": min(ratios) if ratios else None,
+                "status": "FAIL" if any(r["status"] == "FAIL" for r in touching) else "PASS",
+            }
+        )
+    return rows
