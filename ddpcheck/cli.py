@@ -315,15 +315,16 @@ def links(
             help="Bytes each rank sends its partner per exchange (K/M/G). Default 1M on CPU, 64M on GPU."
         ),
     ] = None,
-    iters: Annotated[
-        int | None, typer.Option(help="Timed exchanges per pair (default 10 on CPU, 20 on GPU).")
-    ] = None,
+    iters: Annotated[int | None, typer.Option(help="Timed exchanges per pair (default 20).")] = None,
     warmup: Annotated[
-        int | None, typer.Option(help="Untimed exchanges per pair first (default 2 on CPU, 5 on GPU).")
+        int | None, typer.Option(help="Untimed exchanges per pair first (default 3 on CPU, 5 on GPU).")
     ] = None,
     threshold: Annotated[
         float | None,
-        typer.Option(help="FAIL a link below this fraction of the median of comparable links (default 0.5)."),
+        typer.Option(
+            help="FAIL a link below this fraction of the median of comparable links "
+            "(default 0.25 on CPU, 0.5 on GPU); latency above 1/F x the median."
+        ),
     ] = None,
     min_gbps: Annotated[
         float | None, typer.Option(help="FAIL any link whose bandwidth (GB/s, each way) is below this.")
@@ -419,9 +420,9 @@ def resolve_defaults(options: Any, device: str) -> Any:
         return replace(
             options,
             size=options.size or (64 * 1024**2 if gpu else 1024**2),
-            iters=options.iters or (20 if gpu else 10),
-            warmup=options.warmup if options.warmup is not None else (5 if gpu else 2),
-            threshold=options.threshold or 0.5,
+            iters=options.iters or 20,
+            warmup=options.warmup if options.warmup is not None else (5 if gpu else 3),
+            threshold=options.threshold or (0.5 if gpu else 0.25),
         )
     return options
 

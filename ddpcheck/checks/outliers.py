@@ -3,7 +3,8 @@
 A value is a speed (higher is better: GB/s, or 1 / latency). A link is slow when it is
 below `threshold` x the reference - the median of comparable links - and also further
 below it than the measurement's own noise explains (SPREAD_K robust standard deviations,
-from the median absolute deviation), so a noisy but healthy run does not cry wolf.
+from the median absolute deviation of the links that are not slow), so a noisy but healthy
+run does not cry wolf.
 
 The culprit is the rank most of whose links are slow, in one direction or the other
 (a NIC that sends slowly slows every link out of its host, not the links into it). Its
@@ -61,11 +62,17 @@ class Findings:
     reference: Reference | None  # of the links that touch no slow rank; None when nothing compares
 
 
-def reference_of(values: list[float]) -> Reference | None:
+def reference_of(values: list[float], threshold: float) -> Reference | None:
+    """The median of `values` and their noise: the MAD of those at or above threshold x median.
+
+    The slow links themselves are left out of the spread: with two slow hosts of eight, a
+    third of the links are slow, and their distance from the median would pass for noise.
+    """
     if not values:
         return None
     median = statistics.median(values)
-    mad = statistics.median(abs(v - median) for v in values)
+    healthy = [v for v in values if v >= threshold * median]
+    mad = statistics.median(abs(v - median) for v in healthy)
     return Reference(median, MAD_TO_SIGMA * mad)
 
 
@@ -83,7 +90,7 @@ def find_slow(values: dict[Pair, float], threshold: float) -> Findings:
         suspects += found
         named |= {s.rank for s in found}
     clean = [v for (s, d), v in values.items() if s not in named and d not in named]
-    reference = reference_of(clean)
+    reference = reference_of(clean, threshold)
     links = []
     if reference is not None and len(clean) >= 3:  # two links (one pair) compare with nothing
         links = [
@@ -100,13 +107,15 @@ def _slow_ranks(
     """Ranks (not yet named) most of whose links in one direction are slow, the worst first."""
     shared = None
     if len(ranks) > EXACT_UP_TO:
-        shared = reference_of([v for (s, d), v in values.items() if s not in named and d not in named])
+        shared = reference_of(
+            [v for (s, d), v in values.items() if s not in named and d not in named], threshold
+        )
     candidates: list[SlowRank] = []
     for rank in ranks:
         if rank in named:
             continue
         reference = shared or reference_of(
-            [v for (s, d), v in values.items() if not {s, d} & (named | {rank})]
+            [v for (s, d), v in values.items() if not {s, d} & (named | {rank})], threshold
         )
         if reference is None:
             continue  # nothing measured without this rank: nothing to compare it with
@@ -126,5 +135,7 @@ def _slow_ranks(
             unique[c.rank] = c
         else:
             slow = sorted({*first.slow, *c.slow})
-            unique[c.rank] = SlowRank(c.rank, "both", first.median, first.reference, slow, first.total + c.total)
+            unique[c.rank] = SlowRank(
+                c.rank, "both", first.median, first.reference, slow, first.total + c.total
+            )
     return list(unique.values())
