@@ -420,7 +420,7 @@ def resolve_defaults(options: Any, device: str) -> Any:
         return replace(
             options,
             size=options.size or (64 * 1024**2 if gpu else 1024**2),
-            iters=options.iters or 20,
+            iters=options.iters or (20 if gpu else 50),
             warmup=options.warmup if options.warmup is not None else (5 if gpu else 3),
             threshold=options.threshold or (0.5 if gpu else 0.25),
         )

@@ -14,6 +14,7 @@ import os
 import statistics
 import time
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from ddpcheck.checks.outliers import Findings, SlowLink, SlowRank, find_slow
@@ -42,6 +43,18 @@ CAUSE = {
 
 
 # ---------------------------------------------------------------- measure
+def passes_for(device_type: str) -> int:
+    """How many times the whole plan runs; each link's samples are pooled over the passes.
+
+    On CPU ranks a burst of load elsewhere on the host (a scheduler starving one pair for a
+    few milliseconds) slows whichever links are being measured at that moment: measured
+    here, single healthy links at 0.2 of the median. Three passes, each with a third of the
+    iterations, spread every link over three moments, and the median of the pooled samples
+    ignores one bad one. A GPU's links do not share a scheduler: one pass.
+    """
+    return 1 if device_type == "cuda" else 3
+
+
 def measure(ctx: Any, opts: LinksOptions) -> dict[str, Any]:
     import torch
 
@@ -52,26 +65,48 @@ def measure(ctx: Any, opts: LinksOptions) -> dict[str, Any]:
     send = torch.full((opts.size,), ctx.rank % 251, dtype=torch.uint8, device=ctx.device)
     recv = torch.empty_like(send)
     ping = torch.zeros(LATENCY_BYTES // 4, dtype=torch.float32, device=ctx.device)
-    links = []
-    for i, rnd in enumerate(rounds):
-        label = f"round {i + 1}/{len(rounds)}: {rnd.kind}-node links"
+    passes = passes_for(ctx.device.type)
+    iters = -(-opts.iters // passes)  # per pass, rounded up: at least --iters in all
+    trips = -(-max(opts.iters, LATENCY_TRIPS) // passes)
+    samples: dict[int, dict[str, Any]] = {}
+    steps = passes * len(rounds)
+    for step in range(steps):
+        rnd = rounds[step % len(rounds)]
+        label = f"round {step % len(rounds) + 1}/{len(rounds)}: {rnd.kind}-node links"
+        if passes > 1:
+            label += f", pass {step // len(rounds) + 1}/{passes}"
         ctx.stage(f"measure: links {label}")
-        ctx.progress(i, len(rounds), label)  # after the stage, which clears the previous progress
+        ctx.progress(step, steps, label)  # after the stage, which clears the previous progress
         peer = rnd.partner(ctx.rank)
         # Three phases, each begun together by every rank, so that the pairs of a round
         # run at the same time and one pair's warm-up never overlaps another's timing.
         ctx.barrier()
         hint = _warm_up(ctx, peer, send, recv, opts.warmup) if peer is not None else 0.0
         ctx.barrier()
-        timed = _time_exchange(ctx, peer, send, recv, opts.iters, hint) if peer is not None else None
+        timed = _time_exchange(ctx, peer, send, recv, iters, hint) if peer is not None else None
         ctx.barrier()
         if peer is not None and timed is not None:
-            latency = _time_round_trip(ctx, peer, ping, max(opts.iters, LATENCY_TRIPS))
-            wrong = int((recv != peer % 251).sum().item())
-            links.append({"peer": peer, "kind": rnd.kind, **timed, "latency_s": latency, "wrong": wrong})
+            link = samples.setdefault(
+                peer, {"kind": rnd.kind, "recv": [], "exchange": [], "trips": [], "wrong": 0}
+            )
+            link["recv"] += timed[0]
+            link["exchange"] += timed[1]
+            link["trips"].append(_time_round_trip(ctx, peer, ping, trips))
+            link["wrong"] += int((recv != peer % 251).sum().item())
     ctx.barrier()
-    ctx.progress(len(rounds), len(rounds), "done")
-    return {"size_bytes": opts.size, "rounds": len(rounds), "links": links}
+    ctx.progress(steps, steps, "done")
+    links = [
+        {
+            "peer": peer,
+            "kind": link["kind"],
+            "recv_s": statistics.median(link["recv"]),
+            "exchange_s": statistics.median(link["exchange"]),
+            "latency_s": min(link["trips"]),
+            "wrong": link["wrong"],
+        }
+        for peer, link in sorted(samples.items())
+    ]
+    return {"size_bytes": opts.size, "rounds": len(rounds), "passes": passes, "links": links}
 
 
 def _ops(peer: int, send: Any, recv: Any) -> list[Any]:
@@ -95,12 +130,14 @@ def _warm_up(ctx: Any, peer: int, send: Any, recv: Any, warmup: int) -> float:
     return seconds
 
 
-def _time_exchange(ctx: Any, peer: int, send: Any, recv: Any, iters: int, hint: float) -> dict[str, float]:
-    """Seconds per exchange: `recv_s` until the peer's bytes are here (the peer -> this rank
-    direction, on this rank's clock) and `exchange_s` until both directions are done.
+def _time_exchange(
+    ctx: Any, peer: int, send: Any, recv: Any, iters: int, hint: float
+) -> tuple[list[float], list[float]]:
+    """Seconds per exchange: until the peer's bytes are here (the peer -> this rank direction,
+    on this rank's clock), and until both directions are done.
 
-    On CPU each exchange is timed alone with perf_counter and the median quoted (robust to
-    a descheduled rank); on GPUs CUDA events around all of them, so both are the mean.
+    On CPU each exchange is timed alone with perf_counter (the caller takes the median, robust
+    to a descheduled rank); on GPUs CUDA events around all of them give one mean for both.
     """
     import torch
     import torch.distributed as dist
@@ -117,7 +154,7 @@ def _time_exchange(ctx: Any, peer: int, send: Any, recv: Any, iters: int, hint: 
         end.record()
         end.synchronize()
         seconds = start.elapsed_time(end) / 1e3 / iters
-        return {"recv_s": seconds, "exchange_s": seconds}
+        return [seconds], [seconds]
     recv_times, exchange_times = [], []
     for _ in range(iters):
         began = time.perf_counter()
@@ -132,7 +169,7 @@ def _time_exchange(ctx: Any, peer: int, send: Any, recv: Any, iters: int, hint: 
         recv_times.append(arrived - began)
         exchange_times.append(done - began)
         ctx.tick()
-    return {"recv_s": statistics.median(recv_times), "exchange_s": statistics.median(exchange_times)}
+    return recv_times, exchange_times
 
 
 def _time_round_trip(ctx: Any, peer: int, ping: Any, iters: int) -> float:
@@ -207,11 +244,18 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Li
     report.checks.append(judge_rank_map(identities))
     report.checks.append(_judge_data(links, identities))
     report.checks.append(_judge_speed("link bandwidth", bandwidth, links, identities, opts.threshold, "gbps"))
-    report.checks.append(_judge_speed("link latency", latency, links, identities, opts.threshold, "latency"))
+    latency_check = _judge_speed("link latency", latency, links, identities, opts.threshold, "latency")
+    if latency_check.status == Status.FAIL and all(i.get("device", "cpu") == "cpu" for i in identities):
+        # On CPU ranks a 4-byte round trip is mostly the scheduler waking a rank: on this 2-core
+        # machine under load, 20 healthy runs showed shortest round trips of 0.4-0.7 ms against a
+        # median of 60 us. Worth a look, not a failed run; bandwidth judges the links.
+        latency_check = replace(latency_check, status=Status.WARN)
+    report.checks.append(latency_check)
     if opts.min_gbps is not None:
         report.checks.append(_judge_floor(links, identities, opts.min_gbps))
     size = data[0]["size_bytes"]
-    report.tables += link_tables(links, identities, size, data[0]["rounds"])
+    culprits = {r for c in report.checks if c.status == Status.FAIL for r in c.ranks}
+    report.tables += link_tables(links, identities, size, data[0]["rounds"], culprits)
     return report
 
 
@@ -409,7 +453,7 @@ LINK_COLUMNS = {
 
 
 def link_tables(
-    links: list[dict[str, Any]], identities: list[dict[str, Any]], size: int, rounds: int
+    links: list[dict[str, Any]], identities: list[dict[str, Any]], size: int, rounds: int, culprits: set[int]
 ) -> list[Table]:
     world = len(identities)
     nodes = len({node_of(i) for i in identities})
@@ -425,7 +469,7 @@ def link_tables(
             "link_ranks",
             "Links per rank",
             _rank_columns(links) if world <= HEATMAP_MAX else {},
-            rank_rows(links, identities),
+            rank_rows(links, identities, culprits),
         ),
     ]
     if nodes > 1:
@@ -434,7 +478,7 @@ def link_tables(
                 "link_hosts",
                 "Links per host",
                 HOST_COLUMNS if nodes <= 2 * HEATMAP_MAX else {},
-                host_rows(links, identities),
+                host_rows(links, identities, culprits),
             )
         )
     return tables
@@ -506,8 +550,10 @@ def _rank_columns(links: list[dict[str, Any]]) -> dict[str, str]:
     return columns | {"latency_us": "latency (us)", "min_ratio": "slowest x median", "status": "status"}
 
 
-def rank_rows(links: list[dict[str, Any]], identities: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per rank: the median of its links out and in, per kind; its slowest link's ratio."""
+def rank_rows(
+    links: list[dict[str, Any]], identities: list[dict[str, Any]], culprits: set[int]
+) -> list[dict[str, Any]]:
+    """Per rank: the median of its links out and in, per kind; its slowest link's ratio; named or not."""
     rows = []
     for ident in identities:
         rank = ident["rank"]
@@ -521,7 +567,7 @@ def rank_rows(links: list[dict[str, Any]], identities: list[dict[str, Any]]) -> 
         row["latency_us"] = round(statistics.median(r["latency_us"] for r in mine), 1) if mine else None
         ratios = [r["ratio"] for r in mine if r["ratio"] is not None]
         row["min_ratio"] = min(ratios) if ratios else None
-        row["status"] = "FAIL" if any(r["status"] == "FAIL" for r in mine) else "PASS"
+        row["status"] = "FAIL" if rank in culprits else "PASS"
         rows.append(row)
     return rows
 
@@ -537,7 +583,9 @@ HOST_COLUMNS = {
 }
 
 
-def host_rows(links: list[dict[str, Any]], identities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def host_rows(
+    links: list[dict[str, Any]], identities: list[dict[str, Any]], culprits: set[int]
+) -> list[dict[str, Any]]:
     members: dict[tuple[str, int], list[int]] = defaultdict(list)
     for ident in identities:
         members[node_of(ident)].append(ident["rank"])
@@ -557,7 +605,7 @@ def host_rows(links: list[dict[str, Any]], identities: list[dict[str, Any]]) -> 
                 "inter_out_gbps": round(statistics.median(out), 4) if out else None,
                 "inter_in_gbps": round(statistics.median(into), 4) if into else None,
                 "min_ratio": min(ratios) if ratios else None,
-                "status": "FAIL" if any(r["status"] == "FAIL" for r in touching) else "PASS",
+                "status": "FAIL" if mine & culprits else "PASS",
             }
         )
     return rows
