@@ -19,7 +19,7 @@ from typing import Any
 
 from ddpcheck.checks.outliers import Findings, SlowLink, SlowRank, find_slow
 from ddpcheck.checks.rankmap import describe_ranks, judge_rank_map, node_label, node_of, span, where
-from ddpcheck.checks.schedule import INTER, INTRA, link_plan, nodes_of
+from ddpcheck.checks.schedule import INTER, INTRA, Round, link_plan, nodes_of
 from ddpcheck.options import LinksOptions
 from ddpcheck.report import Check, Report, Status, Table, counted
 
@@ -56,16 +56,20 @@ def passes_for(device_type: str) -> int:
 
 
 def measure(ctx: Any, opts: LinksOptions) -> dict[str, Any]:
-    import torch
-
     # The node layout is tiny and every rank needs it to compute the same plan.
     layout = ctx.all_gather_object((ctx.host, int(os.environ.get("GROUP_RANK", "0")), ctx.local_rank))
     rounds = link_plan(nodes_of([tuple(x) for x in layout]))
+    return measure_plan(ctx, rounds, opts, passes_for(ctx.device.type))
+
+
+def measure_plan(ctx: Any, rounds: list[Round], opts: LinksOptions, passes: int) -> dict[str, Any]:
+    """This rank's links, measured round by round (`passes` times over), as judge() reads them."""
+    import torch
+
     assert opts.size is not None and opts.iters is not None and opts.warmup is not None
     send = torch.full((opts.size,), ctx.rank % 251, dtype=torch.uint8, device=ctx.device)
     recv = torch.empty_like(send)
     ping = torch.zeros(LATENCY_BYTES // 4, dtype=torch.float32, device=ctx.device)
-    passes = passes_for(ctx.device.type)
     iters = -(-opts.iters // passes)  # per pass, rounded up: at least --iters in all
     trips = -(-max(opts.iters, LATENCY_TRIPS) // passes)
     samples: dict[int, dict[str, Any]] = {}
