@@ -323,7 +323,7 @@ def links(
         float | None,
         typer.Option(
             help="FAIL a link below this fraction of the median of comparable links "
-            "(default 0.25 on CPU, 0.5 on GPU); latency above 1/F x the median."
+            "(default 0.15 on CPU, 0.5 on GPU); latency above 1/F x the median."
         ),
     ] = None,
     min_gbps: Annotated[
@@ -380,7 +380,10 @@ def run_command(command: str, options: Any, params: dict[str, Any]) -> None:
     parse_faults(plan.inject, command, plan.world_size)
     least = getattr(options, "min_world_size", 1)
     if plan.world_size < least:
-        raise UsageError(f"ddpcheck {command} needs at least {least} ranks, got {plan.world_size}")
+        raise UsageError(
+            f"ddpcheck {command} needs at least {least} ranks, got {plan.world_size}: "
+            f"give --nproc {least} (CPU ranks where GPUs are too few), --gpus or --nnodes"
+        )
     options = resolve_defaults(options, plan.device)
     if inline:
         outcome = launch.run_inline(command, options_to_dict(options), plan)
@@ -422,7 +425,7 @@ def resolve_defaults(options: Any, device: str) -> Any:
             size=options.size or (64 * 1024**2 if gpu else 1024**2),
             iters=options.iters or (20 if gpu else 50),
             warmup=options.warmup if options.warmup is not None else (5 if gpu else 3),
-            threshold=options.threshold or (0.5 if gpu else 0.25),
+            threshold=options.threshold or (0.5 if gpu else 0.15),
         )
     return options
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 # How many robust standard deviations below the reference a slow link must also be. Two: on
 # CPU ranks here healthy links spread by about 30% (sigma), so 2 sigma stays above the CPU
-# threshold of 0.25 and the guard only bites when a run is noisier still; three sigma made a
+# threshold of 0.15 and the guard only bites when a run is noisier still; three sigma made a
 # rank slowed to a tenth pass in one run of five (5 ranks, sigma 31%).
 SPREAD_K = 2.0
 MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution is 0.6745 sigma
