@@ -221,9 +221,15 @@ def test_check_links_are_serialised_only_when_named() -> None:
 
 
 def test_a_big_world_reports_node_by_node() -> None:
-    ids = idents([f"n{i:02d}" for i in range(40)], 2)  # 80 ranks
-    data = synthetic(ids, lambda s, d: 5.0 if s // 2 == d // 2 else 1.0)
+    ids = idents([f"n{i:02d}" for i in range(40)], 2)  # 80 ranks: one reference serves every rank
+    base = noisy(4)
+    data = synthetic(
+        ids, lambda s, d: base(s, d) * (5.0 if s // 2 == d // 2 else 0.05 if 14 in (s, d) else 1.0)
+    )
     report = links.judge(data, ids, OPTS)
+    check = by_name(report)["link bandwidth"]
+    assert (check.status, check.ranks, check.hosts) == (Status.FAIL, [14], ["n07"])
+    assert check.detail.startswith("rank 14 on host n07: 78 of its 78 inter-node links slow (both ways)")
     rows = report.table("links").rows
     assert len(rows) == 40 * 2 + 40 * 39  # each node's own links, one row per node pair and direction
     assert all(r["rails"] == 2 for r in rows if r["kind"] == INTER)

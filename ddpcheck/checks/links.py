@@ -243,7 +243,6 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Li
         )
         for k in kinds
     }
-    _annotate(links, bandwidth, latency)
     report = Report(command="links")
     report.checks.append(judge_rank_map(identities))
     report.checks.append(_judge_data(links, identities))
@@ -255,6 +254,7 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Li
         # median of 60 us. Worth a look, not a failed run; bandwidth judges the links.
         latency_check = replace(latency_check, status=Status.WARN)
     report.checks.append(latency_check)
+    _annotate(links, bandwidth, latency, latency_check.status)
     if opts.min_gbps is not None:
         report.checks.append(_judge_floor(links, identities, opts.min_gbps))
     size = data[0]["size_bytes"]
@@ -264,18 +264,32 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Li
 
 
 def _annotate(
-    links: list[dict[str, Any]], bandwidth: dict[str, Findings], latency: dict[str, Findings]
+    links: list[dict[str, Any]],
+    bandwidth: dict[str, Findings],
+    latency: dict[str, Findings],
+    latency_status: Status,
 ) -> None:
-    """Each link's ratio to its kind's reference median, and whether a finding names it."""
+    """Each link's ratio to its kind's reference median, and the verdict of the findings that name it."""
+    references: dict[str, float] = {}
+    for kind, found in bandwidth.items():
+        # With one pair only there is no reference: compare with the median of everything measured.
+        references[kind] = (
+            found.reference.median
+            if found.reference
+            else statistics.median(r["gbps"] for r in links if r["kind"] == kind)
+        )
+    slow_bandwidth = set().union(*(_blamed(f) for f in bandwidth.values()))
+    slow_latency = set().union(*(_blamed(f) for f in latency.values()))
     for row in links:
-        found = bandwidth[row["kind"]]
-        reference = found.reference.median if found.reference else None
-        if reference is None:  # one pair only: compare with the median of everything measured
-            reference = statistics.median(r["gbps"] for r in links if r["kind"] == row["kind"])
+        reference = references[row["kind"]]
         row["ratio"] = round(row["gbps"] / reference, 3) if reference > 0 else None
-        blamed = _blamed(found) | _blamed(latency[row["kind"]])
-        row["status"] = "FAIL" if (row["src"], row["dst"]) in blamed or row["wrong"] else "PASS"
-    for row in links:
+        pair = (row["src"], row["dst"])
+        if pair in slow_bandwidth or row["wrong"]:
+            row["status"] = Status.FAIL.value
+        elif pair in slow_latency:
+            row["status"] = latency_status.value
+        else:
+            row["status"] = Status.PASS.value
         row["gbps"] = round(row["gbps"], 4)
         row["latency_us"] = round(row["latency_us"], 1)
 
@@ -554,21 +568,37 @@ def _rank_columns(links: list[dict[str, Any]]) -> dict[str, str]:
     return columns | {"latency_us": "latency (us)", "min_ratio": "slowest x median", "status": "status"}
 
 
+def _by_rank(links: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """Each rank's links, out and in: one pass, so that per-rank tables stay linear in the links."""
+    mine: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in links:
+        mine[r["src"]].append(r)
+        mine[r["dst"]].append(r)
+    return mine
+
+
+def _median(values: list[float], digits: int) -> float | None:
+    return round(statistics.median(values), digits) if values else None
+
+
 def rank_rows(
     links: list[dict[str, Any]], identities: list[dict[str, Any]], culprits: set[int]
 ) -> list[dict[str, Any]]:
     """Per rank: the median of its links out and in, per kind; its slowest link's ratio; named or not."""
+    by_rank = _by_rank(links)
     rows = []
     for ident in identities:
         rank = ident["rank"]
-        mine = [r for r in links if rank in (r["src"], r["dst"])]
+        mine = by_rank.get(rank, [])
         row: dict[str, Any] = {"rank": rank, "host": ident["host"]}
         for kind in (INTRA, INTER):
-            out = [r["gbps"] for r in mine if r["kind"] == kind and r["src"] == rank]
-            into = [r["gbps"] for r in mine if r["kind"] == kind and r["dst"] == rank]
-            row[f"{kind}_out_gbps"] = round(statistics.median(out), 4) if out else None
-            row[f"{kind}_in_gbps"] = round(statistics.median(into), 4) if into else None
-        row["latency_us"] = round(statistics.median(r["latency_us"] for r in mine), 1) if mine else None
+            row[f"{kind}_out_gbps"] = _median(
+                [r["gbps"] for r in mine if r["kind"] == kind and r["src"] == rank], 4
+            )
+            row[f"{kind}_in_gbps"] = _median(
+                [r["gbps"] for r in mine if r["kind"] == kind and r["dst"] == rank], 4
+            )
+        row["latency_us"] = _median([r["latency_us"] for r in mine], 1)
         ratios = [r["ratio"] for r in mine if r["ratio"] is not None]
         row["min_ratio"] = min(ratios) if ratios else None
         row["status"] = "FAIL" if rank in culprits else "PASS"
@@ -590,24 +620,29 @@ HOST_COLUMNS = {
 def host_rows(
     links: list[dict[str, Any]], identities: list[dict[str, Any]], culprits: set[int]
 ) -> list[dict[str, Any]]:
+    """Per node: the median of its own links, of its links to other nodes out and in; named or not."""
     members: dict[tuple[str, int], list[int]] = defaultdict(list)
     for ident in identities:
         members[node_of(ident)].append(ident["rank"])
+    by_rank = _by_rank(links)
     rows = []
     for node, ranks in members.items():
         mine = set(ranks)
-        intra = [r["gbps"] for r in links if r["kind"] == INTRA and r["src"] in mine]
-        out = [r["gbps"] for r in links if r["kind"] == INTER and r["src"] in mine]
-        into = [r["gbps"] for r in links if r["kind"] == INTER and r["dst"] in mine]
-        touching = [r for r in links if r["src"] in mine or r["dst"] in mine]
+        touching = list({id(r): r for rank in ranks for r in by_rank.get(rank, [])}.values())
         ratios = [r["ratio"] for r in touching if r["ratio"] is not None]
         rows.append(
             {
                 "host": node_label(node, identities),
                 "ranks": span(ranks),
-                "intra_gbps": round(statistics.median(intra), 4) if intra else None,
-                "inter_out_gbps": round(statistics.median(out), 4) if out else None,
-                "inter_in_gbps": round(statistics.median(into), 4) if into else None,
+                "intra_gbps": _median(
+                    [r["gbps"] for r in touching if r["kind"] == INTRA and r["src"] in mine], 4
+                ),
+                "inter_out_gbps": _median(
+                    [r["gbps"] for r in touching if r["kind"] == INTER and r["src"] in mine], 4
+                ),
+                "inter_in_gbps": _median(
+                    [r["gbps"] for r in touching if r["kind"] == INTER and r["dst"] in mine], 4
+                ),
                 "min_ratio": min(ratios) if ratios else None,
                 "status": "FAIL" if mine & culprits else "PASS",
             }

@@ -16,6 +16,7 @@ and one slow, the two healthy ranks' link is the reference, not the slow majorit
 from __future__ import annotations
 
 import statistics
+from collections import defaultdict
 from dataclasses import dataclass
 
 # How many robust standard deviations below the reference a slow link must also be. Two: on
@@ -81,11 +82,15 @@ def reference_of(values: list[float], threshold: float) -> Reference | None:
 
 def find_slow(values: dict[Pair, float], threshold: float) -> Findings:
     """Slow ranks first (greedily, the worst one at a time), then slow links among the rest."""
-    ranks = sorted({r for pair in values for r in pair})
+    by_end: dict[str, dict[int, list[Pair]]] = {"out": defaultdict(list), "in": defaultdict(list)}
+    for pair in values:
+        by_end["out"][pair[0]].append(pair)
+        by_end["in"][pair[1]].append(pair)
+    ranks = sorted(set(by_end["out"]) | set(by_end["in"]))
     suspects: list[SlowRank] = []
     named: set[int] = set()
     while True:
-        found = _slow_ranks(values, ranks, named, threshold)
+        found = _slow_ranks(values, by_end, ranks, named, threshold)
         if not found:
             break
         if len(ranks) <= EXACT_UP_TO:
@@ -105,7 +110,11 @@ def find_slow(values: dict[Pair, float], threshold: float) -> Findings:
 
 
 def _slow_ranks(
-    values: dict[Pair, float], ranks: list[int], named: set[int], threshold: float
+    values: dict[Pair, float],
+    by_end: dict[str, dict[int, list[Pair]]],
+    ranks: list[int],
+    named: set[int],
+    threshold: float,
 ) -> list[SlowRank]:
     """Ranks (not yet named) most of whose links in one direction are slow, the worst first."""
     shared = None
@@ -122,8 +131,8 @@ def _slow_ranks(
         )
         if reference is None:
             continue  # nothing measured without this rank: nothing to compare it with
-        for direction, end, other in (("out", 0, 1), ("in", 1, 0)):
-            own = {p: v for p, v in values.items() if p[end] == rank and p[other] not in named}
+        for direction, other in (("out", 1), ("in", 0)):
+            own = {p: values[p] for p in by_end[direction].get(rank, []) if p[other] not in named}
             if len(own) < 2:
                 continue  # a rank with one link is indistinguishable from that link
             slow = [p for p, v in own.items() if reference.is_slow(v, threshold)]
