@@ -323,7 +323,7 @@ def links(
         float | None,
         typer.Option(
             help="FAIL a link below this fraction of the median of comparable links "
-            "(default 0.15 on CPU, 0.5 on GPU); latency above 1/F x the median."
+            "(default 0.2 on CPU, 0.5 on GPU); latency above 1/F x the median."
         ),
     ] = None,
     min_gbps: Annotated[
@@ -425,7 +425,7 @@ def resolve_defaults(options: Any, device: str) -> Any:
             size=options.size or (64 * 1024**2 if gpu else 1024**2),
             iters=options.iters or (20 if gpu else 50),
             warmup=options.warmup if options.warmup is not None else (5 if gpu else 3),
-            threshold=options.threshold or (0.5 if gpu else 0.15),
+            threshold=options.threshold or (0.5 if gpu else 0.2),
         )
     return options
 

@@ -259,7 +259,10 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Li
         report.checks.append(_judge_floor(links, identities, opts.min_gbps))
     size = data[0]["size_bytes"]
     culprits = {r for c in report.checks if c.status == Status.FAIL for r in c.ranks}
-    report.tables += link_tables(links, identities, size, data[0]["rounds"], culprits)
+    rounds = counted(data[0]["rounds"], "round") + (
+        f" x {data[0]['passes']} passes" if data[0].get("passes", 1) > 1 else ""
+    )
+    report.tables += link_tables(links, identities, size, rounds, culprits)
     return report
 
 
@@ -471,7 +474,7 @@ LINK_COLUMNS = {
 
 
 def link_tables(
-    links: list[dict[str, Any]], identities: list[dict[str, Any]], size: int, rounds: int, culprits: set[int]
+    links: list[dict[str, Any]], identities: list[dict[str, Any]], size: int, rounds: str, culprits: set[int]
 ) -> list[Table]:
     world = len(identities)
     nodes = len({node_of(i) for i in identities})
@@ -502,7 +505,7 @@ def link_tables(
     return tables
 
 
-def _matrix_title(world: int, nodes: int, size: int, rounds: int) -> str:
+def _matrix_title(world: int, nodes: int, size: int, rounds: str) -> str:
     from ddpcheck.checks.allreduce import human_bytes
 
     axis = (
@@ -510,7 +513,7 @@ def _matrix_title(world: int, nodes: int, size: int, rounds: int) -> str:
         if world <= HEATMAP_MAX
         else "node x node (slowest rail; diagonal: the node's own links)"
     )
-    each = f"{human_bytes(size)} each way, {counted(rounds, 'round')}"
+    each = f"{human_bytes(size)} each way, {rounds}"
     return f"Link bandwidth as a fraction of the median, {axis}; {each}"
 
 

@@ -54,6 +54,13 @@ def main() -> None:
             rank = i % opts.nproc
             slowed = run(opts.nproc, opts.extra, f"slowlink@{rank}", Path(tmp) / "s.json")
             caught += named(slowed) == {rank}
+            if named(slowed) != {rank}:
+                missed = [
+                    f"{c['name']} {c['status']}: {c['detail']}"
+                    for c in slowed["checks"]
+                    if c["status"] != "PASS"
+                ]
+                print(f"  slowlink@{rank}: verdict {slowed['verdict']}; {missed}", flush=True)
             print(
                 f"run {i + 1}: healthy {report['verdict']} (min ratio {min(ratios):.2f}); "
                 f"slowlink@{rank} named {sorted(named(slowed))}",
