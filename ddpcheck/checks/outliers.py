@@ -7,8 +7,8 @@ from the median absolute deviation of the links that are not slow), so a noisy b
 run does not cry wolf.
 
 The culprit is the rank most of whose links are below the threshold (the noise guard is
-for single links: many links agreeing are evidence enough), in one direction or the other
-(a NIC that sends slowly slows every link out of its host, not the links into it). Its
+for single links: many links agreeing are evidence enough), or every one of whose links in
+one direction is (a NIC that sends slowly slows every link out of its host, not those in). Its
 peers are not blamed: each has only one slow link among many. A rank's reference
 leaves out its own links and those of ranks already found slow, so with three ranks
 and one slow, the two healthy ranks' link is the reference, not the slow majority.
@@ -49,7 +49,7 @@ class Reference:
 @dataclass(frozen=True)
 class SlowRank:
     rank: int
-    direction: str  # "out": the links it sends on; "in": those it receives on; "both"
+    direction: str  # "out": every link it sends on is slow; "in": every one it receives on; "both": most
     median: float  # the median of its links in that direction
     reference: float
     slow: list[Pair]  # its slow links, (src, dst)
@@ -85,8 +85,12 @@ def reference_of(values: list[float], threshold: float) -> Reference | None:
     return Reference(median, MAD_TO_SIGMA * mad)
 
 
-def find_slow(values: dict[Pair, float], threshold: float) -> Findings:
-    """Slow ranks first (greedily, the worst one at a time), then slow links among the rest."""
+def find_slow(values: dict[Pair, float], threshold: float, best: dict[Pair, float] | None = None) -> Findings:
+    """Slow ranks first (greedily, the worst one at a time), then slow links among the rest.
+
+    `best`: each link's best measurement (of several passes); a single link is named only when
+    that one is slow too.
+    """
     by_end: dict[str, dict[int, list[Pair]]] = {"out": defaultdict(list), "in": defaultdict(list)}
     for pair in values:
         by_end["out"][pair[0]].append(pair)
@@ -109,7 +113,10 @@ def find_slow(values: dict[Pair, float], threshold: float) -> Findings:
         links = [
             SlowLink(s, d, v, reference.median)
             for (s, d), v in sorted(values.items())
-            if s not in named and d not in named and reference.is_slow(v, threshold)
+            if s not in named
+            and d not in named
+            and reference.is_slow(v, threshold)
+            and reference.is_slow((best or values)[(s, d)], threshold)
         ]
     return Findings(suspects, links, reference)
 
@@ -136,26 +143,24 @@ def _slow_ranks(
         )
         if reference is None:
             continue  # nothing measured without this rank: nothing to compare it with
-        for direction, other in (("out", 1), ("in", 0)):
-            own = {p: values[p] for p in by_end[direction].get(rank, []) if p[other] not in named}
-            if len(own) < 2:
-                continue  # a rank with one link is indistinguishable from that link
-            # Most of a rank's links below the threshold is evidence enough, however noisy each is:
-            # on CPU ranks healthy links spread by 100% when pairs contend for cores, and the
-            # noise guard would hide a rank slowed to a tenth (measured: 2 runs of 7, 5 ranks).
-            slow = [p for p, v in own.items() if reference.is_below(v, threshold)]
-            if 2 * len(slow) > len(own):
-                median = statistics.median(own.values())
-                candidates.append(SlowRank(rank, direction, median, reference.median, sorted(slow), len(own)))
-    candidates.sort(key=lambda c: c.median / c.reference)
-    unique: dict[int, SlowRank] = {}
-    for c in candidates:  # a rank slow both ways is named once, with its worse direction's figures
-        first = unique.get(c.rank)
-        if first is None:
-            unique[c.rank] = c
+        out = {p: values[p] for p in by_end["out"].get(rank, []) if p[1] not in named}
+        into = {p: values[p] for p in by_end["in"].get(rank, []) if p[0] not in named}
+        if len({p[1] for p in out} | {p[0] for p in into}) < 2:
+            continue  # a rank with one peer is indistinguishable from that one link
+        # Most of a rank's links below the threshold is evidence enough, however noisy each is
+        # (the noise guard is for single links): on CPU ranks healthy links spread by 100% when
+        # pairs contend for cores, and the guard hid a rank slowed to a tenth in 2 runs of 7.
+        slow_out = [p for p, v in out.items() if reference.is_below(v, threshold)]
+        slow_in = [p for p, v in into.items() if reference.is_below(v, threshold)]
+        if 2 * (len(slow_out) + len(slow_in)) > len(out) + len(into):
+            direction, own, slow = "both", {**out, **into}, slow_out + slow_in
+        elif len(out) >= 2 and len(slow_out) == len(out):
+            direction, own, slow = "out", out, slow_out  # a NIC that sends slowly: every link out
+        elif len(into) >= 2 and len(slow_in) == len(into):
+            direction, own, slow = "in", into, slow_in
         else:
-            slow = sorted({*first.slow, *c.slow})
-            unique[c.rank] = SlowRank(
-                c.rank, "both", first.median, first.reference, slow, first.total + c.total
-            )
-    return list(unique.values())
+            continue
+        median = statistics.median(own.values())
+        candidates.append(SlowRank(rank, direction, median, reference.median, sorted(slow), len(own)))
+    candidates.sort(key=lambda c: c.median / c.reference)
+    return candidates
