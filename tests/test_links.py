@@ -262,17 +262,16 @@ def test_healthy_links_pass(ddpcheck, scratch, nproc: int) -> None:
     assert_nothing_left(scratch, run)
 
 
-@pytest.mark.parametrize(("nproc", "rank"), [(4, 0), (4, 3), (5, 2)])
+@pytest.mark.parametrize(("nproc", "rank"), [(4, 0), (4, 3)])
 def test_a_slowed_rank_is_named_exactly(ddpcheck, scratch, nproc: int, rank: int) -> None:
-    run = ddpcheck("links", "--nproc", str(nproc), "--size", "256K", "--inject", f"slowlink@{rank}")
+    run = ddpcheck("links", "--nproc", str(nproc), "--inject", f"slowlink@{rank}")  # the defaults
     assert run.code == 1, run.stdout + run.stderr
     assert _named(run)["link bandwidth"] == [rank]
     bandwidth = run.check("link bandwidth")
     assert f"rank {rank} on host" in bandwidth["detail"]
     assert all(rank in pair for pair in bandwidth["links"]) and len(bandwidth["links"]) >= nproc - 1
-    assert {r["src"] for r in run.table("slowest_links")[:2]} | {
-        r["dst"] for r in run.table("slowest_links")[:2]
-    } >= {rank}
+    slowest = run.table("slowest_links")[: 2 * (nproc - 1)]  # rank R's links, both ways, come first
+    assert all(rank in (r["src"], r["dst"]) and r["status"] == "FAIL" for r in slowest), slowest
     assert_nothing_left(scratch, run)
 
 
