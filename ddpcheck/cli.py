@@ -315,9 +315,13 @@ def links(
             help="Bytes each rank sends its partner per exchange (K/M/G). Default 1M on CPU, 64M on GPU."
         ),
     ] = None,
-    iters: Annotated[int | None, typer.Option(help="Timed exchanges per pair (default 20).")] = None,
+    iters: Annotated[
+        int | None,
+        typer.Option(help="Timed exchanges per pair, all passes together (default 50 on CPU, 20 on GPU)."),
+    ] = None,
     warmup: Annotated[
-        int | None, typer.Option(help="Untimed exchanges per pair first (default 3 on CPU, 5 on GPU).")
+        int | None,
+        typer.Option(help="Untimed exchanges per pair before each pass (default 3 on CPU, 5 on GPU)."),
     ] = None,
     threshold: Annotated[
         float | None,
