@@ -261,9 +261,9 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Li
     report.checks.append(_judge_speed("link bandwidth", bandwidth, links, identities, opts.threshold, "gbps"))
     latency_check = _judge_speed("link latency", latency, links, identities, opts.threshold, "latency")
     if latency_check.status == Status.FAIL and all(i.get("device", "cpu") == "cpu" for i in identities):
-        # On CPU ranks a 4-byte round trip is mostly the scheduler waking a rank: on this 2-core
-        # machine under load, 20 healthy runs showed shortest round trips of 0.4-0.7 ms against a
-        # median of 60 us. Worth a look, not a failed run; bandwidth judges the links.
+        # On CPU ranks a 4-byte round trip is mostly the scheduler waking a rank: on the loaded
+        # 2-core development machine, 2 healthy runs of 20 (4 ranks) had a pair whose shortest
+        # round trip was 0.4-0.7 ms against a median of 60 us. Worth a look, not a failed run.
         latency_check = replace(latency_check, status=Status.WARN)
     report.checks.append(latency_check)
     _annotate(links, bandwidth, latency, latency_check.status)
