@@ -28,10 +28,12 @@ from ddpcheck.options import (
     AllreduceOptions,
     CollectivesOptions,
     LaunchOptions,
+    LinksOptions,
     ProfileOptions,
     TrainOptions,
     options_to_dict,
     parse_ops,
+    parse_size,
     parse_sizes,
 )
 
@@ -575,6 +577,57 @@ def profile(
     )
 
 
+@ranked_command(
+    "links",
+    epilog=(
+        "Examples: ddpcheck links --gpus 8 | ddpcheck links --nproc 4 --size 4M "
+        "| ddpcheck links --nnodes 16 --rdzv-endpoint node01:29400 --gpus 8 --json links.json "
+        "| ddpcheck links --nproc 4 --inject slowlink@2"
+    ),
+)
+def links(
+    size: Annotated[
+        str | None,
+        typer.Option(
+            help="Bytes each rank sends its partner per exchange (K/M/G). Default 1M on CPU, 64M on GPU."
+        ),
+    ] = None,
+    iters: Annotated[
+        int | None,
+        typer.Option(help="Timed exchanges per pair, all passes together (default 50 on CPU, 20 on GPU)."),
+    ] = None,
+    warmup: Annotated[
+        int | None,
+        typer.Option(help="Untimed exchanges per pair before each pass (default 3 on CPU, 5 on GPU)."),
+    ] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(
+            help="FAIL a link below this fraction of the median of comparable links "
+            "(default 0.2 on CPU, 0.5 on GPU); latency above 1/F x the median."
+        ),
+    ] = None,
+    min_gbps: Annotated[
+        float | None, typer.Option(help="FAIL any link whose bandwidth (GB/s, each way) is below this.")
+    ] = None,
+) -> LinksOptions:
+    """Which GPU, host or cable is slower than its peers? Every pair of ranks measured.
+
+    In n-1 rounds (a round robin; all pairs of a round at once) every pair of ranks
+    exchanges --size bytes both ways at once, and a small round trip gives the latency:
+    within each node every pair, between nodes rail by rail (local rank i with local
+    rank i). Each link is judged against the median of comparable links; a rank or host
+    most of whose links are slow is named, else the slow link itself.
+    """
+    return LinksOptions(
+        size=parse_size(size) if size is not None else None,
+        iters=iters,
+        warmup=warmup,
+        threshold=threshold,
+        min_gbps=min_gbps,
+    )
+
+
 def run_command(
     command: str, options: Any, launch_options: LaunchOptions, output: Output, baseline: Baseline
 ) -> None:
@@ -597,6 +650,12 @@ def run_command(
     inline = planning.detect_inline(launch_options)
     plan = planning.plan_inline(launch_options) if inline else planning.plan_launch(launch_options)
     parse_faults(plan.inject, command, plan.world_size)
+    least = getattr(options, "min_world_size", 1)
+    if plan.world_size < least:
+        raise UsageError(
+            f"ddpcheck {command} needs at least {least} ranks, got {plan.world_size}: "
+            f"give --nproc {least} (CPU ranks where GPUs are too few), --gpus or --nnodes"
+        )
     options = options.for_device(plan.device) if hasattr(options, "for_device") else options
     if known_good is not None:
         from ddpcheck.baseline import check_setup, planned_setup

@@ -45,6 +45,13 @@ COMMANDS: dict[str, Command] = {
             charts={"bandwidth": "busbw"},
             measures=True,
         ),
+        Command(
+            "links",
+            "ddpcheck.checks.links",
+            ("slowlink", *HARNESS_FAULTS),
+            charts={"link_matrix": "heatmap"},
+            measures=True,
+        ),
         Command("train", "ddpcheck.checks.train", (*HARNESS_FAULTS, "diverge", "nan", "slow")),
         Command(
             "profile",

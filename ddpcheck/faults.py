@@ -28,6 +28,7 @@ KINDS: dict[str, tuple[bool, str]] = {
     "diverge": (False, "rank R nudges its weights after a step"),
     "nan": (False, "rank R's loss turns NaN"),
     "slow": (False, "rank R sleeps a little in every step"),
+    "slowlink": (False, "rank R's link traffic runs at about a tenth of its speed"),
 }
 DEFAULT_STAGE = "measure"
 CORRUPT_STRIDE = 13
@@ -36,6 +37,9 @@ CORRUPT_STRIDE = 13
 DIVERGE_NUDGE = 1e-3
 # slow: the least a slow rank sleeps per step; it sleeps longer when its step is longer.
 SLOW_MIN_S = 0.02
+# slowlink: rank R's exchanges take this many times as long (it waits factor - 1 times each one's
+# own duration before taking part), so its links run at about a tenth of their speed.
+SLOWLINK_FACTOR = 10
 
 
 def fault_step(steps: int) -> int:
@@ -123,3 +127,8 @@ class Faults:
         """Sleep as a slow device would: at least SLOW_MIN_S, or `scale_s` (the step's own work)."""
         if self.has("slow"):
             time.sleep(max(SLOW_MIN_S, scale_s))
+
+    def slowlink(self, seconds: float) -> None:
+        """Before an exchange that takes `seconds` by itself, wait (SLOWLINK_FACTOR - 1) times as long."""
+        if self.has("slowlink") and seconds > 0:
+            time.sleep((SLOWLINK_FACTOR - 1) * seconds)

@@ -242,3 +242,44 @@ def options_to_dict(options: Any) -> dict[str, Any]:
 def options_from_dict(cls: type, data: dict[str, Any]) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in data.items() if k in names})
+
+
+MAX_LINK_BYTES = 4 * 1024**3
+
+
+@dataclass(kw_only=True)
+class LinksOptions:
+    """`ddpcheck links`: every pair of ranks exchanges `size` bytes; None means the device's default."""
+
+    size: int | None = None
+    iters: int | None = None
+    warmup: int | None = None
+    threshold: float | None = None
+    min_gbps: float | None = None
+    # The harness refuses fewer ranks with a usage error: one rank has no link to measure.
+    min_world_size = 2
+
+    def validate(self) -> None:
+        if self.size is not None and not 1 <= self.size <= MAX_LINK_BYTES:
+            raise UsageError(f"--size must be between 1 byte and 4G, got {self.size}")
+        if self.iters is not None and not 1 <= self.iters <= 100_000:
+            raise UsageError(f"--iters must be between 1 and 100000, got {self.iters}")
+        if self.warmup is not None and not 0 <= self.warmup <= 100_000:
+            raise UsageError(f"--warmup must be between 0 and 100000, got {self.warmup}")
+        if self.threshold is not None and not 0 < self.threshold < 1:
+            raise UsageError(
+                f"--threshold must be in (0, 1), a fraction of the median link, got {self.threshold:g}"
+            )
+        if self.min_gbps is not None and not 0 <= self.min_gbps < float("inf"):
+            raise UsageError(f"--min-gbps must be >= 0 GB/s, got {self.min_gbps:g}")
+
+    def for_device(self, device: str) -> Any:
+        """Defaults from 20 healthy runs and a slowed link named every time (README: `ddpcheck links`)."""
+        gpu = device == "cuda"
+        return dataclasses.replace(
+            self,
+            size=self.size or (64 * 1024**2 if gpu else 1024**2),
+            iters=self.iters or (20 if gpu else 50),
+            warmup=self.warmup if self.warmup is not None else (5 if gpu else 3),
+            threshold=self.threshold or (0.5 if gpu else 0.2),
+        )

@@ -177,6 +177,35 @@ def render_bandwidth_chart(
     console.print(chart)
 
 
+# Heat map shades, slowest first: (upper bound of the ratio to the median, style).
+HEAT_SHADES = ((0.25, "bold white on red"), (0.5, "black on dark_orange"), (0.8, "black on yellow"))
+
+
+def render_link_heatmap(table: Table, rows: list[dict[str, Any]], console: Console) -> None:
+    """The link matrix (rows: label, host, ratios) as a grid of ratios to the median, slow ones coloured.
+
+    Plain text stays readable without colour: every cell is its number, '.' where nothing was measured.
+    """
+    if not rows:
+        return
+    # The title above, not as the grid's caption: a narrow grid would wrap it into a column.
+    say(console, table.title, "bold")
+    grid = RichTable(box=box.SIMPLE, pad_edge=False)
+    grid.add_column("", justify="right", style="bold")
+    for row in rows:
+        grid.add_column(row["label"], justify="right")
+    for row in rows:
+        cells = []
+        for ratio in row["ratios"]:
+            if ratio is None:
+                cells.append(Text(".", style="dim"))
+                continue
+            style = next((s for bound, s in HEAT_SHADES if ratio < bound), "green")
+            cells.append(Text(f"{ratio:.2f}", style=style))
+        grid.add_row(row["label"], *cells)
+    console.print(grid)
+
+
 BREAKDOWN_STYLE = {"forward": "cyan", "backward_compute": "blue", "exposed_comm": "red", "update": "green"}
 
 
@@ -203,7 +232,11 @@ def render_breakdown_chart(
 
 
 # The chart kinds commands.py names, by the function that draws one (table, rows of a group, console).
-CHARTS = {"busbw": render_bandwidth_chart, "breakdown": render_breakdown_chart}
+CHARTS = {
+    "busbw": render_bandwidth_chart,
+    "breakdown": render_breakdown_chart,
+    "heatmap": render_link_heatmap,
+}
 
 
 class LaunchProgress:

@@ -48,6 +48,7 @@ step allreduce 120 python3 -m ddpcheck allreduce --json "$WORK/allreduce.json"
 step collectives 180 python3 -m ddpcheck collectives --json "$WORK/collectives.json"
 step train 120 python3 -m ddpcheck train --json "$WORK/train.json"
 step profile 120 python3 -m ddpcheck profile --hidden 4096 --json "$WORK/profile.json"
+step links 120 python3 -m ddpcheck links --json "$WORK/links.json"
 # The default batch (32 rows) is launch-bound on a large GPU; this one shows the matmuls' rate.
 step profile-batch4096 120 python3 -m ddpcheck profile --hidden 4096 --batch 4096 \
   --json "$WORK/profile-batch4096.json"

@@ -1,0 +1,472 @@
+"""`ddpcheck links`: every pair of ranks measured, the slow GPU, host or cable named.
+
+measure() runs on every rank: the round-robin plan (schedule.py) says whom it exchanges
+with in each round; all pairs of a round exchange at once, both directions at once
+(batched isend/irecv, as training traffic does), then a small round trip gives the
+latency. Each rank returns only its own links: what it sends grows with its own links,
+not with the world. judge() runs on rank 0 over plain data and compares each link with
+its peers (outliers.py): intra-node links with intra-node links, inter-node with inter-node.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import replace
+from typing import Any
+
+from ddpcheck.checks.linktables import link_tables
+from ddpcheck.checks.outliers import Findings, SlowLink, SlowRank, find_slow
+from ddpcheck.checks.rankmap import describe_ranks, judge_rank_map, node_label, node_of, span, where
+from ddpcheck.checks.schedule import INTER, INTRA, Round, link_plan, nodes_of
+from ddpcheck.options import LinksOptions
+from ddpcheck.report import Check, Report, Status, counted
+
+Options = LinksOptions
+
+FINDINGS_SHOWN = 6
+LATENCY_BYTES = 4  # one float32: the round trip measures the path, not the bandwidth
+LATENCY_TRIPS = 20  # at least; the least of them is quoted, so more trips only sharpen it
+
+# What a slow component usually is, by the kind of link and what is slow.
+CAUSE = {
+    (INTER, "host"): "its NIC, cable or switch port",
+    (INTER, "rank"): "the NIC or rail of that GPU",
+    (INTER, "link"): "that path through the fabric: a cable, a switch port or a route",
+    (INTRA, "host"): "its NVLink/NVSwitch fabric or PCIe (on CPU ranks: an overloaded host)",
+    (INTRA, "rank"): "its GPU's NVLink or PCIe lanes (on CPU ranks: its core or its process)",
+    (INTRA, "link"): "that GPU pair's lanes (a downtrained NVLink or PCIe link)",
+}
+
+
+# ---------------------------------------------------------------- measure
+def passes_for(device_type: str) -> int:
+    """How many times the whole plan runs; each link's samples are pooled over the passes.
+
+    On CPU ranks a burst of load elsewhere on the host (a scheduler starving one pair for a
+    few milliseconds) slows whichever links are being measured at that moment: measured
+    here, single healthy links at 0.2 of the median. Three passes, each with a third of the
+    iterations, spread every link over three moments, and the median of the pooled samples
+    ignores one bad one. A GPU's links do not share a scheduler: one pass.
+    """
+    return 1 if device_type == "cuda" else 3
+
+
+def measure(ctx: Any, opts: LinksOptions) -> dict[str, Any]:
+    # The node layout is tiny and every rank needs it to compute the same plan.
+    layout = ctx.all_gather_object((ctx.host, int(os.environ.get("GROUP_RANK", "0")), ctx.local_rank))
+    rounds = link_plan(nodes_of([tuple(x) for x in layout]))
+    return measure_plan(ctx, rounds, opts, passes_for(ctx.device.type))
+
+
+def measure_plan(ctx: Any, rounds: list[Round], opts: LinksOptions, passes: int) -> dict[str, Any]:
+    """This rank's links, measured round by round (`passes` times over), as judge() reads them."""
+    import torch
+
+    assert opts.size is not None and opts.iters is not None and opts.warmup is not None
+    send = torch.full((opts.size,), ctx.rank % 251, dtype=torch.uint8, device=ctx.device)
+    recv = torch.empty_like(send)
+    ping = torch.zeros(LATENCY_BYTES // 4, dtype=torch.float32, device=ctx.device)
+    iters = -(-opts.iters // passes)  # per pass, rounded up: at least --iters in all
+    trips = -(-max(opts.iters, LATENCY_TRIPS) // passes)
+    samples: dict[int, dict[str, Any]] = {}
+    steps = passes * len(rounds)
+    for step in range(steps):
+        rnd = rounds[step % len(rounds)]
+        label = f"round {step % len(rounds) + 1}/{len(rounds)}: {rnd.kind}-node links"
+        if passes > 1:
+            label += f", pass {step // len(rounds) + 1}/{passes}"
+        ctx.stage(f"measure: links {label}")
+        ctx.progress(step, steps, label)  # after the stage, which clears the previous progress
+        peer = rnd.partner(ctx.rank)
+        # Three phases, each begun together by every rank, so that the pairs of a round
+        # run at the same time and one pair's warm-up never overlaps another's timing.
+        ctx.barrier()
+        hint = _warm_up(ctx, peer, send, recv, opts.warmup) if peer is not None else 0.0
+        ctx.barrier()
+        timed = _time_exchange(ctx, peer, send, recv, iters, hint) if peer is not None else None
+        ctx.barrier()
+        if peer is not None and timed is not None:
+            link = samples.setdefault(
+                peer, {"kind": rnd.kind, "recv": [], "passes": [], "exchange": [], "trips": [], "wrong": 0}
+            )
+            link["recv"] += timed[0]
+            link["passes"].append(statistics.median(timed[0]))
+            link["exchange"] += timed[1]
+            link["trips"].append(_time_round_trip(ctx, peer, ping, trips))
+            link["wrong"] += int((recv != peer % 251).sum().item())
+    ctx.barrier()
+    ctx.progress(steps, steps, "done")
+    links = [
+        {
+            "peer": peer,
+            "kind": link["kind"],
+            "recv_s": statistics.median(link["recv"]),
+            "best_pass_recv_s": min(link["passes"]),
+            "exchange_s": statistics.median(link["exchange"]),
+            "latency_s": min(link["trips"]),
+            "wrong": link["wrong"],
+        }
+        for peer, link in sorted(samples.items())
+    ]
+    return {"size_bytes": opts.size, "rounds": len(rounds), "passes": passes, "links": links}
+
+
+def _ops(peer: int, send: Any, recv: Any) -> list[Any]:
+    import torch.distributed as dist
+
+    return [dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)]
+
+
+def _warm_up(ctx: Any, peer: int, send: Any, recv: Any, warmup: int) -> float:
+    """Untimed exchanges (the first one also connects the pair); the last one's seconds."""
+    import torch.distributed as dist
+
+    seconds = 0.0
+    for _ in range(warmup):
+        began = time.perf_counter()
+        for work in dist.batch_isend_irecv(_ops(peer, send, recv)):
+            work.wait()
+        ctx.sync()
+        seconds = time.perf_counter() - began
+        ctx.tick()
+    return seconds
+
+
+def _time_exchange(
+    ctx: Any, peer: int, send: Any, recv: Any, iters: int, hint: float
+) -> tuple[list[float], list[float]]:
+    """Seconds per exchange: until the peer's bytes are here (the peer -> this rank direction,
+    on this rank's clock), and until both directions are done.
+
+    On CPU each exchange is timed alone with perf_counter (the caller takes the median, robust
+    to a descheduled rank); on GPUs CUDA events around all of them give one mean for both.
+    """
+    import torch
+    import torch.distributed as dist
+
+    ops = _ops(peer, send, recv)
+    if ctx.device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            ctx.faults.slowlink(hint)
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+            ctx.tick()
+        end.record()
+        end.synchronize()
+        seconds = start.elapsed_time(end) / 1e3 / iters
+        return [seconds], [seconds]
+    recv_times, exchange_times = [], []
+    for _ in range(iters):
+        began = time.perf_counter()
+        ctx.faults.slowlink(hint)  # inside the timed region: the injected slowness is measured
+        posted = time.perf_counter()
+        works = dist.batch_isend_irecv(ops)
+        works[1].wait()
+        arrived = time.perf_counter()
+        works[0].wait()
+        done = time.perf_counter()
+        hint = done - posted  # the exchange's own time, without the injected wait
+        recv_times.append(arrived - began)
+        exchange_times.append(done - began)
+        ctx.tick()
+    return recv_times, exchange_times
+
+
+def _time_round_trip(ctx: Any, peer: int, ping: Any, iters: int) -> float:
+    """One-way latency: half the shortest round trip of a 4-byte message.
+
+    The shortest, not the mean as osu_latency quotes: on a busy host every wake-up of a
+    descheduled rank adds to a round trip (measured here: medians of 1 ms against 60 us),
+    noise only ever adds, and a slow path is slow on every trip.
+    """
+    import torch.distributed as dist
+
+    first = ctx.rank < peer
+    trips, hint = [], 0.0
+    for _ in range(iters + 1):  # the first round trip is a warm-up
+        began = time.perf_counter()
+        if not first:
+            dist.recv(ping, peer)
+        waited = time.perf_counter()
+        ctx.faults.slowlink(hint)  # inside the round trip: the injected slowness is measured
+        slept = time.perf_counter() - waited
+        dist.send(ping, peer)
+        if first:
+            dist.recv(ping, peer)
+        ctx.sync()
+        trips.append(time.perf_counter() - began)
+        hint = trips[-1] - slept  # the round trip's own time, without the injected wait
+        ctx.tick()
+    return min(trips[1:]) / 2
+
+
+# ---------------------------------------------------------------- judge
+def directed_links(data: list[dict[str, Any]], identities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every measured link and direction, as the rank that received measured it."""
+    rows = []
+    for dst, rank_data in enumerate(data):
+        size = rank_data["size_bytes"]
+        for link in rank_data["links"]:
+            src = link["peer"]
+            rows.append(
+                {
+                    "src": src,
+                    "dst": dst,
+                    "src_host": identities[src]["host"],
+                    "dst_host": identities[dst]["host"],
+                    "kind": link["kind"],
+                    "gbps": _gbps(size, link["recv_s"]),
+                    "best_gbps": _gbps(size, link.get("best_pass_recv_s", link["recv_s"])),
+                    "latency_us": link["latency_s"] * 1e6,
+                    "wrong": link["wrong"],
+                }
+            )
+    rows.sort(key=lambda r: (r["src"], r["dst"]))
+    return rows
+
+
+def _gbps(size: int, seconds: float) -> float:
+    return size / seconds / 1e9 if seconds > 0 else 0.0
+
+
+def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: LinksOptions) -> Report:
+    assert opts.threshold is not None
+    links = directed_links(data, identities)
+    kinds = [k for k in (INTRA, INTER) if any(r["kind"] == k for r in links)]
+    # A single link is named only when even its fastest pass was slow: a burst of load that
+    # starved one pair for a moment does not last through three passes; a slow cable does.
+    bandwidth = {
+        k: find_slow(
+            {(r["src"], r["dst"]): r["gbps"] for r in links if r["kind"] == k},
+            opts.threshold,
+            {(r["src"], r["dst"]): r["best_gbps"] for r in links if r["kind"] == k},
+        )
+        for k in kinds
+    }
+    latency = {
+        k: find_slow(
+            {(r["src"], r["dst"]): 1 / max(r["latency_us"], 1e-3) for r in links if r["kind"] == k},
+            opts.threshold,
+        )
+        for k in kinds
+    }
+    report = Report(command="links")
+    report.checks.append(judge_rank_map(identities))
+    report.checks.append(_judge_data(links, identities))
+    report.checks.append(_judge_speed("link bandwidth", bandwidth, links, identities, opts.threshold, "gbps"))
+    latency_check = _judge_speed("link latency", latency, links, identities, opts.threshold, "latency")
+    if latency_check.status == Status.FAIL and all(i.get("device", "cpu") == "cpu" for i in identities):
+        # On CPU ranks a 4-byte round trip is mostly the scheduler waking a rank: on the loaded
+        # 2-core development machine, 2 healthy runs of 20 (4 ranks) had a pair whose shortest
+        # round trip was 0.4-0.7 ms against a median of 60 us. Worth a look, not a failed run.
+        latency_check = replace(latency_check, status=Status.WARN)
+    report.checks.append(latency_check)
+    _annotate(links, bandwidth, latency, latency_check.status)
+    if opts.min_gbps is not None:
+        report.checks.append(_judge_floor(links, identities, opts.min_gbps))
+    size = data[0]["size_bytes"]
+    culprits = {r for c in report.checks if c.status == Status.FAIL for r in c.ranks}
+    rounds = counted(data[0]["rounds"], "round") + (
+        f" x {data[0]['passes']} passes" if data[0].get("passes", 1) > 1 else ""
+    )
+    report.tables += link_tables(links, identities, size, rounds, culprits)
+    return report
+
+
+def _annotate(
+    links: list[dict[str, Any]],
+    bandwidth: dict[str, Findings],
+    latency: dict[str, Findings],
+    latency_status: Status,
+) -> None:
+    """Each link's ratio to its kind's reference median, and the verdict of the findings that name it."""
+    references: dict[str, float] = {}
+    for kind, found in bandwidth.items():
+        # With one pair only there is no reference: compare with the median of everything measured.
+        references[kind] = (
+            found.reference.median
+            if found.reference
+            else statistics.median(r["gbps"] for r in links if r["kind"] == kind)
+        )
+    slow_bandwidth = set().union(*(_blamed(f) for f in bandwidth.values()))
+    slow_latency = set().union(*(_blamed(f) for f in latency.values()))
+    for row in links:
+        reference = references[row["kind"]]
+        row["ratio"] = round(row["gbps"] / reference, 3) if reference > 0 else None
+        pair = (row["src"], row["dst"])
+        if pair in slow_bandwidth or row["wrong"]:
+            row["status"] = Status.FAIL.value
+        elif pair in slow_latency:
+            row["status"] = latency_status.value
+        else:
+            row["status"] = Status.PASS.value
+        row["gbps"] = round(row["gbps"], 4)
+        row["best_gbps"] = round(row["best_gbps"], 4)
+        row["latency_us"] = round(row["latency_us"], 1)
+
+
+def _blamed(found: Findings) -> set[tuple[int, int]]:
+    return {p for s in found.ranks for p in s.slow} | {(link.src, link.dst) for link in found.links}
+
+
+def _judge_data(links: list[dict[str, Any]], identities: list[dict[str, Any]]) -> Check:
+    bad = [r for r in links if r["wrong"]]
+    if not bad:
+        return Check(
+            "link data", Status.PASS, f"every byte of {counted(len(links), 'transfer')} arrived intact"
+        )
+    text = ", ".join(f"{r['src']} → {r['dst']}: {r['wrong']:,} wrong bytes" for r in bad[:FINDINGS_SHOWN])
+    ranks = sorted({x for r in bad for x in (r["src"], r["dst"])})
+    hosts = list(dict.fromkeys(identities[r]["host"] for r in ranks))
+    return Check(
+        "link data",
+        Status.FAIL,
+        f"bytes changed in transit ({text})",
+        ranks,
+        hosts,
+        [[r["src"], r["dst"]] for r in bad],
+    )
+
+
+def _fmt(value: float, measure: str) -> str:
+    """A speed as the user reads it: GB/s, or (for latency, judged as 1/latency) microseconds."""
+    if measure == "gbps":
+        return f"{value:.3g} GB/s"
+    return f"{1 / value:.3g} us"
+
+
+def _judge_speed(
+    name: str,
+    findings: dict[str, Findings],
+    links: list[dict[str, Any]],
+    identities: list[dict[str, Any]],
+    threshold: float,
+    measure: str,
+) -> Check:
+    parts: list[str] = []
+    ranks: list[int] = []
+    pairs: list[list[int]] = []
+    for kind, found in findings.items():
+        parts += _rank_findings(kind, found.ranks, identities, measure)
+        parts += _link_findings(kind, found.links, identities, measure)
+        ranks += [s.rank for s in found.ranks] + [r for link in found.links for r in (link.src, link.dst)]
+        pairs += [list(p) for p in sorted(_blamed(found))]
+    if parts:
+        shown = "; ".join(parts[:FINDINGS_SHOWN]) + (
+            f"; and {len(parts) - FINDINGS_SHOWN} more" if len(parts) > FINDINGS_SHOWN else ""
+        )
+        ranks = sorted(set(ranks))
+        hosts = list(dict.fromkeys(identities[r]["host"] for r in ranks))
+        return Check(name, Status.FAIL, shown, ranks, hosts, pairs)
+    summary = []
+    for kind, found in findings.items():
+        count = sum(1 for r in links if r["kind"] == kind)
+        if found.reference is None or count < 3:
+            summary.append(
+                f"{kind}-node: one pair of ranks, nothing to compare it with (--min-gbps sets a floor)"
+            )
+            continue
+        spread = found.reference.sigma / found.reference.median if found.reference.median else 0.0
+        summary.append(
+            f"{kind}-node: {counted(count, 'link')}, median {_fmt(found.reference.median, measure)} "
+            f"(spread {spread:.0%}), none {'below' if measure == 'gbps' else 'above'} "
+            f"{threshold if measure == 'gbps' else 1 / threshold:.3g} x the median"
+        )
+    comparable = any(
+        f.reference is not None and sum(1 for r in links if r["kind"] == k) >= 3 for k, f in findings.items()
+    )
+    return Check(name, Status.PASS if comparable else Status.SKIP, "; ".join(summary))
+
+
+def _rank_findings(
+    kind: str, slow: list[SlowRank], identities: list[dict[str, Any]], measure: str
+) -> list[str]:
+    """One phrase per slow host (when every rank of a node is slow) or per slow rank."""
+    by_node: dict[tuple[str, int], list[SlowRank]] = defaultdict(list)
+    for s in slow:
+        by_node[node_of(identities[s.rank])].append(s)
+    node_ranks: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for ident in identities:
+        node_ranks[node_of(ident)].append(ident["rank"])
+    parts = []
+    for node, found in by_node.items():
+        whole = len(found) == len(node_ranks[node]) and (kind == INTER or len(found) > 1)
+        median = statistics.median(s.median for s in found)
+        reference = statistics.median(s.reference for s in found)
+        direction = {s.direction for s in found}
+        way = "from" if direction == {"out"} else "into" if direction == {"in"} else "of"
+        kind_words = "" if kind == INTER else "intra-node "
+        if whole:
+            who = f"host {node_label(node, identities)}"
+            if len(found) > 1:
+                who += f" ({span([s.rank for s in found])})"
+            every = "every" if all(len(s.slow) == s.total for s in found) else "most"
+            parts.append(
+                f"{every} {kind_words}link {way} {who}: {_fmt(median, measure)} against a median of "
+                f"{_fmt(reference, measure)}: {CAUSE[(kind, 'host')]}"
+            )
+            continue
+        for s in found:
+            ways = {"out": " (sending)", "in": " (receiving)", "both": " (both ways)"}[s.direction]
+            parts.append(
+                f"{where(s.rank, identities)}: {len(s.slow)} of its {s.total} {kind}-node links slow{ways}, "
+                f"{_fmt(s.median, measure)} against a median of {_fmt(s.reference, measure)}: "
+                f"{CAUSE[(kind, 'rank')]}"
+            )
+    return parts
+
+
+def _link_findings(
+    kind: str, slow: list[SlowLink], identities: list[dict[str, Any]], measure: str
+) -> list[str]:
+    """One phrase per slow link; both directions of a pair in one."""
+    by_pair: dict[tuple[int, int], list[SlowLink]] = defaultdict(list)
+    for link in slow:
+        by_pair[(min(link.src, link.dst), max(link.src, link.dst))].append(link)
+    parts = []
+    for (a, b), found in by_pair.items():
+        if len(found) == 2:
+            ends = f"{a} ↔ {b}"
+            hosts = f"{identities[a]['host']} ↔ {identities[b]['host']}"
+        else:
+            ends = f"{found[0].src} → {found[0].dst}"
+            hosts = f"{identities[found[0].src]['host']} → {identities[found[0].dst]['host']}"
+        value = min(link.value for link in found)
+        parts.append(
+            f"link {ends} (host {hosts}, {kind}-node): {_fmt(value, measure)} against a median of "
+            f"{_fmt(found[0].reference, measure)}: {CAUSE[(kind, 'link')]}"
+        )
+    return parts
+
+
+def _judge_floor(links: list[dict[str, Any]], identities: list[dict[str, Any]], floor: float) -> Check:
+    low = [r for r in links if r["gbps"] < floor]
+    if not low:
+        slowest = min(links, key=lambda r: r["gbps"])
+        return Check(
+            "bandwidth floor",
+            Status.PASS,
+            f"every link >= --min-gbps {floor:g} (slowest {slowest['gbps']:.3g} GB/s, "
+            f"{slowest['src']} → {slowest['dst']})",
+        )
+    low.sort(key=lambda r: r["gbps"])
+    text = ", ".join(
+        f"{r['src']} → {r['dst']} ({r['src_host']} → {r['dst_host']}) {r['gbps']:.3g} GB/s"
+        for r in low[:FINDINGS_SHOWN]
+    )
+    more = f" and {len(low) - FINDINGS_SHOWN} more" if len(low) > FINDINGS_SHOWN else ""
+    ranks = sorted({x for r in low for x in (r["src"], r["dst"])})
+    named = describe_ranks(ranks, identities) if len(ranks) <= FINDINGS_SHOWN else counted(len(ranks), "rank")
+    return Check(
+        "bandwidth floor",
+        Status.FAIL,
+        f"{counted(len(low), 'link')} below --min-gbps {floor:g}: {text}{more} (touching {named})",
+        ranks,
+        list(dict.fromkeys(identities[r]["host"] for r in ranks)),
+        [[r["src"], r["dst"]] for r in low],
+    )

@@ -1,0 +1,91 @@
+"""`ddpcheck links` across real hosts: network namespaces on a bridge, one host's link limited by tc."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import assert_nothing_left
+from tests.test_multinode import _free_port, _ip, _on_host
+
+HOSTS = 4
+SLOW = 2  # the host whose outgoing link tc limits
+RATE = "100mbit"  # 0.0125 GB/s: far below what a veth carries here (~1-2 GB/s)
+
+
+@pytest.fixture
+def bridged_hosts():
+    """HOSTS namespaces, each joined by a veth pair to a bridge in a namespace of its own."""
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("ip", "tc", "unshare")):
+        pytest.skip("needs root, iproute2 (ip, tc) and unshare to build network namespaces")
+    tag = uuid.uuid4().hex[:5]
+    bridge_ns = f"wt13{tag}br"
+    names = [f"wt13{tag}h{i}" for i in range(HOSTS)]
+    try:
+        _ip("netns", "add", bridge_ns)
+    except subprocess.CalledProcessError as exc:
+        pytest.skip(f"ip netns is unavailable here: {exc.stderr.decode().strip()}")
+    try:
+        _ip("-n", bridge_ns, "link", "add", "br0", "type", "bridge")
+        _ip("-n", bridge_ns, "link", "set", "br0", "up")
+        hosts = []
+        for i, ns in enumerate(names):
+            _ip("netns", "add", ns)
+            dev, peer, address = f"w{tag}h{i}", f"w{tag}b{i}", f"10.231.13.{i + 1}"
+            _ip("link", "add", dev, "type", "veth", "peer", "name", peer)
+            _ip("link", "set", dev, "netns", ns)
+            _ip("link", "set", peer, "netns", bridge_ns)
+            _ip("-n", bridge_ns, "link", "set", peer, "master", "br0")
+            _ip("-n", bridge_ns, "link", "set", peer, "up")
+            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            hosts.append(
+                {"netns": ns, "device": dev, "address": address, "hostname": f"wt13-{tag}-{'abcd'[i]}"}
+            )
+        yield hosts
+    finally:
+        for ns in [*names, bridge_ns]:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@pytest.mark.netns
+def test_the_host_behind_a_slow_link_is_named(bridged_hosts, scratch, tmp_path: Path) -> None:
+    slow = bridged_hosts[SLOW]
+    limit = ["tc", "qdisc", "add", "dev", slow["device"], "root", "tbf", "rate", RATE]
+    limit += ["burst", "32kbit", "latency", "400ms"]
+    result = subprocess.run(["ip", "netns", "exec", slow["netns"], *limit], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"tc cannot limit a veth here: {result.stderr.strip()}")
+    endpoint = f"{bridged_hosts[0]['address']}:{_free_port()}"
+    procs = []
+    for node, host in enumerate(bridged_hosts):
+        args = ["links", "--nproc", "1", "--size", "128K", "--iters", "5", "--nnodes", str(HOSTS)]
+        args += ["--node-rank", str(node), "--rdzv-endpoint", endpoint, "--timeout", "60"]
+        procs.append(_on_host(host, [*args, "--json", str(tmp_path / f"n{node}.json")], scratch))
+    outputs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [1] * HOSTS, outputs
+    report = json.loads((tmp_path / "n0.json").read_text())
+    bandwidth = next(c for c in report["checks"] if c["name"] == "link bandwidth")
+    assert bandwidth["status"] == "FAIL" and bandwidth["hosts"] == [slow["hostname"]], bandwidth
+    assert bandwidth["ranks"] == [SLOW]
+    # tc shapes what the host sends; gloo's pair then paces both ways, so "from" or "of" the host.
+    assert (
+        bandwidth["detail"].startswith("every link ") and f" host {slow['hostname']}: " in bandwidth["detail"]
+    )
+    assert "its NIC, cable or switch port" in bandwidth["detail"]
+    assert {tuple(p) for p in bandwidth["links"]} >= {(SLOW, n) for n in range(HOSTS) if n != SLOW}
+    assert all(SLOW in pair for pair in bandwidth["links"])
+    rows = report["tables"]["links"]
+    assert {r["kind"] for r in rows} == {"inter"} and len(rows) == HOSTS * (HOSTS - 1)
+    slowed = [r["gbps"] for r in rows if r["src"] == SLOW]
+    assert max(slowed) < 0.0125 * 1.2  # tc's rate, and no faster
+    hosts = {r["host"]: r["status"] for r in report["tables"]["link_hosts"]}
+    assert hosts[slow["hostname"]] == "FAIL"
+    assert_nothing_left(scratch)
