@@ -14,9 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpcheck.errors import UsageError
-
-# The harness stages every rank passes through, in order (worker.py enters them).
-STAGES = ("launched", "device", "join", "measure", "gather", "done")
+from ddpcheck.stages import HARNESS as STAGES
 
 # kind -> (commands it applies to, whether it takes a :STAGE, what it does)
 KINDS: dict[str, tuple[tuple[str, ...], bool, str]] = {

@@ -19,20 +19,19 @@ import signal
 import socket
 import sys
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from ddpcheck import env as env_probe
-from ddpcheck import postmortem
+from ddpcheck import postmortem, stages
 from ddpcheck.checks.rankmap import hosts_table
 from ddpcheck.faults import Faults, parse_faults
 from ddpcheck.network import route_address
 from ddpcheck.options import options_from_dict
 from ddpcheck.report import Report, Verdict
-from ddpcheck.status import StatusWriter
+from ddpcheck.status import Stall, StatusWriter, StoreTransport
 from ddpcheck.torch_compat import store_has, takes_device_id, teardown_may_deadlock
 
 REPORT_FILE = "report.json"
@@ -130,15 +129,15 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
     import torch.distributed as dist
 
     try:
-        faults.at_stage("launched")
+        faults.at_stage(stages.LAUNCHED)
         device = _bind_device(spec, identity["local_rank"], status, faults)
         fingerprint = env_probe.rank_fingerprint()  # after binding: the GPU model is this rank's own
-        _stage(status, faults, "join")
-        _substage(status, "join: waiting for every rank")
+        _stage(status, faults, stages.JOIN)
+        _substage(status, stages.JOIN_WAIT)
         _join(spec, device)
         if spec.get("inline") and status:
-            status.mirror = _store_mirror(rank)
-            status.stage("joined")
+            status.add_transport(_store_transport(rank))
+            status.stage(stages.JOINED)
         check = importlib.import_module(f"ddpcheck.checks.{spec['command']}")
         options = options_from_dict(check.Options, spec["options"])
         ctx = RankContext(
@@ -152,10 +151,10 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
             status=status or _NullStatus(),  # type: ignore[arg-type]
             timeout_s=spec["timeout"],
         )
-        _stage(status, faults, "measure")
+        _stage(status, faults, stages.MEASURE)
         data = check.measure(ctx, options)
-        _stage(status, faults, "gather")
-        _substage(status, "gather: sending results to rank 0")
+        _stage(status, faults, stages.GATHER)
+        _substage(status, stages.GATHER_WAIT)
         gathered = ctx.all_gather_object(
             {**identity, **device_identity(device), "fingerprint": fingerprint, "data": data}
         )
@@ -180,7 +179,7 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
         dist.broadcast_object_list(shared, src=0)
         if run_dir:
             _write(Path(run_dir) / VERDICT_FILE, json.dumps(shared[0]))
-        _stage(status, faults, "done")
+        _stage(status, faults, stages.DONE)
         return 0
     except BaseException as exc:
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -205,11 +204,10 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
 STAGE_KEY = "ddpcheck/stage/"
 
 
-def _store_mirror(rank: int) -> Callable[[dict[str, Any]], None]:
+def _store_transport(rank: int) -> StoreTransport:
     import torch.distributed as dist
 
-    store = dist.distributed_c10d._get_default_store()
-    return lambda state: store.set(f"{STAGE_KEY}{rank}", json.dumps(state))
+    return StoreTransport(dist.distributed_c10d._get_default_store(), f"{STAGE_KEY}{rank}")
 
 
 def _report_inline_failure(spec: dict[str, Any], run_dir: str, world_size: int, message: str) -> None:
@@ -227,7 +225,7 @@ def _report_inline_failure(spec: dict[str, Any], run_dir: str, world_size: int, 
         with contextlib.suppress(Exception):
             if store_has(store, key):
                 statuses[rank] = {**json.loads(store.get(key)), "proc_state": "running"}
-    stall = {"statuses": statuses, "waited_s": spec["pg_timeout"], "world_size": world_size}
+    stall = Stall(statuses, waited_s=spec["pg_timeout"], world_size=world_size)
     report = postmortem.inline_report(spec, stall, message)
     _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
 
@@ -235,7 +233,7 @@ def _report_inline_failure(spec: dict[str, Any], run_dir: str, world_size: int, 
 def _bind_device(spec: dict[str, Any], local_rank: int, status: Any, faults: Faults) -> Any:
     import torch
 
-    _stage(status, faults, "device")
+    _stage(status, faults, stages.DEVICE)
     if spec["device"] == "cuda":
         index = spec["plan"].get("device_index")
         index = local_rank if index is None else index
