@@ -262,15 +262,99 @@ def stages_table(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str,
     return Table("stages", "Where every rank was last seen", STAGES_COLUMNS, rows)
 
 
-def inline_report(spec: dict[str, Any], stall: Stall, message: str) -> Report:
-    """Rank 0's report when it gave up waiting under torchrun or srun, from the ranks' stages."""
+# Errors that say a peer's connection dropped: the peer is lost (died, or its host went away).
+LOST_MARKERS = ("connection reset by peer", "connection closed by peer", "broken pipe", "socket closed")
+
+
+def connection_dropped(message: str) -> bool:
+    return any(marker in message.lower() for marker in LOST_MARKERS)
+
+
+def judge_inline(stall: Stall, message: str, me: int) -> Check:
+    """Name the rank that stopped beating when rank `me` gave up under torchrun, srun or mpirun.
+
+    `stall.statuses` come from inline.observe: a rank whose process is gone mid-run is lost,
+    one whose heartbeat stopped is stopped or frozen (or lost, when its connection dropped);
+    the ranks that were only waiting for it are not blamed. With every heartbeat fresh, the
+    stages decide, as under ddpcheck's own launcher.
+    """
+    statuses, lost = stall.statuses, connection_dropped(message)
+    dead = sorted(r for r, s in statuses.items() if s["proc_state"] == "exited" and _ended_mid_run(s))
+    silent = sorted(r for r, s in statuses.items() if r not in dead and r != me and _stopped_beating(s))
+    culprits = sorted(dead + silent)
+    if not culprits:
+        check = judge_stall(stall)
+        if lost:
+            check.detail += f"; rank {me} lost a peer's connection, yet every heartbeat was fresh"
+        return check
+    parts = []
+    for r in dead:
+        s = statuses[r]
+        parts.append(
+            f"{_who(r, s)} is lost: its process ended at stage '{s['stage']}' without an error "
+            f"(last heartbeat {s['heartbeat_age_s']:.0f} s ago)"
+        )
+    for r in silent:
+        s = statuses[r]
+        if s["proc_state"] == "stopped":
+            state = "stopped (SIGSTOP)"
+        elif lost:
+            state = "lost (its process died or its host is unreachable)"
+        else:
+            state = "frozen"
+        parts.append(
+            f"{_who(r, s)} is {state}: no heartbeat for {s['heartbeat_age_s']:.0f} s, "
+            f"last seen at stage '{s['stage']}'"
+        )
+    waiting = sorted(r for r, s in statuses.items() if r not in culprits and s["proc_state"] != "exited")
+    if waiting:
+        stages = sorted({statuses[r]["stage"] for r in waiting})
+        parts.append(
+            f"rank{'s' if len(waiting) > 1 else ''} {_ranks(waiting)} "
+            f"{'were' if len(waiting) > 1 else 'was'} waiting for it at {', '.join(repr(x) for x in stages)}"
+        )
+    missing = [r for r in range(stall.world_size) if r not in statuses]
+    if missing:
+        parts.append(f"rank(s) {_ranks(missing)} never published a status")
+    name = (
+        "rank lost"
+        if dead or (lost and any(statuses[r]["proc_state"] != "stopped" for r in silent))
+        else "hang"
+    )
+    hosts = list(dict.fromkeys(statuses[r]["host"] for r in culprits))
+    return Check(name, Status.ERROR, "; ".join(parts), culprits, hosts)
+
+
+def _ended_mid_run(status: dict[str, Any]) -> bool:
+    return not status.get("error") and status.get("stage") != DONE
+
+
+def _stopped_beating(status: dict[str, Any]) -> bool:
+    return status["proc_state"] == "stopped" or (
+        status["proc_state"] != "exited" and status.get("heartbeat_age_s", 0) > FROZEN_AFTER_S
+    )
+
+
+def inline_report(spec: dict[str, Any], stall: Stall, message: str, me: int = 0) -> Report:
+    """Rank 0's report when it gave up waiting under torchrun, srun or mpirun, from the ranks' records."""
     report = Report(command=spec["command"])
     report.world = {"size": stall.world_size, "backend": spec["backend"], "device": spec["device"]}
-    check = judge_stall(stall)
-    check.detail += f"; rank 0 gave up after {stall.waited_s:g} s: {_one_line(message)}"
+    check = judge_inline(stall, message, me)
+    after = "" if connection_dropped(message) else f" after {stall.waited_s:g} s"
+    check.detail += f"; rank {me} gave up{after}: {_one_line(message)}"
     report.checks.append(check)
+    if spec.get("launcher") == "srun" and any(
+        stall.statuses[r]["proc_state"] != "exited" for r in check.ranks if r in stall.statuses
+    ):
+        report.notes.append(SRUN_WAITS)
     report.tables.append(stages_table(stall.statuses, {}))
     return report
+
+
+SRUN_WAITS = (
+    "srun waits for a stopped or frozen task after the others exited: the step ends now only if "
+    "srun was started with --kill-on-bad-exit=1"
+)
 
 
 def remote_node_report(command: str, plan: Any, verdict: Verdict, report_host: str) -> Report:

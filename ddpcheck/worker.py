@@ -15,9 +15,11 @@ import contextlib
 import importlib
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,14 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from ddpcheck import env as env_probe
-from ddpcheck import postmortem, stages
+from ddpcheck import inline, postmortem, stages
 from ddpcheck.checks.rankmap import hosts_table
 from ddpcheck.faults import Faults, parse_faults
 from ddpcheck.network import route_address
 from ddpcheck.options import options_from_dict
 from ddpcheck.report import Report, Verdict
-from ddpcheck.status import Stall, StatusWriter, StoreTransport
-from ddpcheck.torch_compat import store_has, takes_device_id, teardown_may_deadlock
+from ddpcheck.status import Stall, StatusWriter
+from ddpcheck.torch_compat import takes_device_id, teardown_may_deadlock
 
 REPORT_FILE = "report.json"
 VERDICT_FILE = "verdict"
@@ -126,6 +128,7 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
     rank, world_size = identity["rank"], int(os.environ["WORLD_SIZE"])
     status = StatusWriter(run_dir, identity) if run_dir else None
     faults = Faults(parse_faults(spec["inject"], spec["command"]), rank)
+    session: inline.Session | None = None
     import torch.distributed as dist
 
     try:
@@ -136,8 +139,7 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
         _substage(status, stages.JOIN_WAIT)
         _join(spec, device)
         if spec.get("inline") and status:
-            status.add_transport(_store_transport(rank))
-            status.stage(stages.JOINED)
+            session = _inline_session(rank, world_size, status)
         check = importlib.import_module(f"ddpcheck.checks.{spec['command']}")
         options = options_from_dict(check.Options, spec["options"])
         ctx = RankContext(
@@ -186,12 +188,9 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
         if status:
             status.error(message)
         if spec.get("inline"):
-            # This is the user's terminal, not a log file: one line per rank, the report says the rest.
-            print(f"ddpcheck: rank {rank} failed: {message.splitlines()[-1]}", file=sys.stderr)
+            _inline_gave_up(spec, run_dir, world_size, message, session)
         else:
             traceback.print_exc()
-        if spec.get("inline") and rank == 0 and run_dir and dist.is_initialized():
-            _report_inline_failure(spec, run_dir, world_size, message)
         return 1
     finally:
         # Where teardown can deadlock, main()'s os._exit ends the process group with the process.
@@ -199,35 +198,87 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
             dist.destroy_process_group()
         if status:
             status.close()
+        if session:
+            session.close()
 
 
-STAGE_KEY = "ddpcheck/stage/"
+def _inline_session(rank: int, world_size: int, status: StatusWriter) -> inline.Session | None:
+    """Under torchrun, srun or mpirun: publish this rank's status (and heartbeat) to the shared store."""
+    try:
+        session = inline.Session(rank, world_size)
+    except Exception:  # no store to reach: the run goes on, its failures are named less exactly
+        return None
+    inline.current = session
+    status.add_transport(session.transport)
+    status.stage(stages.JOINED)
+    return session
 
 
-def _store_transport(rank: int) -> StoreTransport:
-    import torch.distributed as dist
+def _inline_gave_up(
+    spec: dict[str, Any], run_dir: str | None, world_size: int, message: str, session: inline.Session | None
+) -> None:
+    """Under torchrun, srun or mpirun no launcher watches: the rank that gives up names who stopped beating.
 
-    return StoreTransport(dist.distributed_c10d._get_default_store(), f"{STAGE_KEY}{rank}")
-
-
-def _report_inline_failure(spec: dict[str, Any], run_dir: str, world_size: int, message: str) -> None:
-    """Under torchrun or srun no launcher watches: rank 0 reads every rank's stage from the store.
-
-    When rank 0 gave up (a peer hung, crashed or never came), the ranks that are behind
-    are named as a launcher would, instead of rank 0's own timeout alone.
+    Rank 0 writes the report; every other rank names the same culprit in its one line (this
+    is the user's terminal, not a log file). A peer whose connection dropped may still beat
+    for a moment: wait up to inline.SAMPLE_S for its heartbeat to stop.
     """
-    import torch.distributed as dist
+    rank = int(os.environ["RANK"])
+    headline = message.splitlines()[-1]
+    if not inline.claim():
+        return  # SIGTERM came first: its thread says the one line and ends the process
+    try:
+        if session is None:
+            inline.say(f"ddpcheck: rank {rank} failed: {headline}")
+            return
+        wait_s = inline.SAMPLE_S if rank != 0 or postmortem.connection_dropped(message) else 0.0
+        statuses = session.observe(wait_s)
+        stall = Stall(statuses, waited_s=spec["pg_timeout"], world_size=world_size)
+        ended = inline.reap(
+            statuses, end_stopped=spec.get("launcher") == "torchrun" and rank == 0, store=session.store
+        )
+        if rank != 0:
+            check = postmortem.judge_inline(stall, message, rank)
+            inline.say(f"ddpcheck: rank {rank} failed ({headline}): {check.detail}")
+            return
+        inline.say(f"ddpcheck: rank 0 failed: {headline}")
+        report = postmortem.inline_report(spec, stall, message)
+        if ended:
+            report.notes.append(
+                f"ddpcheck ended stopped rank(s) {', '.join(map(str, ended))} on this host (SIGKILL): "
+                "torchrun's SIGTERM cannot reach a stopped process, and it would wait its shutdown timeout"
+            )
+        if run_dir:
+            _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
+    finally:
+        inline.gave_up.set()
 
-    store = dist.distributed_c10d._get_default_store()
-    statuses: dict[int, dict[str, Any]] = {}
-    for rank in range(world_size):
-        key = f"{STAGE_KEY}{rank}"
-        with contextlib.suppress(Exception):
-            if store_has(store, key):
-                statuses[rank] = {**json.loads(store.get(key)), "proc_state": "running"}
-    stall = Stall(statuses, waited_s=spec["pg_timeout"], world_size=world_size)
-    report = postmortem.inline_report(spec, stall, message)
-    _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
+
+def on_inline_sigterm(spec: dict[str, Any], run_dir: Path) -> None:
+    """The launcher stops this rank (SIGTERM) because another failed: name the one that stopped beating.
+
+    Runs on inline.SigtermWatch's thread while the main thread may be blocked in a collective.
+    """
+    rank = int(os.environ["RANK"])
+    if not inline.claim():
+        # This rank is already giving up: let it finish its report and line, within a bound.
+        inline.gave_up.wait(inline.SIGTERM_GRACE_S)
+        time.sleep(inline.SIGTERM_GRACE_S)
+        os._exit(3)
+    # The launcher may follow with SIGKILL within a second (mpirun does): clean up first.
+    shutil.rmtree(run_dir, ignore_errors=True)
+    session = inline.current
+    line = f"ddpcheck: rank {rank} stopped by SIGTERM (its launcher ends every rank once one failed)"
+    with contextlib.suppress(Exception):
+        if session is not None:
+            statuses = session.observe(inline.SIGTERM_LOOK_S)
+            end_stopped = spec.get("launcher") == "torchrun" and rank == 0
+            inline.reap(statuses, end_stopped=end_stopped, store=session.store)
+            world = int(os.environ["WORLD_SIZE"])
+            check = postmortem.judge_inline(Stall(statuses, None, world), "SIGTERM", rank)
+            line += f": {check.detail}"
+    inline.say(line)
+    os._exit(3)
 
 
 def _bind_device(spec: dict[str, Any], local_rank: int, status: Any, faults: Faults) -> Any:
