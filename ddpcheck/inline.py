@@ -64,6 +64,15 @@ def make_run_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-"))
 
 
+def remove_run_dir(path: str | Path) -> None:
+    """Remove a run directory that this rank's heartbeat may still be writing a status file into."""
+    for _ in range(50):
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            return
+        time.sleep(0.01)  # a status file appeared mid-removal: the next pass takes it
+
+
 def connect() -> Any:
     """A client connection of this rank's own to the store every rank of the launch shares."""
     from torch.distributed import TCPStore

@@ -437,5 +437,8 @@ def run_inline(command: str, options: dict[str, Any], plan: LaunchPlan) -> Repor
             return Verdict.ERROR
         return shared[0]
     finally:
-        # The SIGTERM watch stays until the process ends: rank 0 still renders the report.
-        shutil.rmtree(run_dir, ignore_errors=True)
+        # This rank's account is complete; it exits with its verdict. A launcher's SIGTERM now
+        # (srun ending the step) would only turn exit 3 into "Terminated": ignored, also during
+        # interpreter teardown, where Python restores the default handler of the ones it set.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        inline.remove_run_dir(run_dir)

@@ -90,8 +90,11 @@ class FileTransport:
 
     def publish(self, record: dict[str, Any]) -> None:
         tmp = self._path.with_suffix(f".tmp{threading.get_ident()}")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, self._path)
+        try:
+            tmp.write_text(json.dumps(record))
+            os.replace(tmp, self._path)
+        except FileNotFoundError:
+            pass  # the run directory is being removed: the run is over, there is no one to tell
 
 
 class StoreTransport:

@@ -15,7 +15,6 @@ import contextlib
 import importlib
 import json
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -226,8 +225,13 @@ def _inline_gave_up(
     rank = int(os.environ["RANK"])
     headline = message.splitlines()[-1]
     if not inline.claim():
-        return  # SIGTERM came first: its thread says the one line and ends the process
+        # SIGTERM came first: its thread says the one line and ends the process.
+        time.sleep(inline.SIGTERM_GRACE_S)
+        return
     try:
+        if rank != 0 and run_dir:
+            # Nothing more to write here; a launcher's SIGKILL may come while this rank looks.
+            inline.remove_run_dir(run_dir)
         if session is None:
             inline.say(f"ddpcheck: rank {rank} failed: {headline}")
             return
@@ -260,13 +264,16 @@ def on_inline_sigterm(spec: dict[str, Any], run_dir: Path) -> None:
     Runs on inline.SigtermWatch's thread while the main thread may be blocked in a collective.
     """
     rank = int(os.environ["RANK"])
-    if not inline.claim():
+    claimed = inline.claim()
+    if rank != 0 or claimed:
+        # The launcher may follow with SIGKILL within a second (mpirun does): clean up first.
+        # Only rank 0's report needs the run directory, and only while rank 0 is giving up.
+        inline.remove_run_dir(run_dir)
+    if not claimed:
         # This rank is already giving up: let it finish its report and line, within a bound.
         inline.gave_up.wait(inline.SIGTERM_GRACE_S)
         time.sleep(inline.SIGTERM_GRACE_S)
         os._exit(3)
-    # The launcher may follow with SIGKILL within a second (mpirun does): clean up first.
-    shutil.rmtree(run_dir, ignore_errors=True)
     session = inline.current
     line = f"ddpcheck: rank {rank} stopped by SIGTERM (its launcher ends every rank once one failed)"
     with contextlib.suppress(Exception):
@@ -275,8 +282,11 @@ def on_inline_sigterm(spec: dict[str, Any], run_dir: Path) -> None:
             end_stopped = spec.get("launcher") == "torchrun" and rank == 0
             inline.reap(statuses, end_stopped=end_stopped, store=session.store)
             world = int(os.environ["WORLD_SIZE"])
-            check = postmortem.judge_inline(Stall(statuses, None, world), "SIGTERM", rank)
-            line += f": {check.detail}"
+            if statuses:
+                check = postmortem.judge_inline(Stall(statuses, None, world), "SIGTERM", rank)
+                line += f": {check.detail}"
+            else:
+                line += "; the store the ranks shared is gone: the others had ended already"
     inline.say(line)
     os._exit(3)
 
