@@ -31,6 +31,7 @@ import psutil
 from ddpcheck.status import FROZEN_AFTER_S, HEARTBEAT_INTERVAL_S, StoreTransport
 from ddpcheck.torch_compat import store_has
 
+HEARTBEAT_SWITCH = "DDPCHECK_INLINE_HEARTBEAT"
 KEY = "ddpcheck/inline/status/"
 VIEW_KEY = "ddpcheck/inline/seen"
 # Set for a stopped rank that a peer ended (reap), so that the others still call it stopped, not dead.

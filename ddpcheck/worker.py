@@ -202,7 +202,12 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
 
 
 def _inline_session(rank: int, world_size: int, status: StatusWriter) -> inline.Session | None:
-    """Under torchrun, srun or mpirun: publish this rank's status (and heartbeat) to the shared store."""
+    """Under torchrun, srun or mpirun: publish this rank's status (and heartbeat) to the shared store.
+
+    DDPCHECK_INLINE_HEARTBEAT=0 turns it off: what tests/perf/bench_launchers.py compares against.
+    """
+    if os.environ.get(inline.HEARTBEAT_SWITCH, "1") == "0":
+        return None
     try:
         session = inline.Session(rank, world_size)
     except Exception:  # no store to reach: the run goes on, its failures are named less exactly

@@ -8,6 +8,7 @@ in rank 1's one line, the exit codes, that every process (the launcher too) ende
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -311,14 +313,22 @@ PartitionName=ddpcheck Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSu
 """
 
 
-@pytest.fixture(scope="module")
-def slurm() -> Any:
-    """slurmctld and slurmd on this machine (auth/none: no munge), for real srun steps."""
+class SlurmUnavailable(Exception):
+    """Slurm cannot run here; the message says why."""
+
+
+@contextlib.contextmanager
+def slurm_daemons() -> Iterator[dict[str, str]]:
+    """slurmctld and slurmd on this machine (auth/none: no munge), for real srun steps.
+
+    Yields the environment (SLURM_CONF) that srun needs; stops both daemons and removes
+    their state directory on the way out.
+    """
     missing = [tool for tool in ("slurmctld", "slurmd", "srun", "sinfo") if shutil.which(tool) is None]
     if missing:
-        pytest.skip(f"Slurm is not installed ({', '.join(missing)} missing; Debian: slurm-wlm)")
+        raise SlurmUnavailable(f"Slurm is not installed ({', '.join(missing)} missing; Debian: slurm-wlm)")
     if os.geteuid() != 0:
-        pytest.skip("starting slurmd needs root")
+        raise SlurmUnavailable("starting slurmd needs root")
     directory = Path(tempfile.mkdtemp(prefix="ddpcheck-slurm-"))
     (directory / "state").mkdir()
     (directory / "spool").mkdir()
@@ -347,7 +357,7 @@ def slurm() -> Any:
         if "idle" not in state:
             logs = " | ".join((directory / n).read_text()[-300:] for n in ("slurmctld.log", "slurmd.log")
                               if (directory / n).exists())  # fmt: skip
-            pytest.skip(f"slurmctld/slurmd did not come up here (node state {state!r}): {logs}")
+            raise SlurmUnavailable(f"slurmctld/slurmd did not come up here (node state {state!r}): {logs}")
         yield {"SLURM_CONF": str(conf)}
     finally:
         for daemon in daemons:
@@ -359,10 +369,21 @@ def slurm() -> Any:
                 daemon.kill()
                 daemon.wait()
         shutil.rmtree(directory, ignore_errors=True)
-        left = [
-            p.pid for p in psutil.process_iter(["cmdline"]) if str(conf) in " ".join(p.info["cmdline"] or [])
-        ]
-        assert left == [], f"Slurm daemons left running: {left}"
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[dict[str, str]]:
+    try:
+        with slurm_daemons() as env:
+            yield env
+    except SlurmUnavailable as exc:
+        pytest.skip(str(exc))
+    left = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if "ddpcheck-slurm-" in " ".join(p.info["cmdline"] or [])
+    ]
+    assert left == [], f"Slurm daemons left running: {left}"
 
 
 SRUN = ["srun", "-n", "3", "--kill-on-bad-exit=1", sys.executable, "-m", "ddpcheck", *SWEEP]
