@@ -115,6 +115,7 @@ class Watch(threading.Thread):
     """Rank 0's watch: when it last saw each rank's beat counter change, by its own clock."""
 
     def __init__(self, store: Any, world_size: int) -> None:
+        """`store`: the store, or a function that connects to it (called on this thread)."""
         super().__init__(name="ddpcheck-beat-watch", daemon=True)
         self._store, self._world = store, world_size
         self._lock = threading.Lock()
@@ -124,6 +125,11 @@ class Watch(threading.Thread):
         self._published = 0
 
     def run(self) -> None:
+        if callable(self._store):
+            try:
+                self._store = self._store()  # connected here: the rank's main thread does not wait
+            except Exception:
+                return
         while not self._stopped.wait(HEARTBEAT_INTERVAL_S):
             records = read_records(self._store, self._world)
             now = time.monotonic()
@@ -153,15 +159,31 @@ class Session:
 
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank, self.world_size = rank, world_size
-        self.store = connect()  # the transport's and the watch's reads share nothing with the process group
-        self.transport = StoreTransport(connect(), f"{KEY}{rank}")
+        # Connections of their own, opened on their own threads (or when first read): they share
+        # nothing with the process group's, and cost the rank's main thread nothing.
+        self._store: Any = None
+        self.transport = StoreTransport(connect, f"{KEY}{rank}")
         self.watch: Watch | None = None
         if rank == 0:
-            self.watch = Watch(connect(), world_size)
+            self.watch = Watch(connect, world_size)
             self.watch.start()
 
+    @property
+    def store(self) -> Any:
+        """The connection this rank reads the others' records with, opened when first needed."""
+        if self._store is None:
+            self._store = connect()
+        return self._store
+
     def observe(self, wait_s: float) -> dict[int, dict[str, Any]]:
-        """Every rank's annotated status, waiting up to `wait_s` for a rank that stopped beating."""
+        """Every rank's annotated status, waiting up to `wait_s` for a rank that stopped beating.
+
+        Empty when the store does not answer (its host, rank 0 or the launcher, is gone or frozen).
+        """
+        try:
+            self.store  # noqa: B018 (connects)
+        except Exception:
+            return {}
         began = time.monotonic()
         first = read_records(self.store, self.world_size)
         first_view = _read_view(self.store)

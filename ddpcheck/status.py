@@ -101,7 +101,9 @@ class StoreTransport:
     """A key in a torch.distributed store: the view of ranks that no launcher watches (inline runs).
 
     Sent from a thread of its own, latest record only: a store that is slow or gone (its host
-    froze) delays nothing else, neither a stage change nor the status files.
+    froze) delays nothing else, neither a stage change nor the status files. `store` is the
+    store, or a function that connects to it: called on that thread, so that connecting costs
+    the rank's main thread nothing.
     """
 
     def __init__(self, store: Any, key: str) -> None:
@@ -122,6 +124,11 @@ class StoreTransport:
             self._ready.notify()
 
     def _send(self) -> None:
+        if callable(self._store):
+            try:
+                self._store = self._store()
+            except Exception:
+                return  # no store to reach: nobody to tell
         while True:
             with self._ready:
                 while self._pending is None and not self._closed:

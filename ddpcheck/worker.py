@@ -242,6 +242,13 @@ def _inline_gave_up(
             return
         wait_s = inline.SAMPLE_S if rank != 0 or postmortem.connection_dropped(message) else 0.0
         statuses = session.observe(wait_s)
+        if not statuses:
+            where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+            inline.say(
+                f"ddpcheck: rank {rank} failed: {headline} (the store at {where}, which holds every "
+                "rank's heartbeat, did not answer: its host, rank 0 or the launcher, is gone or frozen)"
+            )
+            return
         stall = Stall(statuses, waited_s=spec["pg_timeout"], world_size=world_size)
         ended = inline.reap(
             statuses, end_stopped=spec.get("launcher") == "torchrun" and rank == 0, store=session.store

@@ -30,7 +30,7 @@ import pytest
 from ddpcheck import inline, mpi
 from ddpcheck.errors import UsageError
 from ddpcheck.postmortem import judge_inline
-from ddpcheck.status import Stall
+from ddpcheck.status import FROZEN_AFTER_S, Stall, StatusWriter, StoreTransport
 from tests.conftest import assert_usage_error
 
 TIMEOUT = 8
@@ -78,6 +78,35 @@ def test_inline_says_every_rank_is_stuck_only_when_every_heartbeat_is_fresh() ->
     alive[1]["seq"] = 6
     behind = judge_inline(Stall(alive, 8.0, 3), "Timed out", 0)
     assert behind.ranks == [0, 2] and "every rank" not in behind.detail
+
+
+# ------------------------------------------------------------------ the store transport, in-process
+def test_rank_0_ages_heartbeats_by_its_own_clock(tmp_path: Path) -> None:
+    """Beats travel through a real TCPStore; their age comes from rank 0's clock, not the sender's."""
+    from torch.distributed import TCPStore
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    client = lambda: TCPStore("127.0.0.1", server.port, is_master=False)  # noqa: E731
+    # The sender's clock is an hour behind: its wall-clock heartbeat must not matter.
+    identity = {"rank": 1, "local_rank": 0, "node": 1, "host": "elsewhere", "address": None, "pid": 1}
+    writer = StatusWriter(tmp_path, identity)
+    writer.add_transport(StoreTransport(client(), f"{inline.KEY}1"))
+    watch = inline.Watch(client(), world_size=2)
+    watch.start()
+    try:
+        time.sleep(2.0)
+        records, ages = watch.snapshot()
+        assert records[1]["beats"] >= 2 and ages[1] < 1.5
+        skewed = {1: {**records[1], "heartbeat": records[1]["heartbeat"] - 3600}}
+        assert inline.annotate(skewed, ages)[1]["heartbeat_age_s"] < 1.5
+        writer.close()  # the rank freezes: its beats stop
+        time.sleep(FROZEN_AFTER_S + 1.0)
+        records, ages = watch.snapshot()
+        frozen = inline.annotate(records, ages)[1]
+        assert frozen["heartbeat_age_s"] > FROZEN_AFTER_S and inline.is_culprit(frozen)
+    finally:
+        writer.close()
+        watch.stop()
 
 
 # ------------------------------------------------------------------ pure: mpirun's variables
