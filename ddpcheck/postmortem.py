@@ -266,6 +266,11 @@ def stages_table(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str,
 LOST_MARKERS = ("connection reset by peer", "connection closed by peer", "broken pipe", "socket closed")
 
 
+def is_collateral_error(message: str) -> bool:
+    """A rank's error that a peer caused (it timed out or lost its connection), not its own fault."""
+    return any(marker in message.lower() for marker in COLLATERAL_MARKERS)
+
+
 def connection_dropped(message: str) -> bool:
     return any(marker in message.lower() for marker in LOST_MARKERS)
 
@@ -279,6 +284,19 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
     stages decide, as under ddpcheck's own launcher.
     """
     statuses, lost = stall.statuses, connection_dropped(message)
+    raised = sorted(
+        r for r, s in statuses.items() if s.get("error") and not _is_collateral(s, {}) and r != me
+    )
+    if raised:
+        # A rank failed first-hand (an exception of its own): it is the cause, whoever waited for it.
+        checks = [describe_crash(r, statuses[r], {}) for r in raised]
+        return Check(
+            "rank crashed",
+            Status.ERROR,
+            "; ".join(c.detail for c in checks),
+            raised,
+            list(dict.fromkeys(h for c in checks for h in c.hosts)),
+        )
     dead = sorted(r for r, s in statuses.items() if s["proc_state"] == "exited" and _ended_mid_run(s))
     silent = sorted(r for r, s in statuses.items() if r not in dead and r != me and _stopped_beating(s))
     culprits = sorted(dead + silent)
@@ -348,6 +366,16 @@ def inline_report(spec: dict[str, Any], stall: Stall, message: str, me: int = 0)
     ):
         report.notes.append(SRUN_WAITS)
     report.tables.append(stages_table(stall.statuses, {}))
+    return report
+
+
+def inline_crash_report(
+    spec: dict[str, Any], world_size: int, record: dict[str, Any], message: str
+) -> Report:
+    """Rank 0's report when rank 0 itself failed first-hand under torchrun, srun or mpirun."""
+    report = Report(command=spec["command"])
+    report.world = {"size": world_size, "backend": spec["backend"], "device": spec["device"]}
+    report.checks.append(describe_crash(record.get("rank", 0), {**record, "error": message}, {}))
     return report
 
 

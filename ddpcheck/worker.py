@@ -187,7 +187,8 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
         if status:
             status.error(message)
         if spec.get("inline"):
-            _inline_gave_up(spec, run_dir, world_size, message, session)
+            own = status.record.to_dict() if status else {}
+            _inline_gave_up(spec, run_dir, world_size, message, session, {**own, "error": message})
         else:
             traceback.print_exc()
         return 1
@@ -219,7 +220,12 @@ def _inline_session(rank: int, world_size: int, status: StatusWriter) -> inline.
 
 
 def _inline_gave_up(
-    spec: dict[str, Any], run_dir: str | None, world_size: int, message: str, session: inline.Session | None
+    spec: dict[str, Any],
+    run_dir: str | None,
+    world_size: int,
+    message: str,
+    session: inline.Session | None,
+    own: dict[str, Any],
 ) -> None:
     """Under torchrun, srun or mpirun no launcher watches: the rank that gives up names who stopped beating.
 
@@ -237,8 +243,12 @@ def _inline_gave_up(
         if rank != 0 and run_dir:
             # Nothing more to write here; a launcher's SIGKILL may come while this rank looks.
             inline.remove_run_dir(run_dir)
-        if session is None:
+        if session is None or not postmortem.is_collateral_error(message):
+            # No store to read, or this rank failed first-hand: then it is the culprit itself.
             inline.say(f"ddpcheck: rank {rank} failed: {headline}")
+            if rank == 0 and run_dir and session is not None:
+                report = postmortem.inline_crash_report(spec, world_size, own, message)
+                _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
             return
         wait_s = inline.SAMPLE_S if rank != 0 or postmortem.connection_dropped(message) else 0.0
         statuses = session.observe(wait_s)

@@ -389,6 +389,11 @@ def slurm_daemons() -> Iterator[dict[str, str]]:
             raise SlurmUnavailable(f"slurmctld/slurmd did not come up here (node state {state!r}): {logs}")
         yield {"SLURM_CONF": str(conf)}
     finally:
+        # Let the last steps' slurmstepd report to the daemons first: stopped daemons leave them
+        # waiting (measured); then end the daemons, and whatever slurmstepd is still there.
+        deadline = time.monotonic() + 5
+        while _step_daemons(conf) and time.monotonic() < deadline:
+            time.sleep(0.2)
         for daemon in daemons:
             daemon.terminate()
         for daemon in daemons:
@@ -397,7 +402,24 @@ def slurm_daemons() -> Iterator[dict[str, str]]:
             except subprocess.TimeoutExpired:
                 daemon.kill()
                 daemon.wait()
+        for stepd in _step_daemons(conf):
+            with contextlib.suppress(psutil.Error):
+                stepd.kill()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _step_daemons(conf: Path) -> list[psutil.Process]:
+    """The slurmstepd processes of this test's cluster (they inherit slurmd's SLURM_CONF)."""
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        try:
+            if (proc.info["name"] or "").startswith("slurmstepd") and proc.environ().get("SLURM_CONF") == str(
+                conf
+            ):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -411,6 +433,7 @@ def slurm() -> Iterator[dict[str, str]]:
         p.pid
         for p in psutil.process_iter(["cmdline"])
         if "ddpcheck-slurm-" in " ".join(p.info["cmdline"] or [])
+        or (p.info["cmdline"] or [""])[0].startswith("slurmstepd")
     ]
     assert left == [], f"Slurm daemons left running: {left}"
 
