@@ -74,7 +74,7 @@ def remove_run_dir(path: str | Path) -> None:
         time.sleep(0.01)  # a status file appeared mid-removal: the next pass takes it
 
 
-def connect() -> Any:
+def connect(timeout_s: float = STORE_OP_TIMEOUT_S) -> Any:
     """A client connection of this rank's own to the store every rank of the launch shares."""
     from torch.distributed import TCPStore
 
@@ -82,7 +82,7 @@ def connect() -> Any:
         os.environ["MASTER_ADDR"],
         int(os.environ["MASTER_PORT"]),
         is_master=False,
-        timeout=timedelta(seconds=STORE_OP_TIMEOUT_S),
+        timeout=timedelta(seconds=timeout_s),
         wait_for_workers=False,
     )
 
@@ -175,13 +175,14 @@ class Session:
             self._store = connect()
         return self._store
 
-    def observe(self, wait_s: float) -> dict[int, dict[str, Any]]:
+    def observe(self, wait_s: float, connect_s: float = STORE_OP_TIMEOUT_S) -> dict[int, dict[str, Any]]:
         """Every rank's annotated status, waiting up to `wait_s` for a rank that stopped beating.
 
         Empty when the store does not answer (its host, rank 0 or the launcher, is gone or frozen).
         """
         try:
-            self.store  # noqa: B018 (connects)
+            if self._store is None:
+                self._store = connect(connect_s)
         except Exception:
             return {}
         began = time.monotonic()

@@ -300,7 +300,7 @@ def on_inline_sigterm(spec: dict[str, Any], run_dir: Path) -> None:
     line = f"ddpcheck: rank {rank} stopped by SIGTERM (its launcher ends every rank once one failed)"
     with contextlib.suppress(Exception):
         if session is not None:
-            statuses = session.observe(inline.SIGTERM_LOOK_S)
+            statuses = session.observe(inline.SIGTERM_LOOK_S, connect_s=inline.SIGTERM_LOOK_S)
             end_stopped = spec.get("launcher") == "torchrun" and rank == 0
             inline.reap(statuses, end_stopped=end_stopped, store=session.store)
             world = int(os.environ["WORLD_SIZE"])

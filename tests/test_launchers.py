@@ -60,9 +60,15 @@ def test_inline_names_the_rank_that_stopped_beating_not_its_waiters() -> None:
     assert (check.name, check.ranks) == ("hang", [2])
     assert "rank 2 (host h, pid 102) is frozen: no heartbeat for 9 s" in check.detail
     assert "ranks 0, 1 were waiting for it" in check.detail
-    dead = {0: record(0), 1: record(1, error="x"), 2: record(2, state="exited")}
+    dead = {0: record(0), 1: record(1, error="RuntimeError: timed out"), 2: record(2, state="exited")}
     lost = judge_inline(Stall(dead, 8.0, 3), "Connection reset by peer", 0)
     assert (lost.name, lost.ranks) == ("rank lost", [2]) and "its process ended" in lost.detail
+    crashed = {0: record(0), 1: record(1, state="exited", error="RuntimeError: injected crash"), 2: record(2)}
+    first_hand = judge_inline(Stall(crashed, 8.0, 3), "Connection closed by peer", 2)
+    assert (first_hand.name, first_hand.ranks) == (
+        "rank crashed",
+        [1],
+    ) and "injected crash" in first_hand.detail
     # Elsewhere, a dropped connection and a stopped heartbeat: lost, not hung.
     remote = judge_inline(
         Stall({0: record(0), 1: record(1, age=5.0)}, 8.0, 2), "Connection closed by peer", 0
