@@ -167,6 +167,28 @@ class Session:
         if rank == 0:
             self.watch = Watch(connect, world_size)
             self.watch.start()
+        else:
+            # Connected ahead: when this rank gives up, rank 0 (whose process may host the store,
+            # under srun and mpirun) may be about to leave.
+            threading.Thread(target=self._connect_ahead, name="ddpcheck-store-connect", daemon=True).start()
+
+    def _connect_ahead(self) -> None:
+        with contextlib.suppress(Exception):
+            self._store = connect()
+
+    def wait_for_waiters(self, culprits: list[int], bound_s: float) -> None:
+        """Rank 0, done: stay until every other rank gave up too (its store may be theirs), within a bound."""
+        deadline = time.monotonic() + bound_s
+        while time.monotonic() < deadline:
+            records = read_records(self.store, self.world_size)
+            waiting = [
+                r
+                for r, s in records.items()
+                if r != self.rank and r not in culprits and not s.get("error") and s.get("stage") != "done"
+            ]
+            if not waiting:
+                return
+            time.sleep(HEARTBEAT_INTERVAL_S / 2)
 
     @property
     def store(self) -> Any:

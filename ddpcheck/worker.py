@@ -276,6 +276,9 @@ def _inline_gave_up(
             )
         if run_dir:
             _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
+        if spec.get("launcher") in ("srun", "mpirun"):
+            # Rank 0's process hosts the store there: the others read it to name the culprit.
+            session.wait_for_waiters(report.checks[0].ranks, inline.SAMPLE_S + 1.0)
     finally:
         inline.gave_up.set()
 
