@@ -36,6 +36,8 @@ KEY = "ddpcheck/inline/status/"
 VIEW_KEY = "ddpcheck/inline/seen"
 # Set for a stopped rank that a peer ended (reap), so that the others still call it stopped, not dead.
 ENDED_KEY = "ddpcheck/inline/ended/"
+# Set by a rank once it has said its one line: mpirun drops what ranks print after it aborted the job.
+SAID_KEY = "ddpcheck/inline/said/"
 # One store operation's bound: a store whose host froze must not hold up the rank giving up.
 STORE_OP_TIMEOUT_S = 3.0
 # How long a rank without a fresh view from rank 0 samples beats before it judges (three missed beats more).
@@ -47,7 +49,7 @@ RUN_DIR_PREFIX = "ddpcheck-inline-"
 SIGTERM_GRACE_S = 5.0
 # How long a rank stopped by SIGTERM looks for the peer that stopped beating: mpirun sends SIGKILL
 # about a second after its SIGTERM, torchrun after --shutdown-timeout.
-SIGTERM_LOOK_S = 1.0
+SIGTERM_LOOK_S = 0.6
 
 # One process is one rank: its session, and who speaks for it when it fails (the rank giving up,
 # or the SIGTERM thread; whichever comes first, once).
@@ -184,8 +186,9 @@ class Session:
             waiting = [
                 r
                 for r, s in records.items()
-                if r != self.rank and r not in culprits and not s.get("error") and s.get("stage") != "done"
-            ]
+                if r != self.rank and r not in culprits and s.get("stage") != "done"
+                and not _has(self.store, f"{SAID_KEY}{r}")
+            ]  # fmt: skip
             if not waiting:
                 return
             time.sleep(HEARTBEAT_INTERVAL_S / 2)
@@ -234,6 +237,11 @@ class Session:
             ):
                 return statuses
             time.sleep(HEARTBEAT_INTERVAL_S / 2)
+
+    def said(self) -> None:
+        """This rank's one line is out (rank 0 may leave, and with it the store, now)."""
+        with contextlib.suppress(Exception):
+            self.store.set(f"{SAID_KEY}{self.rank}", "1")
 
     def close(self) -> None:
         if self.watch is not None:

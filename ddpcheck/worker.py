@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -266,6 +267,7 @@ def _inline_gave_up(
         if rank != 0:
             check = postmortem.judge_inline(stall, message, rank)
             inline.say(f"ddpcheck: rank {rank} failed ({headline}): {check.detail}")
+            session.said()
             return
         inline.say(f"ddpcheck: rank 0 failed: {headline}")
         report = postmortem.inline_report(spec, stall, message)
@@ -301,19 +303,34 @@ def on_inline_sigterm(spec: dict[str, Any], run_dir: Path) -> None:
         os._exit(3)
     session = inline.current
     line = f"ddpcheck: rank {rank} stopped by SIGTERM (its launcher ends every rank once one failed)"
-    with contextlib.suppress(Exception):
-        if session is not None:
-            statuses = session.observe(inline.SIGTERM_LOOK_S, connect_s=inline.SIGTERM_LOOK_S)
-            end_stopped = spec.get("launcher") == "torchrun" and rank == 0
-            inline.reap(statuses, end_stopped=end_stopped, store=session.store)
-            world = int(os.environ["WORLD_SIZE"])
-            if statuses:
-                check = postmortem.judge_inline(Stall(statuses, None, world), "SIGTERM", rank)
-                line += f": {check.detail}"
-            else:
-                line += "; the store the ranks shared is gone: the others had ended already"
+    found: list[str] = []
+
+    def look() -> None:
+        if session is None:
+            return
+        statuses = session.observe(inline.SIGTERM_LOOK_S, connect_s=inline.SIGTERM_LOOK_S)
+        end_stopped = spec.get("launcher") == "torchrun" and rank == 0
+        inline.reap(statuses, end_stopped=end_stopped, store=session.store)
+        world = int(os.environ["WORLD_SIZE"])
+        if statuses:
+            found.append(": " + postmortem.judge_inline(Stall(statuses, None, world), "SIGTERM", rank).detail)
+        else:
+            found.append("; the store the ranks shared is gone: the others had ended already")
+
+    # Bounded: mpirun's SIGKILL follows its SIGTERM by a second; the line must be out before it.
+    looking = threading.Thread(target=_quietly, args=(look,), daemon=True)
+    looking.start()
+    looking.join(inline.SIGTERM_LOOK_S)
+    line += found[0] if found else "; the others' heartbeats could not be read in time"
     inline.say(line)
+    if session is not None and rank != 0:
+        _quietly(session.said)
     os._exit(3)
+
+
+def _quietly(action: Any) -> None:
+    with contextlib.suppress(Exception):
+        action()
 
 
 def _bind_device(spec: dict[str, Any], local_rank: int, status: Any, faults: Faults) -> Any:
