@@ -15,9 +15,7 @@ from typing import Any
 
 from ddpcheck.commands import COMMANDS, commands_taking
 from ddpcheck.errors import UsageError
-
-# The harness stages every rank passes through, in order (worker.py enters them).
-STAGES = ("launched", "device", "join", "measure", "gather", "done")
+from ddpcheck.stages import HARNESS as STAGES
 
 # kind -> (whether it takes a :STAGE, what it does); which commands take it is in commands.py.
 KINDS: dict[str, tuple[bool, str]] = {
@@ -30,7 +28,7 @@ KINDS: dict[str, tuple[bool, str]] = {
     "slow": (False, "rank R sleeps a little in every step"),
     "slowlink": (False, "rank R's link traffic runs at about a tenth of its speed"),
 }
-DEFAULT_STAGE = "measure"
+DEFAULT_STAGE = stages.MEASURE
 CORRUPT_STRIDE = 13
 # diverge: added to every element of the first parameter; far above rounding, small enough
 # that the loss still falls, so only the checks that compare weights can catch it.

@@ -412,14 +412,20 @@ def run_inline(command: str, options: dict[str, Any], plan: LaunchPlan) -> Repor
 
     Rank 0 returns the Report; every other rank returns the shared verdict.
     """
+    from ddpcheck import inline
+    from ddpcheck.worker import on_inline_sigterm
+
     started = time.monotonic()
-    run_dir = Path(tempfile.mkdtemp(prefix="ddpcheck-"))
-    # torchrun and srun stop a rank with SIGTERM: unwind, so that the run directory goes too.
-    previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    run_dir = inline.make_run_dir()
+    spec = make_spec(command, options, plan)
+    spec["pg_timeout"] = plan.timeout  # no launcher watches: the ranks' own timeout is the bound
+    spec["inline"] = True
+    spec["launcher"] = inline.launcher_of(os.environ)
+    # torchrun, srun and mpirun stop a rank with SIGTERM once another failed; act on it at once,
+    # even mid-collective: name the rank that stopped beating, remove the run directory, exit 3.
+    sigterm = inline.SigtermWatch(lambda: on_inline_sigterm(spec, run_dir))
+    sigterm.start()
     try:
-        spec = make_spec(command, options, plan)
-        spec["pg_timeout"] = plan.timeout  # no launcher watches: the ranks' own timeout is the bound
-        spec["inline"] = True
         os.environ.update(compile_cache_env(run_dir))
         code = run_rank(spec, str(run_dir))
         report = load_report(run_dir)
@@ -431,9 +437,8 @@ def run_inline(command: str, options: dict[str, Any], plan: LaunchPlan) -> Repor
             return Verdict.ERROR
         return shared[0]
     finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
+        # This rank's account is complete; it exits with its verdict. A launcher's SIGTERM now
+        # (srun ending the step) would only turn exit 3 into "Terminated": ignored, also during
+        # interpreter teardown, where Python restores the default handler of the ones it set.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        inline.remove_run_dir(run_dir)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ddpcheck import slurm
+from ddpcheck import mpi, slurm
 from ddpcheck.errors import UsageError
 from ddpcheck.options import LaunchOptions
 
@@ -78,7 +78,7 @@ def plan_launch(opts: LaunchOptions) -> LaunchPlan:
 
 
 def plan_inline(opts: LaunchOptions) -> LaunchPlan:
-    """The plan of a process that torchrun or srun already started as one rank."""
+    """The plan of a process that torchrun, srun or mpirun already started as one rank."""
     import torch
 
     world_size = int(os.environ["WORLD_SIZE"])
@@ -109,15 +109,19 @@ def plan_inline(opts: LaunchOptions) -> LaunchPlan:
 
 
 def detect_inline(opts: LaunchOptions) -> bool:
-    """Whether this process is already one rank of a launch (torchrun, or an srun step).
+    """Whether this process is already one rank of a launch (torchrun, an srun step, mpirun).
 
-    Under srun the Slurm task variables are mapped onto torch's here. Launch options
-    (--nproc, --gpus, --nnodes) mean "launch from here" even inside a Slurm step:
-    that is the one-task-per-node recipe.
+    Under srun and mpirun the launcher's rank variables are mapped onto torch's here. Launch
+    options (--nproc, --gpus, --nnodes) mean "launch from here" even inside a Slurm step:
+    that is the one-task-per-node recipe. mpirun comes before srun: an mpirun inside a Slurm
+    allocation starts its ranks through an srun step of its own daemons.
     """
     if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")):
         return True
     explicit = opts.gpus is not None or opts.nproc is not None or opts.nnodes > 1
+    if mpi.under_mpirun(os.environ) and not explicit:
+        os.environ.update(mpi.torch_environment(os.environ, opts.rdzv_endpoint))
+        return True
     if slurm.under_srun(os.environ) and not explicit:
         os.environ.update(slurm.torch_environment(os.environ))
         return True

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ddpcheck.report import Check, Report, Status, Table, Verdict
-from ddpcheck.status import FROZEN_AFTER_S
+from ddpcheck.stages import DONE, PRE_JOIN
+from ddpcheck.status import FROZEN_AFTER_S, Stall
 
 # Errors a rank raises because a *peer* went away: collateral, not the root cause.
 COLLATERAL_MARKERS = (
@@ -26,7 +27,6 @@ COLLATERAL_MARKERS = (
     "signalexception",
     "keyboardinterrupt",
 )
-PRE_JOIN_STAGES = ("launched", "device", "join")
 
 STAGES_COLUMNS = {
     "rank": "rank",
@@ -45,7 +45,7 @@ def report_for(
     plan: Any,
     statuses: dict[int, dict[str, Any]],
     exits: dict[int, dict[str, Any]],
-    stall: dict[str, Any] | None,
+    stall: Stall | None,
     launch_error: str | None,
     log_tail: Callable[[int], str],
 ) -> Report:
@@ -70,7 +70,7 @@ def add_findings(
     plan: Any,
     statuses: dict[int, dict[str, Any]],
     exits: dict[int, dict[str, Any]],
-    stall: dict[str, Any] | None,
+    stall: Stall | None,
     launch_error: str | None,
     log_tail: Callable[[int], str],
 ) -> None:
@@ -86,9 +86,7 @@ def add_findings(
     crashed = crash_culprits(statuses, exits) if not stall else []
     if crashed is None:
         # Every failure is a peer that timed out or lost its connection: someone hung or froze.
-        report.checks.append(
-            judge_stall({"statuses": statuses, "waited_s": None, "world_size": plan.world_size})
-        )
+        report.checks.append(judge_stall(Stall(statuses, waited_s=None, world_size=plan.world_size)))
         crashed = []
     for rank in crashed:
         report.checks.append(describe_crash(rank, statuses.get(rank, {}), exits.get(rank, {})))
@@ -96,7 +94,7 @@ def add_findings(
         report.checks.append(
             Check("launch", Status.ERROR, "the ranks ended without a report; see the rank logs")
         )
-    report.tables.append(stages_table(stall["statuses"] if stall else statuses, exits))
+    report.tables.append(stages_table(stall.statuses if stall else statuses, exits))
     tails = [
         {"rank": rank, "host": statuses.get(rank, {}).get("host"), "stderr_tail": log_tail(rank)}
         for rank in sorted({r for c in report.checks for r in c.ranks})
@@ -153,16 +151,16 @@ def describe_crash(rank: int, status: dict[str, Any], exit_info: dict[str, Any])
     return Check("rank crashed", Status.ERROR, detail, [rank], hosts)
 
 
-def judge_stall(stall: dict[str, Any]) -> Check:
+def judge_stall(stall: Stall) -> Check:
     """Name the ranks that are behind or frozen when no rank made progress for the timeout.
 
-    `stall["statuses"]` are annotated statuses of every rank that could be seen (in a
-    multi-node run, the other nodes' too); `stall["world_size"]` says how many there
+    `stall.statuses` are annotated statuses of every rank that could be seen (in a
+    multi-node run, the other nodes' too); `stall.world_size` says how many there
     should be.
     """
-    statuses: dict[int, dict[str, Any]] = stall["statuses"]
-    waited = stall["waited_s"]
-    never_started = [r for r in range(stall.get("world_size", 0)) if r not in statuses]
+    statuses = stall.statuses
+    waited = stall.waited_s
+    never_started = [r for r in range(stall.world_size) if r not in statuses]
     live = {r: s for r, s in statuses.items() if s.get("proc_state", "running") != "exited"}
     frozen = [r for r, s in live.items() if _frozen(s)]
     furthest = max((s["seq"] for s in statuses.values()), default=0)
@@ -182,7 +180,7 @@ def judge_stall(stall: dict[str, Any]) -> Check:
         )
     for r in sorted(behind):
         s = statuses[r]
-        if s["stage"] in PRE_JOIN_STAGES:
+        if s["stage"] in PRE_JOIN:
             parts.append(
                 f"{_who(r, s)} never joined the process group (alive, last seen at stage '{s['stage']}')"
             )
@@ -191,7 +189,7 @@ def judge_stall(stall: dict[str, Any]) -> Check:
     if never_started:
         parts.append(f"rank(s) {_ranks(never_started)} never started (or their node never reported)")
         culprits = sorted(set(culprits) | set(never_started))
-    silent = [r for r in finished if statuses[r].get("stage") != "done"]
+    silent = [r for r in finished if statuses[r].get("stage") != DONE]
     if not culprits and not live and silent:
         # Nobody is left waiting: the ranks that ended mid-run without an error are the lead.
         for r in silent:
@@ -203,9 +201,7 @@ def judge_stall(stall: dict[str, Any]) -> Check:
         culprits = sorted(live)
         stage = statuses[culprits[0]]["stage"] if culprits else "?"
         what = (
-            "before joining the process group"
-            if stage in PRE_JOIN_STAGES
-            else "(a collective that never completes)"
+            "before joining the process group" if stage in PRE_JOIN else "(a collective that never completes)"
         )
         parts.append(f"every rank is alive and stuck at stage '{stage}' {what}")
     elif waiting:
@@ -245,7 +241,7 @@ def stages_table(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str,
         elif s.get("proc_state") == "stopped":
             state = "stopped"
         elif s.get("proc_state") == "exited":
-            state = "done" if s.get("stage") == "done" else "exited"
+            state = "done" if s.get("stage") == DONE else "exited"
         elif _frozen(s):
             state = "frozen"
         else:
@@ -266,15 +262,127 @@ def stages_table(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str,
     return Table("stages", "Where every rank was last seen", STAGES_COLUMNS, rows)
 
 
-def inline_report(spec: dict[str, Any], stall: dict[str, Any], message: str) -> Report:
-    """Rank 0's report when it gave up waiting under torchrun or srun, from the ranks' stages."""
+# Errors that say a peer's connection dropped: the peer is lost (died, or its host went away).
+LOST_MARKERS = ("connection reset by peer", "connection closed by peer", "broken pipe", "socket closed")
+
+
+def is_collateral_error(message: str) -> bool:
+    """A rank's error that a peer caused (it timed out or lost its connection), not its own fault."""
+    return any(marker in message.lower() for marker in COLLATERAL_MARKERS)
+
+
+def connection_dropped(message: str) -> bool:
+    return any(marker in message.lower() for marker in LOST_MARKERS)
+
+
+def judge_inline(stall: Stall, message: str, me: int) -> Check:
+    """Name the rank that stopped beating when rank `me` gave up under torchrun, srun or mpirun.
+
+    `stall.statuses` come from inline.observe: a rank whose process is gone mid-run is lost,
+    one whose heartbeat stopped is stopped or frozen (or lost, when its connection dropped);
+    the ranks that were only waiting for it are not blamed. With every heartbeat fresh, the
+    stages decide, as under ddpcheck's own launcher.
+    """
+    statuses, lost = stall.statuses, connection_dropped(message)
+    raised = sorted(
+        r for r, s in statuses.items() if s.get("error") and not _is_collateral(s, {}) and r != me
+    )
+    if raised:
+        # A rank failed first-hand (an exception of its own): it is the cause, whoever waited for it.
+        checks = [describe_crash(r, statuses[r], {}) for r in raised]
+        return Check(
+            "rank crashed",
+            Status.ERROR,
+            "; ".join(c.detail for c in checks),
+            raised,
+            list(dict.fromkeys(h for c in checks for h in c.hosts)),
+        )
+    dead = sorted(r for r, s in statuses.items() if s["proc_state"] == "exited" and _ended_mid_run(s))
+    silent = sorted(r for r, s in statuses.items() if r not in dead and r != me and _stopped_beating(s))
+    culprits = sorted(dead + silent)
+    if not culprits:
+        check = judge_stall(stall)
+        if lost:
+            check.detail += f"; rank {me} lost a peer's connection, yet every heartbeat was fresh"
+        return check
+    parts = []
+    for r in dead:
+        s = statuses[r]
+        parts.append(
+            f"{_who(r, s)} is lost: its process ended at stage '{s['stage']}' without an error "
+            f"(last heartbeat {s['heartbeat_age_s']:.0f} s ago)"
+        )
+    for r in silent:
+        s = statuses[r]
+        if s["proc_state"] == "stopped":
+            state = "stopped (SIGSTOP)"
+        elif lost:
+            state = "lost (its process died or its host is unreachable)"
+        else:
+            state = "frozen"
+        parts.append(
+            f"{_who(r, s)} is {state}: no heartbeat for {s['heartbeat_age_s']:.0f} s, "
+            f"last seen at stage '{s['stage']}'"
+        )
+    waiting = sorted(r for r, s in statuses.items() if r not in culprits and s["proc_state"] != "exited")
+    if waiting:
+        stages = sorted({statuses[r]["stage"] for r in waiting})
+        parts.append(
+            f"rank{'s' if len(waiting) > 1 else ''} {_ranks(waiting)} "
+            f"{'were' if len(waiting) > 1 else 'was'} waiting for it at {', '.join(repr(x) for x in stages)}"
+        )
+    missing = [r for r in range(stall.world_size) if r not in statuses]
+    if missing:
+        parts.append(f"rank(s) {_ranks(missing)} never published a status")
+    name = (
+        "rank lost"
+        if dead or (lost and any(statuses[r]["proc_state"] != "stopped" for r in silent))
+        else "hang"
+    )
+    hosts = list(dict.fromkeys(statuses[r]["host"] for r in culprits))
+    return Check(name, Status.ERROR, "; ".join(parts), culprits, hosts)
+
+
+def _ended_mid_run(status: dict[str, Any]) -> bool:
+    return not status.get("error") and status.get("stage") != DONE
+
+
+def _stopped_beating(status: dict[str, Any]) -> bool:
+    return status["proc_state"] == "stopped" or (
+        status["proc_state"] != "exited" and status.get("heartbeat_age_s", 0) > FROZEN_AFTER_S
+    )
+
+
+def inline_report(spec: dict[str, Any], stall: Stall, message: str, me: int = 0) -> Report:
+    """Rank 0's report when it gave up waiting under torchrun, srun or mpirun, from the ranks' records."""
     report = Report(command=spec["command"])
-    report.world = {"size": stall["world_size"], "backend": spec["backend"], "device": spec["device"]}
-    check = judge_stall(stall)
-    check.detail += f"; rank 0 gave up after {stall['waited_s']:g} s: {_one_line(message)}"
+    report.world = {"size": stall.world_size, "backend": spec["backend"], "device": spec["device"]}
+    check = judge_inline(stall, message, me)
+    after = "" if connection_dropped(message) else f" after {stall.waited_s:g} s"
+    check.detail += f"; rank {me} gave up{after}: {_one_line(message)}"
     report.checks.append(check)
-    report.tables.append(stages_table(stall["statuses"], {}))
+    if spec.get("launcher") == "srun" and any(
+        stall.statuses[r]["proc_state"] != "exited" for r in check.ranks if r in stall.statuses
+    ):
+        report.notes.append(SRUN_WAITS)
+    report.tables.append(stages_table(stall.statuses, {}))
     return report
+
+
+def inline_crash_report(
+    spec: dict[str, Any], world_size: int, record: dict[str, Any], message: str
+) -> Report:
+    """Rank 0's report when rank 0 itself failed first-hand under torchrun, srun or mpirun."""
+    report = Report(command=spec["command"])
+    report.world = {"size": world_size, "backend": spec["backend"], "device": spec["device"]}
+    report.checks.append(describe_crash(record.get("rank", 0), {**record, "error": message}, {}))
+    return report
+
+
+SRUN_WAITS = (
+    "srun waits for a stopped or frozen task after the others exited: the step ends now only if "
+    "srun was started with --kill-on-bad-exit=1"
+)
 
 
 def remote_node_report(command: str, plan: Any, verdict: Verdict, report_host: str) -> Report:

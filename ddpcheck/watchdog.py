@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from ddpcheck.status import FROZEN_AFTER_S, read_statuses
+from ddpcheck import stages
+from ddpcheck.status import FROZEN_AFTER_S, Stall, read_statuses
 
 if TYPE_CHECKING:
     from ddpcheck.plan import LaunchPlan
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
 ProgressCallback = Callable[[dict[str, Any]], None]
 POLL_S = 0.1
 PUBLISH_EVERY_S = 0.5
-# Ranks still importing torch or initialising CUDA (slow on a network filesystem) are not hung.
-STARTUP_STAGES = ("launched", "device")
 STARTUP_ALLOWANCE_S = 120.0
 # After a stall was declared and the workers killed, how long the agent may take to return.
 ABANDON_AFTER_S = 5.0
@@ -54,7 +53,7 @@ class Watchdog(threading.Thread):
         self.plan = plan
         self.on_progress = on_progress
         self.presence = presence
-        self.stall: dict[str, Any] | None = None
+        self.stall: Stall | None = None
         self.killed: set[int] = set()  # pids this watchdog killed: collateral, not culprits
         self.gave_up_at: float | None = None
         self.snapshot: dict[int, dict[str, Any]] | None = None  # statuses just before a crash kill
@@ -86,13 +85,13 @@ class Watchdog(threading.Thread):
                     self._give_up()
                     return
             if now - last_change > self._bound(statuses):
-                self.stall = {
-                    "at": time.time(),
-                    "waited_s": now - last_change,
-                    "elapsed_s": now - started,
-                    "statuses": self.world_statuses(annotate(statuses)),
-                    "world_size": self.plan.world_size,
-                }
+                self.stall = Stall(
+                    statuses=self.world_statuses(annotate(statuses)),
+                    waited_s=now - last_change,
+                    world_size=self.plan.world_size,
+                    at=time.time(),
+                    elapsed_s=now - started,
+                )
                 self._give_up()
                 return
 
@@ -104,7 +103,7 @@ class Watchdog(threading.Thread):
         now = time.time()
         frozen = any(now - s["heartbeat"] > FROZEN_AFTER_S for s in statuses.values())
         starting = len(statuses) < self.plan.nproc or any(
-            s["stage"] in STARTUP_STAGES for s in statuses.values()
+            s["stage"] in stages.STARTUP for s in statuses.values()
         )
         return max(self.plan.timeout, STARTUP_ALLOWANCE_S) if starting and not frozen else self.plan.timeout
 

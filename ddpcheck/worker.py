@@ -17,23 +17,24 @@ import os
 import signal
 import socket
 import sys
+import threading
+import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from ddpcheck import env as env_probe
-from ddpcheck import postmortem
+from ddpcheck import inline, postmortem, stages
 from ddpcheck.checks.rankmap import hosts_table
 from ddpcheck.commands import COMMANDS
 from ddpcheck.faults import Faults, parse_faults
 from ddpcheck.network import route_address
 from ddpcheck.options import options_from_dict
 from ddpcheck.report import Report, Verdict
-from ddpcheck.status import StatusWriter
-from ddpcheck.torch_compat import store_has, takes_device_id, teardown_may_deadlock
+from ddpcheck.status import Stall, StatusWriter
+from ddpcheck.torch_compat import takes_device_id, teardown_may_deadlock
 
 REPORT_FILE = "report.json"
 VERDICT_FILE = "verdict"
@@ -152,18 +153,18 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
     rank, world_size = identity["rank"], int(os.environ["WORLD_SIZE"])
     status = StatusWriter(run_dir, identity) if run_dir else None
     faults = Faults(parse_faults(spec["inject"], spec["command"]), rank)
+    session: inline.Session | None = None
     import torch.distributed as dist
 
     try:
-        faults.at_stage("launched")
+        faults.at_stage(stages.LAUNCHED)
         device = _bind_device(spec, identity["local_rank"], status, faults)
         fingerprint = env_probe.rank_fingerprint()  # after binding: the GPU model is this rank's own
-        _stage(status, faults, "join")
-        _substage(status, "join: waiting for every rank")
+        _stage(status, faults, stages.JOIN)
+        _substage(status, stages.JOIN_WAIT)
         _join(spec, device)
         if spec.get("inline") and status:
-            status.mirror = _store_mirror(rank)
-            status.stage("joined")
+            session = _inline_session(rank, world_size, status)
         check = COMMANDS[spec["command"]].module()
         options = options_from_dict(check.Options, spec["options"])
         ctx = RankContext(
@@ -177,10 +178,10 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
             status=status or _NullStatus(),  # type: ignore[arg-type]
             timeout_s=spec["timeout"],
         )
-        _stage(status, faults, "measure")
+        _stage(status, faults, stages.MEASURE)
         data = check.measure(ctx, options)
-        _stage(status, faults, "gather")
-        _substage(status, "gather: sending results to rank 0")
+        _stage(status, faults, stages.GATHER)
+        _substage(status, stages.GATHER_WAIT)
         gathered = ctx.gather_to_rank0(
             {**identity, **device_identity(device), "fingerprint": fingerprint, "data": data}
         )
@@ -206,19 +207,17 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
         dist.broadcast_object_list(shared, src=0)
         if run_dir:
             _write(Path(run_dir) / VERDICT_FILE, json.dumps(shared[0]))
-        _stage(status, faults, "done")
+        _stage(status, faults, stages.DONE)
         return 0
     except BaseException as exc:
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         if status:
             status.error(message)
         if spec.get("inline"):
-            # This is the user's terminal, not a log file: one line per rank, the report says the rest.
-            print(f"ddpcheck: rank {rank} failed: {message.splitlines()[-1]}", file=sys.stderr)
+            own = status.record.to_dict() if status else {}
+            _inline_gave_up(spec, run_dir, world_size, message, session, {**own, "error": message})
         else:
             traceback.print_exc()
-        if spec.get("inline") and rank == 0 and run_dir and dist.is_initialized():
-            _report_inline_failure(spec, run_dir, world_size, message)
         return 1
     finally:
         # Where teardown can deadlock, main()'s os._exit ends the process group with the process.
@@ -226,42 +225,144 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
             dist.destroy_process_group()
         if status:
             status.close()
+        if session:
+            session.close()
 
 
-STAGE_KEY = "ddpcheck/stage/"
+def _inline_session(rank: int, world_size: int, status: StatusWriter) -> inline.Session | None:
+    """Under torchrun, srun or mpirun: publish this rank's status (and heartbeat) to the shared store.
 
-
-def _store_mirror(rank: int) -> Callable[[dict[str, Any]], None]:
-    import torch.distributed as dist
-
-    store = dist.distributed_c10d._get_default_store()
-    return lambda state: store.set(f"{STAGE_KEY}{rank}", json.dumps(state))
-
-
-def _report_inline_failure(spec: dict[str, Any], run_dir: str, world_size: int, message: str) -> None:
-    """Under torchrun or srun no launcher watches: rank 0 reads every rank's stage from the store.
-
-    When rank 0 gave up (a peer hung, crashed or never came), the ranks that are behind
-    are named as a launcher would, instead of rank 0's own timeout alone.
+    DDPCHECK_INLINE_HEARTBEAT=0 turns it off: what tests/perf/bench_launchers.py compares against.
     """
-    import torch.distributed as dist
+    if os.environ.get(inline.HEARTBEAT_SWITCH, "1") == "0":
+        return None
+    try:
+        session = inline.Session(rank, world_size)
+    except Exception:  # no store to reach: the run goes on, its failures are named less exactly
+        return None
+    inline.current = session
+    status.add_transport(session.transport)
+    status.stage(stages.JOINED)
+    return session
 
-    store = dist.distributed_c10d._get_default_store()
-    statuses: dict[int, dict[str, Any]] = {}
-    for rank in range(world_size):
-        key = f"{STAGE_KEY}{rank}"
-        with contextlib.suppress(Exception):
-            if store_has(store, key):
-                statuses[rank] = {**json.loads(store.get(key)), "proc_state": "running"}
-    stall = {"statuses": statuses, "waited_s": spec["pg_timeout"], "world_size": world_size}
-    report = postmortem.inline_report(spec, stall, message)
-    _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
+
+def _inline_gave_up(
+    spec: dict[str, Any],
+    run_dir: str | None,
+    world_size: int,
+    message: str,
+    session: inline.Session | None,
+    own: dict[str, Any],
+) -> None:
+    """Under torchrun, srun or mpirun no launcher watches: the rank that gives up names who stopped beating.
+
+    Rank 0 writes the report; every other rank names the same culprit in its one line (this
+    is the user's terminal, not a log file). A peer whose connection dropped may still beat
+    for a moment: wait up to inline.SAMPLE_S for its heartbeat to stop.
+    """
+    rank = int(os.environ["RANK"])
+    headline = message.splitlines()[-1]
+    if not inline.claim():
+        # SIGTERM came first: its thread says the one line and ends the process.
+        time.sleep(inline.SIGTERM_GRACE_S)
+        return
+    try:
+        if rank != 0 and run_dir:
+            # Nothing more to write here; a launcher's SIGKILL may come while this rank looks.
+            inline.remove_run_dir(run_dir)
+        if session is None or not postmortem.is_collateral_error(message):
+            # No store to read, or this rank failed first-hand: then it is the culprit itself.
+            inline.say(f"ddpcheck: rank {rank} failed: {headline}")
+            if rank == 0 and run_dir and session is not None:
+                report = postmortem.inline_crash_report(spec, world_size, own, message)
+                _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
+            return
+        wait_s = inline.SAMPLE_S if rank != 0 or postmortem.connection_dropped(message) else 0.0
+        statuses = session.observe(wait_s)
+        if not statuses:
+            where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+            inline.say(
+                f"ddpcheck: rank {rank} failed: {headline} (the store at {where}, which holds every "
+                "rank's heartbeat, did not answer: its host, rank 0 or the launcher, is gone or frozen)"
+            )
+            return
+        stall = Stall(statuses, waited_s=spec["pg_timeout"], world_size=world_size)
+        ended = inline.reap(
+            statuses, end_stopped=spec.get("launcher") == "torchrun" and rank == 0, store=session.store
+        )
+        if rank != 0:
+            check = postmortem.judge_inline(stall, message, rank)
+            inline.say(f"ddpcheck: rank {rank} failed ({headline}): {check.detail}")
+            session.said()
+            return
+        inline.say(f"ddpcheck: rank 0 failed: {headline}")
+        report = postmortem.inline_report(spec, stall, message)
+        if ended:
+            report.notes.append(
+                f"ddpcheck ended stopped rank(s) {', '.join(map(str, ended))} on this host (SIGKILL): "
+                "torchrun's SIGTERM cannot reach a stopped process, and it would wait its shutdown timeout"
+            )
+        if run_dir:
+            _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
+        if spec.get("launcher") in ("srun", "mpirun"):
+            # Rank 0's process hosts the store there: the others read it to name the culprit.
+            session.wait_for_waiters(report.checks[0].ranks, inline.SAMPLE_S + 1.0)
+    finally:
+        inline.gave_up.set()
+
+
+def on_inline_sigterm(spec: dict[str, Any], run_dir: Path) -> None:
+    """The launcher stops this rank (SIGTERM) because another failed: name the one that stopped beating.
+
+    Runs on inline.SigtermWatch's thread while the main thread may be blocked in a collective.
+    """
+    rank = int(os.environ["RANK"])
+    claimed = inline.claim()
+    if rank != 0 or claimed:
+        # The launcher may follow with SIGKILL within a second (mpirun does): clean up first.
+        # Only rank 0's report needs the run directory, and only while rank 0 is giving up.
+        inline.remove_run_dir(run_dir)
+    if not claimed:
+        # This rank is already giving up: let it finish its report and line, within a bound.
+        inline.gave_up.wait(inline.SIGTERM_GRACE_S)
+        time.sleep(inline.SIGTERM_GRACE_S)
+        os._exit(3)
+    session = inline.current
+    line = f"ddpcheck: rank {rank} stopped by SIGTERM (its launcher ends every rank once one failed)"
+    found: list[str] = []
+
+    def look() -> None:
+        if session is None:
+            return
+        statuses = session.observe(inline.SIGTERM_LOOK_S, connect_s=inline.SIGTERM_LOOK_S)
+        end_stopped = spec.get("launcher") == "torchrun" and rank == 0
+        inline.reap(statuses, end_stopped=end_stopped, store=session.store)
+        world = int(os.environ["WORLD_SIZE"])
+        if statuses:
+            found.append(": " + postmortem.judge_inline(Stall(statuses, None, world), "SIGTERM", rank).detail)
+        else:
+            found.append("; the store the ranks shared is gone: the others had ended already")
+
+    # Bounded: mpirun's SIGKILL follows its SIGTERM by a second; the line must be out before it.
+    looking = threading.Thread(target=_quietly, args=(look,), daemon=True)
+    looking.start()
+    looking.join(inline.SIGTERM_LOOK_S)
+    line += found[0] if found else "; the others' heartbeats could not be read in time"
+    inline.say(line)
+    if session is not None and rank != 0:
+        _quietly(session.said)
+    os._exit(3)
+
+
+def _quietly(action: Any) -> None:
+    with contextlib.suppress(Exception):
+        action()
 
 
 def _bind_device(spec: dict[str, Any], local_rank: int, status: Any, faults: Faults) -> Any:
     import torch
 
-    _stage(status, faults, "device")
+    _stage(status, faults, stages.DEVICE)
     if spec["device"] == "cuda":
         index = spec["plan"].get("device_index")
         index = local_rank if index is None else index

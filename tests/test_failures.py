@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from ddpcheck.postmortem import crash_culprits, judge_stall
+from ddpcheck.status import Stall
 from tests.conftest import assert_nothing_left, worker_processes
 
 QUICK = ("--sizes", "1K", "--iters", "1")
@@ -37,8 +38,8 @@ def status(rank: int, stage: str, seq: int, *, age: float = 0.3, state: str = "s
     }
 
 
-def stall_of(statuses: dict, world_size: int | None = None) -> dict:
-    return {"statuses": statuses, "waited_s": 20.0, "world_size": world_size or len(statuses)}
+def stall_of(statuses: dict, world_size: int | None = None) -> Stall:
+    return Stall(statuses, waited_s=20.0, world_size=world_size or len(statuses))
 
 
 def test_stall_names_the_rank_that_never_joined() -> None:

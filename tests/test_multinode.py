@@ -64,8 +64,14 @@ def test_port_is_derived_from_the_job_id() -> None:
 
 
 def srun_env(rank: int, ntasks: int, per_node: int, nodelist: str = "gpu[01-02]") -> dict[str, str]:
+    """A task of a real srun step: Slurm 22.05 sets these (measured under slurmd; see test_launchers)."""
     return {
         "SLURM_STEP_ID": "0",
+        "SLURM_STEPID": "0",
+        "SLURM_STEP_NUM_TASKS": str(ntasks),
+        "SLURM_STEP_NUM_NODES": str(ntasks // per_node),
+        "SLURM_STEP_NODELIST": nodelist,
+        "SLURM_STEP_TASKS_PER_NODE": f"{per_node}(x{ntasks // per_node})",
         "SLURM_PROCID": str(rank),
         "SLURM_NTASKS": str(ntasks),
         "SLURM_LOCALID": str(rank % per_node),
@@ -93,8 +99,8 @@ def test_slurm_mapping() -> None:
 def test_only_a_multi_task_srun_step_runs_inline() -> None:
     assert under_srun(srun_env(0, 8, 4))
     assert not under_srun({**srun_env(0, 8, 4), "SLURM_STEP_ID": "batch"})
-    batch_script = srun_env(0, 8, 4)
-    del batch_script["SLURM_STEP_ID"]
+    # The batch script itself has none of a step's variables.
+    batch_script = {k: v for k, v in srun_env(0, 8, 4).items() if not k.startswith("SLURM_STEP")}
     assert not under_srun(batch_script)
     assert not under_srun(srun_env(0, 1, 1))
 
