@@ -16,6 +16,7 @@ from typing import Any
 from ddpcheck.commands import COMMANDS, commands_taking
 from ddpcheck.errors import UsageError
 from ddpcheck.stages import HARNESS as STAGES
+from ddpcheck.stages import MEASURE
 
 # kind -> (whether it takes a :STAGE, what it does); which commands take it is in commands.py.
 KINDS: dict[str, tuple[bool, str]] = {
@@ -28,7 +29,7 @@ KINDS: dict[str, tuple[bool, str]] = {
     "slow": (False, "rank R sleeps a little in every step"),
     "slowlink": (False, "rank R's link traffic runs at about a tenth of its speed"),
 }
-DEFAULT_STAGE = stages.MEASURE
+DEFAULT_STAGE = MEASURE
 CORRUPT_STRIDE = 13
 # diverge: added to every element of the first parameter; far above rounding, small enough
 # that the loss still falls, so only the checks that compare weights can catch it.
