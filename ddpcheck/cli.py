@@ -245,6 +245,9 @@ def ranked_command(name: str, epilog: str) -> Callable[[Callable[..., Any]], Cal
     runs the command (commands.py says which check module measures and judges).
     """
 
+    if name not in COMMANDS:
+        raise RuntimeError(f"ddpcheck {name} is declared in cli.py but not registered in commands.py")
+
     def register(build_options: Callable[..., Any]) -> Callable[..., Any]:
         own = list(inspect.signature(build_options, eval_str=True).parameters.values())
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
@@ -423,6 +426,10 @@ Iters = Annotated[int | None, typer.Option(help="Timed iterations per size (defa
 SweepWarmup = Annotated[
     int | None, typer.Option(help="Untimed iterations per size (default 2 on CPU, 5 on GPU).")
 ]
+MinBusbw = Annotated[
+    float | None,
+    typer.Option(help="FAIL when a collective's peak bus bandwidth (GB/s) is below this."),
+]
 
 
 @ranked_command(
@@ -437,9 +444,7 @@ def allreduce(
     dtype: Dtype = "float32",
     iters: Iters = None,
     warmup: SweepWarmup = None,
-    min_busbw: Annotated[
-        float | None, typer.Option(help="FAIL when the peak bus bandwidth (GB/s) is below this.")
-    ] = None,
+    min_busbw: MinBusbw = None,
 ) -> AllreduceOptions:
     """Is the process group sound, which rank breaks it, and how fast is all_reduce?
 
@@ -470,9 +475,7 @@ def collectives(
     dtype: Dtype = "float32",
     iters: Iters = None,
     warmup: SweepWarmup = None,
-    min_busbw: Annotated[
-        float | None, typer.Option(help="FAIL any collective whose peak bus bandwidth (GB/s) is below this.")
-    ] = None,
+    min_busbw: MinBusbw = None,
 ) -> CollectivesOptions:
     """Does every collective a training job uses work, who breaks it, and how fast is each?
 

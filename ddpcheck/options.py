@@ -77,8 +77,8 @@ class SweepOptions:
             raise UsageError(f"--iters must be between 1 and 100000, got {self.iters}")
         if self.warmup is not None and not 0 <= self.warmup <= 100_000:
             raise UsageError(f"--warmup must be between 0 and 100000, got {self.warmup}")
-        if self.min_busbw is not None and self.min_busbw < 0:
-            raise UsageError(f"--min-busbw must be >= 0 GB/s, got {self.min_busbw:g}")
+        if self.min_busbw is not None and not 0 <= self.min_busbw < float("inf"):
+            raise UsageError(f"--min-busbw must be a number >= 0 GB/s, got {self.min_busbw:g}")
 
     def for_device(self, device: str) -> Any:
         """The defaults that depend on the device: GPUs reach their plateau only with large messages."""
@@ -106,6 +106,11 @@ class CollectivesOptions(SweepOptions):
     """`ddpcheck collectives`: every collective of COLLECTIVES (or those of --ops), one after another."""
 
     ops: list[str] = field(default_factory=lambda: list(COLLECTIVES))
+
+    @property
+    def min_world_size(self) -> int:
+        """The fewest ranks that run at least one of the chosen collectives (sendrecv needs two)."""
+        return min(OPS[op].min_ranks for op in self.ops) if self.ops else 1
 
     def validate(self) -> None:
         super().validate()

@@ -155,11 +155,14 @@ def render_bandwidth_chart(
     table: Table, rows: list[dict[str, Any]], console: Console, width: int = 40
 ) -> None:
     """busbw against message size as horizontal bars (no plotting library); one chart per group."""
+    rows = [r for r in rows if isinstance(r.get("busbw_gbps"), (int, float))]  # a saved report may be edited
     peak = max((r["busbw_gbps"] for r in rows), default=0.0)
     if peak <= 0:
         return
     chart = RichTable(
-        title=f"{rows[0]['op']} busbw by message size" if table.group_by else "busbw by message size",
+        title=f"{rows[0].get(table.group_by)} busbw by message size"
+        if table.group_by
+        else "busbw by message size",
         box=None,
         title_justify="left",
         title_style="bold",
@@ -172,7 +175,9 @@ def render_bandwidth_chart(
         filled = r["busbw_gbps"] / peak * width
         bar = "█" * int(filled) + ("▌" if filled - int(filled) >= 0.5 else "")
         chart.add_row(
-            r["size"], Text(bar, style="cyan" if not r["wrong"] else "red"), f"{r['busbw_gbps']:.3f} GB/s"
+            str(r.get("size", "")),
+            Text(bar, style="red" if r.get("wrong") else "cyan"),
+            f"{r['busbw_gbps']:.3f} GB/s",
         )
     console.print(chart)
 

@@ -97,8 +97,11 @@ class Table:
             return [(self.title, self.rows)]
         grouped: dict[Any, list[dict[str, Any]]] = {}
         for row in self.rows:
-            grouped.setdefault(row.get(self.group_by), []).append(row)
-        return [(self.title.format(group=value), rows) for value, rows in grouped.items()]
+            value = row.get(self.group_by)
+            # A report edited by hand may hold anything there: group by its text then.
+            key = value if isinstance(value, (str, int, float, type(None))) else str(value)
+            grouped.setdefault(key, []).append(row)
+        return [(self.title.replace("{group}", str(value)), rows) for value, rows in grouped.items()]
 
     def meta(self) -> dict[str, Any]:
         """How the terminal shows the table: what a saved report needs to be shown again."""

@@ -278,3 +278,14 @@ def test_judge_says_when_the_fault_could_not_be_localised() -> None:
     data_check = report.checks[2]
     assert data_check.status.value == "FAIL" and data_check.ranks == [0, 1]
     assert "could not localise" in data_check.detail
+
+
+def test_a_sweep_the_backend_refused_is_skipped_not_a_crash() -> None:
+    data = [rank_data(2) for _ in range(2)]
+    for d in data:
+        d.update(sizes=[], skipped="the gloo backend cannot run it with bfloat16: not supported")
+    report = judge(data, identities(2), OPTS)
+    skipped = [c for c in report.checks if c.status.value == "SKIP"]
+    assert [c.name for c in skipped] == ["data integrity", "bandwidth"]
+    assert all("cannot run it with bfloat16" in c.detail for c in skipped)
+    assert report.verdict.value == "pass" and report.table("bandwidth") is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from ddpcheck.collective import harness
 from ddpcheck.collective.judge import attribute
 from ddpcheck.collective.ops import OPS
 from ddpcheck.collective.ops.roots import ROOTS_PER_SIZE, roots_for
-from ddpcheck.collective.pattern import ITEM_SIZE, Pattern, block_values, human_bytes
+from ddpcheck.collective.pattern import Pattern, block_values, human_bytes
 from ddpcheck.options import COLLECTIVES, CollectivesOptions
 from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu
 
@@ -65,9 +66,10 @@ MOVERS = [name for name in COLLECTIVES if not OPS[name].reduces]
 
 
 # ------------------------------------------------------------------ definitions
-def test_every_collective_is_defined_once_in_the_order_it_runs() -> None:
-    assert tuple(OPS) == COLLECTIVES
-    assert [op.name for op in OPS.values()] == list(COLLECTIVES)
+def test_every_collective_runs_in_the_order_the_command_promises() -> None:
+    order = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
+    assert order == COLLECTIVES
+    assert all(OPS[name].name == name for name in order)
 
 
 @pytest.mark.parametrize(
@@ -102,9 +104,11 @@ def test_every_root_is_checked_on_small_worlds_and_all_in_turn_on_large_ones() -
 
 
 def test_blocks_differ_by_sender_and_receiver_and_stay_exact_in_bfloat16() -> None:
-    blocks = {tuple(block_values(s, d)) for s in range(15) for d in range(15)}
-    assert len(blocks) == 15 * 15
-    assert max(max(block_values(s, d)) for s in range(300) for d in range(300)) < 256
+    # A receiver tells every sender's block apart, even 251 ranks apart (a world of 1,000);
+    # a sender's blocks differ for every receiver.
+    assert len({tuple(block_values(s, 3)) for s in range(1000)}) == 1000
+    assert len({tuple(block_values(7, d)) for d in range(200)}) == 200
+    assert max(max(block_values(s, d)) for s in (0, 250, 251, 999) for d in (0, 15, 999)) < 256
 
 
 def test_reduce_scatter_expects_each_rank_its_own_shifted_block() -> None:
@@ -116,17 +120,27 @@ def test_reduce_scatter_expects_each_rank_its_own_shifted_block() -> None:
 # ------------------------------------------------------------------ attribution (pure)
 @pytest.mark.parametrize("name", MOVERS)
 @pytest.mark.parametrize("n", [3, 4])
-def test_a_bad_sender_is_named(name: str, n: int) -> None:
+@pytest.mark.parametrize("own_copy", [True, False], ids=["bad-at-the-source", "bad-on-the-wire"])
+def test_a_bad_sender_is_named(name: str, n: int, own_copy: bool) -> None:
+    # Bad at the source (a GPU's memory, an injected corruption), its own copy is wrong too;
+    # bad on the wire (its NIC), only what crossed a link is.
     bad = n - 1
-    wrong = {(s, k): 7 for s, k in observed_pairs(name, n) if s == bad}
+    wrong = {(s, k): 7 for s, k in observed_pairs(name, n) if s == bad and (own_copy or k != s)}
     found = attribute(name, op_data(name, n, wrong))
     assert (found.senders, found.receivers, found.links) == ([bad], [], [])
+
+
+@pytest.mark.parametrize("name", ["all_gather", "all_to_all", "broadcast"])  # those with a local copy
+def test_a_rank_whose_own_copy_alone_is_wrong_is_a_bad_sender_even_with_two_ranks(name: str) -> None:
+    assert (1, 1) in observed_pairs(name, 2)
+    assert attribute(name, op_data(name, 2, {(1, 1): 3})).senders == [1]
 
 
 @pytest.mark.parametrize("name", ["all_gather", "all_to_all", "sendrecv", "broadcast"])
 @pytest.mark.parametrize("n", [3, 4])
 def test_a_bad_receiver_is_named(name: str, n: int) -> None:
-    wrong = {(s, k): 3 for s, k in observed_pairs(name, n) if k == 1}
+    # What crossed a link to rank 1 is wrong; its own block, which never left it, is right.
+    wrong = {(s, k): 3 for s, k in observed_pairs(name, n) if k == 1 and s != 1}
     found = attribute(name, op_data(name, n, wrong))
     assert (found.senders, found.receivers, found.links) == ([], [1], [])
 
@@ -222,7 +236,6 @@ def test_a_collective_the_backend_refuses_is_skipped_with_the_reason_and_other_e
     assert reason and "gloo backend cannot run it with bfloat16" in reason and "not supported" in reason
     with pytest.raises(RuntimeError, match="Connection reset"):
         harness.unsupported(ctx, _Refusing(RuntimeError("Connection reset by peer")), "float32")
-    assert ITEM_SIZE["bfloat16"] == 2
 
 
 # ------------------------------------------------------------------ real runs
@@ -236,8 +249,16 @@ def run_collectives(ddpcheck, world: int, *extra: str):
 def test_real_ranks_pass_every_collective(ddpcheck, scratch, world: int) -> None:
     run = run_collectives(ddpcheck, world)
     assert run.code == 0, run.stdout + run.stderr
-    assert [c["name"] for c in run.report["checks"]] == ["rank map", *COLLECTIVES, "nodes agree"]
-    assert all(c["status"] == "PASS" for c in run.report["checks"])
+    assert [c["name"] for c in run.report["checks"]] == [
+        "rank map",
+        *COLLECTIVES,
+        "nodes agree",
+        "expected bandwidth",
+    ]
+    # CPU ranks have no expected plateau: that check says so as a SKIP.
+    assert all(
+        c["status"] == ("SKIP" if c["name"] == "expected bandwidth" else "PASS") for c in run.report["checks"]
+    )
     rows = run.table("bandwidth")
     assert [r["op"] for r in rows] == [op for op in COLLECTIVES for _ in range(3)]
     for row in rows:
@@ -286,7 +307,13 @@ def test_two_ranks_name_the_corrupt_rank_and_say_what_a_ring_of_two_cannot_tell(
 def test_a_subset_and_a_bandwidth_floor(ddpcheck, scratch) -> None:
     run = run_collectives(ddpcheck, 2, "--ops", "all_gather,sendrecv", "--min-busbw", "1000", "--quiet")
     assert run.code == 1, run.stdout + run.stderr
-    assert [c["name"] for c in run.report["checks"]] == ["rank map", "all_gather", "sendrecv", "nodes agree"]
+    assert [c["name"] for c in run.report["checks"]] == [
+        "rank map",
+        "all_gather",
+        "sendrecv",
+        "nodes agree",
+        "expected bandwidth",
+    ]
     for op in ("all_gather", "sendrecv"):
         assert "below --min-busbw 1000 GB/s" in run.check(op)["detail"]
     assert all(r["wrong"] == 0 for r in run.table("bandwidth"))
@@ -304,6 +331,7 @@ def test_a_subset_and_a_bandwidth_floor(ddpcheck, scratch) -> None:
         (["--dtype", "int8"], "unknown dtype 'int8'"),
         (["--sizes", "0:1K"], "--sizes must start above 0 bytes"),
         (["--inject", "diverge@0"], "--inject diverge applies to train, not collectives"),
+        (["--min-busbw", "nan"], "--min-busbw must be a number >= 0 GB/s"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(ddpcheck, scratch, args: list[str], message: str) -> None:
@@ -312,9 +340,71 @@ def test_bad_input_is_one_line_and_exit_2(ddpcheck, scratch, args: list[str], me
     assert message in run.stderr
 
 
+def test_a_world_too_small_for_every_chosen_collective_is_bad_input(ddpcheck, scratch) -> None:
+    run = ddpcheck("collectives", "--nproc", "1", "--ops", "sendrecv")
+    assert_usage_error(run, scratch)
+    assert "needs at least 2 ranks, got 1" in run.stderr
+
+
 @needs_gpu
 def test_gpu_ranks_run_every_collective_over_nccl(ddpcheck, scratch) -> None:
-    run = ddpcheck("collectives", "--gpus", "1", "--sizes", "1M:4M")
-    assert run.code == 0, run.stdout + run.stderr
+    import torch
+
+    gpus = min(torch.cuda.device_count(), 4)
+    run = ddpcheck("collectives", "--gpus", str(gpus), "--sizes", "1M:4M", "--inject", f"corrupt@{gpus - 1}")
+    assert run.code == 1, run.stdout + run.stderr
     assert run.report["world"]["backend"] == "nccl"
-    assert {c["name"] for c in run.report["checks"]} >= set(COLLECTIVES) - {"sendrecv"}
+    for op in COLLECTIVES:
+        check = run.check(op)
+        if gpus == 1 and op == "sendrecv":
+            assert check["status"] == "SKIP"
+        else:
+            assert check["status"] == "FAIL" and check["ranks"] == [gpus - 1], check
+    assert all(r["time_us"] > 0 for r in run.table("bandwidth"))
+
+
+# ------------------------------------------------------------------ bisection (pure, with fault models)
+def corrupt_ranks(*bad: int):
+    """Ranks that contribute wrong data: any group holding one comes out wrong, even alone."""
+    return lambda groups: [bool(set(g) & set(bad)) for g in groups]
+
+
+def bad_nic(rank: int):
+    """A rank whose traffic is corrupted: wrong only when data moves, i.e. beside another rank."""
+    return lambda groups: [rank in g and len(g) > 1 for g in groups]
+
+
+def bad_link(a: int, b: int):
+    return lambda groups: [a in g and b in g for g in groups]
+
+
+@pytest.mark.parametrize("n", range(1, 10))
+def test_bisection_names_every_corrupt_rank_exactly(n: int) -> None:
+    for culprit in range(n):
+        assert harness.bisect(n, corrupt_ranks(culprit)) == [culprit]
+    if n >= 6:
+        assert harness.bisect(n, corrupt_ranks(1, n - 2)) == [1, n - 2]
+
+
+@pytest.mark.parametrize("n", range(3, 10))
+def test_bisection_does_not_trust_a_rank_that_was_right_only_alone(n: int) -> None:
+    # A bad NIC never shows on a rank alone: it must be tried beside a proven rank.
+    for culprit in range(n):
+        assert harness.bisect(n, bad_nic(culprit)) == [culprit]
+
+
+def test_bisection_says_when_nothing_can_be_localised() -> None:
+    assert harness.bisect(2, bad_nic(1)) is None  # two ranks, one link: no one else to try
+    assert harness.bisect(4, bad_link(0, 3)) is None  # a link between the halves shows only whole
+
+
+def test_bisection_names_a_bad_link_inside_a_half_by_both_ends() -> None:
+    assert harness.bisect(4, bad_link(0, 1)) == [0, 1]
+    assert harness.bisect(8, bad_link(4, 5)) == [4, 5]
+
+
+@pytest.mark.parametrize("n", range(2, 9))
+def test_bisection_names_several_corrupt_ranks_and_always_ends(n: int) -> None:
+    # Two corrupt ranks in different halves once left no free partner and looped forever.
+    for bad in [c for k in (2, 3) for c in itertools.combinations(range(n), k)]:
+        assert harness.bisect(n, corrupt_ranks(*bad)) == list(bad)

@@ -52,6 +52,10 @@ def measure_op(
 
     n = ctx.world_size
     reason = f"needs at least {op.min_ranks} ranks" if n < op.min_ranks else op.missing()
+    # Every rank must skip, or none: a rank that went on alone would wait for the others forever.
+    (lacking,) = ctx.agree_max([int(reason is not None)])
+    if lacking and not reason:
+        reason = "another rank's torch cannot run it (see nodes agree)"
     reason = reason or unsupported(ctx, op, dtype_name)
     if reason:
         return {"op": op.name, "skipped": reason, "sizes": [], "culprits": [], "unlocalised": False}
@@ -71,8 +75,8 @@ def measure_op(
             op.run(buffers, world, variant)
             received = op.verify(buffers, world, variant, dtype_name)
             wrong += received.wrong
-            for sender, count_wrong in received.by_sender.items():
-                by_sender[sender] = by_sender.get(sender, 0) + count_wrong
+            for sender, elements in received.by_sender.items():
+                by_sender[sender] = by_sender.get(sender, 0) + elements
         op.clear(buffers)
         seconds = time_collective(ctx, lambda b=buffers: op.run(b, world, op.timed_variant()), warmup, iters)
         rows.append(
@@ -135,46 +139,100 @@ def unsupported(ctx: Any, op: Collective, dtype_name: str) -> str | None:
 
 
 def localise(ctx: Any, op: Collective, size_bytes: int, dtype_name: str) -> list[int] | None:
-    """Ranks whose participation makes a reduction wrong, found on subgroups.
+    """Ranks whose participation makes a reduction wrong, found by re-running it on subgroups."""
+    return bisect(ctx.world_size, lambda groups: run_on_groups(ctx, op, size_bytes, dtype_name, groups))
 
-    Bisect: split every wrong group into halves and run the reduction on each half's own
-    subgroup. A wrong pair is split once more, each member run alongside a rank already
-    proven good (or alone, when none is known yet). A wrong group whose parts are all
-    right is named whole: the fault needs those ranks together; None when that group is
-    the whole world (nothing was localised). Every rank follows the same steps, since
-    all learn every result.
+
+def bisect(n: int, run: Callable[[list[list[int]]], list[bool]]) -> list[int] | None:
+    """The ranks at fault, from `run` (disjoint groups -> which of them came out wrong).
+
+    Pure but for `run`, so it is tested with fault models. Split every wrong group into
+    halves and run each half on its own. A wrong pair is split once more: each member
+    runs beside a partner from outside the pair (a rank proven good first; when partners
+    are short, the other member waits a round). A member wrong beside its partner, or
+    wrong alone, is at fault. A rank right *alone* proves nothing (a lone rank moves no
+    data, so a bad link never shows): only groups of two or more that came out right
+    prove their ranks good. A wrong group whose parts all came out right is named
+    whole, less the members proven good: the fault needs those ranks together. None
+    when that group is the whole world (nothing was localised). Every rank takes the
+    same steps, since every rank learns every result.
     """
-    suspects: list[list[int]] = [list(range(ctx.world_size))]
-    good: list[int] = []
-    culprits: list[int] = []
+    suspects: list[list[int]] = [list(range(n))]
+    tested: dict[tuple[int, ...], dict[int, bool]] = {}  # a pair -> its members' results so far
+    good: set[int] = set()
+    culprits: set[int] = set()
     while suspects:
-        candidates: list[tuple[int, list[int]]] = []  # (parent index, group)
-        spare = list(good)
-        for parent, group in enumerate(suspects):
-            if len(group) > 2:
-                half = (len(group) + 1) // 2
-                candidates += [(parent, group[:half]), (parent, group[half:])]
-                continue
-            for member in group:
-                partner = [spare.pop()] if spare else []
-                candidates.append((parent, [member, *partner]))
-        wrong = run_on_groups(ctx, op, size_bytes, dtype_name, [g for _, g in candidates])
+        in_doubt = {r for group in suspects for r in group} | culprits
+        outside = [r for r in range(n) if r not in good and r not in in_doubt]
+        spare = sorted(good) + outside
+        candidates = _plan_round(n, suspects, tested, spare, alone=False)
+        if not candidates:
+            # Every member waits for a partner and none is free (every rank is in doubt): alone, then.
+            candidates = _plan_round(n, suspects, tested, spare, alone=True)
+        wrong = run([group for _, group, _ in candidates])
+        for (_, group, _), bad in zip(candidates, wrong, strict=True):
+            if not bad and len(group) > 1:
+                good |= set(group)
         next_suspects: list[list[int]] = []
-        for parent, group in enumerate(suspects):
-            children = [(g, w) for (p, g), w in zip(candidates, wrong, strict=True) if p == parent]
-            bad = [g for g, w in children if w]
-            good += [r for g, w in children if not w for r in g if r not in good]
-            if not bad and len(group) == ctx.world_size:
-                return None  # every part is right alone: only the whole world shows the fault
-            if not bad:
-                culprits += group
-            for g in bad:
-                if len(group) <= 2:
-                    culprits.append(g[0])  # a member tested alone or beside a good rank
-                else:
-                    next_suspects.append(g)
+        for index, group in enumerate(suspects):
+            results = [(g, m, w) for (i, g, m), w in zip(candidates, wrong, strict=True) if i == index]
+            if len(group) > 2:
+                failed = [g for g, _, w in results if w]
+                for g in failed:
+                    if len(g) == 1:
+                        culprits.add(g[0])  # wrong alone
+                    else:
+                        next_suspects.append(g)
+                if not failed:
+                    unproven = [r for r in group if r not in good]
+                    if unproven and len(unproven) < len(group):
+                        next_suspects.append(unproven)  # right only alone: try it beside proven ranks
+                    elif len(group) == n:
+                        return None  # every part is right alone: only the whole world shows the fault
+                    else:
+                        culprits |= set(group)
+                continue
+            done = tested.setdefault(tuple(group), {})
+            done.update({m: w for _, m, w in results if m is not None})
+            if len(done) < len(group):
+                next_suspects.append(group)  # a member still waits for a partner
+                continue
+            failed_members = [m for m, w in done.items() if w]
+            if failed_members:
+                culprits |= set(failed_members)
+            elif len(group) == n:
+                return None
+            else:
+                culprits |= {r for r in group if r not in good} or set(group)
         suspects = next_suspects
-    return sorted(set(culprits))
+    return sorted(culprits)
+
+
+def _plan_round(
+    n: int,
+    suspects: list[list[int]],
+    tested: dict[tuple[int, ...], dict[int, bool]],
+    spare: list[int],
+    alone: bool,
+) -> list[tuple[int, list[int], int | None]]:
+    """One round of bisect(): (suspect, group, member under test) for groups that run at once."""
+    spare = list(spare)
+    candidates: list[tuple[int, list[int], int | None]] = []
+    for index, group in enumerate(suspects):
+        if len(group) > 2:
+            half = (len(group) + 1) // 2
+            candidates += [(index, group[:half], None), (index, group[half:], None)]
+            continue
+        for member in group:
+            if member in tested.get(tuple(group), {}):
+                continue
+            partners = [r for r in spare if r not in group]
+            if partners and not alone:
+                spare.remove(partners[0])
+                candidates.append((index, [member, partners[0]], member))
+            elif alone or not any(r not in group for r in range(n)):
+                candidates.append((index, [member], member))  # nobody else to stand beside it
+    return candidates
 
 
 def run_on_groups(

@@ -11,6 +11,7 @@ from typing import Any
 
 from ddpcheck.checks.rankmap import describe_ranks, hosts_of, where
 from ddpcheck.collective.ops import OPS
+from ddpcheck.collective.ops.base import Rooted
 from ddpcheck.collective.pattern import human_bytes
 from ddpcheck.report import Check, Status, Table
 
@@ -73,6 +74,7 @@ class Attribution:
     receivers: list[int] = field(default_factory=list)  # wrong in what every sender sent them
     links: list[tuple[int, int]] = field(default_factory=list)  # (sender, receiver) wrong alone
     wrong: dict[tuple[int, int], int] = field(default_factory=dict)  # (sender, receiver) -> elements
+    everywhere: bool = False  # every block on every rank was wrong
 
     @property
     def ranks(self) -> list[int]:
@@ -82,10 +84,13 @@ class Attribution:
 def attribute(op_name: str, data: list[dict[str, Any]]) -> Attribution:
     """Name senders, receivers and links from every rank's wrong elements by sender.
 
-    A sender whose data was wrong on every rank that received it sent bad data; a receiver
-    wrong in what every sender sent it received badly; what neither explains is the link
-    between that sender and that receiver. One observer alone proves nothing about a
-    sender (nor one sender about a receiver): that stays a link.
+    A sender whose own copy of its block was already wrong (all_gather's and all_to_all's
+    local block, broadcast's root buffer) sent bad data: the data was bad before it left.
+    So did a sender whose block was wrong on every other rank that received it. A receiver
+    wrong in what every other sender sent it received badly. What neither explains is the
+    link between that sender and that receiver. A rank's own block never crosses a link,
+    so it is no evidence about links or receivers; and one observer alone proves nothing
+    about a sender (nor one sender about a receiver): that stays a link.
     """
     op, n = OPS[op_name], len(data)
     expected: set[tuple[int, int]] = set()
@@ -99,12 +104,15 @@ def attribute(op_name: str, data: list[dict[str, Any]]) -> Attribution:
             for sender, count in row.get("wrong_from", {}).items():
                 key = (int(sender), receiver)
                 found.wrong[key] = found.wrong.get(key, 0) + count
+    found.everywhere = len(data) > 1 and all(pair in found.wrong for pair in expected)
+    crossing = {(j, k) for j, k in expected if j != k}
     for sender in range(n):
-        seen_by = {k for j, k in expected if j == sender}
-        if len(seen_by) > 1 and all((sender, k) in found.wrong for k in seen_by):
+        seen_by = {k for j, k in crossing if j == sender}
+        own_copy_wrong = (sender, sender) in found.wrong
+        if own_copy_wrong or (len(seen_by) > 1 and all((sender, k) in found.wrong for k in seen_by)):
             found.senders.append(sender)
     for receiver in range(n):
-        heard = {j for j, k in expected if k == receiver}
+        heard = {j for j, k in crossing if k == receiver and j not in found.senders}
         if len(heard) > 1 and all((j, receiver) in found.wrong for j in heard):
             found.receivers.append(receiver)
     found.links = sorted(
@@ -122,7 +130,7 @@ def _link_text(link: tuple[int, int], identities: list[dict[str, Any]]) -> str:
 
 def describe_attribution(found: Attribution, identities: list[dict[str, Any]], n: int) -> str:
     parts = []
-    if found.senders and len(found.senders) == n and len(found.receivers) == n:
+    if found.everywhere:
         return "every block on every rank was wrong: the collective itself fails, not one rank"
     for sender in found.senders:
         total = sum(c for (j, _), c in found.wrong.items() if j == sender)
@@ -161,9 +169,11 @@ def judge_data(
     bad = [r for r in rows if r["wrong"]]
     if not bad:
         total = sum(r["count"] for r in rows)
-        return Check(
-            name, Status.PASS, f"{len(rows)} sizes, {total:,} elements per rank compared exactly, 0 wrong"
-        )
+        detail = f"{len(rows)} sizes, {total:,} elements per rank compared exactly, 0 wrong"
+        roots = {v for row in data[0]["sizes"] for v in row.get("variants", [])}
+        if isinstance(OPS[op_name], Rooted) and len(roots) < len(data):
+            detail += f" (from {len(roots)} of {len(data)} roots; a longer sweep turns through more)"
+        return Check(name, Status.PASS, detail)
     sizes = ", ".join(f"{r['size']}: {r['wrong']:,} wrong" for r in bad[:6])
     detail = f"wrong elements after {op_name} ({sizes})"
     if OPS[op_name].reduces:

@@ -91,13 +91,14 @@ class Pattern:
 def block_values(src: int, dst: int = 0) -> list[int]:
     """One period of the block that rank `src` sends to rank `dst` in a collective that moves data.
 
-    (i + src + 16·dst) mod P: a block that reached the wrong receiver, or came from
-    the wrong sender, differs from the expected one (P is prime; up to 15 ranks, every
-    sender-receiver pair has a block of its own); every value is below 256, so exact in
-    every dtype, bfloat16 included.
+    Two interleaved digits, each below P = 251 (so exact in every dtype, bfloat16
+    included): even elements (i + src) mod P, odd ones (i + src // P + 16·dst) mod P.
+    A block that came from another sender, or was meant for another receiver, differs
+    from the expected one, up to 251² senders (a world of 1,000 ranks included).
     """
-    offset = src + 16 * dst
-    return [(i + offset) % MAX_PERIOD for i in range(MAX_PERIOD)]
+    low = [(i + src) % MAX_PERIOD for i in range(MAX_PERIOD)]
+    high = [(i + src // MAX_PERIOD + 16 * dst) % MAX_PERIOD for i in range(MAX_PERIOD)]
+    return [value for pair in zip(low, high, strict=True) for value in pair]
 
 
 def fill(buffer: Any, period_values: list[int]) -> None:

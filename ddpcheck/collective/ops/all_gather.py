@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddpcheck.collective.ops.base import Blocked, Buffers, Received, Team
-from ddpcheck.collective.pattern import UNWRITTEN, block_values, count_wrong, fill
+from ddpcheck.collective.pattern import UNWRITTEN, block_values, fill
 
 
 class AllGather(Blocked):
@@ -20,7 +20,7 @@ class AllGather(Blocked):
             "output": torch.empty(count, dtype=dtype, device=device),
         }
 
-    def load(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str, faults: Any) -> None:
+    def load(self, bufs: Buffers, team: Team, variant: int, dtype_name: str, faults: Any) -> None:
         fill(bufs["input"], block_values(team.rank(team.me)))
         faults.corrupt(bufs["input"])
         bufs["output"].fill_(UNWRITTEN)
@@ -30,10 +30,5 @@ class AllGather(Blocked):
 
         dist.all_gather_into_tensor(bufs["output"], bufs["input"], group=team.group)
 
-    def verify(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str) -> Received:
-        by_sender = {}
-        for index, block in enumerate(bufs["output"].view(team.size, -1)):
-            wrong = count_wrong(block, block_values(team.rank(index)))
-            if wrong:
-                by_sender[team.rank(index)] = wrong
-        return Received(sum(by_sender.values()), by_sender)
+    def verify(self, bufs: Buffers, team: Team, variant: int, dtype_name: str) -> Received:
+        return self.received_blocks(bufs["output"], team, block_values)

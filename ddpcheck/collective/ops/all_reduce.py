@@ -25,8 +25,8 @@ class AllReduce(Collective):
 
         return {"data": torch.empty(count, dtype=dtype, device=device)}
 
-    def load(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str, faults: Any) -> None:
-        fill(bufs["data"], Pattern.for_world(team.size, pattern_dtype).contribution(team.me))
+    def load(self, bufs: Buffers, team: Team, variant: int, dtype_name: str, faults: Any) -> None:
+        fill(bufs["data"], Pattern.for_world(team.size, dtype_name).contribution(team.me))
         faults.corrupt(bufs["data"])
 
     def run(self, bufs: Buffers, team: Team, variant: int) -> None:
@@ -34,6 +34,6 @@ class AllReduce(Collective):
 
         dist.all_reduce(bufs["data"], group=team.group)
 
-    def verify(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str) -> Received:
-        expected = Pattern.for_world(team.size, pattern_dtype).expected()
+    def verify(self, bufs: Buffers, team: Team, variant: int, dtype_name: str) -> Received:
+        expected = Pattern.for_world(team.size, dtype_name).expected()
         return Received(count_wrong(bufs["data"], expected), {})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddpcheck.collective.ops.base import Blocked, Buffers, Received, Team, corrupt_blocks
-from ddpcheck.collective.pattern import UNWRITTEN, block_values, count_wrong, fill
+from ddpcheck.collective.pattern import UNWRITTEN, block_values, fill
 
 
 class AllToAll(Blocked):
@@ -20,7 +20,7 @@ class AllToAll(Blocked):
             "output": torch.empty(count, dtype=dtype, device=device),
         }
 
-    def load(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str, faults: Any) -> None:
+    def load(self, bufs: Buffers, team: Team, variant: int, dtype_name: str, faults: Any) -> None:
         me = team.rank(team.me)
         for index, block in enumerate(bufs["input"].view(team.size, -1)):
             fill(block, block_values(me, team.rank(index)))
@@ -32,11 +32,6 @@ class AllToAll(Blocked):
 
         dist.all_to_all_single(bufs["output"], bufs["input"], group=team.group)
 
-    def verify(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str) -> Received:
+    def verify(self, bufs: Buffers, team: Team, variant: int, dtype_name: str) -> Received:
         me = team.rank(team.me)
-        by_sender = {}
-        for index, block in enumerate(bufs["output"].view(team.size, -1)):
-            wrong = count_wrong(block, block_values(team.rank(index), me))
-            if wrong:
-                by_sender[team.rank(index)] = wrong
-        return Received(sum(by_sender.values()), by_sender)
+        return self.received_blocks(bufs["output"], team, lambda sender: block_values(sender, me))

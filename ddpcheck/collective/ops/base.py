@@ -9,8 +9,11 @@ the sweep, the timing, counting wrong elements, localising, the rows and the ver
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from ddpcheck.collective.pattern import count_wrong
 
 Buffers = dict[str, Any]  # name -> tensor
 
@@ -75,7 +78,7 @@ class Collective(ABC):
         return [0]
 
     @abstractmethod
-    def load(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str, faults: Any) -> None:
+    def load(self, bufs: Buffers, team: Team, variant: int, dtype_name: str, faults: Any) -> None:
         """Write this member's contribution (an injected corruption applies to what it sends)."""
 
     @abstractmethod
@@ -83,7 +86,7 @@ class Collective(ABC):
         """Call the collective once (what is timed)."""
 
     @abstractmethod
-    def verify(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str) -> Received:
+    def verify(self, bufs: Buffers, team: Team, variant: int, dtype_name: str) -> Received:
         """Compare this member's result with what it must hold, element by element."""
 
     def senders(self, n: int, variant: int) -> list[int]:
@@ -111,6 +114,16 @@ class Blocked(Collective):
 
     def count(self, size_bytes: int, item: int, n: int) -> int:
         return max(n, size_bytes // item // n * n)  # whole blocks, at least one element each
+
+    @staticmethod
+    def received_blocks(output: Any, team: Team, expected: Callable[[int], list[int]]) -> Received:
+        """Block j of `output` came from member j: compare each with `expected(sender)`."""
+        by_sender = {}
+        for index, block in enumerate(output.view(team.size, -1)):
+            wrong = count_wrong(block, expected(team.rank(index)))
+            if wrong:
+                by_sender[team.rank(index)] = wrong
+        return Received(sum(by_sender.values()), by_sender)
 
 
 class Rooted(Collective):

@@ -11,7 +11,7 @@ from ddpcheck.collective.pattern import UNWRITTEN, block_values, count_wrong, fi
 class Broadcast(Rooted):
     name = "broadcast"
 
-    def load(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str, faults: Any) -> None:
+    def load(self, bufs: Buffers, team: Team, variant: int, dtype_name: str, faults: Any) -> None:
         if team.me == variant:
             fill(bufs["data"], block_values(team.rank(variant)))
             faults.corrupt(bufs["data"])
@@ -23,7 +23,7 @@ class Broadcast(Rooted):
 
         dist.broadcast(bufs["data"], src=team.rank(variant), group=team.group)
 
-    def verify(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str) -> Received:
+    def verify(self, bufs: Buffers, team: Team, variant: int, dtype_name: str) -> Received:
         root = team.rank(variant)
         wrong = count_wrong(bufs["data"], block_values(root))
         return Received(wrong, {root: wrong} if wrong else {})

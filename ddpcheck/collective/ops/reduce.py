@@ -12,8 +12,8 @@ class Reduce(Rooted):
     name = "reduce"
     reduces = True
 
-    def load(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str, faults: Any) -> None:
-        fill(bufs["data"], Pattern.for_world(team.size, pattern_dtype).contribution(team.me))
+    def load(self, bufs: Buffers, team: Team, variant: int, dtype_name: str, faults: Any) -> None:
+        fill(bufs["data"], Pattern.for_world(team.size, dtype_name).contribution(team.me))
         faults.corrupt(bufs["data"])
 
     def run(self, bufs: Buffers, team: Team, variant: int) -> None:
@@ -21,8 +21,8 @@ class Reduce(Rooted):
 
         dist.reduce(bufs["data"], dst=team.rank(variant), group=team.group)
 
-    def verify(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str) -> Received:
+    def verify(self, bufs: Buffers, team: Team, variant: int, dtype_name: str) -> Received:
         if team.me != variant % team.size:
             return Received(0, {})  # only the root's buffer holds the result
-        expected = Pattern.for_world(team.size, pattern_dtype).expected()
+        expected = Pattern.for_world(team.size, dtype_name).expected()
         return Received(count_wrong(bufs["data"], expected), {})

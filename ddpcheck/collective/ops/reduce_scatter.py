@@ -21,8 +21,8 @@ class ReduceScatter(Blocked):
             "output": torch.empty(count // n, dtype=dtype, device=device),
         }
 
-    def load(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str, faults: Any) -> None:
-        fill(bufs["input"], Pattern.for_world(team.size, pattern_dtype).contribution(team.me))
+    def load(self, bufs: Buffers, team: Team, variant: int, dtype_name: str, faults: Any) -> None:
+        fill(bufs["input"], Pattern.for_world(team.size, dtype_name).contribution(team.me))
         faults.corrupt(bufs["input"])
 
     def run(self, bufs: Buffers, team: Team, variant: int) -> None:
@@ -30,8 +30,8 @@ class ReduceScatter(Blocked):
 
         dist.reduce_scatter_tensor(bufs["output"], bufs["input"], group=team.group)
 
-    def verify(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str) -> Received:
+    def verify(self, bufs: Buffers, team: Team, variant: int, dtype_name: str) -> Received:
         block = bufs["output"].numel()
         # Block r starts at element r * block of the summed input: the expected period, shifted.
-        expected = Pattern.for_world(team.size, pattern_dtype).expected(offset=team.me * block)
+        expected = Pattern.for_world(team.size, dtype_name).expected(offset=team.me * block)
         return Received(count_wrong(bufs["output"], expected), {})

@@ -35,7 +35,7 @@ class SendRecv(Collective):
     def timed_variant(self) -> int:
         return 1
 
-    def load(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str, faults: Any) -> None:
+    def load(self, bufs: Buffers, team: Team, variant: int, dtype_name: str, faults: Any) -> None:
         fill(bufs["send"], block_values(team.rank(team.me), team.rank(team.me + variant)))
         faults.corrupt(bufs["send"])
         bufs["recv"].fill_(UNWRITTEN)
@@ -50,7 +50,7 @@ class SendRecv(Collective):
         for request in dist.batch_isend_irecv(ops):
             request.wait()
 
-    def verify(self, bufs: Buffers, team: Team, variant: int, pattern_dtype: str) -> Received:
+    def verify(self, bufs: Buffers, team: Team, variant: int, dtype_name: str) -> Received:
         sender = team.rank(team.me - variant)
         wrong = count_wrong(bufs["recv"], block_values(sender, team.rank(team.me)))
         return Received(wrong, {sender: wrong} if wrong else {})
