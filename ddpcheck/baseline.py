@@ -491,6 +491,8 @@ def compare(
         notes.append(f"{counted(len(better), 'figure')} better than the baseline: {_named(better)}")
     tail = "".join(f"; {n}" for n in notes)
     if worse:
+        # The figures that name a rank or host first, then the worst: what to look at comes first.
+        worse.sort(key=lambda found: (not found[0].ranks and not found[0].hosts, found[1]))
         ranks = sorted({r for fig, _ in worse for r in fig.ranks})
         hosts = list(dict.fromkeys(h for fig, _ in worse for h in fig.hosts))
         detail = (

@@ -75,7 +75,7 @@ def test_same_report_same_page_but_the_time_it_was_written(saved_reports: dict[s
     assert first == second
 
 
-@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env", "collectives"])
+@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env", "collectives", "links"])
 def test_each_commands_page(saved_reports: dict[str, Saved], name: str) -> None:
     saved = saved_reports[name]
     page = saved.html.read_text()
@@ -89,6 +89,7 @@ def test_each_commands_page(saved_reports: dict[str, Saved], name: str) -> None:
         "profile": ("median time per steady-state step (ms)", "rank"),
         "env": (),
         "collectives": ("message size", "bus bandwidth (GB/s)"),
+        "links": ("destination rank", "source rank"),
     }[name]:
         assert axis in page
     assert len(page.encode()) < 1_000_000

@@ -78,15 +78,18 @@ EXPECTED_ON_PAGE = {
         "rank 1 on host",
         "Bus bandwidth by message size",
     ],
+    "links": ["link bandwidth", "rank 1 on host"],
 }
 
 
-@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env", "collectives"])
+@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env", "collectives", "links"])
 def test_each_commands_page_in_a_browser(
     browser: headless.Browser, saved_reports: dict[str, Saved], name: str
 ) -> None:
     saved = saved_reports[name]
-    page = _open(browser, saved.html)
+    page = _open(
+        browser, saved.html, 3 * 2 if name == "links" else 0
+    )  # a 3-rank map: every link has hover text
     verdict = saved.stdout.strip().splitlines()[-1]
     assert " ".join(page.verdict.split()) == " ".join(verdict.split())  # the terminal's verdict line
     assert len(page.charts) == (0 if name == "env" else 1)
