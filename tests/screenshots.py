@@ -1,9 +1,9 @@
 """Make docs/html-*.png, the README's screenshots: `python -m tests.screenshots [DIR]`.
 
-Real small runs for allreduce, train, profile (with rank 1 slowed) and env (the tests' runs);
-synthetic reports for links (16 ranks on 2 hosts, one slow link) and collectives, whose
-commands are built elsewhere. Each shot is the top of the page (verdict, checks, the first
-chart), scaled so that the PNG stays small. Also prints the size of a 64-rank links page.
+Real small runs for allreduce, collectives, train, profile (with rank 1 slowed) and env (the
+tests' runs); a synthetic report for links: 16 ranks on 2 hosts with one slow link, which one
+machine cannot make without network namespaces (tests/test_links_netns.py makes a slow host).
+Each shot is the top of the page (verdict, checks, the first chart), scaled so that the PNG stays small. Also prints the size of a 64-rank links page.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from ddpcheck.html import render_html, write_html
 from tests.headless import Browser
 from tests.saved_reports import RUNS, run_ddpcheck
-from tests.synthetic_reports import collectives_report, links_report
+from tests.synthetic_reports import links_report
 
 # CSS pixels from the top of each page: enough for the verdict, the checks and the chart.
 HEIGHTS = {"allreduce": 1000, "train": 1000, "profile": 1000, "env": 900, "links": 1150, "collectives": 1000}
@@ -29,16 +29,14 @@ def main(out: Path) -> None:
         # The profile shot shows how a straggler is marked: rank 1 made slow on purpose.
         runs = {**RUNS, "profile": [*RUNS["profile"], "--inject", "slow@1"]}
         for name, args in runs.items():
+            if name == "links":
+                continue  # synthetic, below
             page = Path(work) / f"{name}.html"
             proc = run_ddpcheck(*args, "--html", str(page))
             print(f"{name}: exit {proc.returncode}")
             pages[name] = page
-        for name, report in (
-            ("links", links_report(16, per_host=8, slow=(3, 12))),
-            ("collectives", collectives_report(8, corrupt=3)),
-        ):
-            pages[name] = Path(work) / f"{name}.html"
-            write_html(report, str(pages[name]))
+        pages["links"] = Path(work) / "links.html"
+        write_html(links_report(16, per_host=8, slow=(3, 12)), str(pages["links"]))
         with Browser() as browser:
             for name, path in pages.items():
                 opened = browser.open(path)

@@ -133,9 +133,17 @@ def describe_attribution(found: Attribution, identities: list[dict[str, Any]], n
     if found.everywhere:
         return "every block on every rank was wrong: the collective itself fails, not one rank"
     for sender in found.senders:
-        total = sum(c for (j, _), c in found.wrong.items() if j == sender)
+        seen = {k: c for (j, k), c in found.wrong.items() if j == sender}
+        others = [k for k in seen if k != sender]
+        if len(others) > 1:
+            count = "both" if len(others) == 2 else f"all {len(others)}"
+            how = f"{count} other ranks that received it saw it wrong"
+        elif sender in seen:
+            how = "its own copy was already wrong"
+        else:
+            how = "the rank that received it saw it wrong"
         parts.append(
-            f"{where(sender, identities)} sent wrong data: every rank that received it saw {total:,} wrong"
+            f"{where(sender, identities)} sent wrong data: {how} ({sum(seen.values()):,} elements in all)"
         )
     for receiver in found.receivers:
         parts.append(f"{where(receiver, identities)} received wrong data from every sender")
