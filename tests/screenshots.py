@@ -3,7 +3,8 @@
 Real small runs for allreduce, collectives, train, profile (with rank 1 slowed) and env (the
 tests' runs); a synthetic report for links: 16 ranks on 2 hosts with one slow link, which one
 machine cannot make without network namespaces (tests/test_links_netns.py makes a slow host).
-Each shot is the top of the page (verdict, checks, the first chart), scaled so that the PNG stays small. Also prints the size of a 64-rank links page.
+Each shot is the top of the page (verdict, checks, the first chart), scaled so that the PNG stays
+small. Also prints the size of a 64-rank links page.
 """
 
 from __future__ import annotations

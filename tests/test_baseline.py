@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ from ddpcheck import __version__, baseline, expectations
 from ddpcheck.errors import UsageError
 from ddpcheck.report import Status
 from tests.conftest import assert_nothing_left, assert_usage_error, worker_processes
-from tests.test_multinode import _free_port, _ip, _on_host
+from tests.netns import free_port, ip, on_host, veth_pair
 
 M = 1024**2
 SIZES = (64 * 1024, M, 2 * M, 4 * M)
@@ -491,42 +489,18 @@ def test_compare_pairs_of_saved_reports(ddpcheck, scratch, saved, tmp_path) -> N
 @pytest.fixture
 def wt15_hosts():
     """Two network namespaces joined by a veth pair (10.231.15.1, .2), for a link that tc makes slow."""
-    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare") or not shutil.which("tc"):
-        pytest.skip("needs root, iproute2 (ip, tc) and unshare to build network namespaces")
-    tag = uuid.uuid4().hex[:6]
-    names = [f"wt15{tag}a", f"wt15{tag}b"]
-    try:
-        for ns in names:
-            _ip("netns", "add", ns)
-    except subprocess.CalledProcessError as exc:
-        pytest.skip(f"ip netns is unavailable here: {exc.stderr.decode().strip()}")
-    try:
-        _ip("link", "add", f"w{tag}a", "type", "veth", "peer", "name", f"w{tag}b")
-        hosts = []
-        for index, ns in enumerate(names):
-            dev, address = f"w{tag}{'ab'[index]}", f"10.231.15.{index + 1}"
-            _ip("link", "set", dev, "netns", ns)
-            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-            hosts.append(
-                {"netns": ns, "device": dev, "address": address, "hostname": f"wt15{'ab'[index]}-{tag}"}
-            )
-        yield hosts
-    finally:
-        for ns in names:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    yield from veth_pair("wt15", "10.231.15", tools=("ip", "unshare", "tc"))
 
 
 def _two_host_run(hosts: list[dict], scratch: Path, report: Path, *extra: str) -> int:
     """allreduce over the veth link, one rank per host; the exit code of rank 0's node (the report's)."""
-    endpoint = f"{hosts[0]['address']}:{_free_port()}"
+    endpoint = f"{hosts[0]['address']}:{free_port()}"
     procs = []
     for node, host in enumerate(hosts):
         args = ["allreduce", "--nproc", "1", "--sizes", "128K:512K", "--iters", "5", "--nnodes", "2"]
         args += ["--node-rank", str(node), "--rdzv-endpoint", endpoint, "--timeout", "60", *extra]
         args += ["--json", str(report if node == 0 else report.with_suffix(".other.json")), "--quiet"]
-        procs.append(_on_host(host, args, scratch))
+        procs.append(on_host(host, args, scratch))
     outputs = [p.communicate(timeout=180) for p in procs]
     # The comparison is made where the report is: the other node exits with the ranks' own verdict.
     assert procs[1].returncode == 0, outputs
@@ -538,7 +512,7 @@ def test_a_link_made_slow_with_tc_fails_against_the_baseline(wt15_hosts, scratch
     healthy_path = tmp_path / "healthy.json"
     assert _two_host_run(wt15_hosts, scratch, healthy_path) == 0
     host = wt15_hosts[1]
-    _ip("netns", "exec", host["netns"], "tc", "qdisc", "add", "dev", host["device"], "root", "tbf",
+    ip("netns", "exec", host["netns"], "tc", "qdisc", "add", "dev", host["device"], "root", "tbf",
         "rate", "20mbit", "burst", "32kbit", "latency", "400ms")  # fmt: skip
     slow_path = tmp_path / "slow.json"
     assert _two_host_run(wt15_hosts, scratch, slow_path, "--baseline", str(healthy_path)) == 1

@@ -312,7 +312,7 @@ def _pythonpath() -> str:
 
 
 # ------------------------------------------------------------------ a real Slurm on this machine
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("", 0))
         return probe.getsockname()[1]
@@ -371,7 +371,7 @@ def slurm_daemons() -> Iterator[dict[str, str]]:
     host = socket.gethostname()
     conf.write_text(
         SLURM_CONF.format(
-            tag=os.getpid(), host=host, ctld_port=_free_port(), d_port=_free_port(), dir=directory
+            tag=os.getpid(), host=host, ctld_port=free_port(), d_port=free_port(), dir=directory
         )
     )
     env = {**os.environ, "SLURM_CONF": str(conf)}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import assert_nothing_left
-from tests.test_multinode import _free_port, _ip, _on_host
+from tests.netns import free_port, ip, on_host
 
 HOSTS = 4
 SLOW = 2  # the host whose outgoing link tc limits
@@ -28,24 +28,24 @@ def bridged_hosts():
     bridge_ns = f"wt13{tag}br"
     names = [f"wt13{tag}h{i}" for i in range(HOSTS)]
     try:
-        _ip("netns", "add", bridge_ns)
+        ip("netns", "add", bridge_ns)
     except subprocess.CalledProcessError as exc:
         pytest.skip(f"ip netns is unavailable here: {exc.stderr.decode().strip()}")
     try:
-        _ip("-n", bridge_ns, "link", "add", "br0", "type", "bridge")
-        _ip("-n", bridge_ns, "link", "set", "br0", "up")
+        ip("-n", bridge_ns, "link", "add", "br0", "type", "bridge")
+        ip("-n", bridge_ns, "link", "set", "br0", "up")
         hosts = []
         for i, ns in enumerate(names):
-            _ip("netns", "add", ns)
+            ip("netns", "add", ns)
             dev, peer, address = f"w{tag}h{i}", f"w{tag}b{i}", f"10.231.13.{i + 1}"
-            _ip("link", "add", dev, "type", "veth", "peer", "name", peer)
-            _ip("link", "set", dev, "netns", ns)
-            _ip("link", "set", peer, "netns", bridge_ns)
-            _ip("-n", bridge_ns, "link", "set", peer, "master", "br0")
-            _ip("-n", bridge_ns, "link", "set", peer, "up")
-            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
+            ip("link", "add", dev, "type", "veth", "peer", "name", peer)
+            ip("link", "set", dev, "netns", ns)
+            ip("link", "set", peer, "netns", bridge_ns)
+            ip("-n", bridge_ns, "link", "set", peer, "master", "br0")
+            ip("-n", bridge_ns, "link", "set", peer, "up")
+            ip("-n", ns, "addr", "add", f"{address}/24", "dev", dev)
+            ip("-n", ns, "link", "set", dev, "up")
+            ip("-n", ns, "link", "set", "lo", "up")
             hosts.append(
                 {"netns": ns, "device": dev, "address": address, "hostname": f"wt13-{tag}-{'abcd'[i]}"}
             )
@@ -63,12 +63,12 @@ def test_the_host_behind_a_slow_link_is_named(bridged_hosts, scratch, tmp_path: 
     result = subprocess.run(["ip", "netns", "exec", slow["netns"], *limit], capture_output=True, text=True)
     if result.returncode != 0:
         pytest.skip(f"tc cannot limit a veth here: {result.stderr.strip()}")
-    endpoint = f"{bridged_hosts[0]['address']}:{_free_port()}"
+    endpoint = f"{bridged_hosts[0]['address']}:{free_port()}"
     procs = []
     for node, host in enumerate(bridged_hosts):
         args = ["links", "--nproc", "1", "--size", "128K", "--iters", "5", "--nnodes", str(HOSTS)]
         args += ["--node-rank", str(node), "--rdzv-endpoint", endpoint, "--timeout", "60"]
-        procs.append(_on_host(host, [*args, "--json", str(tmp_path / f"n{node}.json")], scratch))
+        procs.append(on_host(host, [*args, "--json", str(tmp_path / f"n{node}.json")], scratch))
     outputs = [p.communicate(timeout=240) for p in procs]
     assert [p.returncode for p in procs] == [1] * HOSTS, outputs
     report = json.loads((tmp_path / "n0.json").read_text())

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -25,6 +22,7 @@ from ddpcheck.slurm import (
     under_srun,
 )
 from tests.conftest import assert_nothing_left, worker_processes
+from tests.netns import free_port, on_host, popen, veth_pair
 
 QUICK = ("--sizes", "1K:4K", "--iters", "1")
 
@@ -147,32 +145,13 @@ def test_rank_map_catches_two_ranks_on_one_gpu() -> None:
 
 
 # ------------------------------------------------------------------ real runs
-def _popen(args: list[str], scratch: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "TMPDIR": str(scratch),
-        "OMP_NUM_THREADS": "1",
-        "COLUMNS": "200",
-        **(extra_env or {}),
-    }
-    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.mark.parametrize(
     ("fault", "code", "one_task_per_node"), [(None, 0, False), ("corrupt@3", 1, False), (None, 0, True)]
 )
 def test_two_launchers_make_one_world(
     scratch, tmp_path: Path, fault: str | None, code: int, one_task_per_node: bool
 ) -> None:
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     procs, reports = [], []
     for node in (0, 1):
         report = tmp_path / f"node{node}.json"
@@ -183,9 +162,9 @@ def test_two_launchers_make_one_world(
         if one_task_per_node:
             # The sbatch recipe: one srun task per node; --node-rank comes from SLURM_NODEID.
             env = {**srun_env(node, 2, 1, nodelist="localhost"), "SLURM_NNODES": "2"}
-            procs.append(_popen(args, scratch, env))
+            procs.append(popen(args, scratch, env))
         else:
-            procs.append(_popen([*args, "--node-rank", str(node)], scratch))
+            procs.append(popen([*args, "--node-rank", str(node)], scratch))
     outputs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [code, code], outputs
     loaded = [json.loads(r.read_text()) for r in reports]
@@ -204,7 +183,7 @@ def test_two_launchers_make_one_world(
 
 
 def test_a_node_that_never_arrives_is_bounded(ddpcheck, scratch) -> None:
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     run = ddpcheck(
         "allreduce", "--nproc", "1", *QUICK, "--nnodes", "2", "--rdzv-endpoint", endpoint, "--timeout", "5"
     )
@@ -217,12 +196,12 @@ def test_a_node_that_never_arrives_is_bounded(ddpcheck, scratch) -> None:
 
 def test_srun_tasks_run_as_their_ranks(scratch, tmp_path: Path) -> None:
     procs = []
-    port = str(_free_port())
+    port = str(free_port())
     for rank in range(3):
         env = {**srun_env(rank, 3, 3, nodelist="localhost"), "MASTER_PORT": port}
         args = [sys.executable, "-m", "ddpcheck", "allreduce", *QUICK, "--inject", "corrupt@2"]
         args += ["--json", str(tmp_path / f"rank{rank}.json")]
-        procs.append(_popen(args, scratch, env))
+        procs.append(popen(args, scratch, env))
     outputs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [1, 1, 1], outputs
     report = json.loads((tmp_path / "rank0.json").read_text())
@@ -238,7 +217,7 @@ def test_under_torchrun_each_process_is_a_rank(scratch, tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "3"]
     args += ["-m", "ddpcheck", "allreduce", *QUICK, "--json", str(report)]
-    proc = _popen(args, scratch)
+    proc = popen(args, scratch)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, out + err
     data = json.loads(report.read_text())
@@ -247,44 +226,10 @@ def test_under_torchrun_each_process_is_a_rank(scratch, tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ two hosts of our own
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
 @pytest.fixture
 def two_hosts():
     """Two network namespaces joined by a veth pair: 10.231.7.1 and 10.231.7.2."""
-    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"):
-        pytest.skip("needs root, iproute2 and unshare to build network namespaces")
-    tag = uuid.uuid4().hex[:6]
-    names = [f"ddpc{tag}a", f"ddpc{tag}b"]
-    try:
-        for ns in names:
-            _ip("netns", "add", ns)
-    except subprocess.CalledProcessError as exc:
-        pytest.skip(f"ip netns is unavailable here: {exc.stderr.decode().strip()}")
-    try:
-        _ip("link", "add", f"v{tag}a", "type", "veth", "peer", "name", f"v{tag}b")
-        hosts = []
-        for index, ns in enumerate(names):
-            dev, address = f"v{tag}{'ab'[index]}", f"10.231.7.{index + 1}"
-            _ip("link", "set", dev, "netns", ns)
-            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-            hosts.append(
-                {"netns": ns, "device": dev, "address": address, "hostname": f"node{'ab'[index]}-{tag}"}
-            )
-        yield hosts
-    finally:
-        for ns in names:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
-def _on_host(host: dict, args: list[str], scratch: Path) -> subprocess.Popen:
-    command = " ".join(["exec", sys.executable, "-m", "ddpcheck", *args])
-    script = f"hostname {host['hostname']} && GLOO_SOCKET_IFNAME={host['device']} {command}"
-    return _popen(["ip", "netns", "exec", host["netns"], "unshare", "--uts", "sh", "-c", script], scratch)
+    yield from veth_pair("node", "10.231.7")
 
 
 @pytest.mark.netns
@@ -294,7 +239,7 @@ def test_two_hosts_in_network_namespaces(two_hosts, scratch, tmp_path: Path) -> 
     for node, host in enumerate(two_hosts):
         args = ["allreduce", "--nproc", "2", *QUICK, "--nnodes", "2", "--node-rank", str(node)]
         args += ["--rdzv-endpoint", endpoint, "--timeout", "30", "--json", str(tmp_path / f"n{node}.json")]
-        procs.append(_on_host(host, args, scratch))
+        procs.append(on_host(host, args, scratch))
     outputs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     report = json.loads((tmp_path / "n0.json").read_text())
@@ -310,7 +255,7 @@ def test_a_host_pointed_where_nobody_listens(two_hosts, scratch, tmp_path: Path)
     endpoint = f"{two_hosts[0]['address']}:29400"  # host A runs nothing
     args = ["allreduce", "--nproc", "2", *QUICK, "--nnodes", "2", "--node-rank", "1"]
     args += ["--rdzv-endpoint", endpoint, "--timeout", "5", "--json", str(tmp_path / "n1.json")]
-    proc = _on_host(two_hosts[1], args, scratch)
+    proc = on_host(two_hosts[1], args, scratch)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, out + err
     report = json.loads((tmp_path / "n1.json").read_text())
@@ -332,12 +277,12 @@ def test_a_fault_on_another_node_is_named_by_both(
     scratch, tmp_path: Path, fault: str, check: str, words: str
 ) -> None:
     """Each node sees only its own ranks' status files; the rendezvous store carries the rest."""
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     procs = []
     for node in (0, 1):
         args = [sys.executable, "-m", "ddpcheck", "allreduce", "--nproc", "1", *QUICK, "--nnodes", "2"]
         args += ["--node-rank", str(node), "--rdzv-endpoint", endpoint, "--timeout", "6", "--inject", fault]
-        procs.append(_popen([*args, "--json", str(tmp_path / f"n{node}.json")], scratch))
+        procs.append(popen([*args, "--json", str(tmp_path / f"n{node}.json")], scratch))
     outputs = [p.communicate(timeout=180) for p in procs]
     reports = [json.loads((tmp_path / f"n{node}.json").read_text()) for node in (0, 1)]
     assert [p.returncode for p in procs] == [3, 3], [
@@ -378,7 +323,7 @@ def test_under_torchrun_a_hang_is_named_by_rank_0(scratch, tmp_path: Path) -> No
         "--json",
         str(report),
     ]
-    proc = _popen(args, scratch)
+    proc = popen(args, scratch)
     _, err = proc.communicate(timeout=180)
     assert proc.returncode != 0
     data = json.loads(report.read_text())
