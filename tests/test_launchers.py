@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,10 +163,10 @@ class Outcome:
     pids: dict[int, int]
 
 
-def _rank_pids(scratch: Path, deadline: float) -> dict[int, int]:
+def _rank_pids(scratch: Path, deadline: float, proc: subprocess.Popen | None = None) -> dict[int, int]:
     """Rank -> pid, once every rank's status file says it is measuring (mid-sweep)."""
     pids: dict[int, int] = {}
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
         for path in scratch.glob(f"{inline.RUN_DIR_PREFIX}*/status/rank-*.json"):
             try:
                 status = json.loads(path.read_text())
@@ -191,16 +192,33 @@ def strike(argv: list[str], scratch: Path, tmp_path: Path, fault: signal.Signals
     """Launch, send `fault` to rank 2 mid-sweep, and wait (bounded) for every process to end."""
     report = tmp_path / "report.json"
     full_env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1", "COLUMNS": "200", **(env or {})}
-    proc = subprocess.Popen(
-        [*argv, "--json", str(report)],
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+
+    def start() -> subprocess.Popen:
+        return subprocess.Popen(
+            [*argv, "--json", str(report)],
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+    proc = start()
     try:
-        pids = _rank_pids(scratch, time.monotonic() + 120)
+        try:
+            pids = _rank_pids(scratch, time.monotonic() + 60, proc)
+        except AssertionError as exc:
+            # What is tested starts mid-sweep; a launcher that never got its ranks there (seen
+            # once in CI under mpirun, not reproduced) is retried once, and said, not hidden.
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            warnings.warn(
+                f"{exc}; retrying once; the launcher said:\n{out[-1500:]}\n{err[-3000:]}", stacklevel=1
+            )
+            for leftover in scratch.glob(f"{inline.RUN_DIR_PREFIX}*"):
+                shutil.rmtree(leftover, ignore_errors=True)
+            proc = start()
+            pids = _rank_pids(scratch, time.monotonic() + 60, proc)
         time.sleep(0.5)
         os.kill(pids[2], fault)
         struck = time.monotonic()
