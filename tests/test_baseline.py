@@ -519,3 +519,18 @@ def test_a_link_made_slow_with_tc_fails_against_the_baseline(wt15_hosts, scratch
     check = next(c for c in json.loads(slow_path.read_text())["checks"] if c["name"] == "baseline")
     assert check["status"] == "FAIL" and "all_reduce busbw at 512K" in check["detail"], check
     assert_nothing_left(scratch)
+
+
+@pytest.mark.parametrize("command", ["collectives", "links"])
+def test_every_measuring_command_takes_a_baseline_and_checks_it_first(
+    ddpcheck, scratch, saved, tmp_path, command
+) -> None:
+    # The registry gives --baseline to every command that measures speed; a baseline of another
+    # command (allreduce's against links) is refused before anything starts, as a missing file is.
+    (tmp_path / "text.json").write_text("not json")
+    for path in (tmp_path / "none.json", tmp_path / "text.json"):
+        assert_usage_error(ddpcheck(command, "--nproc", "2", "--baseline", str(path)), scratch)
+    if command == "links":
+        run = ddpcheck(command, "--nproc", "2", "--baseline", str(saved["allreduce"]))
+        assert_usage_error(run, scratch)
+        assert "allreduce" in run.stderr
