@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import statistics
 
+from ddpcheck.collective.judge import BANDWIDTH_COLUMNS
 from ddpcheck.report import Check, Report, Status, Table
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
@@ -112,15 +113,7 @@ def collectives_report(n: int = 8, corrupt: int | None = 3) -> Report:
             )
         else:
             report.checks.append(Check(op, Status.PASS, "6 sizes exact"))
-    columns = {
-        "op": "op",
-        "size": "size",
-        "count": "count",
-        "time_us": "time (us)",
-        "algbw_gbps": "algbw (GB/s)",
-        "busbw_gbps": "busbw (GB/s)",
-        "wrong": "#wrong",
-    }
+    columns = {"op": "op", **BANDWIDTH_COLUMNS}
     report.tables.append(Table("bandwidth", f"bandwidth (float32, {n} ranks)", columns, rows))
     report.tables.append(
         Table(

@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bench_allreduce import timed  # the same command timer (this script runs from tests/perf/)
 
 SAME_RUN = """
 import statistics, time, torch, torch.distributed as dist
@@ -71,17 +71,6 @@ dist.destroy_process_group()
 SIZE = 16 * 1024 * 1024
 ITERS, WARMUP = 10, 2
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
-
-
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
-    began = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    seconds = time.perf_counter() - began
-    if proc.returncode != 0:
-        raise SystemExit(
-            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-1500:]}{proc.stderr[-1500:]}"
-        )
-    return seconds, proc.stdout
 
 
 def main() -> None:
