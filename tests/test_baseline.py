@@ -15,7 +15,7 @@ from ddpcheck import __version__, baseline, expectations
 from ddpcheck.errors import UsageError
 from ddpcheck.report import Status
 from tests.conftest import assert_nothing_left, assert_usage_error, worker_processes
-from tests.netns import free_port, ip, on_host, veth_pair
+from tests.support.netns import free_port, ip, on_host, veth_pair
 
 M = 1024**2
 SIZES = (64 * 1024, M, 2 * M, 4 * M)

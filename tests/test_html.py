@@ -11,12 +11,12 @@ import pytest
 
 from ddpcheck.report import report_from_dict
 from tests.conftest import Run, assert_usage_error
-from tests.saved_reports import (
+from tests.support.saved_reports import (
     Saved,
     run_ddpcheck,
     saved_reports_fixture,  # noqa: F401 (the fixture `saved_reports`)
 )
-from tests.synthetic_reports import collectives_report, links_report
+from tests.support.synthetic_reports import collectives_report, links_report
 
 pytest.importorskip("matplotlib", reason="--html needs matplotlib: pip install 'ddpcheck[html]'")
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests import headless
-from tests.saved_reports import (
+from tests.support import headless
+from tests.support.saved_reports import (
     Saved,
     saved_reports_fixture,  # noqa: F401 (the fixture `saved_reports`)
 )
-from tests.synthetic_reports import collectives_report, links_report
+from tests.support.synthetic_reports import collectives_report, links_report
 
 pytest.importorskip("matplotlib", reason="--html needs matplotlib: pip install 'ddpcheck[html]'")
 

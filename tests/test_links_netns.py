@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import assert_nothing_left
-from tests.netns import free_port, ip, on_host
+from tests.support.netns import free_port, ip, on_host
 
 HOSTS = 4
 SLOW = 2  # the host whose outgoing link tc limits

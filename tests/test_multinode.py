@@ -22,7 +22,7 @@ from ddpcheck.slurm import (
     under_srun,
 )
 from tests.conftest import assert_nothing_left, worker_processes
-from tests.netns import free_port, on_host, popen, veth_pair
+from tests.support.netns import free_port, on_host, popen, veth_pair
 
 QUICK = ("--sizes", "1K:4K", "--iters", "1")
 

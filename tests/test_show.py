@@ -11,7 +11,7 @@ import pytest
 from ddpcheck import show as showing
 from ddpcheck.errors import UsageError
 from tests.conftest import Run, assert_usage_error
-from tests.saved_reports import (
+from tests.support.saved_reports import (
     Saved,
     run_ddpcheck,
     saved_reports_fixture,  # noqa: F401 (the fixture `saved_reports`)

@@ -1,4 +1,4 @@
-"""Make docs/html-*.png, the README's screenshots: `python -m tests.screenshots [DIR]`.
+"""Make docs/html-*.png, the README's screenshots: `python -m tests.support.screenshots [DIR]`.
 
 Real small runs for allreduce, collectives, train, profile (with rank 1 slowed) and env (the
 tests' runs); a synthetic report for links: 16 ranks on 2 hosts with one slow link, which one
@@ -14,9 +14,9 @@ import tempfile
 from pathlib import Path
 
 from ddpcheck.html import render_html, write_html
-from tests.headless import Browser
-from tests.saved_reports import RUNS, run_ddpcheck
-from tests.synthetic_reports import links_report
+from tests.support.headless import Browser
+from tests.support.saved_reports import RUNS, run_ddpcheck
+from tests.support.synthetic_reports import links_report
 
 # CSS pixels from the top of each page: enough for the verdict, the checks and the chart.
 HEIGHTS = {"allreduce": 1000, "train": 1000, "profile": 1000, "env": 900, "links": 1150, "collectives": 1000}
