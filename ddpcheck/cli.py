@@ -19,7 +19,7 @@ from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 
 if TYPE_CHECKING:
-    from ddpcheck.report import Report
+    from ddpcheck.report.model import Report
 from ddpcheck.options import (
     BACKENDS,
     COLLECTIVES,
@@ -203,7 +203,7 @@ class Output:
                 raise UsageError(
                     "--html -: the page needs a file path (standard output is the terminal report)"
                 )
-            from ddpcheck.html import require_charts
+            from ddpcheck.report.html import require_charts
 
             require_charts()
 
@@ -222,7 +222,7 @@ class Baseline:
 
     def load(self) -> dict[str, Any] | None:
         """The baseline report, validated before anything is launched (a bad file is exit 2)."""
-        from ddpcheck.baseline import load_report, validate_tolerance
+        from ddpcheck.report.baseline import load_report, validate_tolerance
 
         validate_tolerance(self.tolerance)
         if self.path is None:
@@ -321,7 +321,8 @@ def env_command(output: Output) -> None:
     /dev/shm and locked memory are large enough. Secrets are redacted.
     Exits 1 only when something FAILs; warnings exit 0.
     """
-    from ddpcheck import env, render
+    from ddpcheck.checks import env
+    from ddpcheck.report import terminal as render
 
     output.check()
     console = render.make_console(stderr=output.to_stdout)
@@ -350,8 +351,8 @@ def show(
     Nothing is launched. The exit code is the saved report's verdict (0, 1 or 3);
     a file that is not a ddpcheck report is exit 2.
     """
-    from ddpcheck import render
-    from ddpcheck import show as showing
+    from ddpcheck.report import show as showing
+    from ddpcheck.report import terminal as render
 
     output.check()
     report = showing.load(report_path)
@@ -389,9 +390,9 @@ def compare(
     """
     import time
 
-    from ddpcheck import baseline as baselines
-    from ddpcheck import render
-    from ddpcheck.report import Report
+    from ddpcheck.report import baseline as baselines
+    from ddpcheck.report import terminal as render
+    from ddpcheck.report.model import Report
 
     began = time.monotonic()
     baselines.validate_tolerance(tolerance)
@@ -635,8 +636,9 @@ def run_command(
     command: str, options: Any, launch_options: LaunchOptions, output: Output, baseline: Baseline
 ) -> None:
     """Validate, launch (or run as a rank), render, and exit with the verdict's code."""
-    from ddpcheck import render, slurm
-    from ddpcheck.faults import parse_faults
+    from ddpcheck.launcher import slurm
+    from ddpcheck.rank.faults import parse_faults
+    from ddpcheck.report import terminal as render
 
     launch_options.node_rank = slurm.default_node_rank(launch_options, os.environ)
     launch_options.validate()
@@ -644,11 +646,11 @@ def run_command(
     parse_faults(launch_options.inject, command)
     output.check()
     known_good = baseline.load()
-    from ddpcheck import launch
+    from ddpcheck.launcher import launch
 
     launch.quiet_torch_cpp_logs()
     console = render.make_console(stderr=output.to_stdout)
-    from ddpcheck import plan as planning
+    from ddpcheck.launcher import plan as planning
 
     inline = planning.detect_inline(launch_options)
     plan = planning.plan_inline(launch_options) if inline else planning.plan_launch(launch_options)
@@ -661,13 +663,13 @@ def run_command(
         )
     options = options.for_device(plan.device) if hasattr(options, "for_device") else options
     if known_good is not None:
-        from ddpcheck.baseline import check_setup, planned_setup
+        from ddpcheck.report.baseline import check_setup, planned_setup
 
         planned = planned_setup(command, plan.world_size, plan.backend, plan.device, options_to_dict(options))
         check_setup(known_good, command, planned, baseline.path)
     if inline:
         outcome = launch.run_inline(command, options_to_dict(options), plan)
-        from ddpcheck.report import Verdict
+        from ddpcheck.report.model import Verdict
 
         if isinstance(outcome, Verdict):
             raise typer.Exit(outcome.exit_code)
@@ -689,14 +691,14 @@ def run_command(
 
 def judge_speed(report: Report, known_good: dict[str, Any] | None, baseline: Baseline) -> None:
     """After the run, on the launcher side: against the baseline, or else what the hardware should do."""
-    from ddpcheck import baseline as baselines
-    from ddpcheck.report import Check, Status, Verdict
+    from ddpcheck.report import baseline as baselines
+    from ddpcheck.report.model import Check, Status, Verdict
 
     if report.world.get("report_on"):
         return  # not rank 0's node: the report, and its comparison, are printed there
     if known_good is None:
         if baselines.FAMILIES.get(report.command) == "bandwidth" and report.verdict != Verdict.ERROR:
-            from ddpcheck.expectations import judge_expected
+            from ddpcheck.report.expectations import judge_expected
 
             report.checks.append(judge_expected(report.to_dict()))
         return
@@ -716,8 +718,8 @@ def judge_speed(report: Report, known_good: dict[str, Any] | None, baseline: Bas
 
 
 def finish(report: Report, console: Any, output: Output) -> None:
-    from ddpcheck import render
-    from ddpcheck.report import write_json, write_junit
+    from ddpcheck.report import terminal as render
+    from ddpcheck.report.model import write_json, write_junit
 
     render.render_report(report, console, quiet=output.quiet)
     if output.json_path:
@@ -725,7 +727,7 @@ def finish(report: Report, console: Any, output: Output) -> None:
     if output.junit_path:
         write_junit(report, output.junit_path)
     if output.html_path:
-        from ddpcheck.html import write_html
+        from ddpcheck.report.html import write_html
 
         write_html(report, output.html_path)
     raise typer.Exit(report.verdict.exit_code)

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpcheck.collective.ops import OPS
+from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.errors import UsageError
 
 BACKENDS = ("auto", "nccl", "gloo")

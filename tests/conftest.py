@@ -49,7 +49,7 @@ def worker_processes(scratch: Path | None = None) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if "ddpcheck.worker" not in cmdline:
+        if "ddpcheck.rank.harness" not in cmdline:
             continue
         try:
             if scratch is None or proc.environ().get("TMPDIR") == str(scratch):

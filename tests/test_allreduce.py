@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from ddpcheck.checks.allreduce import judge
-from ddpcheck.collective.ops.all_reduce import bus_factor
-from ddpcheck.collective.pattern import EXACT_LIMIT, Pattern, human_bytes, sweep_sizes
+from ddpcheck.checks.collective.ops.all_reduce import bus_factor
+from ddpcheck.checks.collective.pattern import EXACT_LIMIT, Pattern, human_bytes, sweep_sizes
 from ddpcheck.options import AllreduceOptions
 from tests.conftest import assert_nothing_left, needs_gpu
 
@@ -147,7 +147,7 @@ def test_real_ranks_pass(ddpcheck, scratch, world: int) -> None:
         "data integrity",
         "bandwidth",
         "nodes agree",
-        "expected bandwidth",  # SKIP on CPU ranks: no expectation (ddpcheck/expectations.py)
+        "expected bandwidth",  # SKIP on CPU ranks: no expectation (ddpcheck/report/expectations.py)
     }
     assert len({r["pid"] for r in report["ranks"]}) == world
     assert "Classic check" in run.stdout and "PASS" in run.stdout

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from ddpcheck import __version__, baseline, expectations
+from ddpcheck import __version__
 from ddpcheck.errors import UsageError
-from ddpcheck.report import Status
+from ddpcheck.report import baseline, expectations
+from ddpcheck.report.model import Status
 from tests.conftest import assert_nothing_left, assert_usage_error, worker_processes
 from tests.support.netns import free_port, ip, on_host, veth_pair
 

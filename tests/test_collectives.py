@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
+from ddpcheck.checks.collective import harness
+from ddpcheck.checks.collective.judge import attribute
+from ddpcheck.checks.collective.ops import OPS
+from ddpcheck.checks.collective.ops.roots import ROOTS_PER_SIZE, roots_for
+from ddpcheck.checks.collective.pattern import Pattern, block_values, human_bytes
 from ddpcheck.checks.collectives import judge
-from ddpcheck.collective import harness
-from ddpcheck.collective.judge import attribute
-from ddpcheck.collective.ops import OPS
-from ddpcheck.collective.ops.roots import ROOTS_PER_SIZE, roots_for
-from ddpcheck.collective.pattern import Pattern, block_values, human_bytes
 from ddpcheck.options import COLLECTIVES, CollectivesOptions
 from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from ddpcheck.env import agreement, host_report, judge, master, probe, redact, units, variables
-from ddpcheck.report import Check, Report, Status, Verdict, write_json
+from ddpcheck.checks.env import agreement, host_report, judge, master, probe, redact, units, variables
+from ddpcheck.report.model import Check, Report, Status, Verdict, write_json
 from tests.conftest import needs_gpu
 
 SECRET = "s3cr3t-value-never-printed"
@@ -76,7 +76,7 @@ def check(report: Report, name: str) -> Check:
 def rendered(report: Report) -> str:
     from rich.console import Console
 
-    from ddpcheck import render
+    from ddpcheck.report import terminal as render
 
     out = io.StringIO()
     render.render_report(report, Console(file=out, width=250, no_color=True), quiet=False)
@@ -679,7 +679,9 @@ def test_unwritable_json_path_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_help_and_env_module_import_no_torch() -> None:
-    code = "import sys, ddpcheck.cli, ddpcheck.env; assert 'torch' not in sys.modules, 'torch imported'"
+    code = (
+        "import sys, ddpcheck.cli, ddpcheck.checks.env; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 

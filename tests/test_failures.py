@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddpcheck.postmortem import crash_culprits, judge_stall
-from ddpcheck.status import Stall
+from ddpcheck.launcher.postmortem import crash_culprits, judge_stall
+from ddpcheck.rank.status import Stall
 from tests.conftest import assert_nothing_left, worker_processes
 
 QUICK = ("--sizes", "1K", "--iters", "1")

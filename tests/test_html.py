@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpcheck.report import report_from_dict
+from ddpcheck.report.model import report_from_dict
 from tests.conftest import Run, assert_usage_error
 from tests.support.saved_reports import (
     Saved,
@@ -20,7 +20,7 @@ from tests.support.synthetic_reports import collectives_report, links_report
 
 pytest.importorskip("matplotlib", reason="--html needs matplotlib: pip install 'ddpcheck[html]'")
 
-from ddpcheck.html import render_html
+from ddpcheck.report.html import render_html
 
 NETWORK = re.compile(
     r"(?:https?|wss?|ftp)://(?!www\.w3\.org/)", re.I
@@ -156,7 +156,7 @@ def test_a_non_finite_loss_and_a_straggler_are_drawn(saved_reports: dict[str, Sa
 
 def test_a_crash_report_escapes_what_ranks_wrote() -> None:
     """An exit-3 report quotes a rank's stderr: shown as text, never as markup or script."""
-    from ddpcheck.report import Check, Report, Status, Table
+    from ddpcheck.report.model import Check, Report, Status, Table
 
     hostile = "RuntimeError: <script>alert(1)</script> at [/path/pair.cc:553] & more"
     report = Report(

@@ -19,7 +19,7 @@ from tests.support.synthetic_reports import collectives_report, links_report
 
 pytest.importorskip("matplotlib", reason="--html needs matplotlib: pip install 'ddpcheck[html]'")
 
-from ddpcheck.html import render_html, write_html
+from ddpcheck.report.html import render_html, write_html
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ddpcheck import __version__
-from ddpcheck.report import Check, Report, Status, Table, to_junit, write_junit
+from ddpcheck.report.model import Check, Report, Status, Table, to_junit, write_junit
 from tests.conftest import assert_nothing_left
 
 # ----------------------------------------------------- a structural checker

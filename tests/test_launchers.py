@@ -28,10 +28,11 @@ from typing import Any
 import psutil
 import pytest
 
-from ddpcheck import inline, mpi
 from ddpcheck.errors import UsageError
-from ddpcheck.postmortem import judge_inline
-from ddpcheck.status import FROZEN_AFTER_S, Stall, StatusWriter, StoreTransport
+from ddpcheck.launcher import mpi
+from ddpcheck.launcher.postmortem import judge_inline
+from ddpcheck.rank import inline
+from ddpcheck.rank.status import FROZEN_AFTER_S, Stall, StatusWriter, StoreTransport
 from tests.conftest import assert_usage_error
 
 TIMEOUT = 8

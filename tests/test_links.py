@@ -10,7 +10,7 @@ import pytest
 from ddpcheck.checks import links
 from ddpcheck.checks.schedule import INTER, INTRA, link_plan, nodes_of, round_robin
 from ddpcheck.options import LinksOptions
-from ddpcheck.report import Check, Report, Status
+from ddpcheck.report.model import Check, Report, Status
 from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu
 
 SIZE = 1_000_000

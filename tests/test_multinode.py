@@ -11,9 +11,7 @@ import pytest
 
 from ddpcheck.checks.rankmap import describe_ranks, hosts_table, judge_rank_map
 from ddpcheck.errors import UsageError
-from ddpcheck.options import LaunchOptions
-from ddpcheck.report import Check, Status
-from ddpcheck.slurm import (
+from ddpcheck.launcher.slurm import (
     default_node_rank,
     expand_nodelist,
     port_for_job,
@@ -21,6 +19,8 @@ from ddpcheck.slurm import (
     torch_environment,
     under_srun,
 )
+from ddpcheck.options import LaunchOptions
+from ddpcheck.report.model import Check, Status
 from tests.conftest import assert_nothing_left, worker_processes
 from tests.support.netns import free_port, on_host, popen, veth_pair
 
@@ -331,7 +331,7 @@ def test_under_torchrun_a_hang_is_named_by_rank_0(scratch, tmp_path: Path) -> No
     assert hang["name"] == "hang" and hang["ranks"] == [1], hang
     assert "rank 0 gave up after 5 s" in hang["detail"]
     assert (
-        "ddpcheck: rank 0 failed:" in err and "ddpcheck/worker.py" not in err
+        "ddpcheck: rank 0 failed:" in err and "ddpcheck/rank/harness.py" not in err
     )  # (torchrun's own traceback follows)
     assert not worker_processes(scratch)
     assert not list(

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpcheck import render
-from ddpcheck.report import Check, Report, Status, Table
+from ddpcheck.report import terminal as render
+from ddpcheck.report.model import Check, Report, Status, Table
 
 SMALL = ("allreduce", "--nproc", "2", "--sizes", "1K:4K", "--iters", "1")
 ESC = "\x1b"
@@ -104,7 +104,7 @@ def test_quiet_pass_prints_only_the_verdict(scratch: Path) -> None:
     proc = run_piped((*SMALL, "--quiet"), clean_env(scratch))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (line,) = proc.stdout.splitlines()
-    # 1 skip: "expected bandwidth", no expectation for CPU ranks (ddpcheck/expectations.py)
+    # 1 skip: "expected bandwidth", no expectation for CPU ranks (ddpcheck/report/expectations.py)
     assert line.startswith("PASS  ddpcheck allreduce (2 ranks, gloo, cpu): 5 pass, 1 skip in ")
     assert proc.stderr == ""
 
@@ -254,8 +254,8 @@ def test_details_quoting_brackets_are_not_rich_markup() -> None:
 
     from rich.console import Console
 
-    from ddpcheck.render import render_report
-    from ddpcheck.report import Check, Report, Status, Table
+    from ddpcheck.report.model import Check, Report, Status, Table
+    from ddpcheck.report.terminal import render_report
 
     detail = "rank 0 gave up ([/__w/pytorch/third_party/gloo/pair.cc:553] Connection closed by peer)"
     report = Report(command="allreduce", checks=[Check("hang [x]", Status.ERROR, detail, [1], ["[h]"])])

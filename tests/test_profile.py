@@ -12,7 +12,7 @@ from ddpcheck.checks import profile
 from ddpcheck.checks.profile import Marks, flops, judge, known_peak, straggler_ratios
 from ddpcheck.errors import UsageError
 from ddpcheck.options import ProfileOptions
-from ddpcheck.report import Status, Verdict
+from ddpcheck.report.model import Status, Verdict
 from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu
 
 OPTS = ProfileOptions(hidden=64, batch=8, steps=6, warmup=1)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpcheck import show as showing
 from ddpcheck.errors import UsageError
+from ddpcheck.report import show as showing
 from tests.conftest import Run, assert_usage_error
 from tests.support.saved_reports import (
     Saved,

@@ -7,9 +7,9 @@ import signal
 import threading
 from pathlib import Path
 
-from ddpcheck.launch import launch_config, launch_fields
+from ddpcheck.launcher.launch import launch_config, launch_fields
+from ddpcheck.launcher.plan import plan_launch
 from ddpcheck.options import LaunchOptions
-from ddpcheck.plan import plan_launch
 from ddpcheck.torch_compat import _MainThreadSignals, allow_agent_off_main_thread, fields_known_to
 
 

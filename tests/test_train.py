@@ -11,9 +11,9 @@ from ddpcheck.checks import train
 from ddpcheck.checks.model import DATA, INIT, build_linear, derive_seed, make_batch, mse
 from ddpcheck.checks.train import Batches, fingerprint, judge, max_abs_diff, mean_local_gradients
 from ddpcheck.errors import UsageError
-from ddpcheck.faults import DIVERGE_NUDGE, fault_step
 from ddpcheck.options import TrainOptions
-from ddpcheck.report import Status, Verdict
+from ddpcheck.rank.faults import DIVERGE_NUDGE, fault_step
+from ddpcheck.report.model import Status, Verdict
 from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu
 
 OPTS = TrainOptions(steps=5, hidden=64, batch=4)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from ddpcheck.errors import UsageError
-from ddpcheck.faults import Fault, parse_fault
 from ddpcheck.options import parse_endpoint, parse_size, parse_sizes
+from ddpcheck.rank.faults import Fault, parse_fault
 from tests.conftest import assert_usage_error
 
 BAD_INVOCATIONS = {

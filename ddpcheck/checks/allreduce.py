@@ -1,7 +1,7 @@
 """`ddpcheck allreduce`: is the process group sound, who breaks it, and how fast is it?
 
 The classic `ones * rank` reduction and the rank map, then the collective harness
-(ddpcheck/collective/) with the all_reduce definition: an exact integer pattern at
+(ddpcheck/checks/collective/) with the all_reduce definition: an exact integer pattern at
 every size of the sweep, counted element by element (nccl-tests' #wrong), the
 bandwidth timing, and - only when something was wrong - a bisection over subgroups
 that finds the ranks whose participation makes the sum wrong.
@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcheck.checks.rankmap import hosts_of, judge_rank_map, rank_map_table
-from ddpcheck.collective import harness
-from ddpcheck.collective.judge import (
+from ddpcheck.checks.collective import harness
+from ddpcheck.checks.collective.judge import (
     bandwidth_rows,
     bandwidth_table,
     culprit_text,
     judge_bandwidth,
     judge_data,
 )
-from ddpcheck.collective.ops import OPS
-from ddpcheck.collective.pattern import sweep_sizes
+from ddpcheck.checks.collective.ops import OPS
+from ddpcheck.checks.collective.pattern import sweep_sizes
+from ddpcheck.checks.rankmap import hosts_of, judge_rank_map, rank_map_table
 from ddpcheck.options import AllreduceOptions
-from ddpcheck.report import Check, Report, Status, Table
+from ddpcheck.report.model import Check, Report, Status, Table
 
 Options = AllreduceOptions
 ALL_REDUCE = OPS["all_reduce"]

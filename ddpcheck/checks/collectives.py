@@ -10,13 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from ddpcheck.checks.collective import harness
+from ddpcheck.checks.collective.judge import (
+    bandwidth_rows,
+    bandwidth_table,
+    judge_bandwidth,
+    judge_data,
+    peak,
+)
+from ddpcheck.checks.collective.ops import OPS
+from ddpcheck.checks.collective.pattern import sweep_sizes
 from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
-from ddpcheck.collective import harness
-from ddpcheck.collective.judge import bandwidth_rows, bandwidth_table, judge_bandwidth, judge_data, peak
-from ddpcheck.collective.ops import OPS
-from ddpcheck.collective.pattern import sweep_sizes
 from ddpcheck.options import CollectivesOptions
-from ddpcheck.report import Check, Report, Status, Table
+from ddpcheck.report.model import Check, Report, Status, Table
 
 Options = CollectivesOptions
 

@@ -22,7 +22,7 @@ from ddpcheck.checks.outliers import Findings, SlowLink, SlowRank, find_slow
 from ddpcheck.checks.rankmap import describe_ranks, judge_rank_map, node_label, node_of, span, where
 from ddpcheck.checks.schedule import INTER, INTRA, Round, link_plan, nodes_of
 from ddpcheck.options import LinksOptions
-from ddpcheck.report import Check, Report, Status, counted
+from ddpcheck.report.model import Check, Report, Status, counted
 
 Options = LinksOptions
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ddpcheck.checks.rankmap import node_label, node_of, span
 from ddpcheck.checks.schedule import INTER, INTRA
-from ddpcheck.report import Table
+from ddpcheck.report.model import Table
 
 HEATMAP_MAX = 32  # ranks (or nodes) per side of the terminal heat map
 SLOWEST_SHOWN = 8
@@ -64,7 +64,7 @@ def link_tables(
 
 
 def _matrix_title(world: int, nodes: int, size: int, rounds: str) -> str:
-    from ddpcheck.collective.pattern import human_bytes
+    from ddpcheck.checks.collective.pattern import human_bytes
 
     axis = (
         "rank x rank (row sends, column receives)"

@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ddpcheck.checks.collective.harness import time_collective
+from ddpcheck.checks.collective.ops.all_reduce import bus_factor
 from ddpcheck.checks.model import (
     DATA,
     INIT,
@@ -35,10 +37,8 @@ from ddpcheck.checks.model import (
     wrap_ddp,
 )
 from ddpcheck.checks.rankmap import hosts_of, judge_rank_map, rank_map_table, where
-from ddpcheck.collective.harness import time_collective
-from ddpcheck.collective.ops.all_reduce import bus_factor
 from ddpcheck.options import ProfileOptions
-from ddpcheck.report import Check, Report, Status, Table
+from ddpcheck.report.model import Check, Report, Status, Table
 
 Options = ProfileOptions
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ddpcheck.report import Check, Status, Table, counted
+from ddpcheck.report.model import Check, Status, Table, counted
 
 RANKS_TABLE_COLUMNS = {
     "rank": "rank",

@@ -35,7 +35,7 @@ from ddpcheck.checks.model import (
 )
 from ddpcheck.checks.rankmap import hosts_of, judge_rank_map, rank_map_table, where
 from ddpcheck.options import TrainOptions
-from ddpcheck.report import Check, Report, Status, Table
+from ddpcheck.report.model import Check, Report, Status, Table
 
 Options = TrainOptions
 

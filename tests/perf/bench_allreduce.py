@@ -58,7 +58,7 @@ dist.destroy_process_group()
 SAME_RUN = """
 import statistics, time, torch, torch.distributed as dist
 from types import SimpleNamespace
-from ddpcheck.collective.harness import time_collective
+from ddpcheck.checks.collective.harness import time_collective
 dist.init_process_group("gloo")
 n, iters, warmup = dist.get_world_size(), {iters}, {warmup}
 ctx = SimpleNamespace(device=torch.device("cpu"), sync=lambda: None, barrier=dist.barrier, tick=lambda: None)

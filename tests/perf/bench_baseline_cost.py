@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddpcheck import baseline
+from ddpcheck.report import baseline
 
 ARGS = ["allreduce", "--nproc", "2", "--quiet"]
 

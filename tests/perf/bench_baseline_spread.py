@@ -30,7 +30,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ddpcheck import baseline
+from ddpcheck.report import baseline
 
 COMMANDS = {
     "allreduce": ["allreduce", "--nproc", "2"],

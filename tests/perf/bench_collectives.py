@@ -27,9 +27,9 @@ from bench_allreduce import timed  # the same command timer (this script runs fr
 SAME_RUN = """
 import statistics, time, torch, torch.distributed as dist
 from types import SimpleNamespace
-from ddpcheck.collective.harness import time_collective
-from ddpcheck.collective.ops import OPS
-from ddpcheck.collective.ops.base import Team
+from ddpcheck.checks.collective.harness import time_collective
+from ddpcheck.checks.collective.ops import OPS
+from ddpcheck.checks.collective.ops.base import Team
 dist.init_process_group("gloo")
 n, rank, iters, warmup = dist.get_world_size(), dist.get_rank(), {iters}, {warmup}
 ctx = SimpleNamespace(device=torch.device("cpu"), sync=lambda: None, barrier=dist.barrier, tick=lambda: None)

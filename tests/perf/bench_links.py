@@ -25,7 +25,7 @@ import os, statistics, time, torch, torch.distributed as dist
 from types import SimpleNamespace
 from ddpcheck.checks.links import _time_exchange, measure_plan
 from ddpcheck.checks.schedule import Round, link_plan
-from ddpcheck.faults import Faults
+from ddpcheck.rank.faults import Faults
 from ddpcheck.options import LinksOptions
 
 dist.init_process_group("gloo")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 import statistics
 
-from ddpcheck.collective.judge import BANDWIDTH_COLUMNS
-from ddpcheck.report import Check, Report, Status, Table
+from ddpcheck.checks.collective.judge import BANDWIDTH_COLUMNS
+from ddpcheck.report.model import Check, Report, Status, Table
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
 BUS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}

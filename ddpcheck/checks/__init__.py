@@ -1,0 +1,1 @@
+"""One module or folder per command: what it measures on every rank and how rank 0 judges it."""

@@ -1,0 +1,261 @@
+"""The collective harness, on every rank: the sweep, the timing, the exact data check and localisation.
+
+For each size of the sweep a collective (a definition from collective/ops/) runs once
+per data-check variant (every root, both ring directions) with an integer pattern that
+every rank can predict; each rank counts its wrong elements, by the rank that sent
+them where the data says who sent it. Then the collective is timed. When a reduction
+was wrong anywhere, the ranks localise the fault together by re-running it on
+subgroups. The judging is pure and runs on rank 0 (collective/judge.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ddpcheck.checks.collective.ops.base import Collective, Team
+from ddpcheck.checks.collective.pattern import ITEM_SIZE, human_bytes
+
+
+def time_collective(ctx: Any, call: Callable[[], None], warmup: int, iters: int) -> float:
+    """Seconds per call on this rank: CUDA events on GPUs, perf_counter between barriers on CPU."""
+    import torch
+
+    for _ in range(warmup):
+        call()
+        ctx.tick()
+    ctx.sync()
+    ctx.barrier()
+    if ctx.device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            call()
+            ctx.tick()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / iters
+    began = time.perf_counter()
+    for _ in range(iters):
+        call()
+        ctx.tick()
+    ctx.sync()
+    return (time.perf_counter() - began) / iters
+
+
+def measure_op(
+    ctx: Any, op: Collective, sizes: list[int], dtype_name: str, warmup: int, iters: int
+) -> dict[str, Any]:
+    """This rank's account of one collective over the sweep: per size, time and wrong elements."""
+    import torch
+
+    n = ctx.world_size
+    reason = f"needs at least {op.min_ranks} ranks" if n < op.min_ranks else op.missing()
+    # Every rank must skip, or none: a rank that went on alone would wait for the others forever.
+    (lacking,) = ctx.agree_max([int(reason is not None)])
+    if lacking and not reason:
+        reason = "another rank's torch cannot run it (see nodes agree)"
+    reason = reason or unsupported(ctx, op, dtype_name)
+    if reason:
+        return {"op": op.name, "skipped": reason, "sizes": [], "culprits": [], "unlocalised": False}
+    dtype, item = getattr(torch, dtype_name), ITEM_SIZE[dtype_name]
+    world = Team(tuple(range(n)), ctx.rank)
+    rows = []
+    for index, size in enumerate(sizes):
+        count = op.count(size, item, n)
+        label = human_bytes(count * item)
+        ctx.stage(f"measure: {op.name} {label}")
+        ctx.progress(index, len(sizes), f"{op.name} {label}")  # after the stage, which clears progress
+        buffers = op.buffers(count, dtype, ctx.device, n)
+        variants = op.variants(n, index)
+        wrong, by_sender = 0, {}
+        for variant in variants:
+            op.load(buffers, world, variant, dtype_name, ctx.faults)
+            op.run(buffers, world, variant)
+            received = op.verify(buffers, world, variant, dtype_name)
+            wrong += received.wrong
+            for sender, elements in received.by_sender.items():
+                by_sender[sender] = by_sender.get(sender, 0) + elements
+        op.clear(buffers)
+        seconds = time_collective(ctx, lambda b=buffers: op.run(b, world, op.timed_variant()), warmup, iters)
+        rows.append(
+            {
+                "size_bytes": count * item,
+                "count": count,
+                "seconds": seconds,
+                "wrong": wrong,
+                "wrong_from": by_sender,
+                "variants": variants,
+            }
+        )
+        del buffers
+    ctx.progress(len(sizes), len(sizes), "done")
+    culprits: list[int] | None = []
+    if op.reduces:
+        # Every rank must take the same decision and localise at the same size (a reduce's
+        # result is on its root only): agree on the first size that failed anywhere.
+        first_wrong = next((i for i, r in enumerate(rows) if r["wrong"]), len(rows))
+        (failing,) = ctx.agree_min([first_wrong])
+        if failing < len(rows):
+            ctx.stage(f"measure: localise the faulty rank of {op.name} by bisection")
+            culprits = localise(ctx, op, rows[failing]["size_bytes"], dtype_name)
+    return {
+        "op": op.name,
+        "skipped": None,
+        "sizes": rows,
+        "culprits": culprits or [],
+        "unlocalised": culprits is None,
+    }
+
+
+# How backends refuse a collective or a dtype they lack (gloo: "... is not supported"), as
+# opposed to a failure of the run itself, which must stay a finding.
+UNSUPPORTED_MARKERS = ("not supported", "unsupported", "not implemented", "notimplemented")
+
+
+def unsupported(ctx: Any, op: Collective, dtype_name: str) -> str | None:
+    """Why this backend cannot run `op` on `dtype_name`, from one call on a tiny buffer; None if it can.
+
+    A backend refuses before any traffic, alike on every rank, so every rank skips together.
+    """
+    import torch
+
+    n = ctx.world_size
+    buffers = op.buffers(
+        op.count(n * ITEM_SIZE[dtype_name], ITEM_SIZE[dtype_name], n),
+        getattr(torch, dtype_name),
+        ctx.device,
+        n,
+    )
+    try:
+        op.run(buffers, Team(tuple(range(n)), ctx.rank), op.timed_variant())
+    except (RuntimeError, NotImplementedError, ValueError, TypeError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if not any(m in f"{type(exc).__name__} {message}".lower() for m in UNSUPPORTED_MARKERS):
+            raise
+        return f"the {ctx.backend} backend cannot run it with {dtype_name}: {message}"
+    return None
+
+
+def localise(ctx: Any, op: Collective, size_bytes: int, dtype_name: str) -> list[int] | None:
+    """Ranks whose participation makes a reduction wrong, found by re-running it on subgroups."""
+    return bisect(ctx.world_size, lambda groups: run_on_groups(ctx, op, size_bytes, dtype_name, groups))
+
+
+def bisect(n: int, run: Callable[[list[list[int]]], list[bool]]) -> list[int] | None:
+    """The ranks at fault, from `run` (disjoint groups -> which of them came out wrong).
+
+    Pure but for `run`, so it is tested with fault models. Split every wrong group into
+    halves and run each half on its own. A wrong pair is split once more: each member
+    runs beside a partner from outside the pair (a rank proven good first; when partners
+    are short, the other member waits a round). A member wrong beside its partner, or
+    wrong alone, is at fault. A rank right *alone* proves nothing (a lone rank moves no
+    data, so a bad link never shows): only groups of two or more that came out right
+    prove their ranks good. A wrong group whose parts all came out right is named
+    whole, less the members proven good: the fault needs those ranks together. None
+    when that group is the whole world (nothing was localised). Every rank takes the
+    same steps, since every rank learns every result.
+    """
+    suspects: list[list[int]] = [list(range(n))]
+    tested: dict[tuple[int, ...], dict[int, bool]] = {}  # a pair -> its members' results so far
+    good: set[int] = set()
+    culprits: set[int] = set()
+    while suspects:
+        in_doubt = {r for group in suspects for r in group} | culprits
+        outside = [r for r in range(n) if r not in good and r not in in_doubt]
+        spare = sorted(good) + outside
+        candidates = _plan_round(n, suspects, tested, spare, alone=False)
+        if not candidates:
+            # Every member waits for a partner and none is free (every rank is in doubt): alone, then.
+            candidates = _plan_round(n, suspects, tested, spare, alone=True)
+        wrong = run([group for _, group, _ in candidates])
+        for (_, group, _), bad in zip(candidates, wrong, strict=True):
+            if not bad and len(group) > 1:
+                good |= set(group)
+        next_suspects: list[list[int]] = []
+        for index, group in enumerate(suspects):
+            results = [(g, m, w) for (i, g, m), w in zip(candidates, wrong, strict=True) if i == index]
+            if len(group) > 2:
+                failed = [g for g, _, w in results if w]
+                for g in failed:
+                    if len(g) == 1:
+                        culprits.add(g[0])  # wrong alone
+                    else:
+                        next_suspects.append(g)
+                if not failed:
+                    unproven = [r for r in group if r not in good]
+                    if unproven and len(unproven) < len(group):
+                        next_suspects.append(unproven)  # right only alone: try it beside proven ranks
+                    elif len(group) == n:
+                        return None  # every part is right alone: only the whole world shows the fault
+                    else:
+                        culprits |= set(group)
+                continue
+            done = tested.setdefault(tuple(group), {})
+            done.update({m: w for _, m, w in results if m is not None})
+            if len(done) < len(group):
+                next_suspects.append(group)  # a member still waits for a partner
+                continue
+            failed_members = [m for m, w in done.items() if w]
+            if failed_members:
+                culprits |= set(failed_members)
+            elif len(group) == n:
+                return None
+            else:
+                culprits |= {r for r in group if r not in good} or set(group)
+        suspects = next_suspects
+    return sorted(culprits)
+
+
+def _plan_round(
+    n: int,
+    suspects: list[list[int]],
+    tested: dict[tuple[int, ...], dict[int, bool]],
+    spare: list[int],
+    alone: bool,
+) -> list[tuple[int, list[int], int | None]]:
+    """One round of bisect(): (suspect, group, member under test) for groups that run at once."""
+    spare = list(spare)
+    candidates: list[tuple[int, list[int], int | None]] = []
+    for index, group in enumerate(suspects):
+        if len(group) > 2:
+            half = (len(group) + 1) // 2
+            candidates += [(index, group[:half], None), (index, group[half:], None)]
+            continue
+        for member in group:
+            if member in tested.get(tuple(group), {}):
+                continue
+            partners = [r for r in spare if r not in group]
+            if partners and not alone:
+                spare.remove(partners[0])
+                candidates.append((index, [member, partners[0]], member))
+            elif alone or not any(r not in group for r in range(n)):
+                candidates.append((index, [member], member))  # nobody else to stand beside it
+    return candidates
+
+
+def run_on_groups(
+    ctx: Any, op: Collective, size_bytes: int, dtype_name: str, groups: list[list[int]]
+) -> list[bool]:
+    """Run the data check in each (disjoint) group at once; which groups saw a wrong element."""
+    import torch
+    import torch.distributed as dist
+
+    handles = [dist.new_group(ranks=g) for g in groups]  # every rank creates every group
+    mine = next((i for i, g in enumerate(groups) if ctx.rank in g), None)
+    wrong_here = [0] * len(groups)
+    if mine is not None:
+        members = sorted(groups[mine])  # a process group orders its members by global rank
+        team = Team(tuple(members), members.index(ctx.rank), handles[mine])
+        item = ITEM_SIZE[dtype_name]
+        count = op.count(size_bytes, item, team.size)
+        buffers = op.buffers(count, getattr(torch, dtype_name), ctx.device, team.size)
+        for variant in op.variants(team.size, 0):
+            op.load(buffers, team, variant, dtype_name, ctx.faults)
+            op.run(buffers, team, variant)
+            wrong_here[mine] |= op.verify(buffers, team, variant, dtype_name).wrong > 0
+    seen = ctx.agree_max(wrong_here)  # each group's verdict reaches every rank
+    for handle in handles:
+        dist.destroy_process_group(handle)
+    return [bool(w) for w in seen]

@@ -1,0 +1,139 @@
+"""Every node agrees: the fingerprint each rank takes, and the cross-rank check every command runs.
+
+`rank_fingerprint()` is cheap (no subprocess, no CUDA init); `judge_agreement()`
+and `fingerprint_table()` are pure, run on rank 0 over every rank's fingerprint.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ddpcheck.checks.env.probe import nccl_version, nvidia_driver_version, physical_gpus
+from ddpcheck.report.model import Check, Status, Table
+
+# (key, label, status when a host differs). torch, CUDA and NCCL must match for
+# collectives to interoperate (a mixed NCCL can hang or corrupt); a different
+# driver, GPU model or Python usually runs but is the "one node was upgraded" smell.
+FINGERPRINT_FIELDS: tuple[tuple[str, str, Status], ...] = (
+    ("torch", "torch", Status.FAIL),
+    ("cuda", "CUDA", Status.FAIL),
+    ("nccl", "NCCL", Status.FAIL),
+    ("driver", "driver", Status.WARN),
+    ("gpu", "GPU model", Status.WARN),
+    ("python", "Python", Status.WARN),
+)
+
+
+def rank_fingerprint() -> dict[str, str | None]:
+    """What must match across nodes, cheaply (no subprocess, no CUDA init): a few ms once torch is loaded.
+
+    Call it after the rank bound its device: the GPU model is then this rank's
+    own GPU; without CUDA initialised it is the host's models from /proc.
+    """
+    import torch
+
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or getattr(torch.version, "hip", None),
+        "nccl": nccl_version(torch),
+        "driver": nvidia_driver_version(),
+        "gpu": _fingerprint_gpu(torch),
+        "python": platform.python_version(),
+    }
+
+
+def _fingerprint_gpu(torch: Any) -> str | None:
+    try:
+        if torch.cuda.is_initialized():
+            return torch.cuda.get_device_name(torch.cuda.current_device())
+    except Exception:
+        pass
+    gpus = physical_gpus(Path("/proc/driver/nvidia"))
+    models = sorted({g["model"] for g in gpus or [] if g.get("model")})
+    return ", ".join(models) or None
+
+
+def judge_agreement(
+    fingerprints: Sequence[Mapping[str, Any] | None], identities: Sequence[Mapping[str, Any]]
+) -> Check:
+    """Name the hosts whose torch/CUDA/NCCL/driver/GPU model/Python differs from the majority.
+
+    `fingerprints[r]` is rank r's `rank_fingerprint()`, `identities[r]` its
+    identity (with 'host'). Votes are per host, not per rank: a node is one
+    upgrade, however many ranks it runs.
+    """
+    name = "nodes agree"
+    findings: list[str] = []
+    status = Status.PASS
+    culprits: set[int] = set()
+    hosts_all = list(dict.fromkeys(str(i["host"]) for i in identities))
+    for key, label, severity in FINGERPRINT_FIELDS:
+        values = [(fp or {}).get(key) for fp in fingerprints]
+        hosts_by_value: dict[Any, list[str]] = {}
+        for rank, value in enumerate(values):
+            hosts = hosts_by_value.setdefault(value, [])
+            host = str(identities[rank]["host"])
+            if host not in hosts:
+                hosts.append(host)
+        if len(hosts_by_value) < 2:
+            continue
+        ranked = sorted(hosts_by_value.items(), key=lambda kv: -len(kv[1]))
+        tie = len(ranked[0][1]) == len(ranked[1][1])
+        odd = [v for v, _ in ranked] if tie else [v for v, _ in ranked[1:]]
+        culprits.update(r for r, v in enumerate(values) if v in odd)
+        if status != Status.FAIL:
+            status = severity
+        if tie:
+            groups = "; ".join(f"{_show(v)} on {', '.join(h)}" for v, h in ranked)
+            findings.append(f"{label} differs with no majority: {groups}")
+        else:
+            majority, majority_hosts = ranked[0]
+            parts = [f"{', '.join(h)} {'has' if len(h) == 1 else 'have'} {_show(v)}" for v, h in ranked[1:]]
+            findings.append(
+                f"{label} differs: {'; '.join(parts)}, the other {len(majority_hosts)} "
+                f"host{'s' if len(majority_hosts) != 1 else ''} {_show(majority)}"
+            )
+    if not findings:
+        first = next((fp for fp in fingerprints if fp), {}) or {}
+        summary = ", ".join(f"{label} {_show(first.get(key))}" for key, label, _ in FINGERPRINT_FIELDS)
+        n = len(hosts_all)
+        return Check(name, Status.PASS, f"{n} host{'s' if n != 1 else ''} agree: {summary}")
+    fix = (
+        "Fix: install the same torch wheel (and driver) on every node, e.g. from one container image."
+        if status == Status.FAIL
+        else "Mixed drivers, GPUs or Pythons usually run, at the pace of the slowest, "
+        "but point to a node set up differently."
+    )
+    ranks = sorted(culprits)
+    hosts = list(dict.fromkeys(str(identities[r]["host"]) for r in ranks))
+    return Check(name, status, f"{'; '.join(findings)}. {fix}", ranks, hosts)
+
+
+def fingerprint_table(
+    fingerprints: Sequence[Mapping[str, Any] | None], identities: Sequence[Mapping[str, Any]]
+) -> Table:
+    """One row per distinct (host, fingerprint): what each node runs, side by side."""
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for rank, fp in enumerate(fingerprints):
+        fp = fp or {}
+        key = (identities[rank]["host"], *(fp.get(k) for k, _, _ in FINGERPRINT_FIELDS))
+        row = rows.setdefault(
+            key,
+            {
+                "host": identities[rank]["host"],
+                "ranks": [],
+                **{k: fp.get(k) for k, _, _ in FINGERPRINT_FIELDS},
+            },
+        )
+        row["ranks"].append(rank)
+    for row in rows.values():
+        row["ranks"] = ", ".join(map(str, row["ranks"]))
+    columns = {"host": "host", "ranks": "ranks", **{k: label for k, label, _ in FINGERPRINT_FIELDS}}
+    return Table("fingerprints", "Software on every node", columns, list(rows.values()))
+
+
+def _show(value: Any) -> str:
+    return "none" if value is None else str(value)

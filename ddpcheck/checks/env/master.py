@@ -1,0 +1,118 @@
+"""Probing MASTER_ADDR and MASTER_PORT: resolve the address, then bind-test the port on this host
+or make one TCP connect (short timeout) toward the configured master - never anywhere else.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ddpcheck.checks.env.probe import ProbeConfig
+
+
+def parse_port(text: str | None) -> int | None:
+    """A TCP port 1..65535, or None when the text is not one."""
+    if text is None or not text.strip().isdigit():
+        return None
+    port = int(text.strip())
+    return port if 1 <= port <= 65535 else None
+
+
+def resolve(host: str, timeout_s: float) -> tuple[list[str], str | None]:
+    """getaddrinfo has no timeout of its own: run it in a daemon thread and stop waiting."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            box["addrs"] = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        except Exception as exc:  # OSError mostly; whatever it is, it is a finding, not a crash
+            box["error"] = str(exc) or type(exc).__name__
+
+    thread = threading.Thread(target=work, name="ddpcheck-resolve", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        return [], f"timeout: the resolver did not answer within {timeout_s:g} s"
+    return box.get("addrs", []), box.get("error")
+
+
+def try_bind(address: str, port: int) -> str:
+    """Can a store listen on this port here? 'free', 'in use', 'denied' or the error.
+
+    Binds the wildcard address as torch's TCPStore does, with SO_REUSEADDR as it
+    does, so a connection lingering in TIME_WAIT does not count as 'in use'.
+    """
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
+        return "free"
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return "in use"
+        if exc.errno == errno.EACCES:
+            return "denied"
+        return str(exc)
+    finally:
+        sock.close()
+
+
+def try_connect(address: str, port: int, timeout_s: float) -> str:
+    """One TCP connect: 'open', 'refused', 'timeout' or the error text."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout_s):
+            return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except TimeoutError:
+        return "timeout"
+    except OSError as exc:
+        return str(exc)
+
+
+def probe_master(
+    addr: str | None,
+    port_text: str | None,
+    is_local: Callable[[str], bool],
+    config: ProbeConfig,
+) -> dict[str, Any]:
+    """Resolve MASTER_ADDR; then bind-test MASTER_PORT if the master is this host, else connect to it."""
+    facts: dict[str, Any] = {
+        "addr": addr,
+        "port_text": port_text,
+        "port": parse_port(port_text),
+        "resolved": [],
+        "resolve_error": None,
+        "local": None,
+        "bind": None,
+        "connect": None,
+    }
+    if not addr:
+        return facts
+    facts["resolved"], facts["resolve_error"] = resolve(addr, config.resolve_timeout_s)
+    if not facts["resolved"]:
+        return facts
+    facts["local"] = addr == socket.gethostname() or any(is_local(a) for a in facts["resolved"])
+    port = facts["port"]
+    if port is None:
+        return facts
+    if facts["local"]:
+        facts["bind"] = try_bind(facts["resolved"][0], port)
+    else:
+        # The only traffic this probe sends off the host: toward the configured master.
+        facts["connect"] = try_connect(facts["resolved"][0], port, config.port_timeout_s)
+    return facts
+
+
+def is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%")[0]).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,451 @@
+"""How ranks start, and how a run ends with a Report whatever happened.
+
+Ranks are started through torch.distributed.run's programmatic API
+(`elastic_launch` with a fully specified `LaunchConfig`), off the main thread, each
+rank's output kept in a per-run log directory; the watchdog (watchdog.py) bounds
+every wait. Whatever the ranks did, `launch()` returns a Report: rank 0's, this
+node's share of a remote verdict, or postmortem.py's account of a crash or hang.
+Already inside a launch (torchrun, srun), `run_inline` runs the command as that rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ddpcheck.launcher import postmortem
+from ddpcheck.launcher.plan import LaunchPlan
+from ddpcheck.launcher.presence import Presence, StoreUnreachable
+from ddpcheck.launcher.rendezvous import advertised_address, check_rendezvous_port, hosts_store
+from ddpcheck.launcher.watchdog import (
+    ABANDON_AFTER_S,
+    POLL_S,
+    ProgressCallback,
+    Watchdog,
+    annotate,
+    kill_workers,
+)
+from ddpcheck.rank.harness import SPEC_FILE, load_report, load_verdict, run_rank
+from ddpcheck.rank.status import read_statuses
+from ddpcheck.report.model import Report, Verdict
+from ddpcheck.torch_compat import (
+    advertise_store_address,
+    allow_agent_off_main_thread,
+    fields_known_to,
+    rank_log_fields,
+    share_rendezvous_port,
+)
+
+# Ranks' own collective timeout is a little longer than the launcher's stall bound,
+# so that the launcher, which sees every rank, names the culprit first.
+PG_TIMEOUT_GRACE_S = 5.0
+
+
+def make_spec(command: str, options: dict[str, Any], plan: LaunchPlan) -> dict[str, Any]:
+    return {
+        "command": command,
+        "options": options,
+        "backend": plan.backend,
+        "device": plan.device,
+        "timeout": plan.timeout,
+        "pg_timeout": plan.timeout + PG_TIMEOUT_GRACE_S,
+        "inject": plan.inject,
+        "notes": plan.notes,
+        "plan": dataclasses.asdict(plan),
+    }
+
+
+def launch(
+    command: str,
+    options: dict[str, Any],
+    plan: LaunchPlan,
+    on_progress: ProgressCallback | None = None,
+) -> Report:
+    """Start the ranks of this node, wait for them (bounded), and return the run's Report."""
+    check_rendezvous_port(plan)
+    started = time.monotonic()
+    run_dir = Path(tempfile.mkdtemp(prefix="ddpcheck-"))
+    (run_dir / SPEC_FILE).write_text(json.dumps(make_spec(command, options, plan)))
+    agent = AgentThread(plan, run_dir)
+    watchdog = Watchdog(run_dir, plan, on_progress, presence=lambda: agent.presence)
+    failures: dict[int, Any] = {}
+    launch_error: str | None = None
+    interrupted = False
+    previous_sigterm = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        watchdog.start()
+        agent.start()
+        # The agent may block in native code (a store connect to an unreachable host) for
+        # minutes; the main thread only waits while the watchdog says the run is live.
+        while agent.is_alive() and not watchdog.abandoned():
+            agent.join(POLL_S)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        watchdog.stop()
+        kill_workers()
+        agent.join(ABANDON_AFTER_S)
+        signal.signal(signal.SIGTERM, previous_sigterm)
+    if agent.error is not None:
+        failures, launch_error, signalled = _classify_agent_error(agent.error, plan, _missing_nodes(agent))
+        interrupted = interrupted or signalled
+    elif agent.is_alive() and not interrupted:
+        launch_error = (
+            f"the launch did not complete within {plan.timeout:g} s: the agent was still waiting on the "
+            f"rendezvous store ({plan.rdzv_endpoint or 'local'}); is every node reachable at the "
+            "address it advertises?"
+        )
+    if interrupted:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise KeyboardInterrupt
+    report = load_report(run_dir)
+    shared = load_verdict(run_dir)
+    if report is None and shared is not None and not (failures or watchdog.stall or launch_error):
+        # Rank 0 lives on another node: it printed the report; this node shares its verdict.
+        report = postmortem.remote_node_report(command, plan, *shared)
+    elif report is None or failures or watchdog.stall:
+        # No report, or one whose ranks then crashed or hung (in teardown, say): explain what happened.
+        exits = {rank: _exit_info(f, watchdog.killed) for rank, f in failures.items()}
+        local = annotate(read_statuses(run_dir))
+        watchdog.publish_final(local, exits)
+        # Another node's account of a crash is worth waiting for only if ranks ran and its store answers.
+        settle = plan.nnodes > 1 and not (watchdog.stall or launch_error) and agent.presence is not None
+        statuses, exits = _world_view(watchdog, local, exits, settle=settle)
+        findings = {
+            "plan": plan,
+            "statuses": statuses,
+            "exits": exits,
+            "stall": watchdog.stall,
+            "launch_error": launch_error,
+            "log_tail": lambda rank: tail_of_log(run_dir, statuses.get(rank)),
+        }
+        if report is None:
+            report = postmortem.report_for(command=command, **findings)
+        else:
+            postmortem.add_findings(report, **findings)
+    report.elapsed_s = time.monotonic() - started
+    report.options = report.options or options
+    kept = _keep_logs(run_dir) if report.verdict == Verdict.ERROR else None
+    report.log_dir = str(kept) if kept else None
+    if kept is None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return report
+
+
+class AgentThread(threading.Thread):
+    """torch's elastic agent, off the main thread, so that no native wait can outlive the bound."""
+
+    def __init__(self, plan: LaunchPlan, run_dir: Path) -> None:
+        super().__init__(name="ddpcheck-agent", daemon=True)
+        self.plan = plan
+        self.run_dir = run_dir
+        self.error: BaseException | None = None
+
+        self.presence: Presence | None = None
+
+    def run(self) -> None:
+        try:
+            if self.plan.nnodes > 1 and self.plan.rdzv_endpoint:
+                self.presence = Presence(
+                    self.plan.rdzv_endpoint,
+                    self.plan.node_rank,
+                    self.plan.nnodes,
+                    is_host=hosts_store(self.plan),
+                    timeout_s=self.plan.timeout,
+                )
+            _run_agent(self.plan, self.run_dir)
+        except BaseException as exc:  # handed to the main thread, which reports it
+            self.error = exc
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    # SIGTERM from a scheduler: tear down like Ctrl-C.
+    raise KeyboardInterrupt
+
+
+def launch_config(plan: LaunchPlan, run_dir: Path) -> Any:
+    """The agent's LaunchConfig: each field that this torch has, set explicitly."""
+    from torch.distributed.launcher.api import LaunchConfig
+
+    return LaunchConfig(**fields_known_to(LaunchConfig, launch_fields(plan, run_dir)))
+
+
+def launch_fields(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
+    """Every LaunchConfig field of every supported release, chosen: none is left to torch's default."""
+    # Without an endpoint, as torchrun --standalone: a free port, chosen by the store.
+    endpoint = plan.rdzv_endpoint or "localhost:0"
+    rdzv_configs: dict[str, Any] = {
+        "join_timeout": plan.timeout,
+        "read_timeout": max(1, math.ceil(plan.timeout)),
+        "last_call_timeout": 1,
+        "close_timeout": 5,
+    }
+    if plan.rdzv_endpoint:
+        rdzv_configs["is_host"] = hosts_store(plan)
+    return {
+        "min_nodes": plan.nnodes,
+        "max_nodes": plan.nnodes,
+        "nproc_per_node": plan.nproc,
+        **rank_log_fields(run_dir / "logs"),
+        "run_id": f"ddpcheck-{uuid.uuid4().hex[:12]}" if not plan.rdzv_endpoint else "ddpcheck",
+        "role": "ddpcheck",
+        "rdzv_endpoint": endpoint,
+        "rdzv_backend": "c10d",
+        "rdzv_configs": rdzv_configs,
+        "rdzv_timeout": max(1, math.ceil(plan.timeout)),
+        "max_restarts": 0,
+        "monitor_interval": POLL_S,
+        "start_method": "spawn",
+        "log_line_prefix_template": None,
+        "metrics_cfg": {},
+        "local_addr": advertised_address(plan.rdzv_endpoint),
+        "event_log_handler": "null",
+        "numa_options": None,
+        "signals_to_handle": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+        "duplicate_stdout_filters": None,
+        "duplicate_stderr_filters": None,
+        "virtual_local_rank": False,
+        "shutdown_timeout": 2,
+    }
+
+
+def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
+    from torch.distributed.launcher.api import elastic_launch
+
+    _silence_torch_logging()
+    allow_agent_off_main_thread()
+    share_rendezvous_port()
+    config = launch_config(plan, run_dir)
+    advertise_store_address(config.local_addr)
+    env = {
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "PYTHONUNBUFFERED": "1",
+        # The launcher runs with torch's C++ log quietened (see quiet_torch_cpp_logs); ranks log fully.
+        "TORCH_CPP_LOG_LEVEL": os.environ.get(USER_CPP_LOG_LEVEL, "WARNING"),
+        **compile_cache_env(run_dir),
+    }
+    with _environment(env):
+        elastic_launch(config, sys.executable)("-u", "-m", "ddpcheck.rank.harness", str(run_dir))
+
+
+REMOTE_SETTLE_S = 4.0
+
+
+def _world_view(
+    watchdog: Watchdog, local: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]], settle: bool
+) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
+    """Every rank's status and exit as far as this node can know them.
+
+    Other nodes publish how their ranks ended. When this node's own failures are only
+    peers that lost their connection, the cause is on another node: wait a moment for
+    that node's account (its launcher publishes it once its agent returns).
+    """
+    base = {r: s for r, s in (watchdog.snapshot or local).items() if not s.get("remote")}
+    deadline = time.monotonic() + (REMOTE_SETTLE_S if settle else 0)
+    while True:
+        statuses = watchdog.world_statuses(base)
+        # A rank that died there is named here too.
+        merged = exits | {r: s["exit"] for r, s in statuses.items() if s.get("remote") and s.get("exit")}
+        if postmortem.crash_culprits(statuses, merged) or time.monotonic() >= deadline:
+            return statuses, merged
+        time.sleep(POLL_S * 2)
+
+
+def _missing_nodes(agent: AgentThread) -> str:
+    """Which node ranks never reached the store, when this node could read it."""
+    if agent.presence is None:
+        return ""
+    try:
+        return agent.presence.describe_missing()
+    except Exception:  # the store went away with node 0: nothing more to learn
+        return ""
+
+
+def compile_cache_env(run_dir: Path) -> dict[str, str]:
+    """Keep torch's compile cache (created by an optimizer's first step) inside the run directory.
+
+    Otherwise it lands in $TMPDIR/torchinductor_$USER and outlives the run.
+    """
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return {}
+    return {"TORCHINDUCTOR_CACHE_DIR": str(run_dir / "inductor")}
+
+
+def _classify_agent_error(
+    exc: BaseException, plan: LaunchPlan, missing: str = ""
+) -> tuple[dict[int, Any], str | None, bool]:
+    """(failed ranks, a launch error message, interrupted?) from what elastic_launch raised.
+
+    `missing` names the nodes that never reached the rendezvous store, when known.
+    """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError, RendezvousTimeoutError
+
+    if isinstance(exc, ChildFailedError):
+        return dict(exc.failures), None, False
+    if isinstance(exc, SignalException):
+        return {}, None, True
+    where = plan.rdzv_endpoint or "localhost"
+    if isinstance(exc, RendezvousTimeoutError):
+        return (
+            {},
+            (
+                f"rendezvous at {where} did not complete within {plan.timeout:g} s: "
+                f"{missing or f'{plan.nnodes} node(s) expected'}; are all nodes running with the "
+                "same --rdzv-endpoint and --nnodes?"
+            ),
+            False,
+        )
+    if isinstance(exc, (RendezvousError, StoreUnreachable)):
+        cause = exc.__cause__ or exc.__context__
+        reason = f" ({_headline(cause)})" if cause else ""
+        return (
+            {},
+            (
+                f"could not reach the rendezvous store at {where}{reason}: is node 0 running, "
+                "and is that port free of other programs?"
+            ),
+            False,
+        )
+    return {}, f"{type(exc).__name__}: {_headline(exc)}".strip(), False
+
+
+def _headline(exc: BaseException) -> str:
+    """The first line of an exception's message (torch's store errors add pages after it)."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[0].strip() if lines else type(exc).__name__
+
+
+USER_CPP_LOG_LEVEL = "DDPCHECK_USER_TORCH_CPP_LOG_LEVEL"
+
+
+def quiet_torch_cpp_logs() -> None:
+    """Keep torch's C++ warnings (store retries, socket errors) off the launcher's terminal.
+
+    Must run before torch is imported, which reads the level once; ddpcheck reports those
+    failures itself, and the ranks get the user's level back for their log files.
+    """
+    if "torch" in sys.modules:
+        return
+    os.environ[USER_CPP_LOG_LEVEL] = os.environ.get("TORCH_CPP_LOG_LEVEL", "WARNING")
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+
+
+def _exit_info(failure: Any, killed: set[int]) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "exitcode": failure.exitcode,
+        "pid": failure.pid,
+        "killed_by_ddpcheck": failure.pid in killed,
+    }
+    if failure.exitcode is not None and failure.exitcode < 0:
+        try:
+            info["signal"] = signal.Signals(-failure.exitcode).name
+        except ValueError:
+            info["signal"] = f"signal {-failure.exitcode}"
+    return info
+
+
+def tail_of_log(run_dir: Path, status: dict[str, Any] | None, lines: int = 12) -> str:
+    """The last lines of a rank's stderr, when that rank ran on this node."""
+    if not status or status.get("remote"):
+        return ""
+    for path in sorted((run_dir / "logs").glob(f"*/attempt_*/{status['local_rank']}/stderr.log")):
+        text = path.read_text(errors="replace").strip().splitlines()
+        return "\n".join(text[-lines:])
+    return ""
+
+
+def _keep_logs(run_dir: Path) -> Path | None:
+    """Keep only the rank logs of a run that could not complete; drop the scratch files.
+
+    None when no rank wrote a line: there is nothing to read, so nothing is kept.
+    """
+    logs = run_dir / "logs"
+    if not logs.is_dir() or not any(p.stat().st_size for p in logs.rglob("*.log")):
+        return None
+    for name in ("status", SPEC_FILE):
+        target = run_dir / name
+        if target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        elif target.exists():
+            target.unlink()
+    return run_dir
+
+
+def _silence_torch_logging() -> None:
+    # The elastic agent logs its launch banner and every worker failure; ddpcheck reports those itself.
+    for name in ("torch.distributed.elastic", "torch.distributed.launcher"):
+        # Its module loggers set their own levels, so silence them where they meet: a handler
+        # that drops everything (without one, Python's last-resort handler prints to stderr).
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+
+
+class _environment:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+        self.saved: dict[str, str | None] = {}
+
+    def __enter__(self) -> None:
+        for key, value in self.values.items():
+            self.saved[key] = os.environ.get(key)
+            os.environ[key] = value
+
+    def __exit__(self, *exc: object) -> None:
+        for key, value in self.saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_inline(command: str, options: dict[str, Any], plan: LaunchPlan) -> Report | Verdict:
+    """Already launched by torchrun or srun: run as this rank, spawn nothing.
+
+    Rank 0 returns the Report; every other rank returns the shared verdict.
+    """
+    from ddpcheck.rank import inline
+    from ddpcheck.rank.harness import on_inline_sigterm
+
+    started = time.monotonic()
+    run_dir = inline.make_run_dir()
+    spec = make_spec(command, options, plan)
+    spec["pg_timeout"] = plan.timeout  # no launcher watches: the ranks' own timeout is the bound
+    spec["inline"] = True
+    spec["launcher"] = inline.launcher_of(os.environ)
+    # torchrun, srun and mpirun stop a rank with SIGTERM once another failed; act on it at once,
+    # even mid-collective: name the rank that stopped beating, remove the run directory, exit 3.
+    sigterm = inline.SigtermWatch(lambda: on_inline_sigterm(spec, run_dir))
+    sigterm.start()
+    try:
+        os.environ.update(compile_cache_env(run_dir))
+        code = run_rank(spec, str(run_dir))
+        report = load_report(run_dir)
+        if report is not None:
+            report.elapsed_s = time.monotonic() - started
+            return report
+        shared = load_verdict(run_dir)
+        if code != 0 or shared is None:
+            return Verdict.ERROR
+        return shared[0]
+    finally:
+        # This rank's account is complete; it exits with its verdict. A launcher's SIGTERM now
+        # (srun ending the step) would only turn exit 3 into "Terminated": ignored, also during
+        # interpreter teardown, where Python restores the default handler of the ones it set.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        inline.remove_run_dir(run_dir)

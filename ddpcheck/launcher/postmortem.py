@@ -1,0 +1,423 @@
+"""A run that could not complete, explained: who crashed, hung or froze, where, and why.
+
+Pure functions over what the launcher saw - every rank's last status, the
+exit codes the agent collected, the watchdog's stall snapshot - so they are
+unit-tested with synthetic data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ddpcheck.rank.stages import DONE, PRE_JOIN
+from ddpcheck.rank.status import FROZEN_AFTER_S, Stall
+from ddpcheck.report.model import Check, Report, Status, Table, Verdict
+
+# Errors a rank raises because a *peer* went away: collateral, not the root cause.
+COLLATERAL_MARKERS = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "broken pipe",
+    "timed out",
+    "timeout",
+    "socket closed",
+    "ended the connection",
+    "sigterm",
+    "signalexception",
+    "keyboardinterrupt",
+)
+
+STAGES_COLUMNS = {
+    "rank": "rank",
+    "host": "host",
+    "pid": "pid",
+    "stage": "last stage",
+    "in_stage_s": "in stage (s)",
+    "heartbeat_s": "heartbeat (s ago)",
+    "state": "state",
+}
+
+
+def report_for(
+    *,
+    command: str,
+    plan: Any,
+    statuses: dict[int, dict[str, Any]],
+    exits: dict[int, dict[str, Any]],
+    stall: Stall | None,
+    launch_error: str | None,
+    log_tail: Callable[[int], str],
+) -> Report:
+    """The report of a run whose rank 0 never produced one."""
+    report = Report(command=command)
+    report.world = {
+        "size": plan.world_size,
+        "backend": plan.backend,
+        "device": plan.device,
+        "nodes": plan.nnodes,
+    }
+    report.notes = list(plan.notes)
+    report.ranks = [
+        {k: s.get(k) for k in ("rank", "local_rank", "host", "pid")} for _, s in sorted(statuses.items())
+    ]
+    add_findings(report, plan, statuses, exits, stall, launch_error, log_tail)
+    return report
+
+
+def add_findings(
+    report: Report,
+    plan: Any,
+    statuses: dict[int, dict[str, Any]],
+    exits: dict[int, dict[str, Any]],
+    stall: Stall | None,
+    launch_error: str | None,
+    log_tail: Callable[[int], str],
+) -> None:
+    """Append what explains a run that crashed, hung or never launched.
+
+    `statuses` are annotated (watchdog.annotate): each carries its process state and
+    heartbeat age as seen on its own host.
+    """
+    if launch_error:
+        report.checks.append(Check("launch", Status.ERROR, _one_line(launch_error)))
+    if stall and (statuses or not launch_error):
+        report.checks.append(judge_stall(stall))
+    crashed = crash_culprits(statuses, exits) if not stall else []
+    if crashed is None:
+        # Every failure is a peer that timed out or lost its connection: someone hung or froze.
+        report.checks.append(judge_stall(Stall(statuses, waited_s=None, world_size=plan.world_size)))
+        crashed = []
+    for rank in crashed:
+        report.checks.append(describe_crash(rank, statuses.get(rank, {}), exits.get(rank, {})))
+    if not report.checks:
+        report.checks.append(
+            Check("launch", Status.ERROR, "the ranks ended without a report; see the rank logs")
+        )
+    report.tables.append(stages_table(stall.statuses if stall else statuses, exits))
+    tails = [
+        {"rank": rank, "host": statuses.get(rank, {}).get("host"), "stderr_tail": log_tail(rank)}
+        for rank in sorted({r for c in report.checks for r in c.ranks})
+    ]
+    tails = [t for t in tails if t["stderr_tail"]]
+    if tails:
+        report.tables.append(
+            Table(
+                "stderr",
+                "Last lines of stderr of the ranks at fault",
+                {"rank": "rank", "stderr_tail": "stderr"},
+                tails,
+            )
+        )
+
+
+def crash_culprits(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]]) -> list[int] | None:
+    """Ranks that failed first-hand; peers that merely lost their connection are left out.
+
+    None when every failure is collateral (timeouts, lost connections): then no rank
+    crashed, one hung, and the statuses must say which.
+    """
+    failed = sorted(set(exits) | {r for r, s in statuses.items() if s.get("error")})
+    root = [r for r in failed if not _is_collateral(statuses.get(r, {}), exits.get(r, {}))]
+    if root or not failed:
+        return root
+    return None
+
+
+def _is_collateral(status: dict[str, Any], exit_info: dict[str, Any]) -> bool:
+    message = (status.get("error") or "").lower()
+    if message:
+        return any(marker in message for marker in COLLATERAL_MARKERS)
+    # No error of its own: torn down (by the agent or by ddpcheck) after another rank failed,
+    # or it died on its own.
+    return exit_info.get("killed_by_ddpcheck") or exit_info.get("signal") in ("SIGTERM", "SIGINT", "SIGHUP")
+
+
+def describe_crash(rank: int, status: dict[str, Any], exit_info: dict[str, Any]) -> Check:
+    who = _who(rank, status, exit_info)
+    stage = status.get("stage", "before it reported any stage")
+    if status.get("error"):
+        how = "raised an exception"
+    elif exit_info.get("signal"):
+        how = f"was killed by {exit_info['signal']}"
+    elif exit_info.get("exitcode") is not None:
+        how = f"exited with code {exit_info['exitcode']}"
+    else:
+        how = "failed"
+    detail = f"{who} {how} at stage '{stage}'"
+    if status.get("error"):
+        detail += f": {_one_line(status['error'])}"
+    hosts = [status["host"]] if status.get("host") else []
+    return Check("rank crashed", Status.ERROR, detail, [rank], hosts)
+
+
+def judge_stall(stall: Stall) -> Check:
+    """Name the ranks that are behind or frozen when no rank made progress for the timeout.
+
+    `stall.statuses` are annotated statuses of every rank that could be seen (in a
+    multi-node run, the other nodes' too); `stall.world_size` says how many there
+    should be.
+    """
+    statuses = stall.statuses
+    waited = stall.waited_s
+    never_started = [r for r in range(stall.world_size) if r not in statuses]
+    live = {r: s for r, s in statuses.items() if s.get("proc_state", "running") != "exited"}
+    frozen = [r for r, s in live.items() if _frozen(s)]
+    furthest = max((s["seq"] for s in statuses.values()), default=0)
+    behind = [r for r, s in live.items() if s["seq"] < furthest and r not in frozen]
+    finished = [r for r in statuses if r not in live and not statuses[r].get("error")]
+    gave_up = [r for r in statuses if r not in live and statuses[r].get("error")]
+    if not frozen and not behind and (finished or gave_up):
+        behind = sorted(live)  # the others completed or gave up waiting and left; these never did
+    culprits = sorted(set(frozen) | set(behind))
+    parts = []
+    for r in sorted(frozen):
+        s = statuses[r]
+        state = "stopped (SIGSTOP)" if s.get("proc_state") == "stopped" else "frozen"
+        parts.append(
+            f"{_who(r, s)} is {state}: no heartbeat for {s.get('heartbeat_age_s', 0):.0f} s, "
+            f"last seen at stage '{s['stage']}'"
+        )
+    for r in sorted(behind):
+        s = statuses[r]
+        if s["stage"] in PRE_JOIN:
+            parts.append(
+                f"{_who(r, s)} never joined the process group (alive, last seen at stage '{s['stage']}')"
+            )
+        else:
+            parts.append(f"{_who(r, s)} is behind: alive but stuck at stage '{s['stage']}'")
+    if never_started:
+        parts.append(f"rank(s) {_ranks(never_started)} never started (or their node never reported)")
+        culprits = sorted(set(culprits) | set(never_started))
+    silent = [r for r in finished if statuses[r].get("stage") != DONE]
+    if not culprits and not live and silent:
+        # Nobody is left waiting: the ranks that ended mid-run without an error are the lead.
+        for r in silent:
+            parts.append(f"{_who(r, statuses[r])} ended at stage '{statuses[r]['stage']}' without an error")
+        culprits = silent
+        finished = [r for r in finished if r not in silent]
+    waiting = sorted(r for r in live if r not in culprits)
+    if not culprits:
+        culprits = sorted(live)
+        stage = statuses[culprits[0]]["stage"] if culprits else "?"
+        what = (
+            "before joining the process group" if stage in PRE_JOIN else "(a collective that never completes)"
+        )
+        parts.append(f"every rank is alive and stuck at stage '{stage}' {what}")
+    elif waiting:
+        stages = sorted({statuses[r]["stage"] for r in waiting})
+        how_long = f" {waited:.0f} s" if waited is not None else ""
+        parts.append(
+            f"rank{'s' if len(waiting) > 1 else ''} {_ranks(waiting)} waited{how_long} "
+            f"at {', '.join(repr(x) for x in stages)}"
+        )
+    if gave_up:
+        first = statuses[gave_up[0]]
+        parts.append(
+            f"rank{'s' if len(gave_up) > 1 else ''} {_ranks(sorted(gave_up))} gave up waiting at stage "
+            f"'{first['stage']}' ({_one_line(first['error'])})"
+        )
+    if finished:
+        parts.append(f"rank{'s' if len(finished) > 1 else ''} {_ranks(sorted(finished))} finished")
+    hosts = list(dict.fromkeys(statuses[r]["host"] for r in culprits if r in statuses))
+    return Check("hang", Status.ERROR, "; ".join(parts), culprits, hosts)
+
+
+def _frozen(status: dict[str, Any]) -> bool:
+    return status.get("proc_state") == "stopped" or status.get("heartbeat_age_s", 0) > FROZEN_AFTER_S
+
+
+def stages_table(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]]) -> Table:
+    """Where every rank was last seen, as its own host saw it."""
+    rows = []
+    for rank, s in sorted(statuses.items()):
+        exit_info = exits.get(rank, {})
+        if exit_info.get("signal") and not exit_info.get("killed_by_ddpcheck"):
+            state = f"killed ({exit_info['signal']})"
+        elif exit_info.get("exitcode") and not exit_info.get("killed_by_ddpcheck"):
+            state = f"exited {exit_info['exitcode']}"
+        elif s.get("error"):
+            state = "raised"
+        elif s.get("proc_state") == "stopped":
+            state = "stopped"
+        elif s.get("proc_state") == "exited":
+            state = "done" if s.get("stage") == DONE else "exited"
+        elif _frozen(s):
+            state = "frozen"
+        else:
+            state = "alive"
+        rows.append(
+            {
+                "rank": rank,
+                "local_rank": s.get("local_rank"),
+                "host": s.get("host"),
+                "pid": s.get("pid"),
+                "stage": s.get("stage"),
+                "in_stage_s": s.get("in_stage_s"),
+                "heartbeat_s": s.get("heartbeat_age_s"),
+                "state": state,
+                "error": s.get("error"),
+            }
+        )
+    return Table("stages", "Where every rank was last seen", STAGES_COLUMNS, rows)
+
+
+# Errors that say a peer's connection dropped: the peer is lost (died, or its host went away).
+LOST_MARKERS = ("connection reset by peer", "connection closed by peer", "broken pipe", "socket closed")
+
+
+def is_collateral_error(message: str) -> bool:
+    """A rank's error that a peer caused (it timed out or lost its connection), not its own fault."""
+    return any(marker in message.lower() for marker in COLLATERAL_MARKERS)
+
+
+def connection_dropped(message: str) -> bool:
+    return any(marker in message.lower() for marker in LOST_MARKERS)
+
+
+def judge_inline(stall: Stall, message: str, me: int) -> Check:
+    """Name the rank that stopped beating when rank `me` gave up under torchrun, srun or mpirun.
+
+    `stall.statuses` come from inline.observe: a rank whose process is gone mid-run is lost,
+    one whose heartbeat stopped is stopped or frozen (or lost, when its connection dropped);
+    the ranks that were only waiting for it are not blamed. With every heartbeat fresh, the
+    stages decide, as under ddpcheck's own launcher.
+    """
+    statuses, lost = stall.statuses, connection_dropped(message)
+    raised = sorted(
+        r for r, s in statuses.items() if s.get("error") and not _is_collateral(s, {}) and r != me
+    )
+    if raised:
+        # A rank failed first-hand (an exception of its own): it is the cause, whoever waited for it.
+        checks = [describe_crash(r, statuses[r], {}) for r in raised]
+        return Check(
+            "rank crashed",
+            Status.ERROR,
+            "; ".join(c.detail for c in checks),
+            raised,
+            list(dict.fromkeys(h for c in checks for h in c.hosts)),
+        )
+    dead = sorted(r for r, s in statuses.items() if s["proc_state"] == "exited" and _ended_mid_run(s))
+    silent = sorted(r for r, s in statuses.items() if r not in dead and r != me and _stopped_beating(s))
+    culprits = sorted(dead + silent)
+    if not culprits:
+        check = judge_stall(stall)
+        if lost:
+            check.detail += f"; rank {me} lost a peer's connection, yet every heartbeat was fresh"
+        return check
+    parts = []
+    for r in dead:
+        s = statuses[r]
+        parts.append(
+            f"{_who(r, s)} is lost: its process ended at stage '{s['stage']}' without an error "
+            f"(last heartbeat {s['heartbeat_age_s']:.0f} s ago)"
+        )
+    for r in silent:
+        s = statuses[r]
+        if s["proc_state"] == "stopped":
+            state = "stopped (SIGSTOP)"
+        elif lost:
+            state = "lost (its process died or its host is unreachable)"
+        else:
+            state = "frozen"
+        parts.append(
+            f"{_who(r, s)} is {state}: no heartbeat for {s['heartbeat_age_s']:.0f} s, "
+            f"last seen at stage '{s['stage']}'"
+        )
+    waiting = sorted(r for r, s in statuses.items() if r not in culprits and s["proc_state"] != "exited")
+    if waiting:
+        stages = sorted({statuses[r]["stage"] for r in waiting})
+        parts.append(
+            f"rank{'s' if len(waiting) > 1 else ''} {_ranks(waiting)} "
+            f"{'were' if len(waiting) > 1 else 'was'} waiting for it at {', '.join(repr(x) for x in stages)}"
+        )
+    missing = [r for r in range(stall.world_size) if r not in statuses]
+    if missing:
+        parts.append(f"rank(s) {_ranks(missing)} never published a status")
+    name = (
+        "rank lost"
+        if dead or (lost and any(statuses[r]["proc_state"] != "stopped" for r in silent))
+        else "hang"
+    )
+    hosts = list(dict.fromkeys(statuses[r]["host"] for r in culprits))
+    return Check(name, Status.ERROR, "; ".join(parts), culprits, hosts)
+
+
+def _ended_mid_run(status: dict[str, Any]) -> bool:
+    return not status.get("error") and status.get("stage") != DONE
+
+
+def _stopped_beating(status: dict[str, Any]) -> bool:
+    return status["proc_state"] == "stopped" or (
+        status["proc_state"] != "exited" and status.get("heartbeat_age_s", 0) > FROZEN_AFTER_S
+    )
+
+
+def inline_report(spec: dict[str, Any], stall: Stall, message: str, me: int = 0) -> Report:
+    """Rank 0's report when it gave up waiting under torchrun, srun or mpirun, from the ranks' records."""
+    report = Report(command=spec["command"])
+    report.world = {"size": stall.world_size, "backend": spec["backend"], "device": spec["device"]}
+    check = judge_inline(stall, message, me)
+    after = "" if connection_dropped(message) else f" after {stall.waited_s:g} s"
+    check.detail += f"; rank {me} gave up{after}: {_one_line(message)}"
+    report.checks.append(check)
+    if spec.get("launcher") == "srun" and any(
+        stall.statuses[r]["proc_state"] != "exited" for r in check.ranks if r in stall.statuses
+    ):
+        report.notes.append(SRUN_WAITS)
+    report.tables.append(stages_table(stall.statuses, {}))
+    return report
+
+
+def inline_crash_report(
+    spec: dict[str, Any], world_size: int, record: dict[str, Any], message: str
+) -> Report:
+    """Rank 0's report when rank 0 itself failed first-hand under torchrun, srun or mpirun."""
+    report = Report(command=spec["command"])
+    report.world = {"size": world_size, "backend": spec["backend"], "device": spec["device"]}
+    report.checks.append(describe_crash(record.get("rank", 0), {**record, "error": message}, {}))
+    return report
+
+
+SRUN_WAITS = (
+    "srun waits for a stopped or frozen task after the others exited: the step ends now only if "
+    "srun was started with --kill-on-bad-exit=1"
+)
+
+
+def remote_node_report(command: str, plan: Any, verdict: Verdict, report_host: str) -> Report:
+    """This node's ranks finished; rank 0's node printed the report and shared its verdict."""
+    report = Report(command=command)
+    report.world = {
+        "size": plan.world_size,
+        "backend": plan.backend,
+        "device": plan.device,
+        "nodes": plan.nnodes,
+        "report_on": report_host,
+    }
+    status = {Verdict.PASS: Status.PASS, Verdict.FAIL: Status.FAIL, Verdict.ERROR: Status.ERROR}[verdict]
+    report.checks.append(
+        Check(
+            "remote verdict",
+            status,
+            f"node {plan.node_rank}: its {plan.nproc} ranks finished; the report is on host "
+            f"{report_host} (rank 0), verdict {verdict.value}",
+        )
+    )
+    return report
+
+
+def _who(rank: int, status: dict[str, Any], exit_info: dict[str, Any] | None = None) -> str:
+    host = status.get("host", "?")
+    pid = status.get("pid") or (exit_info or {}).get("pid", "?")
+    elsewhere = ", on another node: as last reported there" if status.get("remote") else ""
+    return f"rank {rank} (host {host}, pid {pid}{elsewhere})"
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks))
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""

@@ -1,0 +1,184 @@
+"""The launcher's eyes on its ranks: progress, stalls, crashes, and the kill that ends them.
+
+A thread reads every rank's status file. It drives the progress display, declares a
+stall when no rank moved for the timeout (longer while ranks still start), gives up
+two seconds after a rank reported an error, and kills every worker it leaves behind.
+In a multi-node run it shares this node's statuses through the rendezvous store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from ddpcheck.rank import stages
+from ddpcheck.rank.status import FROZEN_AFTER_S, Stall, read_statuses
+
+if TYPE_CHECKING:
+    from ddpcheck.launcher.plan import LaunchPlan
+    from ddpcheck.launcher.presence import Presence
+
+ProgressCallback = Callable[[dict[str, Any]], None]
+POLL_S = 0.1
+PUBLISH_EVERY_S = 0.5
+STARTUP_ALLOWANCE_S = 120.0
+# After a stall was declared and the workers killed, how long the agent may take to return.
+ABANDON_AFTER_S = 5.0
+
+
+class Watchdog(threading.Thread):
+    """Reads every rank's status file; reports progress; ends a stalled or crashed run.
+
+    In a multi-node run it also publishes this node's statuses to the rendezvous store
+    and, when it gives up, reads every other node's: a rank that hangs on another node
+    is named as such, not the local ranks that wait for it.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        plan: LaunchPlan,
+        on_progress: ProgressCallback | None,
+        presence: Callable[[], Presence | None] = lambda: None,
+    ) -> None:
+        super().__init__(name="ddpcheck-watchdog", daemon=True)
+        self.run_dir = run_dir
+        self.plan = plan
+        self.on_progress = on_progress
+        self.presence = presence
+        self.stall: Stall | None = None
+        self.killed: set[int] = set()  # pids this watchdog killed: collateral, not culprits
+        self.gave_up_at: float | None = None
+        self.snapshot: dict[int, dict[str, Any]] | None = None  # statuses just before a crash kill
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        started = last_change = last_publish = time.monotonic()
+        last_seen: tuple[Any, ...] = ()
+        crash_seen_at: float | None = None
+        while not self._stop_event.wait(POLL_S):
+            statuses = read_statuses(self.run_dir)
+            seen = tuple(sorted((r, s["seq"], s["progress_seq"], s["ticks"]) for r, s in statuses.items()))
+            now = time.monotonic()
+            if seen != last_seen:
+                last_seen, last_change = seen, now
+            if self.on_progress and 0 in statuses:
+                self.on_progress(statuses[0])
+            if now - last_publish > PUBLISH_EVERY_S:
+                last_publish = now
+                self._publish(statuses)
+            if any(s.get("error") for s in statuses.values()):
+                # A rank crashed: give the agent a moment to notice, then end the others,
+                # keeping how every rank looked (alive? frozen?) before they were killed.
+                if crash_seen_at is None:
+                    crash_seen_at = now
+                    self._publish(statuses)  # other nodes learn of it now, not at the next beat
+                if now - crash_seen_at > 2.0:
+                    self.snapshot = self.world_statuses(annotate(statuses))
+                    self._give_up()
+                    return
+            if now - last_change > self._bound(statuses):
+                self.stall = Stall(
+                    statuses=self.world_statuses(annotate(statuses)),
+                    waited_s=now - last_change,
+                    world_size=self.plan.world_size,
+                    at=time.time(),
+                    elapsed_s=now - started,
+                )
+                self._give_up()
+                return
+
+    def _bound(self, statuses: dict[int, dict[str, Any]]) -> float:
+        """--timeout, or more while ranks are still starting (importing torch, initialising CUDA).
+
+        A frozen rank gets no allowance: its heartbeat stopped, it is not slow, it is stuck.
+        """
+        now = time.time()
+        frozen = any(now - s["heartbeat"] > FROZEN_AFTER_S for s in statuses.values())
+        starting = len(statuses) < self.plan.nproc or any(
+            s["stage"] in stages.STARTUP for s in statuses.values()
+        )
+        return max(self.plan.timeout, STARTUP_ALLOWANCE_S) if starting and not frozen else self.plan.timeout
+
+    def _give_up(self) -> None:
+        self.gave_up_at = time.time()
+        self.killed |= kill_workers()
+
+    def _publish(self, statuses: dict[int, dict[str, Any]], annotated: bool = False) -> None:
+        presence = self.presence()
+        if presence is not None:
+            # The store may be gone (node 0 ended): then there is no one left to tell.
+            with contextlib.suppress(Exception):
+                presence.publish(statuses if annotated else annotate(statuses))
+
+    def publish_final(self, statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]]) -> None:
+        """How this node's ranks ended (exit codes, signals), for node 0's report."""
+        self._publish({r: {**s, "exit": exits.get(r)} for r, s in statuses.items()}, annotated=True)
+
+    def world_statuses(self, local: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+        """This node's statuses, and in a multi-node run the other nodes' last published ones."""
+        presence = self.presence()
+        if presence is None:
+            return local
+        try:
+            return {**presence.world_statuses(), **local}
+        except Exception:
+            return local
+
+    def abandoned(self) -> bool:
+        """The watchdog gave up long enough ago that the agent should have returned."""
+        return self.gave_up_at is not None and time.time() - self.gave_up_at > ABANDON_AFTER_S
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout=5)
+
+
+def annotate(statuses: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Add what only this host can see: each rank's process state and heartbeat age.
+
+    Done where the ranks run, so that ages never mix two hosts' clocks.
+    """
+    states = _process_states()
+    now = time.time()
+    return {
+        rank: {
+            **s,
+            "proc_state": "exited" if states.get(s.get("pid"), "zombie") == "zombie" else states[s["pid"]],
+            "heartbeat_age_s": round(now - s.get("heartbeat", now), 1),
+            "in_stage_s": round(now - s.get("stage_since", now), 1),
+        }
+        for rank, s in statuses.items()
+    }
+
+
+def _process_states() -> dict[int, str]:
+    """pid -> process state ('stopped' for SIGSTOP) of every descendant still running."""
+    states = {}
+    for child in psutil.Process().children(recursive=True):
+        try:
+            states[child.pid] = child.status()
+        except psutil.Error:
+            continue
+    return states
+
+
+def kill_workers() -> set[int]:
+    """Kill every descendant process, stopped ones included (SIGTERM cannot reach those)."""
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        try:
+            child.send_signal(signal.SIGCONT)
+            child.kill()
+        except psutil.Error:
+            continue
+    psutil.wait_procs(children, timeout=5)
+    return {child.pid for child in children}

@@ -1,0 +1,478 @@
+"""The harness every check runs in, on every rank (nccl-tests' common.cu).
+
+It joins the process group with a bounded timeout, binds the device, reports
+each stage to the launcher, runs the check's `measure()`, gathers every rank's
+data to rank 0, where the check's `judge()` turns it into a Report, shares the
+verdict with every rank, and always tears the process group down.
+
+Run by the launcher as `python -m ddpcheck.rank.harness RUN_DIR`; RUN_DIR holds
+spec.json (what to run) and receives status files and rank 0's report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from ddpcheck.checks import env as env_probe
+from ddpcheck.checks.rankmap import hosts_table
+from ddpcheck.commands import COMMANDS
+from ddpcheck.launcher import postmortem
+from ddpcheck.launcher.network import route_address
+from ddpcheck.options import options_from_dict
+from ddpcheck.rank import inline, stages
+from ddpcheck.rank.faults import Faults, parse_faults
+from ddpcheck.rank.status import Stall, StatusWriter
+from ddpcheck.report.model import Report, Verdict
+from ddpcheck.torch_compat import takes_device_id, teardown_may_deadlock
+
+REPORT_FILE = "report.json"
+VERDICT_FILE = "verdict"
+SPEC_FILE = "spec.json"
+
+
+@dataclass
+class RankContext:
+    """What a check's measure() needs to know about, and do on, its rank."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    backend: str
+    device: Any  # torch.device
+    host: str
+    faults: Faults
+    status: StatusWriter
+    timeout_s: float
+
+    def stage(self, name: str) -> None:
+        self.status.stage(name)
+
+    def progress(self, done: int, total: int, label: str) -> None:
+        if self.rank == 0:
+            self.status.progress(done, total, label)
+
+    def tick(self) -> None:
+        """One iteration of a long stage done: proof of life for the launcher's stall detector."""
+        self.status.tick()
+
+    def sync(self) -> None:
+        """Wait for this rank's queued device work (a no-op on CPU)."""
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def barrier(self, group: Any = None) -> None:
+        import torch.distributed as dist
+
+        if self.backend == "nccl":
+            dist.barrier(group=group, device_ids=[self.device.index])
+        else:
+            dist.barrier(group=group)
+
+    def agree_max(self, values: list[int]) -> list[int]:
+        """The element-wise maximum of `values` over every rank (every rank learns it): one all_reduce."""
+        return self._agree(values, "MAX")
+
+    def agree_min(self, values: list[int]) -> list[int]:
+        return self._agree(values, "MIN")
+
+    def _agree(self, values: list[int], how: str) -> list[int]:
+        import torch
+        import torch.distributed as dist
+
+        # A tensor, not an object collective: a few integers, whatever the world size.
+        tensor = torch.tensor(values, dtype=torch.int64, device=self.device)
+        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, how))
+        return [int(v) for v in tensor.tolist()]
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's small `obj` on every rank (padded to the largest: keep it tiny)."""
+        import torch.distributed as dist
+
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
+    def gather_to_rank0(self, obj: Any) -> list[Any] | None:
+        """Every rank's `obj` on rank 0 (None elsewhere): each rank sends its own, nobody receives all."""
+        import torch.distributed as dist
+
+        gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(obj, gathered, dst=0)
+        return gathered
+
+
+def rank_identity() -> dict[str, Any]:
+    return {
+        "rank": int(os.environ["RANK"]),
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+        "node": int(os.environ.get("GROUP_RANK", "0")),
+        "host": socket.gethostname(),
+        "address": route_address(os.environ["MASTER_ADDR"]) if "MASTER_ADDR" in os.environ else None,
+        "pid": os.getpid(),
+    }
+
+
+def device_identity(device: Any) -> dict[str, Any]:
+    """What names this rank's device, so the rank map can tell two ranks on one GPU."""
+    if device.type != "cuda":
+        return {"device": "cpu", "device_name": "cpu", "device_uuid": None, "pci_bus_id": None}
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    pci = getattr(props, "pci_bus_id", None)
+    domain = getattr(props, "pci_domain_id", 0)
+    dev = getattr(props, "pci_device_id", 0)
+    return {
+        "device": f"cuda:{device.index}",
+        "device_name": props.name,
+        "device_uuid": str(getattr(props, "uuid", "")) or None,
+        "pci_bus_id": f"{domain:04x}:{pci:02x}:{dev:02x}.0" if pci is not None else None,
+    }
+
+
+def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
+    """Run one rank of the command in `spec`; returns this process's exit code.
+
+    The exit code says whether this rank completed (0) or crashed (1); the
+    verdict itself travels in the report.
+    """
+    identity = rank_identity()
+    rank, world_size = identity["rank"], int(os.environ["WORLD_SIZE"])
+    status = StatusWriter(run_dir, identity) if run_dir else None
+    faults = Faults(parse_faults(spec["inject"], spec["command"]), rank)
+    session: inline.Session | None = None
+    import torch.distributed as dist
+
+    try:
+        faults.at_stage(stages.LAUNCHED)
+        device = _bind_device(spec, identity["local_rank"], status, faults)
+        fingerprint = env_probe.rank_fingerprint()  # after binding: the GPU model is this rank's own
+        _stage(status, faults, stages.JOIN)
+        _substage(status, stages.JOIN_WAIT)
+        _join(spec, device)
+        if spec.get("inline") and status:
+            session = _inline_session(rank, world_size, status)
+        check = COMMANDS[spec["command"]].module()
+        options = options_from_dict(check.Options, spec["options"])
+        ctx = RankContext(
+            rank=rank,
+            local_rank=identity["local_rank"],
+            world_size=world_size,
+            backend=spec["backend"],
+            device=device,
+            host=identity["host"],
+            faults=faults,
+            status=status or _NullStatus(),  # type: ignore[arg-type]
+            timeout_s=spec["timeout"],
+        )
+        _stage(status, faults, stages.MEASURE)
+        data = check.measure(ctx, options)
+        _stage(status, faults, stages.GATHER)
+        _substage(status, stages.GATHER_WAIT)
+        gathered = ctx.gather_to_rank0(
+            {**identity, **device_identity(device), "fingerprint": fingerprint, "data": data}
+        )
+        shared: list[Any] = [None]
+        if gathered is not None:
+            fingerprints = [g.pop("fingerprint") for g in gathered]
+            report = check.judge([g.pop("data") for g in gathered], gathered, options)
+            agreement = env_probe.judge_agreement(fingerprints, gathered)
+            report.checks.append(agreement)
+            if agreement.status.value != "PASS":
+                report.tables.append(env_probe.fingerprint_table(fingerprints, gathered))
+            report.world = _world(spec, gathered, device)
+            report.world["fingerprint"] = fingerprints[0]  # the driver and the rest, for `ddpcheck compare`
+            report.ranks = gathered
+            if report.world["nodes"] > 1:
+                report.tables.insert(0, hosts_table(gathered, report.checks))
+            report.options = spec["options"]
+            report.notes = spec.get("notes", []) + report.notes
+            shared = [{"verdict": report.verdict.value, "host": identity["host"]}]
+            if run_dir:
+                _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
+        # Every node learns the verdict before teardown, so all of them exit with it.
+        dist.broadcast_object_list(shared, src=0)
+        if run_dir:
+            _write(Path(run_dir) / VERDICT_FILE, json.dumps(shared[0]))
+        _stage(status, faults, stages.DONE)
+        return 0
+    except BaseException as exc:
+        message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        if status:
+            status.error(message)
+        if spec.get("inline"):
+            own = status.record.to_dict() if status else {}
+            _inline_gave_up(spec, run_dir, world_size, message, session, {**own, "error": message})
+        else:
+            traceback.print_exc()
+        return 1
+    finally:
+        # Where teardown can deadlock, main()'s os._exit ends the process group with the process.
+        if dist.is_initialized() and not teardown_may_deadlock():
+            dist.destroy_process_group()
+        if status:
+            status.close()
+        if session:
+            session.close()
+
+
+def _inline_session(rank: int, world_size: int, status: StatusWriter) -> inline.Session | None:
+    """Under torchrun, srun or mpirun: publish this rank's status (and heartbeat) to the shared store.
+
+    DDPCHECK_INLINE_HEARTBEAT=0 turns it off: what tests/perf/bench_launchers.py compares against.
+    """
+    if os.environ.get(inline.HEARTBEAT_SWITCH, "1") == "0":
+        return None
+    try:
+        session = inline.Session(rank, world_size)
+    except Exception:  # no store to reach: the run goes on, its failures are named less exactly
+        return None
+    inline.current = session
+    status.add_transport(session.transport)
+    status.stage(stages.JOINED)
+    return session
+
+
+def _inline_gave_up(
+    spec: dict[str, Any],
+    run_dir: str | None,
+    world_size: int,
+    message: str,
+    session: inline.Session | None,
+    own: dict[str, Any],
+) -> None:
+    """Under torchrun, srun or mpirun no launcher watches: the rank that gives up names who stopped beating.
+
+    Rank 0 writes the report; every other rank names the same culprit in its one line (this
+    is the user's terminal, not a log file). A peer whose connection dropped may still beat
+    for a moment: wait up to inline.SAMPLE_S for its heartbeat to stop.
+    """
+    rank = int(os.environ["RANK"])
+    headline = message.splitlines()[-1]
+    if not inline.claim():
+        # SIGTERM came first: its thread says the one line and ends the process.
+        time.sleep(inline.SIGTERM_GRACE_S)
+        return
+    try:
+        if rank != 0 and run_dir:
+            # Nothing more to write here; a launcher's SIGKILL may come while this rank looks.
+            inline.remove_run_dir(run_dir)
+        if session is None or not postmortem.is_collateral_error(message):
+            # No store to read, or this rank failed first-hand: then it is the culprit itself.
+            inline.say(f"ddpcheck: rank {rank} failed: {headline}")
+            if rank == 0 and run_dir and session is not None:
+                report = postmortem.inline_crash_report(spec, world_size, own, message)
+                _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
+            return
+        wait_s = inline.SAMPLE_S if rank != 0 or postmortem.connection_dropped(message) else 0.0
+        statuses = session.observe(wait_s)
+        if not statuses:
+            where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+            inline.say(
+                f"ddpcheck: rank {rank} failed: {headline} (the store at {where}, which holds every "
+                "rank's heartbeat, did not answer: its host, rank 0 or the launcher, is gone or frozen)"
+            )
+            return
+        stall = Stall(statuses, waited_s=spec["pg_timeout"], world_size=world_size)
+        ended = inline.reap(
+            statuses, end_stopped=spec.get("launcher") == "torchrun" and rank == 0, store=session.store
+        )
+        if rank != 0:
+            check = postmortem.judge_inline(stall, message, rank)
+            inline.say(f"ddpcheck: rank {rank} failed ({headline}): {check.detail}")
+            session.said()
+            return
+        inline.say(f"ddpcheck: rank 0 failed: {headline}")
+        report = postmortem.inline_report(spec, stall, message)
+        if ended:
+            report.notes.append(
+                f"ddpcheck ended stopped rank(s) {', '.join(map(str, ended))} on this host (SIGKILL): "
+                "torchrun's SIGTERM cannot reach a stopped process, and it would wait its shutdown timeout"
+            )
+        if run_dir:
+            _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
+        if spec.get("launcher") in ("srun", "mpirun"):
+            # Rank 0's process hosts the store there: the others read it to name the culprit.
+            session.wait_for_waiters(report.checks[0].ranks, inline.SAMPLE_S + 1.0)
+    finally:
+        inline.gave_up.set()
+
+
+def on_inline_sigterm(spec: dict[str, Any], run_dir: Path) -> None:
+    """The launcher stops this rank (SIGTERM) because another failed: name the one that stopped beating.
+
+    Runs on inline.SigtermWatch's thread while the main thread may be blocked in a collective.
+    """
+    rank = int(os.environ["RANK"])
+    claimed = inline.claim()
+    if rank != 0 or claimed:
+        # The launcher may follow with SIGKILL within a second (mpirun does): clean up first.
+        # Only rank 0's report needs the run directory, and only while rank 0 is giving up.
+        inline.remove_run_dir(run_dir)
+    if not claimed:
+        # This rank is already giving up: let it finish its report and line, within a bound.
+        inline.gave_up.wait(inline.SIGTERM_GRACE_S)
+        time.sleep(inline.SIGTERM_GRACE_S)
+        os._exit(3)
+    session = inline.current
+    line = f"ddpcheck: rank {rank} stopped by SIGTERM (its launcher ends every rank once one failed)"
+    found: list[str] = []
+
+    def look() -> None:
+        if session is None:
+            return
+        statuses = session.observe(inline.SIGTERM_LOOK_S, connect_s=inline.SIGTERM_LOOK_S)
+        end_stopped = spec.get("launcher") == "torchrun" and rank == 0
+        inline.reap(statuses, end_stopped=end_stopped, store=session.store)
+        world = int(os.environ["WORLD_SIZE"])
+        if statuses:
+            found.append(": " + postmortem.judge_inline(Stall(statuses, None, world), "SIGTERM", rank).detail)
+        else:
+            found.append("; the store the ranks shared is gone: the others had ended already")
+
+    # Bounded: mpirun's SIGKILL follows its SIGTERM by a second; the line must be out before it.
+    looking = threading.Thread(target=_quietly, args=(look,), daemon=True)
+    looking.start()
+    looking.join(inline.SIGTERM_LOOK_S)
+    line += found[0] if found else "; the others' heartbeats could not be read in time"
+    inline.say(line)
+    if session is not None and rank != 0:
+        _quietly(session.said)
+    os._exit(3)
+
+
+def _quietly(action: Any) -> None:
+    with contextlib.suppress(Exception):
+        action()
+
+
+def _bind_device(spec: dict[str, Any], local_rank: int, status: Any, faults: Faults) -> Any:
+    import torch
+
+    _stage(status, faults, stages.DEVICE)
+    if spec["device"] == "cuda":
+        index = spec["plan"].get("device_index")
+        index = local_rank if index is None else index
+        # The classic pitfall: without set_device every rank lands on cuda:0.
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def _join(spec: dict[str, Any], device: Any) -> None:
+    import torch.distributed as dist
+
+    kwargs: dict[str, Any] = {
+        "backend": spec["backend"],
+        "timeout": timedelta(seconds=spec["pg_timeout"]),
+    }
+    if device.type == "cuda" and spec["backend"] == "nccl" and takes_device_id():
+        kwargs["device_id"] = device  # eager NCCL init: a bad GPU fails here, not mid-check
+    dist.init_process_group(**kwargs)
+
+
+def _world(spec: dict[str, Any], gathered: list[dict[str, Any]], device: Any) -> dict[str, Any]:
+    import torch
+
+    hosts = list(dict.fromkeys(g["host"] for g in gathered))
+    return {
+        "size": len(gathered),
+        "backend": spec["backend"],
+        "device": device.type,
+        "nodes": len({(g["host"], g["node"]) for g in gathered}),
+        "hosts": hosts,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
+    }
+
+
+def _stage(status: StatusWriter | None, faults: Faults, name: str) -> None:
+    """Enter a harness stage; an injected fault fires here, before the stage's work begins."""
+    if status:
+        status.stage(name)
+    faults.at_stage(name)
+
+
+def _substage(status: StatusWriter | None, name: str) -> None:
+    # A rank stuck at the fault point stays one stage behind the peers that went on to wait here.
+    if status:
+        status.stage(name)
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")  # ranks of one node may write the same file
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class _NullStatus:
+    """Stands in for the status channel when no launcher is watching."""
+
+    def stage(self, name: str) -> None:
+        pass
+
+    def progress(self, done: int, total: int, label: str) -> None:
+        pass
+
+    def tick(self) -> None:
+        pass
+
+
+def load_report(run_dir: str | Path) -> Report | None:
+    path = Path(run_dir) / REPORT_FILE
+    if not path.exists():
+        return None
+    return Report.from_transport(json.loads(path.read_text()))
+
+
+def load_verdict(run_dir: str | Path) -> tuple[Verdict, str] | None:
+    """(verdict, host of rank 0) as rank 0 shared them with every node, if it did."""
+    path = Path(run_dir) / VERDICT_FILE
+    if not path.exists():
+        return None
+    shared = json.loads(path.read_text())
+    return Verdict(shared["verdict"]), shared["host"]
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this rank when its launcher dies, even if the rank is stopped or stuck.
+
+    The heartbeat thread checks the parent too, but cannot run in a frozen process.
+    """
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: the heartbeat thread's parent check remains
+
+
+def main() -> None:
+    _die_with_parent()
+    run_dir = sys.argv[1]
+    spec = json.loads((Path(run_dir) / SPEC_FILE).read_text())
+    code = run_rank(spec, run_dir)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: after a peer failed, library destructors can block on dead sockets.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

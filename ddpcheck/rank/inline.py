@@ -1,0 +1,363 @@
+"""Ranks that no ddpcheck launcher watches (torchrun, srun, mpirun): heartbeats through the store.
+
+After joining, every rank publishes its status record (stage and heartbeat) to a key of the
+store every rank already shares (MASTER_ADDR:MASTER_PORT), over a connection of its own so
+that a collective blocked on the default store never holds up a beat. Rank 0 watches every
+rank's beat counter and notes, on its own monotonic clock, when each last changed: an age
+that never mixes two hosts' clocks. It publishes those ages for the other ranks. The rank
+that gives up (its collective timed out, or a peer's connection dropped) then reads who
+stopped beating: `observe()` returns annotated statuses for postmortem.judge_inline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ddpcheck.rank import stages
+from ddpcheck.rank.status import FROZEN_AFTER_S, HEARTBEAT_INTERVAL_S, StoreTransport
+from ddpcheck.torch_compat import store_has
+
+HEARTBEAT_SWITCH = "DDPCHECK_INLINE_HEARTBEAT"
+KEY = "ddpcheck/rank/inline/status/"
+VIEW_KEY = "ddpcheck/rank/inline/seen"
+# Set for a stopped rank that a peer ended (reap), so that the others still call it stopped, not dead.
+ENDED_KEY = "ddpcheck/rank/inline/ended/"
+# Set by a rank once it has said its one line: mpirun drops what ranks print after it aborted the job.
+SAID_KEY = "ddpcheck/rank/inline/said/"
+# One store operation's bound: a store whose host froze must not hold up the rank giving up.
+STORE_OP_TIMEOUT_S = 3.0
+# How long a rank without a fresh view from rank 0 samples beats before it judges (three missed beats more).
+SAMPLE_S = FROZEN_AFTER_S + 0.5
+# Inline run directories carry their rank's pid, so a peer on the same host can remove the one
+# left by a rank that was killed (SIGKILL) and cannot remove it itself.
+RUN_DIR_PREFIX = "ddpcheck-inline-"
+# A rank stopped by SIGTERM while it was already giving up: how long its report may still take.
+SIGTERM_GRACE_S = 5.0
+# How long a rank stopped by SIGTERM looks for the peer that stopped beating: mpirun sends SIGKILL
+# about a second after its SIGTERM, torchrun after --shutdown-timeout.
+SIGTERM_LOOK_S = 0.6
+
+# One process is one rank: its session, and who speaks for it when it fails (the rank giving up,
+# or the SIGTERM thread; whichever comes first, once).
+current: Session | None = None
+gave_up = threading.Event()
+_claimed = threading.Lock()
+
+
+def claim() -> bool:
+    """True for the first caller only: one account of a failure per rank."""
+    return _claimed.acquire(blocking=False)
+
+
+def make_run_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-"))
+
+
+def remove_run_dir(path: str | Path) -> None:
+    """Remove a run directory that this rank's heartbeat may still be writing a status file into."""
+    for _ in range(50):
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            return
+        time.sleep(0.01)  # a status file appeared mid-removal: the next pass takes it
+
+
+def connect(timeout_s: float = STORE_OP_TIMEOUT_S) -> Any:
+    """A client connection of this rank's own to the store every rank of the launch shares."""
+    from torch.distributed import TCPStore
+
+    return TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        is_master=False,
+        timeout=timedelta(seconds=timeout_s),
+        wait_for_workers=False,
+    )
+
+
+def launcher_of(environ: dict[str, str] | os._Environ[str]) -> str:
+    """Which launcher started this rank: what a report says about how the others end."""
+    if "TORCHELASTIC_RUN_ID" in environ:
+        return "torchrun"
+    if "OMPI_COMM_WORLD_RANK" in environ or "PMI_RANK" in environ:
+        return "mpirun"
+    if "SLURM_STEP_ID" in environ or "SLURM_STEPID" in environ:
+        return "srun"
+    return "launcher"
+
+
+def read_records(store: Any, world_size: int) -> dict[int, dict[str, Any]]:
+    """Every rank's last published record; stops at the first failure (the store is gone or frozen)."""
+    records: dict[int, dict[str, Any]] = {}
+    for rank in range(world_size):
+        key = f"{KEY}{rank}"
+        try:
+            if store_has(store, key):
+                records[rank] = json.loads(store.get(key))
+        except Exception:
+            break
+    return records
+
+
+class Watch(threading.Thread):
+    """Rank 0's watch: when it last saw each rank's beat counter change, by its own clock."""
+
+    def __init__(self, store: Any, world_size: int) -> None:
+        """`store`: the store, or a function that connects to it (called on this thread)."""
+        super().__init__(name="ddpcheck-beat-watch", daemon=True)
+        self._store, self._world = store, world_size
+        self._lock = threading.Lock()
+        self._records: dict[int, dict[str, Any]] = {}
+        self._changed: dict[int, float] = {}
+        self._stopped = threading.Event()
+        self._published = 0
+
+    def run(self) -> None:
+        if callable(self._store):
+            try:
+                self._store = self._store()  # connected here: the rank's main thread does not wait
+            except Exception:
+                return
+        while not self._stopped.wait(HEARTBEAT_INTERVAL_S):
+            records = read_records(self._store, self._world)
+            now = time.monotonic()
+            with self._lock:
+                for rank, record in records.items():
+                    old = self._records.get(rank)
+                    if old is None or (old["beats"], old["seq"]) != (record["beats"], record["seq"]):
+                        self._changed[rank] = now
+                    self._records[rank] = record
+                ages = {rank: now - t for rank, t in self._changed.items()}
+            self._published += 1
+            view = {"n": self._published, "ages": ages}
+            with contextlib.suppress(Exception):
+                self._store.set(VIEW_KEY, json.dumps(view))
+
+    def snapshot(self) -> tuple[dict[int, dict[str, Any]], dict[int, float]]:
+        now = time.monotonic()
+        with self._lock:
+            return dict(self._records), {rank: now - t for rank, t in self._changed.items()}
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+
+class Session:
+    """One inline rank's share of the store: its published record and, on rank 0, the watch."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+        # Connections of their own, opened on their own threads (or when first read): they share
+        # nothing with the process group's, and cost the rank's main thread nothing.
+        self._store: Any = None
+        self.transport = StoreTransport(connect, f"{KEY}{rank}")
+        self.watch: Watch | None = None
+        if rank == 0:
+            self.watch = Watch(connect, world_size)
+            self.watch.start()
+        else:
+            # Connected ahead: when this rank gives up, rank 0 (whose process may host the store,
+            # under srun and mpirun) may be about to leave.
+            threading.Thread(target=self._connect_ahead, name="ddpcheck-store-connect", daemon=True).start()
+
+    def _connect_ahead(self) -> None:
+        with contextlib.suppress(Exception):
+            self._store = connect()
+
+    def wait_for_waiters(self, culprits: list[int], bound_s: float) -> None:
+        """Rank 0, done: stay until every other rank gave up too (its store may be theirs), within a bound."""
+        deadline = time.monotonic() + bound_s
+        while time.monotonic() < deadline:
+            records = read_records(self.store, self.world_size)
+            waiting = [
+                r
+                for r, s in records.items()
+                if r != self.rank and r not in culprits and s.get("stage") != stages.DONE
+                and not _has(self.store, f"{SAID_KEY}{r}")
+            ]  # fmt: skip
+            if not waiting:
+                return
+            time.sleep(HEARTBEAT_INTERVAL_S / 2)
+
+    @property
+    def store(self) -> Any:
+        """The connection this rank reads the others' records with, opened when first needed."""
+        if self._store is None:
+            self._store = connect()
+        return self._store
+
+    def observe(self, wait_s: float, connect_s: float = STORE_OP_TIMEOUT_S) -> dict[int, dict[str, Any]]:
+        """Every rank's annotated status, waiting up to `wait_s` for a rank that stopped beating.
+
+        Empty when the store does not answer (its host, rank 0 or the launcher, is gone or frozen).
+        """
+        try:
+            if self._store is None:
+                self._store = connect(connect_s)
+        except Exception:
+            return {}
+        began = time.monotonic()
+        first = read_records(self.store, self.world_size)
+        first_view = _read_view(self.store)
+        while True:
+            if self.watch is not None:
+                records, ages = self.watch.snapshot()
+                records = {**records, **read_records(self.store, self.world_size)}
+            else:
+                records = read_records(self.store, self.world_size) or first
+                view = _read_view(self.store)
+                if view and first_view and view["n"] != first_view["n"]:
+                    ages = {int(r): a for r, a in view["ages"].items()}  # rank 0 is alive and watching
+                else:
+                    waited = time.monotonic() - began
+                    ages = {
+                        r: waited if first.get(r, {}).get("beats") == s["beats"] else 0.0
+                        for r, s in records.items()
+                    }
+            statuses = annotate(records, ages)
+            for rank, status in statuses.items():
+                if status["proc_state"] == "exited" and _has(self.store, f"{ENDED_KEY}{rank}"):
+                    status.update(proc_state="stopped", ended_by_ddpcheck=True)
+            if time.monotonic() - began >= wait_s or any(
+                is_culprit(s) for r, s in statuses.items() if r != self.rank
+            ):
+                return statuses
+            time.sleep(HEARTBEAT_INTERVAL_S / 2)
+
+    def said(self) -> None:
+        """This rank's one line is out (rank 0 may leave, and with it the store, now)."""
+        with contextlib.suppress(Exception):
+            self.store.set(f"{SAID_KEY}{self.rank}", "1")
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+
+
+def _has(store: Any, key: str) -> bool:
+    try:
+        return store_has(store, key)
+    except Exception:
+        return False
+
+
+def _read_view(store: Any) -> dict[str, Any] | None:
+    try:
+        return json.loads(store.get(VIEW_KEY)) if store_has(store, VIEW_KEY) else None
+    except Exception:
+        return None
+
+
+def annotate(records: dict[int, dict[str, Any]], ages: dict[int, float]) -> dict[int, dict[str, Any]]:
+    """Records plus process state and heartbeat age, as postmortem reads them.
+
+    A rank on this host is looked at directly (its process, and its heartbeat against this
+    host's own clock); one elsewhere by the age rank 0 (or this rank, sampling) measured.
+    """
+    here, now = socket.gethostname(), time.time()
+    annotated = {}
+    for rank, record in records.items():
+        same_host = record.get("host") == here
+        age = now - record["heartbeat"] if same_host else ages.get(rank, 0.0)
+        annotated[rank] = {
+            **record,
+            "proc_state": process_state(record["pid"]) if same_host else "running",
+            "heartbeat_age_s": round(max(age, 0.0), 1),
+            "in_stage_s": round(now - record["stage_since"], 1) if same_host else None,
+            "same_host": same_host,
+        }
+    return annotated
+
+
+def process_state(pid: int) -> str:
+    """'exited', 'stopped' (SIGSTOP) or 'running': a ddpcheck rank's process on this host."""
+    try:
+        proc = psutil.Process(pid)
+        state = proc.status()
+        if state == psutil.STATUS_ZOMBIE or "ddpcheck" not in " ".join(proc.cmdline()):
+            return "exited"  # a zombie, or a reused pid
+    except psutil.Error:
+        return "exited"
+    return "stopped" if state in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP) else "running"
+
+
+def is_culprit(status: dict[str, Any]) -> bool:
+    """Stopped beating: dead (its process is gone mid-run, without an error of its own), stopped, frozen."""
+    if status["proc_state"] == "exited":
+        return not status.get("error") and status.get("stage") != stages.DONE
+    return status["proc_state"] == "stopped" or status["heartbeat_age_s"] > FROZEN_AFTER_S
+
+
+def reap(statuses: dict[int, dict[str, Any]], end_stopped: bool, store: Any = None) -> list[int]:
+    """Remove the run directories that same-host peers which died left behind.
+
+    With `end_stopped` (under torchrun, whose SIGTERM cannot reach a stopped process and which
+    then waits its whole shutdown timeout), end a stopped peer first: SIGKILL, as torchrun
+    itself would after that timeout. Returns the ranks ended here.
+    """
+    ended = []
+    for rank, status in statuses.items():
+        if not status.get("same_host") or status["pid"] == os.getpid():
+            continue
+        if status["proc_state"] == "stopped" and end_stopped:
+            with contextlib.suppress(Exception):
+                store.set(f"{ENDED_KEY}{rank}", "stopped")
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(status["pid"])
+                proc.kill()
+                proc.wait(timeout=5)
+                ended.append(rank)
+        elif status["proc_state"] != "exited":
+            continue
+        for path in Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}{status['pid']}-*"):
+            shutil.rmtree(path, ignore_errors=True)
+    return ended
+
+
+class SigtermWatch(threading.Thread):
+    """Acts on SIGTERM at once, even while the main thread is blocked in a collective.
+
+    torchrun and srun stop every rank with SIGTERM once one failed; Python would run its
+    handler only when the collective returns, after the timeout. The C-level handler writes
+    to a wakeup pipe right away: this thread reads it and calls `on_sigterm`.
+    """
+
+    def __init__(self, on_sigterm: Callable[[], None]) -> None:
+        super().__init__(name="ddpcheck-sigterm", daemon=True)
+        self._read, write = os.pipe()
+        os.set_blocking(write, False)
+        self._write = write
+        self._on_sigterm = on_sigterm
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+
+    def run(self) -> None:
+        while True:
+            try:
+                data = os.read(self._read, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            if signal.SIGTERM in data:
+                self._on_sigterm()
+                return
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

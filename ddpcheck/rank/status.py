@@ -1,0 +1,230 @@
+"""The one status channel: every rank's stage, progress and heartbeat, one record, several transports.
+
+Each rank keeps one `RankStatus` and publishes it whenever it enters a stage, and a daemon
+thread republishes it (a heartbeat) about twice a second. Where it goes depends on who is
+watching: the launcher's status files (`FileTransport`, read by watchdog.py), and under
+torchrun/srun/mpirun, where no launcher watches, the process group's store
+(`StoreTransport`, read by the rank that gives up). Across nodes the launcher forwards its
+ranks' records through the rendezvous store (presence.py). A rank whose stage stopped moving
+but whose heartbeat is fresh is alive and waiting; one whose heartbeat stopped is frozen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ddpcheck.rank import stages
+
+HEARTBEAT_INTERVAL_S = 0.5
+# Four missed beats: long enough to survive a loaded machine, short enough for a verdict in seconds.
+FROZEN_AFTER_S = 4 * HEARTBEAT_INTERVAL_S + 1.0
+
+
+@dataclass
+class RankStatus:
+    """What one rank says about itself; its JSON form is what every transport carries."""
+
+    rank: int
+    local_rank: int
+    node: int
+    host: str
+    address: str | None
+    pid: int
+    stage: str = stages.LAUNCHED
+    seq: int = 0  # counts stages, so ranks at the same point of a run agree on it
+    stage_since: float = field(default_factory=time.time)
+    heartbeat: float = field(default_factory=time.time)
+    beats: int = 0  # counts heartbeats: a reader on another host sees it change without trusting our clock
+    progress: dict[str, Any] | None = None
+    progress_seq: int = 0
+    ticks: int = 0
+    error: str | None = None
+    error_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankStatus:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class Stall:
+    """What a watcher saw when no rank moved for the bound: the input of postmortem.judge_stall.
+
+    `statuses` are annotated (watchdog.annotate, or inline.annotate): each rank's record plus
+    its process state and heartbeat age as seen without mixing two hosts' clocks.
+    """
+
+    statuses: dict[int, dict[str, Any]]
+    waited_s: float | None
+    world_size: int
+    at: float | None = None
+    elapsed_s: float | None = None
+
+
+class Transport(Protocol):
+    def publish(self, record: dict[str, Any]) -> None: ...
+
+
+def status_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "status"
+
+
+class FileTransport:
+    """One JSON file per rank in the run directory, replaced atomically: the launcher's view."""
+
+    def __init__(self, run_dir: str | Path, rank: int) -> None:
+        self._path = status_dir(run_dir) / f"rank-{rank}.json"
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+
+    def publish(self, record: dict[str, Any]) -> None:
+        tmp = self._path.with_suffix(f".tmp{threading.get_ident()}")
+        try:
+            tmp.write_text(json.dumps(record))
+            os.replace(tmp, self._path)
+        except FileNotFoundError:
+            pass  # the run directory is being removed: the run is over, there is no one to tell
+
+
+class StoreTransport:
+    """A key in a torch.distributed store: the view of ranks that no launcher watches (inline runs).
+
+    Sent from a thread of its own, latest record only: a store that is slow or gone (its host
+    froze) delays nothing else, neither a stage change nor the status files. `store` is the
+    store, or a function that connects to it: called on that thread, so that connecting costs
+    the rank's main thread nothing.
+    """
+
+    def __init__(self, store: Any, key: str) -> None:
+        self._store, self._key = store, key
+        self._pending: dict[str, Any] | None = None
+        self._ready = threading.Condition()
+        self._closed = False
+        threading.Thread(target=self._send, name="ddpcheck-store-status", daemon=True).start()
+
+    def publish(self, record: dict[str, Any]) -> None:
+        with self._ready:
+            self._pending = record
+            self._ready.notify()
+
+    def close(self) -> None:
+        with self._ready:
+            self._closed = True
+            self._ready.notify()
+
+    def _send(self) -> None:
+        if callable(self._store):
+            try:
+                self._store = self._store()
+            except Exception:
+                return  # no store to reach: nobody to tell
+        while True:
+            with self._ready:
+                while self._pending is None and not self._closed:
+                    self._ready.wait()
+                if self._closed:
+                    return
+                record, self._pending = self._pending, None
+            with contextlib.suppress(Exception):  # the store's host ended or froze: nobody to tell
+                self._store.set(self._key, json.dumps(record))
+
+
+class StatusWriter:
+    """One rank's side of the channel: one record, published to every transport."""
+
+    def __init__(self, run_dir: str | Path, identity: dict[str, Any]) -> None:
+        self.record = RankStatus(**identity)
+        self._lock = threading.Lock()
+        self._transports: list[Transport] = [FileTransport(run_dir, identity["rank"])]
+        # Transports that may fail (a store whose host went away) must never fail the rank.
+        self._fallible: list[Transport] = []
+        self._parent = os.getppid()
+        self._stopped = threading.Event()
+        self._write()
+        self._thread = threading.Thread(target=self._beat, name="ddpcheck-heartbeat", daemon=True)
+        self._thread.start()
+
+    def add_transport(self, transport: Transport) -> None:
+        """Publish to `transport` too, from the next stage or beat on (errors there are ignored)."""
+        with self._lock:
+            self._fallible.append(transport)
+        self._write()
+
+    def stage(self, name: str) -> None:
+        """Enter a stage; `seq` counts stages, so ranks at the same point of a run agree on it."""
+        with self._lock:
+            record = self.record
+            record.stage, record.seq, record.progress = name, record.seq + 1, None
+            record.stage_since = time.time()
+        self._write()
+
+    def progress(self, done: int, total: int, label: str) -> None:
+        with self._lock:
+            self.record.progress = {"done": done, "total": total, "label": label}
+            self.record.progress_seq += 1
+        self._write()
+
+    def tick(self) -> None:
+        """Count one unit of work (an iteration); the heartbeat carries it, no write here.
+
+        Long stages (a sweep size of 1 GiB on a slow link) thus show progress to the
+        launcher without a file write per iteration.
+        """
+        self.record.ticks += 1
+
+    def error(self, message: str) -> None:
+        with self._lock:
+            self.record.error, self.record.error_at = message, time.time()
+        self._write()
+
+    def close(self) -> None:
+        self._stopped.set()
+        for transport in self._fallible:
+            if hasattr(transport, "close"):
+                transport.close()
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(HEARTBEAT_INTERVAL_S):
+            if os.getppid() != self._parent:
+                # The launcher died without tearing us down: do not outlive it.
+                os._exit(3)
+            with self._lock:
+                self.record.beats += 1
+            self._write()
+
+    def _write(self) -> None:
+        with self._lock:
+            self.record.heartbeat = time.time()
+            record = self.record.to_dict()
+            for transport in self._transports:
+                transport.publish(record)
+            fallible = list(self._fallible)
+        for transport in fallible:  # outside the lock: a slow store must not hold up a stage change
+            with contextlib.suppress(Exception):
+                transport.publish(record)
+
+
+def read_statuses(run_dir: str | Path) -> dict[int, dict[str, Any]]:
+    """Every rank's last written status, by global rank (ranks that never wrote are absent)."""
+    statuses: dict[int, dict[str, Any]] = {}
+    directory = status_dir(run_dir)
+    if not directory.is_dir():
+        return statuses
+    for path in directory.glob("rank-*.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # mid-replace on a filesystem without atomic rename; read next poll
+        statuses[int(data["rank"])] = data
+    return statuses

@@ -1,0 +1,36 @@
+"""`--html PATH`: a report as one self-contained page to look at, attach or paste into a ticket.
+
+matplotlib draws the charts; it is an optional extra (`pip install 'ddpcheck[html]'`) and is
+imported only here, only when --html is given, so `ddpcheck --help` and plain runs pay nothing.
+"""
+
+from __future__ import annotations
+
+from ddpcheck.errors import UsageError
+from ddpcheck.report.model import Report
+
+INSTALL_HINT = "pip install 'ddpcheck[html]'"
+
+
+def require_charts() -> None:
+    """Refuse --html before anything is launched when its chart library cannot be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(
+            f"--html needs matplotlib, which cannot be imported ({exc}): {INSTALL_HINT}"
+        ) from None
+
+
+def render_html(report: Report) -> str:
+    from ddpcheck.report import terminal as render
+    from ddpcheck.report.html import page
+    from ddpcheck.report.html.charts import charts_for
+
+    return page.assemble(report, render.verdict_line(report).plain, charts_for(report))
+
+
+def write_html(report: Report, path: str) -> None:
+    from ddpcheck.report.model import write_text
+
+    write_text(path, render_html(report))

@@ -1,0 +1,122 @@
+"""links: the rank × rank heat map, each cell a link's bandwidth as a fraction of the median.
+
+Reads the table `links` (rows: `src`, `dst`, `src_host`, `dst_host`, `gbps`, `latency_us`,
+`ratio` = gbps / the median of comparable links). A link is slow below the run's `--threshold`
+(the report's options), or when its row says so (`status` FAIL or WARN).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+from ddpcheck.report.html import svg
+from ddpcheck.report.html.charts import Chart, number
+from ddpcheck.report.model import Report, Table
+
+DEFAULT_THRESHOLD = 0.5  # used only when a report does not say its own --threshold
+HOVER_EVERY_CELL = 16  # up to this many ranks every cell has hover text; beyond, the slow ones (file size)
+
+
+def _label(rank: int, host: Any) -> str:
+    return f"rank {rank} (host {host})" if host else f"rank {rank}"
+
+
+def _describe(row: dict[str, Any]) -> str:
+    src, dst = int(row["src"]), int(row["dst"])
+    ends = f"{_label(src, row.get('src_host'))} → {_label(dst, row.get('dst_host'))}"
+    text = f"{ends}: {number(row.get('gbps')):.4g} GB/s"
+    ratio = number(row.get("ratio"))
+    if not math.isnan(ratio):
+        text += f", {ratio:.2f} × median"
+    latency = number(row.get("latency_us"))
+    if not math.isnan(latency):
+        text += f", latency {latency:.4g} us"
+    return text
+
+
+def slow_links(report: Report, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    threshold = number(report.options.get("threshold"))
+    threshold = DEFAULT_THRESHOLD if math.isnan(threshold) else threshold
+    return [r for r in rows if number(r.get("ratio")) < threshold or r.get("status") in ("FAIL", "WARN")]
+
+
+def charts(report: Report) -> list[Chart]:
+    table = report.table("links")
+    rows = [
+        r
+        for r in (table.rows if table else [])
+        if isinstance(r.get("src"), int) and isinstance(r.get("dst"), int)
+    ]
+    if not rows:
+        return []
+    import numpy as np
+    from matplotlib.colors import Normalize
+    from matplotlib.patches import Rectangle
+
+    n = max(max(r["src"], r["dst"]) for r in rows) + 1
+    ratio = np.full((n, n), np.nan)
+    for r in rows:
+        ratio[r["src"], r["dst"]] = number(r.get("ratio"))
+    slow = slow_links(report, rows)
+    slow_keys = {(r["src"], r["dst"]) for r in slow}
+    titles: dict[str, str] = {}
+    side = min(7.0, 3.0 + n * 0.12)
+    with svg.figure(side + 1.2, side) as fig:
+        ax = fig.add_subplot()
+        ax.grid(False)
+        # An image, not one shape per cell: a 64-rank matrix stays a few KB.
+        image = ax.imshow(
+            ratio, cmap="RdYlGn", norm=Normalize(0.0, 1.0), interpolation="nearest", origin="upper"
+        )
+        bar = fig.colorbar(image, ax=ax, shrink=0.8)
+        bar.set_label("bandwidth / median of comparable links (1 = typical)")
+        ax.set_xlabel("destination rank")
+        ax.set_ylabel("source rank")
+        if n <= 32:
+            ax.set_xticks(range(n))
+            ax.set_yticks(range(n))
+        hosts = {r["src"]: r.get("src_host") for r in rows} | {r["dst"]: r.get("dst_host") for r in rows}
+        starts = [r for r in range(1, n) if hosts.get(r) != hosts.get(r - 1)]
+        for start in starts:  # where one host's ranks end: a block per host pair shows a slow host or NIC
+            ax.axhline(start - 0.5, color="white", linewidth=1)
+            ax.axvline(start - 0.5, color="white", linewidth=1)
+        if starts and len(starts) < 16:
+            edges = [0, *starts, n]
+            top = ax.secondary_xaxis("top")
+            top.set_xticks([(a + b - 1) / 2 for a, b in itertools.pairwise(edges)])
+            top.set_xticklabels([str(hosts.get(a)) for a in edges[:-1]], fontsize=7)
+            top.tick_params(length=0)
+        for i, r in enumerate(rows):
+            key = (r["src"], r["dst"])
+            if key not in slow_keys and n > HOVER_EVERY_CELL:
+                continue
+            marked = key in slow_keys
+            # Unfilled (matplotlib writes a transparent face as none): the page's CSS gives
+            # these cells pointer events over their whole area, so the hover works anywhere on them.
+            cell = Rectangle(
+                (r["dst"] - 0.5, r["src"] - 0.5),
+                1,
+                1,
+                facecolor=(0, 0, 0, 0),
+                edgecolor="black" if marked else "none",
+                linewidth=1.5 if marked else 0,
+            )
+            gid = f"link-{i}"
+            cell.set_gid(gid)
+            ax.add_patch(cell)
+            titles[gid] = ("slow: " if marked else "") + _describe(r)
+        chart_svg = svg.to_svg(fig, titles)
+    gbps = {(r["src"], r["dst"]): r.get("gbps") for r in rows}
+    columns = {"src": "src \\ dst (GB/s)", **{str(d): str(d) for d in range(n)}}
+    matrix = [{"src": s, **{str(d): gbps.get((s, d)) for d in range(n)}} for s in range(n)]
+    notes = [f"slow: {_describe(r)}" for r in sorted(slow, key=lambda r: number(r.get("ratio")))]
+    if not notes:
+        notes = ["no link is slower than the threshold"]
+    title = f"Link bandwidth, {n} × {n} ranks, as a fraction of the median"
+    return [
+        Chart(
+            title, chart_svg, Table("chart_links", "Bandwidth of every link (GB/s)", columns, matrix), notes
+        )
+    ]

@@ -1,0 +1,292 @@
+"""Report -> the terminal: rich tables, the progress display, charts. The one module that imports rich."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.panel import Panel
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from ddpcheck.commands import COMMANDS
+from ddpcheck.report.model import Report, Status, Table, Verdict, counted
+
+STATUS_STYLE = {
+    Status.PASS: "bold green",
+    Status.WARN: "bold yellow",
+    Status.FAIL: "bold red",
+    Status.ERROR: "bold magenta",
+    Status.SKIP: "dim",
+}
+VERDICT_STYLE = {Verdict.PASS: "bold green", Verdict.FAIL: "bold red", Verdict.ERROR: "bold magenta"}
+CELL_STYLE = {"PASS": "green", "FAIL": "red", "WARN": "yellow", "ERROR": "magenta"}
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console that writes plain text (no escape codes) when NO_COLOR is set or output is not a terminal."""
+    stream = sys.stderr if stderr else sys.stdout
+    # no-color.org: set and not empty. rich's own no_color drops colours but keeps bold and
+    # dim; color_system=None drops every style, so the text is plain.
+    no_color = bool(os.environ.get("NO_COLOR"))
+    return Console(
+        file=stream,
+        no_color=no_color,
+        color_system=None if no_color else "auto",
+        highlight=False,
+        soft_wrap=False,
+    )
+
+
+def say(console: Console, message: str, style: str = "") -> None:
+    console.print(Text(message, style=style), soft_wrap=True)
+
+
+def render_report(report: Report, console: Console, quiet: bool = False) -> None:
+    if report.world.get("report_on"):
+        # Not the node of rank 0: one line, the whole report is printed there.
+        (check,) = report.checks
+        say(console, f"{report.verdict.value.upper()}  ddpcheck {report.command}: {check.detail}")
+        return
+    if not quiet:
+        for note in report.notes:
+            say(console, note, "dim")
+        command = COMMANDS.get(report.command)
+        charts = command.charts if command else {}
+        for table in report.tables:
+            if table.name == "stderr":
+                _render_tails(table, console)
+                continue
+            for title, rows in table.groups():
+                if table.columns:  # a table without columns is for the JSON report only
+                    console.print(rich_table(table, title, rows))
+                if table.name in charts:
+                    CHARTS[charts[table.name]](table, rows, console)
+        console.print(_checks_table(report))
+    else:
+        for check in report.failing():
+            say(console, f"{check.status.value} {check.name}: {check.detail}", STATUS_STYLE[check.status])
+    console.print(verdict_line(report), soft_wrap=True)
+    if report.log_dir:
+        say(console, f"rank logs kept in {report.log_dir}", "dim")
+
+
+def verdict_line(report: Report) -> Text:
+    verdict = report.verdict
+    world = report.world
+    where = ""
+    if world.get("size"):
+        where = f" ({counted(world['size'], 'rank')}, {world.get('backend')}, {world.get('device')})"
+    counts: dict[Status, int] = {}
+    for check in report.checks:
+        counts[check.status] = counts.get(check.status, 0) + 1
+    summary = ", ".join(f"{n} {s.value.lower()}" for s, n in counts.items())
+    text = Text()
+    text.append(verdict.value.upper(), style=VERDICT_STYLE[verdict])
+    text.append(f"  ddpcheck {report.command}{where}: {summary} in {report.elapsed_s:.1f} s")
+    failing = report.failing()
+    if failing:
+        text.append(" - " + "; ".join(_culprit(c) for c in failing[:3]))
+    return text
+
+
+def _culprit(check: Any) -> str:
+    if check.ranks:
+        ranks = ", ".join(map(str, check.ranks[:8])) + (" ..." if len(check.ranks) > 8 else "")
+        return f"{check.name}: rank{'s' if len(check.ranks) > 1 else ''} {ranks}"
+    return check.name
+
+
+def rich_table(table: Table, title: str | None = None, rows: list[dict[str, Any]] | None = None) -> RichTable:
+    """The table, or one group of it (`title` and `rows`)."""
+    rows = table.rows if rows is None else rows
+    out = RichTable(
+        title=Text(title or table.title), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold"
+    )
+    for key, header in table.columns.items():
+        numeric = any(isinstance(row.get(key), (int, float)) for row in rows)
+        out.add_column(header, justify="right" if numeric else "left")
+    for row in rows:
+        out.add_row(*(_cell(row.get(key)) for key in table.columns))
+    return out
+
+
+def _cell(value: Any) -> Text:
+    if value is None:
+        return Text("-", style="dim")
+    if isinstance(value, float):
+        return Text(f"{value:g}" if abs(value) < 1e6 else f"{value:.4g}")
+    if isinstance(value, int):
+        return Text(str(value))
+    text = str(value)
+    return Text(text, style=CELL_STYLE.get(text, ""))
+
+
+def _checks_table(report: Report) -> RichTable:
+    out = RichTable(title="Checks", box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold")
+    out.add_column("check")
+    out.add_column("status")
+    out.add_column("detail", overflow="fold")
+    for check in report.checks:
+        # Text, not str: details quote ranks' errors, and "[/path/pair.cc:553]" is not rich markup.
+        out.add_row(
+            Text(check.name), Text(check.status.value, style=STATUS_STYLE[check.status]), Text(check.detail)
+        )
+    return out
+
+
+def _render_tails(table: Table, console: Console) -> None:
+    for row in table.rows:
+        title = (
+            f"rank {row['rank']}"
+            + (f" on {row['host']}" if row.get("host") else "")
+            + ": last lines of stderr"
+        )
+        console.print(
+            Panel(Text(row["stderr_tail"]), title=Text(title), title_align="left", border_style="red")
+        )
+
+
+def render_bandwidth_chart(
+    table: Table, rows: list[dict[str, Any]], console: Console, width: int = 40
+) -> None:
+    """busbw against message size as horizontal bars (no plotting library); one chart per group."""
+    rows = [r for r in rows if isinstance(r.get("busbw_gbps"), (int, float))]  # a saved report may be edited
+    peak = max((r["busbw_gbps"] for r in rows), default=0.0)
+    if peak <= 0:
+        return
+    chart = RichTable(
+        title=f"{rows[0].get(table.group_by)} busbw by message size"
+        if table.group_by
+        else "busbw by message size",
+        box=None,
+        title_justify="left",
+        title_style="bold",
+        show_header=False,
+    )
+    chart.add_column(justify="right")
+    chart.add_column()
+    chart.add_column(justify="right")
+    for r in rows:
+        filled = r["busbw_gbps"] / peak * width
+        bar = "█" * int(filled) + ("▌" if filled - int(filled) >= 0.5 else "")
+        chart.add_row(
+            str(r.get("size", "")),
+            Text(bar, style="red" if r.get("wrong") else "cyan"),
+            f"{r['busbw_gbps']:.3f} GB/s",
+        )
+    console.print(chart)
+
+
+# Heat map shades, slowest first: (upper bound of the ratio to the median, style).
+HEAT_SHADES = ((0.25, "bold white on red"), (0.5, "black on dark_orange"), (0.8, "black on yellow"))
+
+
+def render_link_heatmap(table: Table, rows: list[dict[str, Any]], console: Console) -> None:
+    """The link matrix (rows: label, host, ratios) as a grid of ratios to the median, slow ones coloured.
+
+    Plain text stays readable without colour: every cell is its number, '.' where nothing was measured.
+    """
+    if not rows:
+        return
+    # The title above, not as the grid's caption: a narrow grid would wrap it into a column.
+    say(console, table.title, "bold")
+    grid = RichTable(box=box.SIMPLE, pad_edge=False)
+    grid.add_column("", justify="right", style="bold")
+    for row in rows:
+        grid.add_column(row["label"], justify="right")
+    for row in rows:
+        cells = []
+        for ratio in row["ratios"]:
+            if ratio is None:
+                cells.append(Text(".", style="dim"))
+                continue
+            style = next((s for bound, s in HEAT_SHADES if ratio < bound), "green")
+            cells.append(Text(f"{ratio:.2f}", style=style))
+        grid.add_row(row["label"], *cells)
+    console.print(grid)
+
+
+BREAKDOWN_STYLE = {"forward": "cyan", "backward_compute": "blue", "exposed_comm": "red", "update": "green"}
+
+
+def render_breakdown_chart(
+    table: Table, rows: list[dict[str, Any]], console: Console, width: int = 40
+) -> None:
+    """Where a step's time goes (rows: part, label, ms, share_pct) as horizontal bars."""
+    longest = max((r["ms"] for r in rows), default=0.0)
+    if longest <= 0:
+        return
+    chart = RichTable(
+        title=table.title, box=None, title_justify="left", title_style="bold", show_header=False
+    )
+    chart.add_column(justify="right")
+    chart.add_column()
+    chart.add_column(justify="right")
+    chart.add_column(justify="right")
+    for r in rows:
+        filled = r["ms"] / longest * width
+        bar = "█" * int(filled) + ("▌" if filled - int(filled) >= 0.5 else "")
+        style = BREAKDOWN_STYLE.get(r["part"], "cyan")
+        chart.add_row(r["label"], Text(bar, style=style), f"{r['ms']:.3f} ms", f"{r['share_pct']:.1f}%")
+    console.print(chart)
+
+
+# The chart kinds commands.py names, by the function that draws one (table, rows of a group, console).
+CHARTS = {
+    "busbw": render_bandwidth_chart,
+    "breakdown": render_breakdown_chart,
+    "heatmap": render_link_heatmap,
+}
+
+
+class LaunchProgress:
+    """The launcher's live view of rank 0's stage and the sweep's progress."""
+
+    def __init__(self, console: Console, enabled: bool) -> None:
+        # A live display redraws with cursor escapes: only on a real terminal that allows
+        # styles (not a pipe, even with FORCE_COLOR; not TERM=dumb; not NO_COLOR).
+        isatty = getattr(console.file, "isatty", None)
+        self.enabled = (
+            enabled
+            and console.is_interactive
+            and console.color_system is not None
+            and bool(isatty and isatty())
+        )
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self._task: Any = None
+
+    def __enter__(self) -> LaunchProgress:
+        if self.enabled:
+            self._progress.start()
+            self._task = self._progress.add_task("starting ranks", total=None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self._progress.stop()
+
+    def update(self, status: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        progress = status.get("progress")
+        if progress:
+            self._progress.update(
+                self._task,
+                description=f"rank 0: {progress['label']}",
+                completed=progress["done"],
+                total=progress["total"],
+            )
+        else:
+            self._progress.update(self._task, description=f"rank 0: {status.get('stage')}")
