@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
-from ddpcheck.checks.allreduce import judge
+from ddpcheck.checks.allreduce import AllreduceOptions
+from ddpcheck.checks.allreduce.check import judge
 from ddpcheck.checks.collective.ops.all_reduce import bus_factor
-from ddpcheck.checks.collective.pattern import EXACT_LIMIT, Pattern, human_bytes, sweep_sizes
-from ddpcheck.options import AllreduceOptions
+from ddpcheck.checks.collective.pattern import EXACT_LIMIT, Pattern, sweep_sizes
+from ddpcheck.report.units import human_bytes
 from tests.conftest import assert_nothing_left, needs_gpu
 
 OPTS = AllreduceOptions(min_bytes=1024, max_bytes=4096, dtype="float32", iters=2, warmup=1)

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from ddpcheck import __version__
+from ddpcheck.checks.collective.figures import bandwidth_figures
 from ddpcheck.errors import UsageError
-from ddpcheck.report import baseline, expectations
+from ddpcheck.report import baseline, compare, expectations
 from ddpcheck.report.model import Status
 from tests.conftest import assert_nothing_left, assert_usage_error, worker_processes
 from tests.support.netns import free_port, ip, on_host, veth_pair
@@ -143,7 +144,7 @@ def test_latency_bound_sizes_do_not_count() -> None:
 def test_a_lucky_small_size_in_the_baseline_is_still_latency_bound() -> None:
     """Half the peak at 128K once, then below it at 256K: measured, a healthy rerun looked 0.13x there."""
     lucky = bandwidth({128 * 1024: 0.6, 256 * 1024: 0.3, M: 0.6, 2 * M: 0.8, 4 * M: 1.0})
-    bound = {f.label: f.bandwidth_bound for f in baseline.bandwidth_figures(lucky)}
+    bound = {f.label: f.bandwidth_bound for f in bandwidth_figures(lucky)}
     assert bound == {
         "all_reduce busbw at 128K": False,
         "all_reduce busbw at 256K": False,
@@ -169,7 +170,7 @@ def test_wrong_rows_zero_and_nan_busbw_are_not_figures() -> None:
     odd["tables"]["bandwidth"][1]["wrong"] = 3
     odd["tables"]["bandwidth"][2]["busbw_gbps"] = "nan"
     odd["tables"]["bandwidth"][3]["busbw_gbps"] = 0.0
-    assert baseline.bandwidth_figures(odd) == baseline.bandwidth_figures(bandwidth({64 * 1024: 0.05}))
+    assert bandwidth_figures(odd) == bandwidth_figures(bandwidth({64 * 1024: 0.05}))
 
 
 @pytest.mark.parametrize(
@@ -298,10 +299,10 @@ def test_check_setup_before_launch() -> None:
 
 
 def test_tolerance_bounds() -> None:
-    baseline.validate_tolerance(0.0)
+    compare.validate_tolerance(0.0)
     for bad in (-0.1, 1.0, 2.5):
         with pytest.raises(UsageError, match="--tolerance must be a fraction in"):
-            baseline.validate_tolerance(bad)
+            compare.validate_tolerance(bad)
     assert baseline.default_tolerance(healthy()) == baseline.DEFAULT_TOLERANCE["cpu"]
     assert baseline.default_tolerance(healthy(device="cuda")) == baseline.DEFAULT_TOLERANCE["cuda"]
 

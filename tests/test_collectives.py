@@ -11,9 +11,10 @@ from ddpcheck.checks.collective import harness
 from ddpcheck.checks.collective.judge import attribute
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.ops.roots import ROOTS_PER_SIZE, roots_for
-from ddpcheck.checks.collective.pattern import Pattern, block_values, human_bytes
-from ddpcheck.checks.collectives import judge
-from ddpcheck.options import COLLECTIVES, CollectivesOptions
+from ddpcheck.checks.collective.pattern import Pattern, block_values
+from ddpcheck.checks.collectives import COLLECTIVES, CollectivesOptions
+from ddpcheck.checks.collectives.check import judge
+from ddpcheck.report.units import human_bytes
 from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu
 
 SIZES = (1024, 2048)

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from ddpcheck.checks.env import agreement, host_report, judge, master, probe, redact, units, variables
+from ddpcheck.checks.env import agreement, host_report, judge, master, probe, redact, variables
+from ddpcheck.report import units
 from ddpcheck.report.model import Check, Report, Status, Verdict, write_json
 from tests.conftest import needs_gpu
 

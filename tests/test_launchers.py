@@ -31,7 +31,7 @@ import pytest
 from ddpcheck.errors import UsageError
 from ddpcheck.launcher import mpi
 from ddpcheck.launcher.postmortem import judge_inline
-from ddpcheck.rank import inline
+from ddpcheck.rank import inline, rundir
 from ddpcheck.rank.status import FROZEN_AFTER_S, Stall, StatusWriter, StoreTransport
 from tests.conftest import assert_usage_error
 
@@ -168,7 +168,7 @@ def _rank_pids(scratch: Path, deadline: float, proc: subprocess.Popen | None = N
     """Rank -> pid, once every rank's status file says it is measuring (mid-sweep)."""
     pids: dict[int, int] = {}
     while time.monotonic() < deadline and (proc is None or proc.poll() is None):
-        for path in scratch.glob(f"{inline.RUN_DIR_PREFIX}*/status/rank-*.json"):
+        for path in scratch.glob(f"{rundir.INLINE_PREFIX}*/status/rank-*.json"):
             try:
                 status = json.loads(path.read_text())
             except (OSError, ValueError):
@@ -216,7 +216,7 @@ def strike(argv: list[str], scratch: Path, tmp_path: Path, fault: signal.Signals
             warnings.warn(
                 f"{exc}; retrying once; the launcher said:\n{out[-1500:]}\n{err[-3000:]}", stacklevel=1
             )
-            for leftover in scratch.glob(f"{inline.RUN_DIR_PREFIX}*"):
+            for leftover in scratch.glob(f"{rundir.INLINE_PREFIX}*"):
                 shutil.rmtree(leftover, ignore_errors=True)
             proc = start()
             pids = _rank_pids(scratch, time.monotonic() + 60, proc)
@@ -273,7 +273,8 @@ def assert_bounded_and_clean(outcome: Outcome, scratch: Path) -> None:
 
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"]
-# The README's recipe: a short shutdown timeout, so that torchrun's SIGTERM-then-SIGKILL is bounded.
+# The torchrun recipe (README, docs/multinode.md): a short shutdown timeout, so that torchrun's
+# SIGTERM-then-SIGKILL is bounded.
 TORCHRUN += ["--shutdown-timeout", "5", "-m", "ddpcheck", *SWEEP]
 
 

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from ddpcheck.checks import links
-from ddpcheck.checks.schedule import INTER, INTRA, link_plan, nodes_of, round_robin
-from ddpcheck.options import LinksOptions
+from ddpcheck.checks.links import LinksOptions
+from ddpcheck.checks.links import check as links
+from ddpcheck.checks.links.schedule import INTER, INTRA, link_plan, nodes_of, round_robin
 from ddpcheck.report.model import Check, Report, Status
 from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpcheck.checks.rankmap import describe_ranks, hosts_table, judge_rank_map
+from ddpcheck.checks.rankmap import hosts_table, judge_rank_map
 from ddpcheck.errors import UsageError
+from ddpcheck.launcher.options import LaunchOptions
 from ddpcheck.launcher.slurm import (
     default_node_rank,
     expand_nodelist,
@@ -19,8 +20,8 @@ from ddpcheck.launcher.slurm import (
     torch_environment,
     under_srun,
 )
-from ddpcheck.options import LaunchOptions
 from ddpcheck.report.model import Check, Status
+from ddpcheck.report.naming import describe_ranks
 from tests.conftest import assert_nothing_left, worker_processes
 from tests.support.netns import free_port, on_host, popen, veth_pair
 

@@ -8,10 +8,10 @@ import time
 import pytest
 import torch
 
-from ddpcheck.checks import profile
-from ddpcheck.checks.profile import Marks, flops, judge, known_peak, straggler_ratios
+from ddpcheck.checks.profile import ProfileOptions
+from ddpcheck.checks.profile import check as profile
+from ddpcheck.checks.profile.check import Marks, flops, judge, known_peak, straggler_ratios
 from ddpcheck.errors import UsageError
-from ddpcheck.options import ProfileOptions
 from ddpcheck.report.model import Status, Verdict
 from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu
 
@@ -303,7 +303,7 @@ def test_gpu_profile_reports_tflops(ddpcheck, scratch) -> None:
     figures = run.table("figures")[0]
     assert figures["step_tflops"] > 0.1
     assert all(r["peak_memory_mib"] > 64 * 3 for r in run.table("per_rank"))  # weights, grads, Adam
-    print(run.stdout)  # recorded in the README
+    print(run.stdout)  # recorded in docs/profile.md
     assert_nothing_left(scratch, run)
 
 

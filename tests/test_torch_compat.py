@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 
 from ddpcheck.launcher.launch import launch_config, launch_fields
+from ddpcheck.launcher.options import LaunchOptions
 from ddpcheck.launcher.plan import plan_launch
-from ddpcheck.options import LaunchOptions
 from ddpcheck.torch_compat import _MainThreadSignals, allow_agent_off_main_thread, fields_known_to
 
 

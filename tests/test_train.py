@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from ddpcheck.checks import train
 from ddpcheck.checks.model import DATA, INIT, build_linear, derive_seed, make_batch, mse
-from ddpcheck.checks.train import Batches, fingerprint, judge, max_abs_diff, mean_local_gradients
+from ddpcheck.checks.train import TrainOptions
+from ddpcheck.checks.train import check as train
+from ddpcheck.checks.train.check import Batches, fingerprint, judge, max_abs_diff, mean_local_gradients
 from ddpcheck.errors import UsageError
-from ddpcheck.options import TrainOptions
 from ddpcheck.rank.faults import DIVERGE_NUDGE, fault_step
 from ddpcheck.report.model import Status, Verdict
 from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from ddpcheck.errors import UsageError
-from ddpcheck.options import parse_endpoint, parse_size, parse_sizes
+from ddpcheck.launcher.options import parse_endpoint
 from ddpcheck.rank.faults import Fault, parse_fault
+from ddpcheck.report.units import parse_size, parse_sizes
 from tests.conftest import assert_usage_error
 
 BAD_INVOCATIONS = {

@@ -15,7 +15,10 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ddpcheck.rank.context import RankContext
 
 # What a derived seed is for: the same (seed, rank) must not give the same numbers to both.
 INIT, DATA = 0, 1
@@ -80,7 +83,7 @@ def make_optimizer(name: str, params: Any, lr: float) -> Any:
     raise ValueError(f"unknown optimizer {name!r}")  # options.validate() refuses it earlier
 
 
-def wrap_ddp(module: Any, ctx: Any, bucket_cap_mb: float) -> Any:
+def wrap_ddp(module: Any, ctx: RankContext, bucket_cap_mb: float) -> Any:
     """DistributedDataParallel as the classic script builds it: device_ids=[local_rank] on GPUs."""
     from torch.nn.parallel import DistributedDataParallel
 

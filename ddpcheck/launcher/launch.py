@@ -10,15 +10,12 @@ Already inside a launch (torchrun, srun), `run_inline` runs the command as that 
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import math
 import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -37,8 +34,12 @@ from ddpcheck.launcher.watchdog import (
     annotate,
     kill_workers,
 )
-from ddpcheck.rank.harness import SPEC_FILE, load_report, load_verdict, run_rank
+from ddpcheck.rank import rundir
+from ddpcheck.rank.faults import Fault
+from ddpcheck.rank.harness import run_rank
+from ddpcheck.rank.rundir import RunSpec
 from ddpcheck.rank.status import read_statuses
+from ddpcheck.report import assemble
 from ddpcheck.report.model import Report, Verdict
 from ddpcheck.torch_compat import (
     advertise_store_address,
@@ -48,36 +49,31 @@ from ddpcheck.torch_compat import (
     share_rendezvous_port,
 )
 
-# Ranks' own collective timeout is a little longer than the launcher's stall bound,
-# so that the launcher, which sees every rank, names the culprit first.
-PG_TIMEOUT_GRACE_S = 5.0
 
-
-def make_spec(command: str, options: dict[str, Any], plan: LaunchPlan) -> dict[str, Any]:
-    return {
-        "command": command,
-        "options": options,
-        "backend": plan.backend,
-        "device": plan.device,
-        "timeout": plan.timeout,
-        "pg_timeout": plan.timeout + PG_TIMEOUT_GRACE_S,
-        "inject": plan.inject,
-        "notes": plan.notes,
-        "plan": dataclasses.asdict(plan),
-    }
+def make_spec(command: str, options: dict[str, Any], faults: list[Fault], plan: LaunchPlan) -> RunSpec:
+    return RunSpec(
+        command=command,
+        options=options,
+        backend=plan.backend,
+        device=plan.device,
+        timeout=plan.timeout,
+        faults=faults,
+        device_index=plan.device_index,
+    )
 
 
 def launch(
     command: str,
     options: dict[str, Any],
+    faults: list[Fault],
     plan: LaunchPlan,
     on_progress: ProgressCallback | None = None,
 ) -> Report:
     """Start the ranks of this node, wait for them (bounded), and return the run's Report."""
     check_rendezvous_port(plan)
     started = time.monotonic()
-    run_dir = Path(tempfile.mkdtemp(prefix="ddpcheck-"))
-    (run_dir / SPEC_FILE).write_text(json.dumps(make_spec(command, options, plan)))
+    run_dir = rundir.create()
+    rundir.write_spec(run_dir, make_spec(command, options, faults, plan))
     agent = AgentThread(plan, run_dir)
     watchdog = Watchdog(run_dir, plan, on_progress, presence=lambda: agent.presence)
     failures: dict[int, Any] = {}
@@ -110,8 +106,8 @@ def launch(
     if interrupted:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise KeyboardInterrupt
-    report = load_report(run_dir)
-    shared = load_verdict(run_dir)
+    report = rundir.read_report(run_dir)
+    shared = rundir.read_verdict(run_dir)
     if report is None and shared is not None and not (failures or watchdog.stall or launch_error):
         # Rank 0 lives on another node: it printed the report; this node shares its verdict.
         report = postmortem.remote_node_report(command, plan, *shared)
@@ -129,19 +125,16 @@ def launch(
             "exits": exits,
             "stall": watchdog.stall,
             "launch_error": launch_error,
-            "log_tail": lambda rank: tail_of_log(run_dir, statuses.get(rank)),
+            "log_tail": lambda rank: _log_tail(run_dir, statuses.get(rank)),
         }
         if report is None:
             report = postmortem.report_for(command=command, **findings)
         else:
             postmortem.add_findings(report, **findings)
-    report.elapsed_s = time.monotonic() - started
-    report.options = report.options or options
-    kept = _keep_logs(run_dir) if report.verdict == Verdict.ERROR else None
-    report.log_dir = str(kept) if kept else None
+    kept = rundir.keep_logs(run_dir) if report.verdict == Verdict.ERROR else None
     if kept is None:
         shutil.rmtree(run_dir, ignore_errors=True)
-    return report
+    return assemble.after_launch(report, time.monotonic() - started, options, str(kept) if kept else None)
 
 
 class AgentThread(threading.Thread):
@@ -163,7 +156,7 @@ class AgentThread(threading.Thread):
                     self.plan.node_rank,
                     self.plan.nnodes,
                     is_host=hosts_store(self.plan),
-                    timeout_s=self.plan.timeout,
+                    timeout=self.plan.timeout,
                 )
             _run_agent(self.plan, self.run_dir)
         except BaseException as exc:  # handed to the main thread, which reports it
@@ -198,7 +191,7 @@ def launch_fields(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
         "min_nodes": plan.nnodes,
         "max_nodes": plan.nnodes,
         "nproc_per_node": plan.nproc,
-        **rank_log_fields(run_dir / "logs"),
+        **rank_log_fields(rundir.logs_dir(run_dir)),
         "run_id": f"ddpcheck-{uuid.uuid4().hex[:12]}" if not plan.rdzv_endpoint else "ddpcheck",
         "role": "ddpcheck",
         "rdzv_endpoint": endpoint,
@@ -280,7 +273,7 @@ def compile_cache_env(run_dir: Path) -> dict[str, str]:
     """
     if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
         return {}
-    return {"TORCHINDUCTOR_CACHE_DIR": str(run_dir / "inductor")}
+    return {"TORCHINDUCTOR_CACHE_DIR": str(rundir.inductor_dir(run_dir))}
 
 
 def _classify_agent_error(
@@ -358,31 +351,11 @@ def _exit_info(failure: Any, killed: set[int]) -> dict[str, Any]:
     return info
 
 
-def tail_of_log(run_dir: Path, status: dict[str, Any] | None, lines: int = 12) -> str:
+def _log_tail(run_dir: Path, status: dict[str, Any] | None) -> str:
     """The last lines of a rank's stderr, when that rank ran on this node."""
     if not status or status.get("remote"):
         return ""
-    for path in sorted((run_dir / "logs").glob(f"*/attempt_*/{status['local_rank']}/stderr.log")):
-        text = path.read_text(errors="replace").strip().splitlines()
-        return "\n".join(text[-lines:])
-    return ""
-
-
-def _keep_logs(run_dir: Path) -> Path | None:
-    """Keep only the rank logs of a run that could not complete; drop the scratch files.
-
-    None when no rank wrote a line: there is nothing to read, so nothing is kept.
-    """
-    logs = run_dir / "logs"
-    if not logs.is_dir() or not any(p.stat().st_size for p in logs.rglob("*.log")):
-        return None
-    for name in ("status", SPEC_FILE):
-        target = run_dir / name
-        if target.is_dir():
-            shutil.rmtree(target, ignore_errors=True)
-        elif target.exists():
-            target.unlink()
-    return run_dir
+    return rundir.stderr_tail(run_dir, status["local_rank"])
 
 
 def _silence_torch_logging() -> None:
@@ -414,7 +387,9 @@ class _environment:
                 os.environ[key] = value
 
 
-def run_inline(command: str, options: dict[str, Any], plan: LaunchPlan) -> Report | Verdict:
+def run_inline(
+    command: str, options: dict[str, Any], faults: list[Fault], plan: LaunchPlan
+) -> Report | Verdict:
     """Already launched by torchrun or srun: run as this rank, spawn nothing.
 
     Rank 0 returns the Report; every other rank returns the shared verdict.
@@ -423,11 +398,11 @@ def run_inline(command: str, options: dict[str, Any], plan: LaunchPlan) -> Repor
     from ddpcheck.rank.harness import on_inline_sigterm
 
     started = time.monotonic()
-    run_dir = inline.make_run_dir()
-    spec = make_spec(command, options, plan)
-    spec["pg_timeout"] = plan.timeout  # no launcher watches: the ranks' own timeout is the bound
-    spec["inline"] = True
-    spec["launcher"] = inline.launcher_of(os.environ)
+    run_dir = rundir.create_inline()
+    spec = make_spec(command, options, faults, plan)
+    # No launcher watches: the ranks' own timeout is the bound (RunSpec.collective_timeout).
+    spec.inline = True
+    spec.launcher = inline.launcher_of(os.environ)
     # torchrun, srun and mpirun stop a rank with SIGTERM once another failed; act on it at once,
     # even mid-collective: name the rank that stopped beating, remove the run directory, exit 3.
     sigterm = inline.SigtermWatch(lambda: on_inline_sigterm(spec, run_dir))
@@ -435,11 +410,10 @@ def run_inline(command: str, options: dict[str, Any], plan: LaunchPlan) -> Repor
     try:
         os.environ.update(compile_cache_env(run_dir))
         code = run_rank(spec, str(run_dir))
-        report = load_report(run_dir)
+        report = rundir.read_report(run_dir)
         if report is not None:
-            report.elapsed_s = time.monotonic() - started
-            return report
-        shared = load_verdict(run_dir)
+            return assemble.after_launch(report, time.monotonic() - started, options, None)
+        shared = rundir.read_verdict(run_dir)
         if code != 0 or shared is None:
             return Verdict.ERROR
         return shared[0]
@@ -448,4 +422,4 @@ def run_inline(command: str, options: dict[str, Any], plan: LaunchPlan) -> Repor
         # (srun ending the step) would only turn exit 3 into "Terminated": ignored, also during
         # interpreter teardown, where Python restores the default handler of the ones it set.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        inline.remove_run_dir(run_dir)
+        rundir.remove(run_dir)

@@ -15,8 +15,8 @@ import zlib
 from collections.abc import Mapping
 
 from ddpcheck.errors import UsageError
+from ddpcheck.launcher.options import parse_endpoint
 from ddpcheck.launcher.slurm import PORT_BASE, PORT_SPAN
-from ddpcheck.options import parse_endpoint
 
 # (rank, size, local rank, local size) variables of each MPI family.
 FAMILIES = (

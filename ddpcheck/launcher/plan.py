@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ddpcheck.errors import UsageError
 from ddpcheck.launcher import mpi, slurm
-from ddpcheck.options import LaunchOptions
+from ddpcheck.launcher.options import LaunchOptions
 
 
 @dataclass
@@ -20,9 +20,8 @@ class LaunchPlan:
     nnodes: int = 1
     node_rank: int = 0
     rdzv_endpoint: str | None = None
-    timeout: float = 60.0
-    inject: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    timeout: float = 60.0  # --timeout: the bound on every wait
+    notes: list[str] = field(default_factory=list)  # said before the launch, not part of the report
     device_index: int | None = None  # the GPU of this rank when not its local rank (inline runs)
 
     @property
@@ -72,7 +71,6 @@ def plan_launch(opts: LaunchOptions) -> LaunchPlan:
         node_rank=opts.node_rank,
         rdzv_endpoint=opts.rdzv_endpoint,
         timeout=opts.timeout,
-        inject=list(opts.inject),
         notes=notes,
     )
 
@@ -103,7 +101,6 @@ def plan_inline(opts: LaunchOptions) -> LaunchPlan:
         nnodes=max(1, world_size // local_world),
         node_rank=int(os.environ.get("GROUP_RANK", "0")),
         timeout=opts.timeout,
-        inject=list(opts.inject),
         device_index=device_index if device == "cuda" else None,
     )
 

@@ -8,11 +8,14 @@ unit-tested with synthetic data.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpcheck.rank.stages import DONE, PRE_JOIN
 from ddpcheck.rank.status import FROZEN_AFTER_S, Stall
 from ddpcheck.report.model import Check, Report, Status, Table, Verdict
+
+if TYPE_CHECKING:
+    from ddpcheck.rank.rundir import RunSpec
 
 # Errors a rank raises because a *peer* went away: collateral, not the root cause.
 COLLATERAL_MARKERS = (
@@ -57,7 +60,6 @@ def report_for(
         "device": plan.device,
         "nodes": plan.nnodes,
     }
-    report.notes = list(plan.notes)
     report.ranks = [
         {k: s.get(k) for k in ("rank", "local_rank", "host", "pid")} for _, s in sorted(statuses.items())
     ]
@@ -353,15 +355,15 @@ def _stopped_beating(status: dict[str, Any]) -> bool:
     )
 
 
-def inline_report(spec: dict[str, Any], stall: Stall, message: str, me: int = 0) -> Report:
+def inline_report(spec: RunSpec, stall: Stall, message: str, me: int = 0) -> Report:
     """Rank 0's report when it gave up waiting under torchrun, srun or mpirun, from the ranks' records."""
-    report = Report(command=spec["command"])
-    report.world = {"size": stall.world_size, "backend": spec["backend"], "device": spec["device"]}
+    report = Report(command=spec.command)
+    report.world = {"size": stall.world_size, "backend": spec.backend, "device": spec.device}
     check = judge_inline(stall, message, me)
     after = "" if connection_dropped(message) else f" after {stall.waited_s:g} s"
     check.detail += f"; rank {me} gave up{after}: {_one_line(message)}"
     report.checks.append(check)
-    if spec.get("launcher") == "srun" and any(
+    if spec.launcher == "srun" and any(
         stall.statuses[r]["proc_state"] != "exited" for r in check.ranks if r in stall.statuses
     ):
         report.notes.append(SRUN_WAITS)
@@ -369,12 +371,10 @@ def inline_report(spec: dict[str, Any], stall: Stall, message: str, me: int = 0)
     return report
 
 
-def inline_crash_report(
-    spec: dict[str, Any], world_size: int, record: dict[str, Any], message: str
-) -> Report:
+def inline_crash_report(spec: RunSpec, world_size: int, record: dict[str, Any], message: str) -> Report:
     """Rank 0's report when rank 0 itself failed first-hand under torchrun, srun or mpirun."""
-    report = Report(command=spec["command"])
-    report.world = {"size": world_size, "backend": spec["backend"], "device": spec["device"]}
+    report = Report(command=spec.command)
+    report.world = {"size": world_size, "backend": spec.backend, "device": spec.device}
     report.checks.append(describe_crash(record.get("rank", 0), {**record, "error": message}, {}))
     return report
 

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from ddpcheck.launcher.network import route_address
-from ddpcheck.options import parse_endpoint
+from ddpcheck.launcher.options import parse_endpoint
 from ddpcheck.torch_compat import store_has
 
 PREFIX = "ddpcheck/node/"
@@ -28,7 +28,7 @@ class StoreUnreachable(Exception):
 class Presence:
     """This node's entry in the rendezvous store, and a view of everyone's."""
 
-    def __init__(self, endpoint: str, node_rank: int, nnodes: int, is_host: bool, timeout_s: float) -> None:
+    def __init__(self, endpoint: str, node_rank: int, nnodes: int, is_host: bool, timeout: float) -> None:
         from torch.distributed import TCPStore
 
         host, port = parse_endpoint(endpoint)
@@ -40,7 +40,7 @@ class Presence:
                 port,
                 is_master=is_host,
                 multi_tenant=True,  # the c10d rendezvous opens the same store in this process
-                timeout=timedelta(seconds=max(1.0, timeout_s)),
+                timeout=timedelta(seconds=max(1.0, timeout)),
                 wait_for_workers=False,
             )
         except (RuntimeError, TimeoutError, ValueError) as exc:

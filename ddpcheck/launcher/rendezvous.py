@@ -8,8 +8,8 @@ import psutil
 
 from ddpcheck.errors import UsageError
 from ddpcheck.launcher.network import route_address
+from ddpcheck.launcher.options import parse_endpoint
 from ddpcheck.launcher.plan import LaunchPlan
-from ddpcheck.options import parse_endpoint
 
 
 def endpoint_is_local(endpoint: str) -> bool:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 
 from ddpcheck.errors import UsageError
-from ddpcheck.options import LaunchOptions
+from ddpcheck.launcher.options import LaunchOptions
 
 PORT_BASE = 20000
 PORT_SPAN = 20000  # ports 20000..39999: above the well-known range, below most ephemeral ranges

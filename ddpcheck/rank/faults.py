@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ddpcheck.commands import COMMANDS, commands_taking
@@ -51,6 +51,7 @@ class Fault:
     kind: str
     rank: int
     stage: str = DEFAULT_STAGE
+    spec: str = field(default="", compare=False)  # as the user wrote it, for messages
 
     def __str__(self) -> str:
         takes_stage = KINDS[self.kind][0]
@@ -71,14 +72,24 @@ def parse_fault(spec: str, command: str, world_size: int | None = None) -> Fault
         raise UsageError(f"--inject {kind} takes no stage: use {kind}@{rank_text}")
     if stage and stage not in STAGES:
         raise UsageError(f"unknown stage {stage!r} in --inject {spec!r}: one of {', '.join(STAGES)}")
-    rank = int(rank_text)
-    if world_size is not None and rank >= world_size:
-        raise UsageError(f"--inject {spec!r} names rank {rank}, but the world has {world_size} ranks")
-    return Fault(kind, rank, stage or DEFAULT_STAGE)
+    fault = Fault(kind, int(rank_text), stage or DEFAULT_STAGE, spec)
+    if world_size is not None:
+        check_ranks([fault], world_size)
+    return fault
 
 
-def parse_faults(specs: list[str], command: str, world_size: int | None = None) -> list[Fault]:
-    return [parse_fault(s, command, world_size) for s in specs]
+def parse_faults(specs: list[str], command: str) -> list[Fault]:
+    """Every --inject of a command, parsed once (before the world size is known)."""
+    return [parse_fault(s, command) for s in specs]
+
+
+def check_ranks(faults: list[Fault], world_size: int) -> None:
+    """Once the launch is planned: each fault names a rank that exists."""
+    for fault in faults:
+        if fault.rank >= world_size:
+            raise UsageError(
+                f"--inject {fault.spec!r} names rank {fault.rank}, but the world has {world_size} ranks"
+            )
 
 
 class Faults:

@@ -5,14 +5,13 @@ each stage to the launcher, runs the check's `measure()`, gathers every rank's
 data to rank 0, where the check's `judge()` turns it into a Report, shares the
 verdict with every rank, and always tears the process group down.
 
-Run by the launcher as `python -m ddpcheck.rank.harness RUN_DIR`; RUN_DIR holds
-spec.json (what to run) and receives status files and rank 0's report.
+Run by the launcher as `python -m ddpcheck.rank.harness RUN_DIR` (rank/rundir.py says what
+the run directory holds); under torchrun, srun or mpirun the CLI calls `run_rank` itself.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -20,99 +19,26 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ddpcheck.checks import env as env_probe
-from ddpcheck.checks.rankmap import hosts_table
+from ddpcheck.checks.env.agreement import rank_fingerprint
+from ddpcheck.command import options_from_dict
 from ddpcheck.commands import COMMANDS
 from ddpcheck.launcher import postmortem
 from ddpcheck.launcher.network import route_address
-from ddpcheck.options import options_from_dict
-from ddpcheck.rank import inline, stages
-from ddpcheck.rank.faults import Faults, parse_faults
+from ddpcheck.rank import inline, rundir, stages
+from ddpcheck.rank.context import NullStatus, RankContext
+from ddpcheck.rank.faults import Faults
+from ddpcheck.rank.rundir import RunSpec
 from ddpcheck.rank.status import Stall, StatusWriter
-from ddpcheck.report.model import Report, Verdict
+from ddpcheck.report import assemble
 from ddpcheck.torch_compat import takes_device_id, teardown_may_deadlock
 
-REPORT_FILE = "report.json"
-VERDICT_FILE = "verdict"
-SPEC_FILE = "spec.json"
-
-
-@dataclass
-class RankContext:
-    """What a check's measure() needs to know about, and do on, its rank."""
-
-    rank: int
-    local_rank: int
-    world_size: int
-    backend: str
-    device: Any  # torch.device
-    host: str
-    faults: Faults
-    status: StatusWriter
-    timeout_s: float
-
-    def stage(self, name: str) -> None:
-        self.status.stage(name)
-
-    def progress(self, done: int, total: int, label: str) -> None:
-        if self.rank == 0:
-            self.status.progress(done, total, label)
-
-    def tick(self) -> None:
-        """One iteration of a long stage done: proof of life for the launcher's stall detector."""
-        self.status.tick()
-
-    def sync(self) -> None:
-        """Wait for this rank's queued device work (a no-op on CPU)."""
-        if self.device.type == "cuda":
-            import torch
-
-            torch.cuda.synchronize(self.device)
-
-    def barrier(self, group: Any = None) -> None:
-        import torch.distributed as dist
-
-        if self.backend == "nccl":
-            dist.barrier(group=group, device_ids=[self.device.index])
-        else:
-            dist.barrier(group=group)
-
-    def agree_max(self, values: list[int]) -> list[int]:
-        """The element-wise maximum of `values` over every rank (every rank learns it): one all_reduce."""
-        return self._agree(values, "MAX")
-
-    def agree_min(self, values: list[int]) -> list[int]:
-        return self._agree(values, "MIN")
-
-    def _agree(self, values: list[int], how: str) -> list[int]:
-        import torch
-        import torch.distributed as dist
-
-        # A tensor, not an object collective: a few integers, whatever the world size.
-        tensor = torch.tensor(values, dtype=torch.int64, device=self.device)
-        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, how))
-        return [int(v) for v in tensor.tolist()]
-
-    def all_gather_object(self, obj: Any) -> list[Any]:
-        """Every rank's small `obj` on every rank (padded to the largest: keep it tiny)."""
-        import torch.distributed as dist
-
-        gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, obj)
-        return gathered
-
-    def gather_to_rank0(self, obj: Any) -> list[Any] | None:
-        """Every rank's `obj` on rank 0 (None elsewhere): each rank sends its own, nobody receives all."""
-        import torch.distributed as dist
-
-        gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
-        dist.gather_object(obj, gathered, dst=0)
-        return gathered
+if TYPE_CHECKING:
+    import torch
 
 
 def rank_identity() -> dict[str, Any]:
@@ -126,7 +52,7 @@ def rank_identity() -> dict[str, Any]:
     }
 
 
-def device_identity(device: Any) -> dict[str, Any]:
+def device_identity(device: torch.device) -> dict[str, Any]:
     """What names this rank's device, so the rank map can tell two ranks on one GPU."""
     if device.type != "cuda":
         return {"device": "cpu", "device_name": "cpu", "device_uuid": None, "pci_bus_id": None}
@@ -144,7 +70,7 @@ def device_identity(device: Any) -> dict[str, Any]:
     }
 
 
-def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
+def run_rank(spec: RunSpec, run_dir: str | None) -> int:
     """Run one rank of the command in `spec`; returns this process's exit code.
 
     The exit code says whether this rank completed (0) or crashed (1); the
@@ -153,31 +79,31 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
     identity = rank_identity()
     rank, world_size = identity["rank"], int(os.environ["WORLD_SIZE"])
     status = StatusWriter(run_dir, identity) if run_dir else None
-    faults = Faults(parse_faults(spec["inject"], spec["command"]), rank)
+    faults = Faults(spec.faults, rank)
     session: inline.Session | None = None
     import torch.distributed as dist
 
     try:
         faults.at_stage(stages.LAUNCHED)
         device = _bind_device(spec, identity["local_rank"], status, faults)
-        fingerprint = env_probe.rank_fingerprint()  # after binding: the GPU model is this rank's own
+        fingerprint = rank_fingerprint()  # after binding: the GPU model is this rank's own
         _stage(status, faults, stages.JOIN)
         _substage(status, stages.JOIN_WAIT)
         _join(spec, device)
-        if spec.get("inline") and status:
+        if spec.inline and status:
             session = _inline_session(rank, world_size, status)
-        check = COMMANDS[spec["command"]].module()
-        options = options_from_dict(check.Options, spec["options"])
+        command = COMMANDS[spec.command]
+        check = command.module()
+        options = options_from_dict(command.options, spec.options)
         ctx = RankContext(
             rank=rank,
             local_rank=identity["local_rank"],
             world_size=world_size,
-            backend=spec["backend"],
+            backend=spec.backend,
             device=device,
             host=identity["host"],
             faults=faults,
-            status=status or _NullStatus(),  # type: ignore[arg-type]
-            timeout_s=spec["timeout"],
+            status=status or NullStatus(),
         )
         _stage(status, faults, stages.MEASURE)
         data = check.measure(ctx, options)
@@ -189,32 +115,23 @@ def run_rank(spec: dict[str, Any], run_dir: str | None) -> int:
         shared: list[Any] = [None]
         if gathered is not None:
             fingerprints = [g.pop("fingerprint") for g in gathered]
-            report = check.judge([g.pop("data") for g in gathered], gathered, options)
-            agreement = env_probe.judge_agreement(fingerprints, gathered)
-            report.checks.append(agreement)
-            if agreement.status.value != "PASS":
-                report.tables.append(env_probe.fingerprint_table(fingerprints, gathered))
-            report.world = _world(spec, gathered, device)
-            report.world["fingerprint"] = fingerprints[0]  # the driver and the rest, for `ddpcheck compare`
-            report.ranks = gathered
-            if report.world["nodes"] > 1:
-                report.tables.insert(0, hosts_table(gathered, report.checks))
-            report.options = spec["options"]
-            report.notes = spec.get("notes", []) + report.notes
+            judged = check.judge([g.pop("data") for g in gathered], gathered, options)
+            world = _world(spec, gathered, device)
+            report = assemble.from_ranks(judged, gathered, fingerprints, world, spec.options)
             shared = [{"verdict": report.verdict.value, "host": identity["host"]}]
             if run_dir:
-                _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
+                rundir.write_report(run_dir, report)
         # Every node learns the verdict before teardown, so all of them exit with it.
         dist.broadcast_object_list(shared, src=0)
         if run_dir:
-            _write(Path(run_dir) / VERDICT_FILE, json.dumps(shared[0]))
+            rundir.write_verdict(run_dir, **shared[0])
         _stage(status, faults, stages.DONE)
         return 0
     except BaseException as exc:
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         if status:
             status.error(message)
-        if spec.get("inline"):
+        if spec.inline:
             own = status.record.to_dict() if status else {}
             _inline_gave_up(spec, run_dir, world_size, message, session, {**own, "error": message})
         else:
@@ -248,7 +165,7 @@ def _inline_session(rank: int, world_size: int, status: StatusWriter) -> inline.
 
 
 def _inline_gave_up(
-    spec: dict[str, Any],
+    spec: RunSpec,
     run_dir: str | None,
     world_size: int,
     message: str,
@@ -270,13 +187,12 @@ def _inline_gave_up(
     try:
         if rank != 0 and run_dir:
             # Nothing more to write here; a launcher's SIGKILL may come while this rank looks.
-            inline.remove_run_dir(run_dir)
+            rundir.remove(run_dir)
         if session is None or not postmortem.is_collateral_error(message):
             # No store to read, or this rank failed first-hand: then it is the culprit itself.
             inline.say(f"ddpcheck: rank {rank} failed: {headline}")
             if rank == 0 and run_dir and session is not None:
-                report = postmortem.inline_crash_report(spec, world_size, own, message)
-                _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
+                rundir.write_report(run_dir, postmortem.inline_crash_report(spec, world_size, own, message))
             return
         wait_s = inline.SAMPLE_S if rank != 0 or postmortem.connection_dropped(message) else 0.0
         statuses = session.observe(wait_s)
@@ -287,10 +203,9 @@ def _inline_gave_up(
                 "rank's heartbeat, did not answer: its host, rank 0 or the launcher, is gone or frozen)"
             )
             return
-        stall = Stall(statuses, waited_s=spec["pg_timeout"], world_size=world_size)
-        ended = inline.reap(
-            statuses, end_stopped=spec.get("launcher") == "torchrun" and rank == 0, store=session.store
-        )
+        stall = Stall(statuses, waited_s=spec.collective_timeout, world_size=world_size)
+        end_stopped = spec.launcher == "torchrun" and rank == 0
+        ended = inline.reap(statuses, end_stopped=end_stopped, store=session.store)
         if rank != 0:
             check = postmortem.judge_inline(stall, message, rank)
             inline.say(f"ddpcheck: rank {rank} failed ({headline}): {check.detail}")
@@ -304,15 +219,15 @@ def _inline_gave_up(
                 "torchrun's SIGTERM cannot reach a stopped process, and it would wait its shutdown timeout"
             )
         if run_dir:
-            _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
-        if spec.get("launcher") in ("srun", "mpirun"):
+            rundir.write_report(run_dir, report)
+        if spec.launcher in ("srun", "mpirun"):
             # Rank 0's process hosts the store there: the others read it to name the culprit.
             session.wait_for_waiters(report.checks[0].ranks, inline.SAMPLE_S + 1.0)
     finally:
         inline.gave_up.set()
 
 
-def on_inline_sigterm(spec: dict[str, Any], run_dir: Path) -> None:
+def on_inline_sigterm(spec: RunSpec, run_dir: Path) -> None:
     """The launcher stops this rank (SIGTERM) because another failed: name the one that stopped beating.
 
     Runs on inline.SigtermWatch's thread while the main thread may be blocked in a collective.
@@ -322,7 +237,7 @@ def on_inline_sigterm(spec: dict[str, Any], run_dir: Path) -> None:
     if rank != 0 or claimed:
         # The launcher may follow with SIGKILL within a second (mpirun does): clean up first.
         # Only rank 0's report needs the run directory, and only while rank 0 is giving up.
-        inline.remove_run_dir(run_dir)
+        rundir.remove(run_dir)
     if not claimed:
         # This rank is already giving up: let it finish its report and line, within a bound.
         inline.gave_up.wait(inline.SIGTERM_GRACE_S)
@@ -336,7 +251,7 @@ def on_inline_sigterm(spec: dict[str, Any], run_dir: Path) -> None:
         if session is None:
             return
         statuses = session.observe(inline.SIGTERM_LOOK_S, connect_s=inline.SIGTERM_LOOK_S)
-        end_stopped = spec.get("launcher") == "torchrun" and rank == 0
+        end_stopped = spec.launcher == "torchrun" and rank == 0
         inline.reap(statuses, end_stopped=end_stopped, store=session.store)
         world = int(os.environ["WORLD_SIZE"])
         if statuses:
@@ -355,43 +270,42 @@ def on_inline_sigterm(spec: dict[str, Any], run_dir: Path) -> None:
     os._exit(3)
 
 
-def _quietly(action: Any) -> None:
+def _quietly(action: Callable[[], object]) -> None:
     with contextlib.suppress(Exception):
         action()
 
 
-def _bind_device(spec: dict[str, Any], local_rank: int, status: Any, faults: Faults) -> Any:
+def _bind_device(spec: RunSpec, local_rank: int, status: StatusWriter | None, faults: Faults) -> torch.device:
     import torch
 
     _stage(status, faults, stages.DEVICE)
-    if spec["device"] == "cuda":
-        index = spec["plan"].get("device_index")
-        index = local_rank if index is None else index
+    if spec.device == "cuda":
+        index = local_rank if spec.device_index is None else spec.device_index
         # The classic pitfall: without set_device every rank lands on cuda:0.
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
     return torch.device("cpu")
 
 
-def _join(spec: dict[str, Any], device: Any) -> None:
+def _join(spec: RunSpec, device: torch.device) -> None:
     import torch.distributed as dist
 
     kwargs: dict[str, Any] = {
-        "backend": spec["backend"],
-        "timeout": timedelta(seconds=spec["pg_timeout"]),
+        "backend": spec.backend,
+        "timeout": timedelta(seconds=spec.collective_timeout),
     }
-    if device.type == "cuda" and spec["backend"] == "nccl" and takes_device_id():
+    if device.type == "cuda" and spec.backend == "nccl" and takes_device_id():
         kwargs["device_id"] = device  # eager NCCL init: a bad GPU fails here, not mid-check
     dist.init_process_group(**kwargs)
 
 
-def _world(spec: dict[str, Any], gathered: list[dict[str, Any]], device: Any) -> dict[str, Any]:
+def _world(spec: RunSpec, gathered: list[dict[str, Any]], device: torch.device) -> dict[str, Any]:
     import torch
 
     hosts = list(dict.fromkeys(g["host"] for g in gathered))
     return {
         "size": len(gathered),
-        "backend": spec["backend"],
+        "backend": spec.backend,
         "device": device.type,
         "nodes": len({(g["host"], g["node"]) for g in gathered}),
         "hosts": hosts,
@@ -414,41 +328,6 @@ def _substage(status: StatusWriter | None, name: str) -> None:
         status.stage(name)
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(f".tmp{os.getpid()}")  # ranks of one node may write the same file
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-class _NullStatus:
-    """Stands in for the status channel when no launcher is watching."""
-
-    def stage(self, name: str) -> None:
-        pass
-
-    def progress(self, done: int, total: int, label: str) -> None:
-        pass
-
-    def tick(self) -> None:
-        pass
-
-
-def load_report(run_dir: str | Path) -> Report | None:
-    path = Path(run_dir) / REPORT_FILE
-    if not path.exists():
-        return None
-    return Report.from_transport(json.loads(path.read_text()))
-
-
-def load_verdict(run_dir: str | Path) -> tuple[Verdict, str] | None:
-    """(verdict, host of rank 0) as rank 0 shared them with every node, if it did."""
-    path = Path(run_dir) / VERDICT_FILE
-    if not path.exists():
-        return None
-    shared = json.loads(path.read_text())
-    return Verdict(shared["verdict"]), shared["host"]
-
-
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this rank when its launcher dies, even if the rank is stopped or stuck.
 
@@ -466,8 +345,7 @@ def _die_with_parent() -> None:
 def main() -> None:
     _die_with_parent()
     run_dir = sys.argv[1]
-    spec = json.loads((Path(run_dir) / SPEC_FILE).read_text())
-    code = run_rank(spec, run_dir)
+    code = run_rank(rundir.read_spec(run_dir), run_dir)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: after a peer failed, library destructors can block on dead sockets.

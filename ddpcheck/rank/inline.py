@@ -18,17 +18,15 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import psutil
 
-from ddpcheck.rank import stages
+from ddpcheck.rank import rundir, stages
 from ddpcheck.rank.status import FROZEN_AFTER_S, HEARTBEAT_INTERVAL_S, StoreTransport
 from ddpcheck.torch_compat import store_has
 
@@ -43,9 +41,6 @@ SAID_KEY = "ddpcheck/rank/inline/said/"
 STORE_OP_TIMEOUT_S = 3.0
 # How long a rank without a fresh view from rank 0 samples beats before it judges (three missed beats more).
 SAMPLE_S = FROZEN_AFTER_S + 0.5
-# Inline run directories carry their rank's pid, so a peer on the same host can remove the one
-# left by a rank that was killed (SIGKILL) and cannot remove it itself.
-RUN_DIR_PREFIX = "ddpcheck-inline-"
 # A rank stopped by SIGTERM while it was already giving up: how long its report may still take.
 SIGTERM_GRACE_S = 5.0
 # How long a rank stopped by SIGTERM looks for the peer that stopped beating: mpirun sends SIGKILL
@@ -62,19 +57,6 @@ _claimed = threading.Lock()
 def claim() -> bool:
     """True for the first caller only: one account of a failure per rank."""
     return _claimed.acquire(blocking=False)
-
-
-def make_run_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-"))
-
-
-def remove_run_dir(path: str | Path) -> None:
-    """Remove a run directory that this rank's heartbeat may still be writing a status file into."""
-    for _ in range(50):
-        shutil.rmtree(path, ignore_errors=True)
-        if not os.path.exists(path):
-            return
-        time.sleep(0.01)  # a status file appeared mid-removal: the next pass takes it
 
 
 def connect(timeout_s: float = STORE_OP_TIMEOUT_S) -> Any:
@@ -324,7 +306,7 @@ def reap(statuses: dict[int, dict[str, Any]], end_stopped: bool, store: Any = No
                 ended.append(rank)
         elif status["proc_state"] != "exited":
             continue
-        for path in Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}{status['pid']}-*"):
+        for path in rundir.inline_dirs_of(status["pid"]):
             shutil.rmtree(path, ignore_errors=True)
     return ended
 

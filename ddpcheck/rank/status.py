@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ddpcheck.rank import stages
+from ddpcheck.rank.rundir import status_dir
 
 HEARTBEAT_INTERVAL_S = 0.5
 # Four missed beats: long enough to survive a loaded machine, short enough for a verdict in seconds.
@@ -75,10 +76,6 @@ class Stall:
 
 class Transport(Protocol):
     def publish(self, record: dict[str, Any]) -> None: ...
-
-
-def status_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "status"
 
 
 class FileTransport:

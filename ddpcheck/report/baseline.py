@@ -14,24 +14,23 @@ the same pair of hosts does not depend on the world size; per-size busbw does).
 from __future__ import annotations
 
 import json
-import math
 import statistics
+import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ddpcheck import __version__
+from ddpcheck.commands import COMMANDS, family_of
 from ddpcheck.errors import UsageError
-from ddpcheck.report.model import Check, Status, Table, counted
-
-# Commands whose reports hold the same kinds of figures: a collectives report can be
-# compared with an allreduce baseline (its all_reduce rows), never with a profile.
-FAMILIES = {"allreduce": "bandwidth", "collectives": "bandwidth", "links": "links", "profile": "profile"}
+from ddpcheck.report.compare import BaselineOptions, CompareOptions
+from ddpcheck.report.figures import Figure
+from ddpcheck.report.model import Check, Report, Status, Table, counted
 
 # Default --tolerance per device type. CPU: from 20 healthy runs each of allreduce and of
 # profile on this 2-core machine shared with four other engineers' tests, in two sessions
-# (tests/perf/bench_baseline_spread.py, figures in the README): over all ordered pairs of
+# (tests/perf/bench_baseline_spread.py, figures in docs/compare.md): over all ordered pairs of
 # runs, the worst figure kept 0.115x (allreduce, busy session) and 0.078x (profile) of the
 # other run's speed, so a healthy rerun needs a tolerance above 0.92; 0.95 passes every pair
 # and still fails a figure at under 0.05x: a link throttled by tc, a rank that sleeps. That
@@ -41,31 +40,6 @@ FAMILIES = {"allreduce": "bandwidth", "collectives": "bandwidth", "links": "link
 # more, so 0.2 - measure your node type with the same bench and pass --tolerance.
 DEFAULT_TOLERANCE = {"cpu": 0.95, "cuda": 0.2}
 
-# A size is compared only when the baseline reached at least this fraction of its peak busbw
-# there and at every larger size (on CPU ranks, the rerun too: see compare()). Smaller
-# messages are latency-bound: their time is scheduling noise, and their busbw varies by 3x
-# and more between healthy runs (README, "Baselines"). "Every larger size too": a
-# latency-bound size that was lucky once in the baseline (a 128K at 0.13x in a healthy
-# rerun, measured) must not become the figure a rerun is held to. The largest size always
-# counts: it is the most bandwidth-bound size the sweep has.
-BANDWIDTH_BOUND_FRACTION = 0.5
-
-# Profile phases compared: each rank's median over steady steps, then the median across
-# ranks. exposed_comm is left out: it is a difference of two timings, near or below zero
-# on a healthy run, so its ratio means nothing.
-PROFILE_PHASES = ("forward", "backward", "backward_compute", "update", "step", "compute")
-COMMUNICATING_PHASES = {"backward", "step"}
-
-# What each kind of figure depends on: figures whose keys differ between the runs are not compared.
-_COMPUTE_NEEDS = ("device", "device_name", "hidden", "batch", "ranks_per_host")
-NEEDS: dict[str, tuple[str, ...]] = {
-    "busbw": ("world_size", "layout", "backend", "device", "device_name", "dtype"),
-    "link": ("layout", "backend", "device", "device_name", "link_bytes"),
-    "host link": ("backend", "device", "device_name", "link_bytes"),
-    "compute": _COMPUTE_NEEDS,
-    "comm phase": (*_COMPUTE_NEEDS, "world_size", "layout", "backend", "bucket_cap_mb"),
-    "rank compute": (*_COMPUTE_NEEDS, "layout"),
-}
 SETUP_NAMES = {
     "world_size": "world size",
     "layout": "ranks per node",
@@ -79,29 +53,6 @@ SETUP_NAMES = {
     "ranks_per_host": "ranks per host",
     "bucket_cap_mb": "--bucket-cap-mb",
 }
-KIND_NAMES = {
-    "busbw": "per-size busbw",
-    "link": "per-link bandwidth and latency by rank pair",
-    "host link": "per-link bandwidth and latency by host pair",
-    "compute": "compute phases and TFLOP/s",
-    "comm phase": "phases with communication",
-    "rank compute": "per-rank compute",
-}
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One number a report holds, with what names it and who to blame when it regresses."""
-
-    kind: str  # a key of NEEDS
-    key: tuple[Any, ...]  # matches the same figure in the other report
-    label: str
-    unit: str
-    value: float
-    higher_is_better: bool
-    ranks: tuple[int, ...] = ()
-    hosts: tuple[str, ...] = ()
-    bandwidth_bound: bool = True  # False: a message too small to measure bandwidth (busbw only)
 
 
 @dataclass
@@ -136,7 +87,7 @@ def load_report(path: str, flag: str = "--baseline") -> dict[str, Any]:
             f"{flag} {path}: written by ddpcheck {data['ddpcheck']}, incompatible with this "
             f"ddpcheck {__version__}: save a new one"
         )
-    if data["command"] not in FAMILIES and data["command"] != "compare":
+    if family_of(data["command"]) is None and data["command"] != "compare":
         raise UsageError(f"{flag} {path}: a `{data['command']}` report holds no figures to compare")
     if data["command"] == "compare":
         raise UsageError(f"{flag} {path}: a `compare` report, not a run: give the run's own report")
@@ -155,9 +106,9 @@ def compatible_version(version: str) -> bool:
     return theirs[0] == ours[0] and (ours[0] > 0 or theirs[1] == ours[1])
 
 
-def validate_tolerance(tolerance: float | None) -> None:
-    if tolerance is not None and not 0 <= tolerance < 1:
-        raise UsageError(f"--tolerance must be a fraction in [0, 1), got {tolerance:g}")
+def load_baseline(options: BaselineOptions) -> dict[str, Any] | None:
+    """The --baseline report, validated before anything is launched (a bad file is exit 2)."""
+    return load_report(options.path, "--baseline") if options.path is not None else None
 
 
 def default_tolerance(report: dict[str, Any]) -> float:
@@ -178,7 +129,7 @@ def setup_of(report: dict[str, Any]) -> dict[str, Any]:
         per_host[ident.get("host")] += 1
     names = sorted({str(r.get("device_name")) for r in ranks if r.get("device_name")})
     return {
-        "family": FAMILIES.get(report.get("command", "")),
+        "family": family_of(report.get("command", "")),
         "world_size": world.get("size"),
         "layout": "+".join(map(str, nodes.values())) if nodes else None,
         "backend": world.get("backend"),
@@ -213,14 +164,14 @@ def check_setup(baseline: dict[str, Any], command: str, planned: dict[str, Any],
     the command's options); the rest is judged after the run.
     """
     theirs = setup_of(baseline)
-    if theirs["family"] != FAMILIES.get(command):
+    if theirs["family"] != family_of(command):
         raise UsageError(
             f"--baseline {path}: a report of `{baseline['command']}`; "
             f"`{command}` has no figures in common with it"
         )
     diff = differences(theirs, planned)
-    kinds = {kind for kind in _kinds_in(baseline)}
-    if kinds and not [kind for kind in kinds if not set(NEEDS[kind]) & diff.keys()]:
+    kinds = {figure.kind for figure in figures_of(baseline)}
+    if kinds and not [kind for kind in kinds if not set(kind.needs) & diff.keys()]:
         raise UsageError(f"--baseline {path}: nothing comparable: {describe_differences(diff)}")
 
 
@@ -236,167 +187,10 @@ def planned_setup(command: str, world_size: int, backend: str, device: str, opti
 
 
 # ---------------------------------------------------------------- figures
-def _rows(report: dict[str, Any], table: str) -> list[dict[str, Any]]:
-    rows = report.get("tables", {}).get(table)
-    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
-
-
-def _number(value: Any) -> float | None:
-    """A finite positive figure, or None: zero busbw (one rank) or NaN has no ratio."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) and value > 0 else None
-
-
-def _size_label(size: int) -> str:
-    for unit, factor in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
-        if size >= factor and size % factor == 0:
-            return f"{size // factor}{unit}"
-    return f"{size}B"
-
-
-def bandwidth_figures(report: dict[str, Any]) -> list[Figure]:
-    """busbw per op and size, at the sizes where the report is bandwidth-bound."""
-    by_op: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in _rows(report, "bandwidth"):
-        if not row.get("wrong") and _number(row.get("busbw_gbps")) and isinstance(row.get("size_bytes"), int):
-            by_op[str(row.get("op") or "all_reduce")].append(row)
-    figures = []
-    for op, rows in by_op.items():
-        peak = max(r["busbw_gbps"] for r in rows)
-        rows = sorted(rows, key=lambda r: r["size_bytes"])
-        # The first size from which every size reaches the fraction of the peak.
-        first = len(rows) - 1
-        while first > 0 and rows[first - 1]["busbw_gbps"] >= BANDWIDTH_BOUND_FRACTION * peak:
-            first -= 1
-        for index, row in enumerate(rows):
-            figures.append(
-                Figure(
-                    kind="busbw",
-                    key=("busbw", op, row["size_bytes"]),
-                    label=f"{op} busbw at {_size_label(row['size_bytes'])}",
-                    unit="GB/s",
-                    value=float(row["busbw_gbps"]),
-                    higher_is_better=True,
-                    # Marked, not dropped: whether a size counts is the baseline's call (compare()).
-                    bandwidth_bound=index >= first,
-                )
-            )
-    return figures
-
-
-def link_figures(report: dict[str, Any]) -> list[Figure]:
-    """Each link's bandwidth and latency by rank pair, and the median per host pair."""
-    figures = []
-    by_hosts: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for row in _rows(report, "links"):
-        src, dst, src_host, dst_host = (
-            row.get("src"),
-            row.get("dst"),
-            row.get("src_host"),
-            row.get("dst_host"),
-        )
-        name = f"link {src} -> {dst} ({src_host} -> {dst_host})"
-        for metric, unit, better in (("gbps", "GB/s", True), ("latency_us", "us", False)):
-            value = _number(row.get(metric))
-            if value is not None:
-                figures.append(
-                    Figure(
-                        "link",
-                        ("link", metric, src, dst),
-                        f"{name} {'bandwidth' if better else 'latency'}",
-                        unit,
-                        value,
-                        better,
-                        ranks=tuple(r for r in (src, dst) if isinstance(r, int)),
-                        hosts=tuple(dict.fromkeys(h for h in (src_host, dst_host) if h)),
-                    )
-                )
-        if src_host and dst_host:
-            by_hosts[(src_host, dst_host)].append(row)
-    for (src_host, dst_host), rows in by_hosts.items():
-        for metric, unit, better in (("gbps", "GB/s", True), ("latency_us", "us", False)):
-            values = [v for v in (_number(r.get(metric)) for r in rows) if v is not None]
-            if values:
-                figures.append(
-                    Figure(
-                        "host link",
-                        ("host link", metric, src_host, dst_host),
-                        f"links {src_host} -> {dst_host} {'bandwidth' if better else 'latency'} (median)",
-                        unit,
-                        statistics.median(values),
-                        better,
-                        hosts=tuple(dict.fromkeys((src_host, dst_host))),
-                    )
-                )
-    return figures
-
-
-def profile_figures(report: dict[str, Any]) -> list[Figure]:
-    """Each phase's steady-state time, the TFLOP/s figures, and each rank's compute time."""
-    figures = []
-    for row in _rows(report, "summary"):
-        phase, value = row.get("phase"), _number(row.get("median_ms"))
-        if phase in PROFILE_PHASES and value is not None:
-            slowest = row.get("slowest_rank")
-            figures.append(
-                Figure(
-                    "comm phase" if phase in COMMUNICATING_PHASES else "compute",
-                    ("phase", phase),
-                    f"{row.get('label') or phase} time (median rank)",
-                    "ms",
-                    value,
-                    False,
-                    ranks=(slowest,) if isinstance(slowest, int) else (),
-                    hosts=(row["slowest_host"],) if row.get("slowest_host") else (),
-                )
-            )
-    for row in _rows(report, "figures")[:1]:
-        for key in ("forward_tflops", "backward_tflops", "step_tflops"):
-            value = _number(row.get(key))
-            if value is not None:
-                figures.append(
-                    Figure(
-                        "compute",
-                        ("tflops", key),
-                        key.replace("_tflops", "") + " TFLOP/s",
-                        "TFLOP/s",
-                        value,
-                        True,
-                    )
-                )
-    for row in _rows(report, "per_rank"):
-        value, rank = _number(row.get("compute_ms")), row.get("rank")
-        if value is not None and isinstance(rank, int):
-            figures.append(
-                Figure(
-                    "rank compute",
-                    ("rank compute", rank),
-                    f"rank {rank} compute time" + (f" on {row['host']}" if row.get("host") else ""),
-                    "ms",
-                    value,
-                    False,
-                    ranks=(rank,),
-                    hosts=(row["host"],) if row.get("host") else (),
-                )
-            )
-    return figures
-
-
-EXTRACTORS: dict[str, Callable[[dict[str, Any]], list[Figure]]] = {
-    "bandwidth": bandwidth_figures,
-    "links": link_figures,
-    "profile": profile_figures,
-}
-
-
 def figures_of(report: dict[str, Any]) -> list[Figure]:
-    extract = EXTRACTORS.get(FAMILIES.get(report.get("command", ""), ""))
-    return extract(report) if extract else []
-
-
-def _kinds_in(report: dict[str, Any]) -> set[str]:
-    return {f.kind for f in figures_of(report)}
+    """The figures a report holds, as its command says (the command registry)."""
+    command = COMMANDS.get(report.get("command", ""))
+    return command.figures_of(report) if command else []
 
 
 # ---------------------------------------------------------------- comparing
@@ -419,13 +213,12 @@ def compare(
     diff = differences(old_setup, new_setup)
     then = {f.key: f for f in figures_of(old)}
     now = {f.key: f for f in figures_of(new)}
-    blocked = {kind for kind in NEEDS if set(NEEDS[kind]) & diff.keys()}
     common = [key for key in then if key in now]
-    usable = {then[key].kind for key in common} - blocked
-    skipped = sorted({then[key].kind for key in common} & blocked)
-    if "link" in usable:
-        # Host pairs stand in for rank pairs only when rank pairs cannot be matched (another layout).
-        usable.discard("host link")
+    kinds = {then[key].kind for key in common}
+    blocked = {kind for kind in kinds if set(kind.needs) & diff.keys()}
+    usable = kinds - blocked
+    skipped = sorted(blocked, key=lambda kind: kind.name)
+    usable -= {kind for kind in usable if kind.stands_in_for in {k.name for k in usable}}
     compared = [k for k in common if then[k].kind in usable]
     # The baseline says which sizes are bandwidth-bound. On CPU ranks the rerun must agree:
     # there a healthy run's own curve wanders, and a size that fell below half its run's peak
@@ -449,7 +242,7 @@ def compare(
         rows.append(
             {
                 "figure": a.label,
-                "kind": a.kind,
+                "kind": a.kind.name,
                 "unit": a.unit,
                 "then": a.value,
                 "now": b.value,
@@ -476,9 +269,7 @@ def compare(
     notes = []
     reasons: dict[str, list[str]] = defaultdict(list)
     for kind in skipped:  # each with only the differences it depends on
-        reasons[describe_differences({k: v for k, v in diff.items() if k in NEEDS[kind]})].append(
-            KIND_NAMES[kind]
-        )
+        reasons[describe_differences({k: v for k, v in diff.items() if k in kind.needs})].append(kind.label)
     notes += [f"not compared: {', '.join(names)} ({why})" for why, names in reasons.items()]
     if diff and not skipped:
         notes.append(f"setups differ ({describe_differences(diff)}); compared what does not depend on it")
@@ -516,6 +307,26 @@ def _named(found: Iterable[tuple[Figure, float]], limit: int = 6) -> str:
     items = list(found)
     text = ", ".join(f"{fig.label} {speed:.2f}x" for fig, speed in items[:limit])
     return text + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+# ---------------------------------------------------------------- `ddpcheck compare`
+def run(options: CompareOptions) -> Report:
+    """`ddpcheck compare OLD NEW`: the figures, the verdicts and the environment, then and now."""
+    began = time.monotonic()
+    then, now = load_report(options.old, "OLD"), load_report(options.new, "NEW")
+    chosen = default_tolerance(now) if options.tolerance is None else options.tolerance
+    comparison = compare(then, now, chosen, options.old)
+    verdicts, verdicts_table = verdict_changes(then, now)
+    environment, environment_table = environment_changes(then, now)
+    report = Report(
+        "compare",
+        checks=[comparison.check, verdicts, environment],
+        tables=[comparison.table, verdicts_table, environment_table],
+        world=now.get("world", {}),
+        options={"old": options.old, "new": options.new, "tolerance": chosen},
+    )
+    report.elapsed_s = time.monotonic() - began
+    return report
 
 
 # ---------------------------------------------------------------- what else changed

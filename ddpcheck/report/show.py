@@ -6,8 +6,19 @@ so the terminal shows what the run showed and the exit code is the run's verdict
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from ddpcheck.command import Command, option
 from ddpcheck.errors import UsageError
 from ddpcheck.report.model import NotAReport, Report, read_report
+
+
+@dataclass(kw_only=True)
+class ShowOptions:
+    report_path: str = option(argument=True, metavar="REPORT.json", help="A report saved with --json.")
+
+    def validate(self) -> None:
+        pass
 
 
 def load(path: str) -> Report:
@@ -16,3 +27,24 @@ def load(path: str) -> Report:
         return read_report(path)
     except NotAReport as exc:
         raise UsageError(f"{path}: {exc}") from None
+
+
+def run(options: ShowOptions) -> Report:
+    return load(options.report_path)
+
+
+COMMAND = Command(
+    name="show",
+    help="""Show a saved report again: the same tables, checks and verdict line, or as HTML.
+
+    Nothing is launched. The exit code is the saved report's verdict (0, 1 or 3);
+    a file that is not a ddpcheck report is exit 2.
+    """,
+    epilog=(
+        "Examples: ddpcheck show report.json | ddpcheck show report.json --html report.html "
+        "| ddpcheck show report.json --quiet"
+    ),
+    options=ShowOptions,
+    implementation="ddpcheck.report.show",
+    ranked=False,
+)

@@ -236,7 +236,7 @@ def render_breakdown_chart(
     console.print(chart)
 
 
-# The chart kinds commands.py names, by the function that draws one (table, rows of a group, console).
+# The chart kinds a command's declaration names, by the function that draws one (table, rows, console).
 CHARTS = {
     "busbw": render_bandwidth_chart,
     "breakdown": render_breakdown_chart,

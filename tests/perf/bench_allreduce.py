@@ -5,8 +5,9 @@
    Target: <= 1.5x.
 2. Bus bandwidth at 16 MiB: ddpcheck's timing (the function its sweep calls) against
    a bare all_reduce loop (barrier, perf_counter around ITERS calls, slowest rank),
-   in blocks that alternate inside one torchrun job, so both see the same machine.
-   Target: >= 0.95x. Also, end to end and noisier: `ddpcheck allreduce --sizes 16M`'s
+   in blocks inside one torchrun job, so both see the same machine; the order rotates
+   every block and the bare loop runs twice (an A/A control: the noise floor of the ratio).
+   Target: >= 0.95x per-block median. Also, end to end and noisier: `ddpcheck allreduce --sizes 16M`'s
    reported busbw against the bare loop in its own torchrun job.
 
 Runs alternate between the two sides so that noise on this shared machine hits
@@ -73,19 +74,33 @@ def bare():
         dist.all_reduce(x)
     return (time.perf_counter() - t) / iters
 
+def harness():
+    return time_collective(ctx, lambda: dist.all_reduce(x), warmup, iters)
+
 def slowest(seconds):
     t = torch.tensor([seconds], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item()
 
-ours, theirs = [], []
-for _ in range({blocks}):
-    theirs.append(slowest(bare()))
-    ours.append(slowest(time_collective(ctx, lambda: dist.all_reduce(x), warmup, iters)))
+# Three sides, the order rotated every block so that none always runs first: the harness, the
+# bare loop, and the bare loop again (an A/A control: how far two identical sides drift apart).
+sides = {{"harness": harness, "bare": bare, "bare again": bare}}
+times = {{name: [] for name in sides}}
+names = list(sides)
+for block in range({blocks}):
+    for name in names[block % 3 :] + names[: block % 3]:
+        times[name].append(slowest(sides[name]()))
 if dist.get_rank() == 0:
     def busbw(seconds):
         return {size} / seconds / 1e9 * 2 * (n - 1) / n
-    print("SAME_RUN", busbw(statistics.median(ours)), busbw(statistics.median(theirs)))
+    # Per block, speed relative to the bare loop of the same block (time ratio inverted).
+    ratios = {{
+        name: [b / s for s, b in zip(times[name], times["bare"])] for name in ("harness", "bare again")
+    }}
+    q = {{name: statistics.quantiles(r, n=4) for name, r in ratios.items()}}
+    print("SAME_RUN", busbw(statistics.median(times["harness"])), busbw(statistics.median(times["bare"])),
+          statistics.median(ratios["harness"]), q["harness"][0], q["harness"][2],
+          statistics.median(ratios["bare again"]), q["bare again"][0], q["bare again"][2])
 dist.destroy_process_group()
 """
 
@@ -109,7 +124,7 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=4)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument(
-        "--blocks", type=int, default=15, help="alternating blocks in the same-run comparison"
+        "--blocks", type=int, default=24, help="blocks in the same-run comparison (each runs all three sides)"
     )
     args = parser.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -129,9 +144,8 @@ def main() -> None:
         loop.write_text(BARE_LOOP.format(size=SIZE, iters=ITERS, warmup=WARMUP))
         same_run.write_text(SAME_RUN.format(size=SIZE, iters=ITERS, warmup=WARMUP, blocks=args.blocks))
         _, out = timed([*torchrun, str(same_run)], env)
-        ours, bare = map(
-            float, next(line for line in out.splitlines() if line.startswith("SAME_RUN")).split()[1:]
-        )
+        line = next(line for line in out.splitlines() if line.startswith("SAME_RUN"))
+        ours, bare, ratio, ratio_q1, ratio_q3, control, control_q1, control_q3 = map(float, line.split()[1:])
         verdict_ddp, verdict_bare, bw_ddp, bw_bare = [], [], [], []
         for _ in range(args.reps):
             verdict_ddp.append(timed([*ddpcheck, "-q"], env)[0])
@@ -151,9 +165,13 @@ def main() -> None:
     print(f"time to verdict: ddpcheck allreduce --nproc {args.nproc}  {med(verdict_ddp):.2f} s")
     print(f"time to verdict: torchrun classic script         {med(verdict_bare):.2f} s")
     print(f"  ratio ddpcheck / bare: {med(verdict_ddp) / med(verdict_bare):.2f}x (target <= 1.5x)")
-    print(f"busbw at 16 MiB, same run, {args.blocks} alternating blocks of {ITERS} iterations, medians:")
+    print(f"busbw at 16 MiB, same run, {args.blocks} blocks of {ITERS} iterations, order rotated, medians:")
     print(f"  ddpcheck's timing {ours:.3f} GB/s, bare loop {bare:.3f} GB/s")
-    print(f"  ratio ddpcheck / bare: {ours / bare:.2f}x (target >= 0.95x)")
+    print(
+        f"  ratio ddpcheck / bare, per block: {ratio:.2f}x (IQR {ratio_q1:.2f}-{ratio_q3:.2f}; "
+        "target >= 0.95x)"
+    )
+    print(f"  A/A control, bare again / bare: {control:.2f}x (IQR {control_q1:.2f}-{control_q3:.2f})")
     print(f"busbw at 16 MiB, end to end, separate jobs ({args.reps} each), medians:")
     print(
         f"busbw at 16 MiB: ddpcheck  {med(bw_ddp):.3f} GB/s   (runs: {', '.join(f'{x:.3f}' for x in bw_ddp)})"

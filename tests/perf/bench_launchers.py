@@ -2,7 +2,7 @@
 and what the inline heartbeat costs a healthy run.
 
 1. Seconds from the fault (SIGSTOP or SIGKILL sent to rank 2 mid-sweep, world 3,
-   --timeout 8) to the last process gone, the launcher included, with the README's recipes
+   --timeout 8) to the last process gone, the launcher included, with the recipes of docs/multinode.md
    (torchrun --shutdown-timeout 5, srun --kill-on-bad-exit=1, plain mpirun). Target:
    <= --timeout + 20 s. srun runs under slurmctld/slurmd started here (tests/test_launchers.py).
 2. The heartbeat's cost: `ddpcheck allreduce` under torchrun with and without it

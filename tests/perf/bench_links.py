@@ -23,10 +23,10 @@ from pathlib import Path
 SCRIPT = """
 import os, statistics, time, torch, torch.distributed as dist
 from types import SimpleNamespace
-from ddpcheck.checks.links import _time_exchange, measure_plan
-from ddpcheck.checks.schedule import Round, link_plan
+from ddpcheck.checks.links.check import _time_exchange, measure_plan
+from ddpcheck.checks.links.schedule import Round, link_plan
 from ddpcheck.rank.faults import Faults
-from ddpcheck.options import LinksOptions
+from ddpcheck.checks.links import LinksOptions
 
 dist.init_process_group("gloo")
 rank, n = dist.get_rank(), dist.get_world_size()
@@ -84,7 +84,7 @@ dist.destroy_process_group()
 
 
 def parse_size(text: str) -> int:
-    from ddpcheck.options import parse_size as parse
+    from ddpcheck.report.units import parse_size as parse
 
     return parse(text)
 

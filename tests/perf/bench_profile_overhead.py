@@ -30,9 +30,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ddpcheck.checks import profile
 from ddpcheck.checks.model import mse, private_compile_cache
-from ddpcheck.options import ProfileOptions
+from ddpcheck.checks.profile import ProfileOptions
+from ddpcheck.checks.profile import check as profile
 
 
 def bare_step(ddp: Any, optimizer: Any, inputs: Any, targets: Any) -> None:

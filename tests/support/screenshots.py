@@ -1,4 +1,4 @@
-"""Make docs/html-*.png, the README's screenshots: `python -m tests.support.screenshots [DIR]`.
+"""Make docs/html-*.png, the screenshots the docs show: `python -m tests.support.screenshots [DIR]`.
 
 Real small runs for allreduce, collectives, train, profile (with rank 1 slowed) and env (the
 tests' runs); a synthetic report for links: 16 ranks on 2 hosts with one slow link, which one

@@ -1,6 +1,6 @@
 """Reports of commands whose runs these tests do not launch: many ranks, or commands built elsewhere.
 
-The shapes follow the JSON tables those commands write (README / DESIGN.md): `links` rows
+The shapes follow the JSON tables those commands write (docs/links.md, docs/collectives.md): `links` rows
 (src, dst, src_host, dst_host, gbps, latency_us, ratio); `bandwidth` rows with `op`.
 """
 

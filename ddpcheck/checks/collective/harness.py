@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.collective.ops.base import Collective, Team
-from ddpcheck.checks.collective.pattern import ITEM_SIZE, human_bytes
+from ddpcheck.checks.collective.pattern import ITEM_SIZE
+from ddpcheck.report.units import human_bytes
+
+if TYPE_CHECKING:
+    from ddpcheck.rank.context import RankContext
 
 
-def time_collective(ctx: Any, call: Callable[[], None], warmup: int, iters: int) -> float:
+def time_collective(ctx: RankContext, call: Callable[[], None], warmup: int, iters: int) -> float:
     """Seconds per call on this rank: CUDA events on GPUs, perf_counter between barriers on CPU."""
     import torch
 
@@ -45,7 +49,7 @@ def time_collective(ctx: Any, call: Callable[[], None], warmup: int, iters: int)
 
 
 def measure_op(
-    ctx: Any, op: Collective, sizes: list[int], dtype_name: str, warmup: int, iters: int
+    ctx: RankContext, op: Collective, sizes: list[int], dtype_name: str, warmup: int, iters: int
 ) -> dict[str, Any]:
     """This rank's account of one collective over the sweep: per size, time and wrong elements."""
     import torch
@@ -114,7 +118,7 @@ def measure_op(
 UNSUPPORTED_MARKERS = ("not supported", "unsupported", "not implemented", "notimplemented")
 
 
-def unsupported(ctx: Any, op: Collective, dtype_name: str) -> str | None:
+def unsupported(ctx: RankContext, op: Collective, dtype_name: str) -> str | None:
     """Why this backend cannot run `op` on `dtype_name`, from one call on a tiny buffer; None if it can.
 
     A backend refuses before any traffic, alike on every rank, so every rank skips together.
@@ -138,7 +142,7 @@ def unsupported(ctx: Any, op: Collective, dtype_name: str) -> str | None:
     return None
 
 
-def localise(ctx: Any, op: Collective, size_bytes: int, dtype_name: str) -> list[int] | None:
+def localise(ctx: RankContext, op: Collective, size_bytes: int, dtype_name: str) -> list[int] | None:
     """Ranks whose participation makes a reduction wrong, found by re-running it on subgroups."""
     return bisect(ctx.world_size, lambda groups: run_on_groups(ctx, op, size_bytes, dtype_name, groups))
 
@@ -236,7 +240,7 @@ def _plan_round(
 
 
 def run_on_groups(
-    ctx: Any, op: Collective, size_bytes: int, dtype_name: str, groups: list[list[int]]
+    ctx: RankContext, op: Collective, size_bytes: int, dtype_name: str, groups: list[list[int]]
 ) -> list[bool]:
     """Run the data check in each (disjoint) group at once; which groups saw a wrong element."""
     import torch

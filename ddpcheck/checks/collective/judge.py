@@ -11,9 +11,9 @@ from typing import Any
 
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.ops.base import Rooted
-from ddpcheck.checks.collective.pattern import human_bytes
-from ddpcheck.checks.rankmap import describe_ranks, hosts_of, where
 from ddpcheck.report.model import Check, Status, Table
+from ddpcheck.report.naming import describe_ranks, hosts_of, where
+from ddpcheck.report.units import human_bytes
 
 BANDWIDTH_COLUMNS = {
     "size": "size",

@@ -37,16 +37,6 @@ def sweep_sizes(min_bytes: int, max_bytes: int, dtype: str) -> list[int]:
     return sizes
 
 
-def human_bytes(size: int) -> str:
-    """'4K', '64M'; a size that buffers split into n blocks rounded down is shown in bytes ('4092B')."""
-    for unit, scale in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
-        if size >= scale and size % scale == 0:
-            return f"{size // scale}{unit}"
-    if size < 1024**2:
-        return f"{size}B"
-    return f"{size / 1024**2:.1f}M" if size < 1024**3 else f"{size / 1024**3:.1f}G"
-
-
 @dataclass(frozen=True)
 class Pattern:
     """What a reduction's members contribute: exactly representable, different on every rank, a known sum.

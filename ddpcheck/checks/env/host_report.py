@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ddpcheck.checks.env import EnvOptions
 from ddpcheck.checks.env.judge import judge
 from ddpcheck.checks.env.probe import ProbeConfig, probe
-from ddpcheck.checks.env.units import UNLIMITED, human_size
 from ddpcheck.report.model import Report, Table
+from ddpcheck.report.units import UNLIMITED, human_bytes
 
 
 def build_report(facts: Mapping[str, Any]) -> Report:
@@ -23,6 +25,15 @@ def build_report(facts: Mapping[str, Any]) -> Report:
         "nccl": torch_info["nccl"],
     }
     report.notes = list(facts["problems"])
+    return report
+
+
+def run(options: EnvOptions) -> Report:
+    """The command: the host's report. The process ends right after it is shown."""
+    report = run_env()
+    # Exempt torch's objects from the garbage collection at exit, which alone costs
+    # ~0.5 s of the 3 s budget (measured).
+    gc.freeze()
     return report
 
 
@@ -133,12 +144,13 @@ def _host_rows(host: Mapping[str, Any]) -> list[dict[str, Any]]:
         ("load (1, 5, 15 min)", ", ".join(map(str, host["load"])) if host["load"] else None, None),
         (
             "memory (available / total)",
-            f"{human_size(host['memory_available'])} / {human_size(host['memory_total'])}",
+            f"{human_bytes(host['memory_available'], amount=True)} / "
+            f"{human_bytes(host['memory_total'], amount=True)}",
             host["memory_total"],
         ),
         (
             shm["path"],
-            f"{human_size(shm['free'])} free / {human_size(shm['total'])}"
+            f"{human_bytes(shm['free'], amount=True)} free / {human_bytes(shm['total'], amount=True)}"
             if shm["total"] is not None
             else None,
             shm["total"],
@@ -158,4 +170,4 @@ def _host_rows(host: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _limit(value: Any, as_bytes: bool = True) -> str | None:
     if value is None or value == UNLIMITED:
         return value
-    return human_size(int(value)) if as_bytes else str(value)
+    return human_bytes(int(value), amount=True) if as_bytes else str(value)

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddpcheck.checks.env.master import is_loopback
-from ddpcheck.checks.env.units import GIB, MIB, UNLIMITED, human_size
 from ddpcheck.checks.env.variables import in_launch, under_slurm
 from ddpcheck.report.model import Check, Status
+from ddpcheck.report.units import GIB, MIB, UNLIMITED, human_bytes
 
 SHM_MIN_BYTES = 1 * GIB  # NCCL's shared-memory transport; Docker's default is 64 MB
 MEMLOCK_MIN_BYTES = 64 * MIB  # below this, RDMA memory registration fails outright
@@ -543,13 +543,14 @@ def judge_shm(total: int | None, path: str = "/dev/shm") -> Check:
         return Check(
             name,
             Status.WARN,
-            f"{path} is {human_size(total)}, below {human_size(SHM_MIN_BYTES)}: NCCL keeps its "
+            f"{path} is {human_bytes(total, amount=True)}, below {human_bytes(SHM_MIN_BYTES, amount=True)}: "
+            "NCCL keeps its "
             "intra-node buffers there and DataLoader workers pass batches through it, so with several "
             "GPUs the job fails with 'unhandled system error' or a bus error (containers default to "
             "64 MB). Fix: docker run --shm-size=16g (or --ipc=host); on Kubernetes mount an emptyDir "
             "with medium: Memory at /dev/shm.",
         )
-    return Check(name, Status.PASS, f"{path} is {human_size(total)}")
+    return Check(name, Status.PASS, f"{path} is {human_bytes(total, amount=True)}")
 
 
 def judge_infiniband(ports: Sequence[Mapping[str, Any]]) -> Check:
@@ -575,7 +576,7 @@ def judge_memlock(memlock: Mapping[str, Any] | None, ports: Sequence[Mapping[str
     if memlock is None:
         return Check(name, Status.SKIP, "no RLIMIT_MEMLOCK on this platform")
     soft = memlock["soft"]
-    shown = UNLIMITED if soft == UNLIMITED else human_size(int(soft))
+    shown = UNLIMITED if soft == UNLIMITED else human_bytes(int(soft), amount=True)
     if not ports:
         return Check(name, Status.PASS, f"ulimit -l is {shown}; no InfiniBand devices, so no RDMA needs it")
     if soft == UNLIMITED:

@@ -25,8 +25,8 @@ from typing import Any
 
 from ddpcheck.checks.env.bounded import Background, reap, spawn
 from ddpcheck.checks.env.master import is_loopback, parse_port, probe_master
-from ddpcheck.checks.env.units import GIB, UNLIMITED
 from ddpcheck.checks.env.variables import distributed_env, in_launch
+from ddpcheck.report.units import GIB, UNLIMITED
 
 
 @dataclass(frozen=True)

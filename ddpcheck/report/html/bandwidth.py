@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from ddpcheck.report.html import svg
-from ddpcheck.report.html.charts import Chart, number
+from ddpcheck.report.html.chart import Chart, number
 from ddpcheck.report.model import Report, Table
 
 

@@ -1,49 +1,24 @@
-"""Which charts a report gets: each chart module reads the tables it knows, by name.
+"""Which charts a report gets: its command names the chart makers (Command.html_charts).
 
-A command plugs in by the names of its JSON tables, not by its own name: `collectives` writes
-`bandwidth` rows as `allreduce` does and gets the same chart; a table nobody charts is still
-shown as a table.
+Each maker is a module beside this one with `charts(report) -> list[Chart]`, reading the
+tables it knows by name: `collectives` writes `bandwidth` rows as `allreduce` does and names the
+same maker; a table nobody charts is still shown as a table.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+import importlib
 
-from ddpcheck.report.model import Report, Table
-
-
-@dataclass
-class Chart:
-    """One drawn chart, and the table that holds the same numbers for people who read."""
-
-    title: str
-    svg: str
-    table: Table
-    notes: list[str] = field(default_factory=list)  # findings the chart marks, as sentences
-
-
-def number(value: Any) -> float:
-    """A table cell as a float: JSON reports carry NaN and infinities as strings, a gap as null."""
-    if isinstance(value, bool) or value is None:
-        return math.nan
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
+from ddpcheck.commands import COMMANDS
+from ddpcheck.report.html.chart import Chart
+from ddpcheck.report.model import Report
 
 
 def charts_for(report: Report) -> list[Chart]:
-    from ddpcheck.report.html import bandwidth, links, profile, train
-
-    makers: list[Callable[[Report], list[Chart]]] = [
-        bandwidth.charts,
-        links.charts,
-        profile.charts,
-        train.charts,
+    command = COMMANDS.get(report.command)
+    makers = command.html_charts if command else ()
+    return [
+        chart
+        for maker in makers
+        for chart in importlib.import_module(f"ddpcheck.report.html.{maker}").charts(report)
     ]
-    return [chart for make in makers for chart in make(report)]

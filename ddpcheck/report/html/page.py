@@ -12,7 +12,7 @@ import html
 from typing import Any
 
 from ddpcheck import __version__
-from ddpcheck.report.html.charts import Chart
+from ddpcheck.report.html.chart import Chart
 from ddpcheck.report.model import Report, Table, counted
 
 FOLDED_ROWS = 200  # a longer table starts folded: the charts stay at the top of the page

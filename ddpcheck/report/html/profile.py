@@ -12,7 +12,7 @@ import statistics
 from typing import Any
 
 from ddpcheck.report.html import svg
-from ddpcheck.report.html.charts import Chart, number
+from ddpcheck.report.html.chart import Chart, number
 from ddpcheck.report.model import Report, Status, Table
 
 # The parts that add up to a wall-clock step (checks/profile.py: CHART_PARTS), in drawing order.

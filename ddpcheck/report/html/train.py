@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from ddpcheck.report.html import svg
-from ddpcheck.report.html.charts import Chart, number
+from ddpcheck.report.html.chart import Chart, number
 from ddpcheck.report.model import Report, Table
 
 RANK_KEY = re.compile(r"loss_rank(\d+)$")

@@ -56,7 +56,7 @@ class Collective(ABC):
 
     @abstractmethod
     def bus_factor(self, n: int) -> float:
-        """nccl-tests' factor from algbw to busbw (DESIGN.md: Conventions)."""
+        """nccl-tests' factor from algbw to busbw (docs/collectives.md: busbw = algbw x factor)."""
 
     def count(self, size_bytes: int, item: int, n: int) -> int:
         """Elements of the whole buffer for a message of `size_bytes` (nccl-tests' size convention)."""

@@ -8,7 +8,7 @@ gets a check named after it that names the rank, receiver or link at fault.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.collective import harness
 from ddpcheck.checks.collective.judge import (
@@ -20,14 +20,15 @@ from ddpcheck.checks.collective.judge import (
 )
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.pattern import sweep_sizes
+from ddpcheck.checks.collectives import CollectivesOptions
 from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
-from ddpcheck.options import CollectivesOptions
 from ddpcheck.report.model import Check, Report, Status, Table
 
-Options = CollectivesOptions
+if TYPE_CHECKING:
+    from ddpcheck.rank.context import RankContext
 
 
-def measure(ctx: Any, opts: CollectivesOptions) -> dict[str, Any]:
+def measure(ctx: RankContext, opts: CollectivesOptions) -> dict[str, Any]:
     sizes = sweep_sizes(opts.min_bytes, opts.max_bytes, opts.dtype)
     return {
         "ops": [

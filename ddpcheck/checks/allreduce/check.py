@@ -9,8 +9,9 @@ that finds the ranks whose participation makes the sum wrong.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ddpcheck.checks.allreduce import AllreduceOptions
 from ddpcheck.checks.collective import harness
 from ddpcheck.checks.collective.judge import (
     bandwidth_rows,
@@ -21,16 +22,18 @@ from ddpcheck.checks.collective.judge import (
 )
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.pattern import sweep_sizes
-from ddpcheck.checks.rankmap import hosts_of, judge_rank_map, rank_map_table
-from ddpcheck.options import AllreduceOptions
+from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
+from ddpcheck.report.naming import hosts_of
 
-Options = AllreduceOptions
+if TYPE_CHECKING:
+    from ddpcheck.rank.context import RankContext
+
 ALL_REDUCE = OPS["all_reduce"]
 
 
 # ---------------------------------------------------------------- measure
-def measure(ctx: Any, opts: AllreduceOptions) -> dict[str, Any]:
+def measure(ctx: RankContext, opts: AllreduceOptions) -> dict[str, Any]:
     ctx.stage("measure: classic all_reduce of ones * rank")
     classic = _classic(ctx)
     sizes = sweep_sizes(opts.min_bytes, opts.max_bytes, opts.dtype)
@@ -45,7 +48,7 @@ def measure(ctx: Any, opts: AllreduceOptions) -> dict[str, Any]:
     return {"classic": classic, **swept}
 
 
-def _classic(ctx: Any) -> dict[str, Any]:
+def _classic(ctx: RankContext) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 

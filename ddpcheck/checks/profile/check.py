@@ -20,7 +20,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.collective.harness import time_collective
 from ddpcheck.checks.collective.ops.all_reduce import bus_factor
@@ -36,11 +36,14 @@ from ddpcheck.checks.model import (
     private_compile_cache,
     wrap_ddp,
 )
-from ddpcheck.checks.rankmap import hosts_of, judge_rank_map, rank_map_table, where
-from ddpcheck.options import ProfileOptions
+from ddpcheck.checks.profile import ProfileOptions
+from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
+from ddpcheck.report.naming import hosts_of, where
 
-Options = ProfileOptions
+if TYPE_CHECKING:
+    from ddpcheck.rank.context import RankContext
+
 
 LR = 1e-3  # the classic script's Adam; the value does not change the timings
 # A rank whose compute time varies more than this (standard deviation / mean) over the
@@ -159,7 +162,7 @@ def backward_compute(ddp: Any, optimizer: Any, inputs: Any, targets: Any, marks:
     return seconds
 
 
-def time_allreduce(ctx: Any, count: int) -> float:
+def time_allreduce(ctx: RankContext, count: int) -> float:
     """Seconds for one all_reduce of `count` float32 elements (the gradients' size), on this rank."""
     import torch
     import torch.distributed as dist
@@ -168,7 +171,7 @@ def time_allreduce(ctx: Any, count: int) -> float:
     return time_collective(ctx, lambda: dist.all_reduce(buffer), ALLREDUCE_WARMUP, ALLREDUCE_ITERS)
 
 
-def peak_memory(ctx: Any) -> tuple[int, str]:
+def peak_memory(ctx: RankContext) -> tuple[int, str]:
     """(bytes, kind): peak allocated device memory on a GPU, peak resident set of this process on CPU."""
     if ctx.device.type == "cuda":
         import torch
@@ -186,7 +189,7 @@ def peak_memory(ctx: Any) -> tuple[int, str]:
 
 
 # ---------------------------------------------------------------- measure
-def setup(ctx: Any, opts: ProfileOptions) -> tuple[Any, Any, Any, Any]:
+def setup(ctx: RankContext, opts: ProfileOptions) -> tuple[Any, Any, Any, Any]:
     """(ddp, optimizer, inputs, targets): the classic model, ready to step."""
     module = build_linear(opts.hidden, derive_seed(0, 0, INIT), ctx.device)
     ddp = wrap_ddp(module, ctx, opts.bucket_cap_mb)
@@ -197,12 +200,12 @@ def setup(ctx: Any, opts: ProfileOptions) -> tuple[Any, Any, Any, Any]:
     return ddp, optimizer, inputs, targets
 
 
-def measure(ctx: Any, opts: ProfileOptions) -> dict[str, Any]:
+def measure(ctx: RankContext, opts: ProfileOptions) -> dict[str, Any]:
     with private_compile_cache():
         return _measure(ctx, opts)
 
 
-def _measure(ctx: Any, opts: ProfileOptions) -> dict[str, Any]:
+def _measure(ctx: RankContext, opts: ProfileOptions) -> dict[str, Any]:
     import torch
 
     ctx.stage("measure: build the model")

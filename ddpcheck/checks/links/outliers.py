@@ -20,30 +20,13 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-# How many robust standard deviations below the reference a single slow link must also be.
-# Two: on CPU ranks here healthy links usually spread by about 30% (sigma), so 2 sigma stays
-# above the CPU threshold of 0.2 and the guard only bites when a run is noisier still.
-SPREAD_K = 2.0
-MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution is 0.6745 sigma
+from ddpcheck.checks.peers import Reference, reference_of
+
 # Up to this many ranks, each rank's reference leaves its own links out exactly; beyond,
 # one rank's links barely move the median of all the others and one reference serves all.
 EXACT_UP_TO = 64
 
 Pair = tuple[int, int]
-
-
-@dataclass(frozen=True)
-class Reference:
-    median: float
-    sigma: float
-
-    def is_slow(self, value: float, threshold: float) -> bool:
-        """One link on its own: below threshold x the median, and further below than the noise."""
-        return self.is_below(value, threshold) and value < self.median - SPREAD_K * self.sigma
-
-    def is_below(self, value: float, threshold: float) -> bool:
-        """One of many links that agree (a rank's): below threshold x the median is enough."""
-        return value < threshold * self.median
 
 
 @dataclass(frozen=True)
@@ -69,20 +52,6 @@ class Findings:
     ranks: list[SlowRank]
     links: list[SlowLink]
     reference: Reference | None  # of the links that touch no slow rank; None when nothing compares
-
-
-def reference_of(values: list[float], threshold: float) -> Reference | None:
-    """The median of `values` and their noise: the MAD of those at or above threshold x median.
-
-    The slow links themselves are left out of the spread: with two slow hosts of eight, a
-    third of the links are slow, and their distance from the median would pass for noise.
-    """
-    if not values:
-        return None
-    median = statistics.median(values)
-    healthy = [v for v in values if v >= threshold * median]
-    mad = statistics.median(abs(v - median) for v in healthy)
-    return Reference(median, MAD_TO_SIGMA * mad)
 
 
 def find_slow(values: dict[Pair, float], threshold: float, best: dict[Pair, float] | None = None) -> Findings:

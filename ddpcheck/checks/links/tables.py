@@ -11,9 +11,9 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from ddpcheck.checks.rankmap import node_label, node_of, span
-from ddpcheck.checks.schedule import INTER, INTRA
+from ddpcheck.checks.links.schedule import INTER, INTRA
 from ddpcheck.report.model import Table
+from ddpcheck.report.naming import node_label, node_of, span
 
 HEATMAP_MAX = 32  # ranks (or nodes) per side of the terminal heat map
 SLOWEST_SHOWN = 8
@@ -64,7 +64,7 @@ def link_tables(
 
 
 def _matrix_title(world: int, nodes: int, size: int, rounds: str) -> str:
-    from ddpcheck.checks.collective.pattern import human_bytes
+    from ddpcheck.report.units import human_bytes
 
     axis = (
         "rank x rank (row sends, column receives)"

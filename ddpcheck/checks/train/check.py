@@ -20,7 +20,7 @@ import contextlib
 import math
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.model import (
     DATA,
@@ -33,11 +33,14 @@ from ddpcheck.checks.model import (
     private_compile_cache,
     wrap_ddp,
 )
-from ddpcheck.checks.rankmap import hosts_of, judge_rank_map, rank_map_table, where
-from ddpcheck.options import TrainOptions
+from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
+from ddpcheck.checks.train import TrainOptions
 from ddpcheck.report.model import Check, Report, Status, Table
+from ddpcheck.report.naming import hosts_of, where
 
-Options = TrainOptions
+if TYPE_CHECKING:
+    from ddpcheck.rank.context import RankContext
+
 
 # DDP's averaged gradient vs the mean of local gradients computed here: the same products summed
 # in another order, so they agree to a few float32 ulps of the largest gradient element.
@@ -156,7 +159,7 @@ def mean_local_gradients(module: Any, batches: Batches) -> list[Any]:
     return [t / batches.world_size for t in total]
 
 
-def measure(ctx: Any, opts: TrainOptions) -> dict[str, Any]:
+def measure(ctx: RankContext, opts: TrainOptions) -> dict[str, Any]:
     with private_compile_cache(), full_fp32_matmuls():
         return _measure(ctx, opts)
 
@@ -182,7 +185,7 @@ def full_fp32_matmuls() -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32 = saved[1]
 
 
-def _measure(ctx: Any, opts: TrainOptions) -> dict[str, Any]:
+def _measure(ctx: RankContext, opts: TrainOptions) -> dict[str, Any]:
     import torch
 
     torch.manual_seed(derive_seed(opts.seed, ctx.rank, INIT))  # nothing below should draw, but be sure
@@ -229,7 +232,7 @@ def _init_state(module: Any, reference: Reference) -> dict[str, Any]:
 
 
 def _train_step(
-    ctx: Any,
+    ctx: RankContext,
     opts: TrainOptions,
     ddp: Any,
     optimizer: Any,
@@ -268,7 +271,7 @@ def _train_step(
 
 
 def _compare_across_ranks(
-    ctx: Any, module: Any, record: dict[str, Any], step: int, steps: int, taken: set[str]
+    ctx: RankContext, module: Any, record: dict[str, Any], step: int, steps: int, taken: set[str]
 ) -> None:
     """Exchange fingerprints; where they disagree, measure each rank's distance from rank 0.
 

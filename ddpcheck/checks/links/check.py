@@ -15,16 +15,19 @@ import statistics
 import time
 from collections import defaultdict
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ddpcheck.checks.linktables import link_tables
-from ddpcheck.checks.outliers import Findings, SlowLink, SlowRank, find_slow
-from ddpcheck.checks.rankmap import describe_ranks, judge_rank_map, node_label, node_of, span, where
-from ddpcheck.checks.schedule import INTER, INTRA, Round, link_plan, nodes_of
-from ddpcheck.options import LinksOptions
+from ddpcheck.checks.links import LinksOptions
+from ddpcheck.checks.links.outliers import Findings, SlowLink, SlowRank, find_slow
+from ddpcheck.checks.links.schedule import INTER, INTRA, Round, link_plan, nodes_of
+from ddpcheck.checks.links.tables import link_tables
+from ddpcheck.checks.rankmap import judge_rank_map
 from ddpcheck.report.model import Check, Report, Status, counted
+from ddpcheck.report.naming import describe_ranks, node_label, node_of, span, where
 
-Options = LinksOptions
+if TYPE_CHECKING:
+    from ddpcheck.rank.context import RankContext
+
 
 FINDINGS_SHOWN = 6
 LATENCY_BYTES = 4  # one float32: the round trip measures the path, not the bandwidth
@@ -54,14 +57,14 @@ def passes_for(device_type: str) -> int:
     return 1 if device_type == "cuda" else 3
 
 
-def measure(ctx: Any, opts: LinksOptions) -> dict[str, Any]:
+def measure(ctx: RankContext, opts: LinksOptions) -> dict[str, Any]:
     # The node layout is tiny and every rank needs it to compute the same plan.
     layout = ctx.all_gather_object((ctx.host, int(os.environ.get("GROUP_RANK", "0")), ctx.local_rank))
     rounds = link_plan(nodes_of([tuple(x) for x in layout]))
     return measure_plan(ctx, rounds, opts, passes_for(ctx.device.type))
 
 
-def measure_plan(ctx: Any, rounds: list[Round], opts: LinksOptions, passes: int) -> dict[str, Any]:
+def measure_plan(ctx: RankContext, rounds: list[Round], opts: LinksOptions, passes: int) -> dict[str, Any]:
     """This rank's links, measured round by round (`passes` times over), as judge() reads them."""
     import torch
 
@@ -120,7 +123,7 @@ def _ops(peer: int, send: Any, recv: Any) -> list[Any]:
     return [dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)]
 
 
-def _warm_up(ctx: Any, peer: int, send: Any, recv: Any, warmup: int) -> float:
+def _warm_up(ctx: RankContext, peer: int, send: Any, recv: Any, warmup: int) -> float:
     """Untimed exchanges (the first one also connects the pair); the last one's seconds."""
     import torch.distributed as dist
 
@@ -136,7 +139,7 @@ def _warm_up(ctx: Any, peer: int, send: Any, recv: Any, warmup: int) -> float:
 
 
 def _time_exchange(
-    ctx: Any, peer: int, send: Any, recv: Any, iters: int, hint: float
+    ctx: RankContext, peer: int, send: Any, recv: Any, iters: int, hint: float
 ) -> tuple[list[float], list[float]]:
     """Seconds per exchange: until the peer's bytes are here (the peer -> this rank direction,
     on this rank's clock), and until both directions are done.
@@ -177,7 +180,7 @@ def _time_exchange(
     return recv_times, exchange_times
 
 
-def _time_round_trip(ctx: Any, peer: int, ping: Any, iters: int) -> float:
+def _time_round_trip(ctx: RankContext, peer: int, ping: Any, iters: int) -> float:
     """One-way latency: half the shortest round trip of a 4-byte message.
 
     The shortest, not the mean as osu_latency quotes: on a busy host every wake-up of a

@@ -1,0 +1,35 @@
+"""`ddpcheck allreduce`: the classic check, the rank map and the all_reduce sweep (check.py does them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddpcheck.checks.collective.options import SweepOptions
+from ddpcheck.command import HARNESS_FAULTS, Command
+
+
+@dataclass(kw_only=True)
+class AllreduceOptions(SweepOptions):
+    """`ddpcheck allreduce`: the classic check, the rank map and the all_reduce sweep."""
+
+
+COMMAND = Command(
+    name="allreduce",
+    help="""Is the process group sound, which rank breaks it, and how fast is all_reduce?
+
+    The classic check (all_reduce of ones * rank must give N(N-1)/2 on every rank),
+    the rank map, an exact data check at every size, and an nccl-tests style
+    bandwidth sweep; a wrong result is localised to the rank at fault.
+    """,
+    epilog=(
+        "Examples: ddpcheck allreduce --gpus 8 | ddpcheck allreduce --nproc 4 --sizes 1K:64M "
+        "| ddpcheck allreduce --dtype bfloat16 --min-busbw 300 --json report.json"
+    ),
+    options=AllreduceOptions,
+    implementation="ddpcheck.checks.allreduce.check",
+    faults=("corrupt", *HARNESS_FAULTS),
+    charts={"bandwidth": "busbw"},
+    html_charts=("bandwidth",),
+    family="bandwidth",
+    figures="ddpcheck.checks.collective.figures:bandwidth_figures",
+)

@@ -1,0 +1,69 @@
+"""The figures a baseline compares in `links` reports: each link by rank pair, and by host pair."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from ddpcheck.report.figures import Figure, FigureKind, positive, rows_of
+
+LINK = FigureKind(
+    "link",
+    "per-link bandwidth and latency by rank pair",
+    ("layout", "backend", "device", "device_name", "link_bytes"),
+)
+# Host pairs stand in for rank pairs only when rank pairs cannot be matched (another layout).
+HOST_LINK = FigureKind(
+    "host link",
+    "per-link bandwidth and latency by host pair",
+    ("backend", "device", "device_name", "link_bytes"),
+    stands_in_for="link",
+)
+
+
+def link_figures(report: dict[str, Any]) -> list[Figure]:
+    """Each link's bandwidth and latency by rank pair, and the median per host pair."""
+    figures = []
+    by_hosts: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows_of(report, "links"):
+        src, dst, src_host, dst_host = (
+            row.get("src"),
+            row.get("dst"),
+            row.get("src_host"),
+            row.get("dst_host"),
+        )
+        name = f"link {src} -> {dst} ({src_host} -> {dst_host})"
+        for metric, unit, better in (("gbps", "GB/s", True), ("latency_us", "us", False)):
+            value = positive(row.get(metric))
+            if value is not None:
+                figures.append(
+                    Figure(
+                        LINK,
+                        ("link", metric, src, dst),
+                        f"{name} {'bandwidth' if better else 'latency'}",
+                        unit,
+                        value,
+                        better,
+                        ranks=tuple(r for r in (src, dst) if isinstance(r, int)),
+                        hosts=tuple(dict.fromkeys(h for h in (src_host, dst_host) if h)),
+                    )
+                )
+        if src_host and dst_host:
+            by_hosts[(src_host, dst_host)].append(row)
+    for (src_host, dst_host), rows in by_hosts.items():
+        for metric, unit, better in (("gbps", "GB/s", True), ("latency_us", "us", False)):
+            values = [v for v in (positive(r.get(metric)) for r in rows) if v is not None]
+            if values:
+                figures.append(
+                    Figure(
+                        HOST_LINK,
+                        ("host link", metric, src_host, dst_host),
+                        f"links {src_host} -> {dst_host} {'bandwidth' if better else 'latency'} (median)",
+                        unit,
+                        statistics.median(values),
+                        better,
+                        hosts=tuple(dict.fromkeys((src_host, dst_host))),
+                    )
+                )
+    return figures

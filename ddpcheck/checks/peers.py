@@ -1,0 +1,44 @@
+"""A figure judged against its peers: the median of comparable figures and their robust noise.
+
+Shared by the judges that name what is slower than its peers (links, devices): a value is
+slow when it is below `threshold` x the reference median and also further below it than
+the measurement's own noise explains (SPREAD_K robust standard deviations, from the median
+absolute deviation of the values that are not slow), so a noisy but healthy run does not cry wolf.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+# How many robust standard deviations below the reference a single slow link must also be.
+# Two: on CPU ranks here healthy links usually spread by about 30% (sigma), so 2 sigma stays
+# above the CPU threshold of 0.2 and the guard only bites when a run is noisier still.
+SPREAD_K = 2.0
+MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution is 0.6745 sigma
+@dataclass(frozen=True)
+class Reference:
+    median: float
+    sigma: float
+
+    def is_slow(self, value: float, threshold: float) -> bool:
+        """One link on its own: below threshold x the median, and further below than the noise."""
+        return self.is_below(value, threshold) and value < self.median - SPREAD_K * self.sigma
+
+    def is_below(self, value: float, threshold: float) -> bool:
+        """One of many links that agree (a rank's): below threshold x the median is enough."""
+        return value < threshold * self.median
+
+
+def reference_of(values: list[float], threshold: float) -> Reference | None:
+    """The median of `values` and their noise: the MAD of those at or above threshold x median.
+
+    The slow links themselves are left out of the spread: with two slow hosts of eight, a
+    third of the links are slow, and their distance from the median would pass for noise.
+    """
+    if not values:
+        return None
+    median = statistics.median(values)
+    healthy = [v for v in values if v >= threshold * median]
+    mad = statistics.median(abs(v - median) for v in healthy)
+    return Reference(median, MAD_TO_SIGMA * mad)

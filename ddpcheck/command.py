@@ -1,0 +1,166 @@
+"""What a command is: one declaration (nccl-tests' `struct testColl`) that every side reads.
+
+A command declares itself once, in its own folder under `checks/` (or, for the commands
+that only read saved reports, in `report/`): its name and help, its typed Options (each
+field carrying the help text and command-line metadata the Typer declaration is generated
+from), the `--inject` kinds it takes, the module that measures and judges it, the tables the
+terminal and the HTML page chart, and the family of figures a baseline compares.
+
+Torch-free and Typer-free: `ddpcheck --help` reads every declaration, so they stay light;
+the module that does the work is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+# What every command that runs on ranks can be made to suffer (rank/faults.py says what each does).
+HARNESS_FAULTS = ("hang", "crash", "kill")
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one Options field appears on the command line."""
+
+    help: str
+    # The parameter's name when it is not the field's (`--sizes` fills min_bytes and max_bytes).
+    name: str | None = None
+    # What the command line takes, when it is not the field's own type ('1K:4M' for two ints).
+    cli_type: Any = None
+    # The value the command line shows and starts from, when not the field's default.
+    cli_default: Any = _UNSET
+    # A given value -> the fields it sets; without it the value is the field's own.
+    parse: Callable[[Any], dict[str, Any]] | None = None
+    choices: tuple[str, ...] = ()  # offered by TAB completion (validate() still checks)
+    flags: tuple[str, ...] = ()  # the option's spellings, when not derived from the name
+    panel: str | None = None  # the help section it is listed in
+    argument: bool = False  # positional, not --name
+    metavar: str | None = None
+    show_default: bool = True
+
+
+def option(default: Any = _UNSET, *, default_factory: Any = _UNSET, **flag: Any) -> Any:
+    """A dataclass field that is also a command-line option (keyword arguments as Flag's)."""
+    metadata = {"flag": Flag(**flag)}
+    if default_factory is not _UNSET:
+        return field(default_factory=default_factory, metadata=metadata)
+    if default is _UNSET:
+        return field(metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One command-line parameter, as the CLI declares it to Typer."""
+
+    name: str
+    annotation: Any  # the type the command line takes
+    default: Any
+    flag: Flag
+
+
+def parameters(options: type) -> list[Parameter]:
+    """The command-line parameters of an Options dataclass, in the order its fields come.
+
+    An Options class may set CLI_ORDER (parameter names) to list them in another order.
+    """
+    hints = typing.get_type_hints(options)
+    found = []
+    for f in dataclasses.fields(options):
+        flag = f.metadata.get("flag")
+        if flag is None:
+            continue
+        if flag.cli_default is not _UNSET:
+            default = flag.cli_default
+        elif f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = None  # a list given on the command line, or the factory's when not
+        else:
+            default = ...  # required (a positional argument)
+        found.append(Parameter(flag.name or f.name, flag.cli_type or hints[f.name], default, flag))
+    order = getattr(options, "CLI_ORDER", None)
+    if order:
+        found.sort(key=lambda p: order.index(p.name))
+    return found
+
+
+def build_options(options: type, values: Mapping[str, Any]) -> Any:
+    """An Options instance from the command line's values (by parameter name)."""
+    fields: dict[str, Any] = {}
+    for parameter, f in zip(parameters(options), _flagged(options), strict=True):
+        if parameter.name not in values:
+            continue
+        value = values[parameter.name]
+        if parameter.flag.parse is not None:
+            if value is not None:
+                fields.update(parameter.flag.parse(value))
+        elif value is not None or f.default is None:
+            fields[f.name] = value
+    return options(**fields)
+
+
+def _flagged(options: type) -> list[dataclasses.Field]:
+    flagged = [f for f in dataclasses.fields(options) if "flag" in f.metadata]
+    order = getattr(options, "CLI_ORDER", None)
+    if order:
+        flagged.sort(key=lambda f: order.index(f.metadata["flag"].name or f.name))
+    return flagged
+
+
+def options_to_dict(options: Any) -> dict[str, Any]:
+    return dataclasses.asdict(options)
+
+
+def options_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command, declared once.
+
+    A command that runs on ranks names a module with `measure(ctx, options)` (every rank)
+    and `judge(data, identities, options) -> Report` (rank 0); a command that starts no
+    ranks names a module with `run(options) -> Report`. A measuring command also names its
+    figure family and the function that reads those figures from a saved report.
+    """
+
+    name: str
+    help: str
+    epilog: str
+    options: type
+    implementation: str  # the module that does the work, imported only when the command runs
+    ranked: bool = True
+    faults: tuple[str, ...] = ()  # the --inject kinds it takes
+    # Tables the terminal draws a chart for after the table itself (report/terminal.py's kinds).
+    charts: Mapping[str, str] = field(default_factory=dict)
+    # The HTML page's charts, by maker (report/html/: bandwidth, links, profile, train).
+    html_charts: tuple[str, ...] = ()
+    # Commands of one family hold the same kinds of figures: --baseline and --tolerance
+    # compare a run with a saved one of its family (allreduce with collectives, say).
+    family: str | None = None
+    figures: str | None = None  # "module:function", report dict -> list[Figure]
+
+    @property
+    def measures(self) -> bool:
+        return self.family is not None
+
+    def module(self) -> ModuleType:
+        return importlib.import_module(self.implementation)
+
+    def figures_of(self, report: Mapping[str, Any]) -> list[Any]:
+        """The figures a saved report of this command holds (none for a command that measures nothing)."""
+        if self.figures is None:
+            return []
+        module, _, function = self.figures.partition(":")
+        return getattr(importlib.import_module(module), function)(report)

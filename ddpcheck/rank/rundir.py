@@ -1,0 +1,170 @@
+"""The run directory: the one place the launcher and the ranks meet on disk.
+
+Every file name is here, with what writes and what reads it:
+
+- `spec.json`: the RunSpec, written by the launcher, read by every rank;
+- `status/rank-R.json`: each rank's RankStatus (rank/status.py), read by the watchdog;
+- `report.json`: rank 0's Report, in transport form, read by the launcher;
+- `verdict`: the verdict rank 0 shared with every node, for a node without rank 0;
+- `logs/`: each rank's stdout and stderr (torch's elastic agent writes them);
+- `inductor/`: torch's compile cache, kept inside so it goes with the directory.
+
+A run that completes leaves nothing; one that could not complete keeps only `logs/`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddpcheck.rank.faults import Fault
+from ddpcheck.report.model import Report, Verdict
+
+SPEC_FILE = "spec.json"
+REPORT_FILE = "report.json"
+VERDICT_FILE = "verdict"
+STATUS_DIR = "status"
+LOGS_DIR = "logs"
+INDUCTOR_DIR = "inductor"
+PREFIX = "ddpcheck-"
+# Inline run directories carry their rank's pid, so a peer on the same host can remove the one
+# left by a rank that was killed (SIGKILL) and cannot remove it itself.
+INLINE_PREFIX = "ddpcheck-inline-"
+
+# Ranks' own collective timeout is a little longer than the launcher's stall bound,
+# so that the launcher, which sees every rank, names the culprit first.
+COLLECTIVE_GRACE_S = 5.0
+
+
+@dataclass
+class RunSpec:
+    """What every rank runs: the command, its options and how the ranks were planned."""
+
+    command: str
+    options: dict[str, Any]
+    backend: str
+    device: str  # "cuda" or "cpu"
+    timeout: float  # --timeout: the bound on every wait
+    faults: list[Fault] = field(default_factory=list)
+    device_index: int | None = None  # this rank's GPU when not its local rank (inline runs)
+    inline: bool = False  # torchrun, srun or mpirun started the ranks: no ddpcheck launcher watches
+    launcher: str | None = None  # which one, when inline
+
+    @property
+    def collective_timeout(self) -> float:
+        """The process group's timeout: past the launcher's bound, or the bound itself when none watches."""
+        return self.timeout if self.inline else self.timeout + COLLECTIVE_GRACE_S
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        return cls(**{**data, "faults": [Fault(**f) for f in data.get("faults", [])]})
+
+
+def create() -> Path:
+    """A fresh run directory for a launch from this process."""
+    return Path(tempfile.mkdtemp(prefix=PREFIX))
+
+
+def create_inline() -> Path:
+    """A run directory of this rank's own, under torchrun, srun or mpirun."""
+    return Path(tempfile.mkdtemp(prefix=f"{INLINE_PREFIX}{os.getpid()}-"))
+
+
+def inline_dirs_of(pid: int) -> list[Path]:
+    """The run directories an inline rank with this pid made (a stopped rank cannot remove its own)."""
+    return list(Path(tempfile.gettempdir()).glob(f"{INLINE_PREFIX}{pid}-*"))
+
+
+def remove(path: str | Path) -> None:
+    """Remove a run directory that this rank's heartbeat may still be writing a status file into."""
+    for _ in range(50):
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            return
+        time.sleep(0.01)  # a status file appeared mid-removal: the next pass takes it
+
+
+def write_spec(run_dir: str | Path, spec: RunSpec) -> None:
+    _write(Path(run_dir) / SPEC_FILE, json.dumps(spec.to_dict()))
+
+
+def read_spec(run_dir: str | Path) -> RunSpec:
+    return RunSpec.from_dict(json.loads((Path(run_dir) / SPEC_FILE).read_text()))
+
+
+def status_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / STATUS_DIR
+
+
+def logs_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / LOGS_DIR
+
+
+def inductor_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / INDUCTOR_DIR
+
+
+def write_report(run_dir: str | Path, report: Report) -> None:
+    _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
+
+
+def read_report(run_dir: str | Path) -> Report | None:
+    """Rank 0's report, if it wrote one."""
+    path = Path(run_dir) / REPORT_FILE
+    if not path.exists():
+        return None
+    return Report.from_transport(json.loads(path.read_text()))
+
+
+def write_verdict(run_dir: str | Path, verdict: str, host: str) -> None:
+    _write(Path(run_dir) / VERDICT_FILE, json.dumps({"verdict": verdict, "host": host}))
+
+
+def read_verdict(run_dir: str | Path) -> tuple[Verdict, str] | None:
+    """(verdict, host of rank 0) as rank 0 shared them with every node, if it did."""
+    path = Path(run_dir) / VERDICT_FILE
+    if not path.exists():
+        return None
+    shared = json.loads(path.read_text())
+    return Verdict(shared["verdict"]), shared["host"]
+
+
+def stderr_tail(run_dir: Path, local_rank: int, lines: int = 12) -> str:
+    """The last lines of a rank's stderr, when that rank ran on this node."""
+    for path in sorted(logs_dir(run_dir).glob(f"*/attempt_*/{local_rank}/stderr.log")):
+        text = path.read_text(errors="replace").strip().splitlines()
+        return "\n".join(text[-lines:])
+    return ""
+
+
+def keep_logs(run_dir: Path) -> Path | None:
+    """Keep only the rank logs of a run that could not complete; drop the scratch files.
+
+    None when no rank wrote a line: there is nothing to read, so nothing is kept.
+    """
+    logs = logs_dir(run_dir)
+    if not logs.is_dir() or not any(p.stat().st_size for p in logs.rglob("*.log")):
+        return None
+    for name in (STATUS_DIR, SPEC_FILE):
+        target = run_dir / name
+        if target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        elif target.exists():
+            target.unlink()
+    return run_dir
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")  # ranks of one node may write the same file
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,51 @@
+"""How every finding names ranks, hosts and nodes: one wording for every command and judge.
+
+Pure functions over the identities the harness gathers from every rank (rank, host, node).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+
+def where(rank: int, identities: list[dict[str, Any]]) -> str:
+    """'rank R on host H' - how every finding names a rank."""
+    return f"rank {rank} on host {identities[rank]['host']}"
+
+
+def node_of(ident: dict[str, Any]) -> tuple[str, int]:
+    """A node is one launcher's ranks: usually one host, but two launchers may share a host."""
+    return ident["host"], ident.get("node", 0)
+
+
+def node_label(node: tuple[str, int], identities: list[dict[str, Any]]) -> str:
+    host, number = node
+    shared = len({node_of(i) for i in identities if i["host"] == host}) > 1
+    return f"{host} (node {number})" if shared else host
+
+
+def describe_ranks(ranks: list[int], identities: list[dict[str, Any]]) -> str:
+    """Name ranks, a whole node at once when every one of its ranks is among them."""
+    wanted = set(ranks)
+    members: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for ident in identities:
+        members[node_of(ident)].append(ident["rank"])
+    parts, covered = [], set()
+    for node, node_ranks in members.items():
+        if len(node_ranks) > 1 and set(node_ranks) <= wanted:
+            parts.append(f"every rank of host {node_label(node, identities)} ({span(node_ranks)})")
+            covered |= set(node_ranks)
+    parts += [where(r, identities) for r in sorted(wanted - covered)]
+    return ", ".join(parts)
+
+
+def span(ranks: list[int]) -> str:
+    ordered = sorted(ranks)
+    if len(ordered) > 2 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"ranks {ordered[0]}-{ordered[-1]}"
+    return ("ranks " if len(ordered) > 1 else "rank ") + ", ".join(map(str, ordered))
+
+
+def hosts_of(ranks: list[int], identities: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(identities[r]["host"] for r in ranks))

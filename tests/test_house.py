@@ -1,0 +1,124 @@
+"""The house keeps its plan: three sides, one declaration per command, no import circle."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from ddpcheck.command import Command, parameters
+from ddpcheck.commands import COMMANDS
+
+PACKAGE = Path(__file__).resolve().parent.parent / "ddpcheck"
+DOCS = PACKAGE.parent / "docs"
+ROOT_MODULES = {"__init__", "__main__", "cli", "command", "commands", "completions", "errors", "torch_compat"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The ddpcheck modules a module imports anywhere (functions too), leaving out TYPE_CHECKING blocks."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""  # the project imports absolutely (ruff's isort keeps it so)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.add(candidate if candidate in modules else base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return {m for m in found if m in modules}
+
+
+def _graph() -> dict[str, set[str]]:
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    modules = set(paths)
+    return {name: _imports(path, modules) - {name} for name, path in paths.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def walk(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in graph:
+                continue
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := walk(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := walk(node)):
+            return found
+    return None
+
+
+def test_no_module_imports_itself_round_a_circle() -> None:
+    graph = _graph()
+    assert "ddpcheck.cli" in graph and "ddpcheck.checks.collective.judge" in graph  # the walk sees the house
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_root_holds_only_what_every_side_uses() -> None:
+    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert modules == ROOT_MODULES and len(modules) <= 8
+    assert folders == {"launcher", "rank", "report", "checks"}
+
+
+def test_every_command_declares_itself_once_and_has_a_docs_page() -> None:
+    for name, command in COMMANDS.items():
+        assert isinstance(command, Command) and command.name == name
+        assert (DOCS / f"{name}.md").exists(), f"docs/{name}.md"
+        names = [p.name for p in parameters(command.options)]
+        assert len(names) == len(set(names)), f"{name} declares an option twice: {names}"
+        module = command.module()  # the implementation it names exists and does the work
+        if command.ranked:
+            assert callable(module.measure) and callable(module.judge), name
+        else:
+            assert callable(module.run), name
+        if command.measures:
+            assert command.figures is not None, f"{name} has a family but no figures"
+
+
+def test_declarations_load_neither_torch_nor_the_work() -> None:
+    # `ddpcheck --help` reads every declaration: none may import torch or a check's implementation.
+    code = (
+        "import sys, ddpcheck.commands as c\n"
+        "heavy = [m for m in sys.modules if m == 'torch' or m.endswith('.check') or m.endswith('.harness')]\n"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
