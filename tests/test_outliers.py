@@ -1,4 +1,4 @@
-"""The links judge against peers (checks/links/outliers.py), pinned at its boundaries.
+"""The links judge against peers (checks/links/outliers.py, over checks/peers.py), pinned at its boundaries.
 
 Pure and over plain numbers: the reference is the median (not the mean) and its noise the MAD of
 the links at or above threshold x median; a single link is slow only strictly below threshold x
@@ -15,15 +15,8 @@ from collections.abc import Callable
 
 import pytest
 
-from ddpcheck.checks.links.outliers import (
-    MAD_TO_SIGMA,
-    SPREAD_K,
-    Pair,
-    Reference,
-    SlowLink,
-    find_slow,
-    reference_of,
-)
+from ddpcheck.checks.links.outliers import EXACT_UP_TO, Pair, SlowLink, find_slow
+from ddpcheck.checks.peers import MAD_TO_SIGMA, SPREAD_K, Reference, reference_of
 
 # Healthy links within +-30% of 1.0, deterministic; no rank has most of its links below 0.8.
 SPREAD = (0.7, 0.85, 1.0, 1.15, 1.3)
@@ -202,3 +195,22 @@ def test_a_rank_with_one_peer_is_only_a_link() -> None:
     found = find_slow(values, 0.5)
     assert found.ranks == []
     assert sorted((link.src, link.dst) for link in found.links) == [(0, 4), (4, 0)]
+
+
+def ring(n: int, value: Callable[[int, int], float]) -> dict[Pair, float]:
+    """Each rank linked both ways to the two ranks either side of it: 4n links, fast at any n."""
+    return {(s, (s + k) % n): value(s, (s + k) % n) for s in range(n) for k in (-2, -1, 1, 2)}
+
+
+@pytest.mark.parametrize(("n", "second_total"), [(EXACT_UP_TO, 6), (EXACT_UP_TO + 1, 8)])
+def test_up_to_exact_up_to_ranks_one_at_a_time_beyond_one_pass(n: int, second_total: int) -> None:
+    """Two neighbouring slow ranks: one at a time, the second's links to the first leave it;
+    beyond EXACT_UP_TO one shared reference names both in one pass, with all their links."""
+
+    def value(s: int, d: int) -> float:
+        return 0.05 if 10 in (s, d) else 0.3 if 11 in (s, d) else 1.0
+
+    found = find_slow(ring(n, value), 0.5)
+    assert [(r.rank, r.total) for r in found.ranks] == [(10, 8), (11, second_total)]
+    assert all(r.direction == "both" and r.reference == 1.0 for r in found.ranks)
+    assert found.links == []  # ranks 9 and 12: half their links slow, not most

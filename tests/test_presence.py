@@ -57,6 +57,15 @@ def test_each_node_records_its_host_and_route_address(open_presence) -> None:
     assert host.store.get(f"{PREFIX}1") == b'{"host": "' + HOST.encode() + b'", "address": "127.0.0.1"}'
 
 
+def test_a_node_gives_its_address_on_the_route_to_the_store_not_a_name() -> None:
+    presence = Presence(f"localhost:{free_port()}", 0, 1, is_host=True, timeout=5)
+    try:
+        assert presence.arrived() == {0: {"host": HOST, "address": "127.0.0.1"}}  # not "localhost"
+    finally:
+        del presence.store
+        gc.collect()
+
+
 def test_the_nodes_that_never_arrived_are_named_with_those_that_did(open_presence) -> None:
     host = open_presence(0, 4)
     alone = f"node 0 on {HOST} (127.0.0.1)"

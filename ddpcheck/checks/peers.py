@@ -16,6 +16,8 @@ from dataclasses import dataclass
 # above the CPU threshold of 0.2 and the guard only bites when a run is noisier still.
 SPREAD_K = 2.0
 MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution is 0.6745 sigma
+
+
 @dataclass(frozen=True)
 class Reference:
     median: float

@@ -106,7 +106,7 @@ def launch(
     if interrupted:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise KeyboardInterrupt
-    report = rundir.read_report(run_dir)
+    report = rundir.read_rank0_report(run_dir)
     shared = rundir.read_verdict(run_dir)
     if report is None and shared is not None and not (failures or watchdog.stall or launch_error):
         # Rank 0 lives on another node: it printed the report; this node shares its verdict.
@@ -410,7 +410,7 @@ def run_inline(
     try:
         os.environ.update(compile_cache_env(run_dir))
         code = run_rank(spec, str(run_dir))
-        report = rundir.read_report(run_dir)
+        report = rundir.read_rank0_report(run_dir)
         if report is not None:
             return assemble.after_launch(report, time.monotonic() - started, options, None)
         shared = rundir.read_verdict(run_dir)

@@ -120,7 +120,7 @@ def run_rank(spec: RunSpec, run_dir: str | None) -> int:
             report = assemble.from_ranks(judged, gathered, fingerprints, world, spec.options)
             shared = [{"verdict": report.verdict.value, "host": identity["host"]}]
             if run_dir:
-                rundir.write_report(run_dir, report)
+                rundir.write_rank0_report(run_dir, report)
         # Every node learns the verdict before teardown, so all of them exit with it.
         dist.broadcast_object_list(shared, src=0)
         if run_dir:
@@ -192,7 +192,9 @@ def _inline_gave_up(
             # No store to read, or this rank failed first-hand: then it is the culprit itself.
             inline.say(f"ddpcheck: rank {rank} failed: {headline}")
             if rank == 0 and run_dir and session is not None:
-                rundir.write_report(run_dir, postmortem.inline_crash_report(spec, world_size, own, message))
+                rundir.write_rank0_report(
+                    run_dir, postmortem.inline_crash_report(spec, world_size, own, message)
+                )
             return
         wait_s = inline.SAMPLE_S if rank != 0 or postmortem.connection_dropped(message) else 0.0
         statuses = session.observe(wait_s)
@@ -219,7 +221,7 @@ def _inline_gave_up(
                 "torchrun's SIGTERM cannot reach a stopped process, and it would wait its shutdown timeout"
             )
         if run_dir:
-            rundir.write_report(run_dir, report)
+            rundir.write_rank0_report(run_dir, report)
         if spec.launcher in ("srun", "mpirun"):
             # Rank 0's process hosts the store there: the others read it to name the culprit.
             session.wait_for_waiters(report.checks[0].ranks, inline.SAMPLE_S + 1.0)

@@ -114,11 +114,11 @@ def inductor_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / INDUCTOR_DIR
 
 
-def write_report(run_dir: str | Path, report: Report) -> None:
+def write_rank0_report(run_dir: str | Path, report: Report) -> None:
     _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
 
 
-def read_report(run_dir: str | Path) -> Report | None:
+def read_rank0_report(run_dir: str | Path) -> Report | None:
     """Rank 0's report, if it wrote one."""
     path = Path(run_dir) / REPORT_FILE
     if not path.exists():
