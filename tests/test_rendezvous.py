@@ -136,10 +136,6 @@ def test_only_the_node_that_hosts_the_store_checks_the_port(elsewhere: str) -> N
             check_rendezvous_port(plan(f"localhost:{port}", node_rank=0))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="suspected bug: the probe binds IPv4 only, so a port held on [::1] passes (and the store hangs)",
-)
 def test_a_port_taken_on_ipv6_loopback_is_a_usage_error() -> None:
     if not socket.has_ipv6 or "::1" not in local_addresses():
         pytest.skip("no IPv6 loopback")

@@ -355,11 +355,6 @@ def test_a_crash_ends_the_run_two_seconds_later_with_a_snapshot_and_no_stall(
     assert snapshot[1]["error"] == "RuntimeError: injected crash" and "proc_state" in snapshot[1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="suspected bug: a --timeout that ends within a crash's 2 s grace declares a stall instead, "
-    "and launch.py then drops the crash culprit (crash_culprits only runs without a stall)",
-)
 def test_a_crash_is_not_turned_into_a_stall_during_its_grace(
     tmp_path: Path, watch, monkeypatch: pytest.MonkeyPatch
 ) -> None:

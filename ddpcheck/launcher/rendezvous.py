@@ -42,15 +42,23 @@ def check_rendezvous_port(plan: LaunchPlan) -> None:
     if plan.node_rank != 0 or not local:
         return
     host, port = parse_endpoint(plan.rdzv_endpoint)
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Both families: a program listening on [::1] only holds the port as surely as one on 0.0.0.0.
+    for family, anywhere in ((socket.AF_INET, ""), (socket.AF_INET6, "::")):
         try:
-            probe.bind(("", port))
-        except OSError as exc:
-            raise UsageError(
-                f"rendezvous port {host}:{port} is already in use on this host ({exc.strerror}); "
-                "choose a free port for --rdzv-endpoint"
-            ) from None
+            probe = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # no IPv6 on this host: nothing can listen there
+        with probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind((anywhere, port))
+            except OSError as exc:
+                raise UsageError(
+                    f"rendezvous port {host}:{port} is already in use on this host ({exc.strerror}); "
+                    "choose a free port for --rdzv-endpoint"
+                ) from None
 
 
 def hosts_store(plan: LaunchPlan) -> bool:

@@ -84,7 +84,8 @@ class Watchdog(threading.Thread):
                     self.snapshot = self.world_statuses(annotate(statuses))
                     self._give_up()
                     return
-            if now - last_change > self._bound(statuses):
+            # A crash within its grace is a crash, not a stall, even if the bound runs out meanwhile.
+            if crash_seen_at is None and now - last_change > self._bound(statuses):
                 self.stall = Stall(
                     statuses=self.world_statuses(annotate(statuses)),
                     waited_s=now - last_change,
