@@ -75,7 +75,7 @@ def test_same_report_same_page_but_the_time_it_was_written(saved_reports: dict[s
     assert first == second
 
 
-@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env", "collectives", "links"])
+@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env", "collectives", "links", "devices"])
 def test_each_commands_page(saved_reports: dict[str, Saved], name: str) -> None:
     saved = saved_reports[name]
     page = saved.html.read_text()
@@ -90,6 +90,7 @@ def test_each_commands_page(saved_reports: dict[str, Saved], name: str) -> None:
         "env": (),
         "collectives": ("message size", "bus bandwidth (GB/s)"),
         "links": ("destination rank", "source rank"),
+        "devices": ("matrix products (TFLOP/s, best pass)", "rank"),
     }[name]:
         assert axis in page
     assert len(page.encode()) < 1_000_000

@@ -79,10 +79,11 @@ EXPECTED_ON_PAGE = {
         "Bus bandwidth by message size",
     ],
     "links": ["link bandwidth", "rank 1 on host"],
+    "devices": ["product rate by rank", "results agree", "rank 2 on host"],
 }
 
 
-@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env", "collectives", "links"])
+@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env", "collectives", "links", "devices"])
 def test_each_commands_page_in_a_browser(
     browser: headless.Browser, saved_reports: dict[str, Saved], name: str
 ) -> None:

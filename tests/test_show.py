@@ -24,7 +24,7 @@ def _lines(text: str) -> list[str]:
     return [re.sub(r" in \d+\.\d s\b", " in N s", line.rstrip()) for line in text.splitlines()]
 
 
-@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env", "collectives", "links"])
+@pytest.mark.parametrize("name", ["allreduce", "train", "profile", "env", "collectives", "links", "devices"])
 def test_show_prints_what_the_run_printed(saved_reports: dict[str, Saved], name: str, tmp_path: Path) -> None:
     saved = saved_reports[name]
     shown = run_ddpcheck("show", str(saved.json))

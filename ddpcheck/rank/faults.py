@@ -28,6 +28,8 @@ KINDS: dict[str, tuple[bool, str]] = {
     "nan": (False, "rank R's loss turns NaN"),
     "slow": (False, "rank R sleeps a little in every step"),
     "slowlink": (False, "rank R's link traffic runs at about a tenth of its speed"),
+    "slowgpu": (False, "rank R's matrix products run at a quarter of its device's speed"),
+    "sdc": (False, "one element of each matrix product on rank R is wrong (silent data corruption)"),
 }
 DEFAULT_STAGE = MEASURE
 CORRUPT_STRIDE = 13
@@ -39,6 +41,8 @@ SLOW_MIN_S = 0.02
 # slowlink: rank R's exchanges take this many times as long (it waits factor - 1 times each one's
 # own duration before taking part), so its links run at about a tenth of their speed.
 SLOWLINK_FACTOR = 10
+# slowgpu: rank R computes each product this many times and counts it once: a quarter of its speed.
+SLOWGPU_FACTOR = 4
 
 
 def fault_step(steps: int) -> int:
@@ -137,6 +141,15 @@ class Faults:
         """Sleep as a slow device would: at least SLOW_MIN_S, or `scale_s` (the step's own work)."""
         if self.has("slow"):
             time.sleep(max(SLOW_MIN_S, scale_s))
+
+    def slowgpu_repeats(self) -> int:
+        """How many times this rank computes each product it counts once."""
+        return SLOWGPU_FACTOR if self.has("slowgpu") else 1
+
+    def sdc(self, product: Any) -> None:
+        """Make one element of a matrix product wrong in place, if it is meant to be."""
+        if self.has("sdc"):
+            product.view(-1)[0] += 1
 
     def slowlink(self, seconds: float) -> None:
         """Before an exchange that takes `seconds` by itself, wait (SLOWLINK_FACTOR - 1) times as long."""

@@ -52,6 +52,7 @@ SETUP_NAMES = {
     "batch": "--batch",
     "ranks_per_host": "ranks per host",
     "bucket_cap_mb": "--bucket-cap-mb",
+    "matrix_size": "--size (matrix side)",
 }
 
 
@@ -141,6 +142,7 @@ def setup_of(report: dict[str, Any]) -> dict[str, Any]:
         "batch": options.get("batch"),
         "ranks_per_host": "+".join(map(str, sorted(set(per_host.values())))) if per_host else None,
         "bucket_cap_mb": options.get("bucket_cap_mb"),
+        "matrix_size": options.get("size") if report.get("command") == "devices" else None,
     }
 
 

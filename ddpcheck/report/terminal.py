@@ -236,11 +236,37 @@ def render_breakdown_chart(
     console.print(chart)
 
 
+def render_rate_chart(table: Table, rows: list[dict[str, Any]], console: Console, width: int = 40) -> None:
+    """Each rank's product rate (rows: rank, gemm_tflops, status) as bars, the failing ones red."""
+    rows = [r for r in rows if isinstance(r.get("gemm_tflops"), (int, float))]
+    top = max((r["gemm_tflops"] for r in rows), default=0.0)
+    if top <= 0:
+        return
+    dtype = rows[0].get("gemm_dtype") or ""
+    chart = RichTable(
+        title=f"{dtype} product rate by rank".strip(),
+        box=None,
+        title_justify="left",
+        title_style="bold",
+        show_header=False,
+    )
+    chart.add_column(justify="right")
+    chart.add_column()
+    chart.add_column(justify="right")
+    for r in rows:
+        filled = r["gemm_tflops"] / top * width
+        bar = "█" * int(filled) + ("▌" if filled - int(filled) >= 0.5 else "")
+        style = "red" if r.get("status") == "FAIL" else "cyan"
+        chart.add_row(f"rank {r['rank']}", Text(bar, style=style), f"{r['gemm_tflops']:.4g} TFLOP/s")
+    console.print(chart)
+
+
 # The chart kinds a command's declaration names, by the function that draws one (table, rows, console).
 CHARTS = {
     "busbw": render_bandwidth_chart,
     "breakdown": render_breakdown_chart,
     "heatmap": render_link_heatmap,
+    "rates": render_rate_chart,
 }
 
 

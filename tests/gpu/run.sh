@@ -49,6 +49,7 @@ step collectives 180 python3 -m ddpcheck collectives --json "$WORK/collectives.j
 step train 120 python3 -m ddpcheck train --json "$WORK/train.json"
 step profile 120 python3 -m ddpcheck profile --hidden 4096 --json "$WORK/profile.json"
 step links 120 python3 -m ddpcheck links --json "$WORK/links.json"
+step devices 180 python3 -m ddpcheck devices --json "$WORK/devices.json"
 # The default batch (32 rows) is launch-bound on a large GPU; this one shows the matmuls' rate.
 step profile-batch4096 120 python3 -m ddpcheck profile --hidden 4096 --batch 4096 \
   --json "$WORK/profile-batch4096.json"
@@ -60,7 +61,7 @@ else
   echo "bench-profile-overhead: skipped, no GPU visible" >> "$WORK/summary.txt"
 fi
 
-# At most 8 files come back: the rest (train, profile-batch4096, the JSON reports) is in the tarball.
-cp "$WORK"/{summary,gpu-tests,allreduce,collectives,links,profile,bench-profile-overhead}.txt "$OUT"/ 2>/dev/null
+# At most 8 files come back: the rest (train, profile, profile-batch4096, the JSON reports) is in the tarball.
+cp "$WORK"/{summary,gpu-tests,allreduce,collectives,links,devices,bench-profile-overhead}.txt "$OUT"/ 2>/dev/null
 tar -czf "$OUT/results.tar.gz" -C "$WORK" .
 cat "$WORK/summary.txt"

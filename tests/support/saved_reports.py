@@ -23,6 +23,7 @@ RUNS = {
     "train": ["train", "--nproc", "2", "--hidden", "64"],
     "profile": ["profile", "--nproc", "2", "--hidden", "256", "--steps", "4", "--warmup", "1"],
     "env": ["env"],
+    "devices": ["devices", "--nproc", "3", "--size", "128", "--iters", "4", "--inject", "sdc@2"],
     "links": ["links", "--nproc", "3", "--inject", "slowlink@1"],
     "collectives": [
         "collectives",

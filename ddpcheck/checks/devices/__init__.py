@@ -1,0 +1,87 @@
+"""`ddpcheck devices`: every device's speed, health and results, judged against its peers and its hardware.
+
+check.py measures and judges; health.py reads NVML (or `nvidia-smi -q -x`) and judges what
+it read; topology.py reads CPU affinity, NUMA nodes and the PCIe tree; expected.py holds what
+known GPUs should do; figures.py the figures a baseline compares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ddpcheck.command import HARNESS_FAULTS, Command, option
+from ddpcheck.errors import UsageError
+
+MAX_SIZE = 32_768  # a 4 GiB float32 matrix, three of them: beyond that the check is the problem
+
+
+@dataclass(kw_only=True)
+class DevicesOptions:
+    """`ddpcheck devices`: None means the device's default (docs/devices.md says how each was chosen)."""
+
+    size: int | None = option(
+        None, help="Side N of the N x N matrices multiplied (default 512 on CPU, 8192 on GPU)."
+    )
+    iters: int | None = option(
+        None,
+        help="Matrix products per timed pass (default 12 on CPU, 200 on GPU); 5 passes, the best counts.",
+    )
+    threshold: float | None = option(
+        None,
+        help="FAIL a device whose products run below this fraction of its peers' median "
+        "(default 0.7 on CPU, 0.8 on GPU).",
+    )
+    memory_threshold: float | None = option(
+        None,
+        help="FAIL a device whose copies run below this fraction of its peers' median "
+        "(default 0.4 on CPU, where every rank shares the host's memory; 0.8 on GPU).",
+    )
+    passes: ClassVar[int] = 5  # each figure keeps its best pass: noise only ever slows one down
+
+    def validate(self) -> None:
+        if self.size is not None and not 16 <= self.size <= MAX_SIZE:
+            raise UsageError(f"--size must be between 16 and {MAX_SIZE}, got {self.size}")
+        if self.iters is not None and not 1 <= self.iters <= 100_000:
+            raise UsageError(f"--iters must be between 1 and 100000, got {self.iters}")
+        for flag, value in (("--threshold", self.threshold), ("--memory-threshold", self.memory_threshold)):
+            if value is not None and not 0 < value < 1:
+                raise UsageError(f"{flag} must be in (0, 1), a fraction of the peers' median, got {value:g}")
+
+    def for_device(self, device: str) -> DevicesOptions:
+        gpu = device == "cuda"
+        return dataclasses.replace(
+            self,
+            size=self.size or (8192 if gpu else 512),
+            iters=self.iters or (200 if gpu else 12),
+            threshold=self.threshold or (0.8 if gpu else 0.7),
+            memory_threshold=self.memory_threshold or (0.8 if gpu else 0.4),
+        )
+
+
+COMMAND = Command(
+    name="devices",
+    help="""Is every device healthy, as fast as its peers and its hardware, and computing the same results?
+
+    Per rank: the sustained matrix-multiply rate (fp32 on CPU; bf16 and fp32/TF32 on GPUs)
+    and the copy rates (memcpy on CPU; host<->device pinned and device-to-device on GPUs),
+    each judged against the peers' median and, on known GPUs, against what the hardware
+    should do; the same seeded products on every rank compared bitwise (a check for silent data
+    corruption across the node); on GPUs, health through NVML (ECC, retired pages and
+    row remaps, PCIe link, NVLink, XID errors, clocks and throttling) and topology (CPU
+    affinity against the GPU's NUMA node). A failure names the rank, GPU and host.
+    """,
+    epilog=(
+        "Examples: ddpcheck devices --gpus 8 | ddpcheck devices --nproc 4 "
+        "| ddpcheck devices --gpus 8 --size 16384 --json devices.json "
+        "| ddpcheck devices --nproc 3 --inject slowgpu@1"
+    ),
+    options=DevicesOptions,
+    implementation="ddpcheck.checks.devices.check",
+    faults=("slowgpu", "sdc", *HARNESS_FAULTS),
+    charts={"devices": "rates"},
+    html_charts=("devices",),
+    family="devices",
+    figures="ddpcheck.checks.devices.figures:device_figures",
+)

@@ -1,0 +1,45 @@
+"""The figures a baseline compares in `devices` reports: each rank's product and copy rates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpcheck.report.figures import Figure, FigureKind, positive, rows_of
+
+DEVICE = FigureKind("device", "per-rank device rates", ("device", "device_name", "layout", "matrix_size"))
+RATES = (
+    ("gemm_tflops", "products", "TFLOP/s"),
+    ("tf32_tflops", "tf32 products", "TFLOP/s"),
+    ("copy_gbps", "copies", "GB/s"),
+    ("h2d_gbps", "host-to-device copies", "GB/s"),
+    ("d2h_gbps", "device-to-host copies", "GB/s"),
+)
+
+
+def device_figures(report: dict[str, Any]) -> list[Figure]:
+    figures = []
+    for row in rows_of(report, "devices"):
+        rank = row.get("rank")
+        if not isinstance(rank, int):
+            continue
+        host = row.get("host")
+        for key, label, unit in RATES:
+            value = positive(row.get(key))
+            if value is not None:
+                figures.append(
+                    Figure(
+                        DEVICE,
+                        ("device", key, rank),
+                        _label(rank, row.get("gemm_dtype") if key == "gemm_tflops" else None, label, host),
+                        unit,
+                        value,
+                        True,
+                        ranks=(rank,),
+                        hosts=(host,) if host else (),
+                    )
+                )
+    return figures
+
+
+def _label(rank: int, dtype: str | None, what: str, host: str | None) -> str:
+    return f"rank {rank} {dtype + ' ' if dtype else ''}{what}" + (f" on {host}" if host else "")

@@ -1,0 +1,488 @@
+"""A GPU's health: read through NVML (or from `nvidia-smi -q -x`), then judged, each finding with its fix.
+
+Two sources give the same plain facts (a dict per GPU, keys below): `read()` asks NVML
+through nvidia-ml-py, NVIDIA's own bindings, imported only here and only on GPU ranks;
+`from_smi_xml()` reads what `nvidia-smi -q -x` prints, for a host without the bindings and
+for tests. `judge()` is pure over those facts.
+
+Facts (None where the GPU or the source does not say): index, uuid, pci_bus_id, name;
+ecc_enabled; ecc_volatile_uncorrected, ecc_aggregate_uncorrected; retired_pages_dbe,
+retired_pending; remap_pending, remap_failure; pcie_gen, pcie_gen_max, pcie_width,
+pcie_width_max; nvlink_up, nvlink_links; persistence, mig, compute_mode; temperature_c,
+slowdown_c; power_w, power_limit_w; sm_clock_mhz, sm_clock_max_mhz; throttle (active
+reasons); xid (codes seen in the kernel log for this GPU); error (why nothing was read).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING, Any
+
+from ddpcheck.report.model import Check, Status, Table
+from ddpcheck.report.naming import hosts_of
+
+if TYPE_CHECKING:
+    import torch
+
+INSTALL_HINT = "pip install nvidia-ml-py"
+
+# NVML's clock event (throttle) reason bits, and what each means for a training job.
+THROTTLE_BITS = {
+    0x4: "power cap",
+    0x8: "hardware slowdown",
+    0x20: "thermal (software)",
+    0x40: "thermal (hardware)",
+    0x80: "power brake",
+}
+# Reasons that are a fault rather than a setting: the GPU slows itself to survive.
+HARMFUL_THROTTLE = {"hardware slowdown", "thermal (hardware)", "power brake"}
+# XID codes that mean the GPU or its memory is unsound (NVIDIA's XID catalogue): the node
+# should be drained and the GPU reset or replaced. Other codes are reported, as warnings.
+CRITICAL_XID = {
+    48: "double-bit ECC error",
+    63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapping failed",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+NEAR_SLOWDOWN_C = 5  # within this of the slowdown temperature is a warning
+NVLINK_MAX_LINKS = 18  # H100/H200 SXM; older GPUs answer NotSupported beyond their own count
+
+
+# ---------------------------------------------------------------- reading
+def read(device: torch.device) -> dict[str, Any]:
+    """This rank's GPU, through NVML; {"error": ...} when NVML cannot be asked."""
+    import torch
+
+    try:
+        import pynvml
+    except ImportError:
+        return {"error": f"nvidia-ml-py is not installed ({INSTALL_HINT})"}
+    props = torch.cuda.get_device_properties(device)
+    bus = f"{getattr(props, 'pci_domain_id', 0):08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return {"error": f"NVML did not start: {exc}"}
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
+        facts = from_nvml(pynvml, handle)
+    except pynvml.NVMLError as exc:
+        return {"error": f"NVML could not read GPU {bus}: {exc}"}
+    finally:
+        _quiet(pynvml.nvmlShutdown)
+    facts["xid"] = xid_codes(kernel_log(), facts.get("pci_bus_id") or bus)
+    return facts
+
+
+def from_nvml(nvml: Any, handle: Any) -> dict[str, Any]:
+    """The facts NVML gives for one GPU; each reading that this GPU or driver lacks is None."""
+
+    def ask(name: str, *args: Any) -> Any:
+        try:
+            return getattr(nvml, name)(handle, *args)
+        except (nvml.NVMLError, AttributeError):
+            return None
+
+    ecc = ask("nvmlDeviceGetEccMode")
+    remapped = ask("nvmlDeviceGetRemappedRows")  # (correctable, uncorrectable, pending, failure)
+    retired = ask("nvmlDeviceGetRetiredPages", nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    mig = ask("nvmlDeviceGetMigMode")
+    reasons = ask("nvmlDeviceGetCurrentClocksEventReasons")
+    if reasons is None:
+        reasons = ask("nvmlDeviceGetCurrentClocksThrottleReasons")
+    links = []
+    for link in range(NVLINK_MAX_LINKS):
+        state = ask("nvmlDeviceGetNvLinkState", link)
+        if state is not None:
+            links.append(state)
+    power, limit = ask("nvmlDeviceGetPowerUsage"), ask("nvmlDeviceGetEnforcedPowerLimit")
+    pci = ask("nvmlDeviceGetPciInfo")
+    return {
+        "index": ask("nvmlDeviceGetIndex"),
+        "uuid": _text(ask("nvmlDeviceGetUUID")),
+        "pci_bus_id": _text(getattr(pci, "busId", None)),
+        "name": _text(ask("nvmlDeviceGetName")),
+        "ecc_enabled": bool(ecc[0]) if ecc else None,
+        "ecc_volatile_uncorrected": ask(
+            "nvmlDeviceGetTotalEccErrors", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC
+        ),
+        "ecc_aggregate_uncorrected": ask(
+            "nvmlDeviceGetTotalEccErrors", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC
+        ),
+        "retired_pages_dbe": len(retired) if retired is not None else None,
+        "retired_pending": _flag(ask("nvmlDeviceGetRetiredPagesPendingStatus")),
+        "remap_pending": bool(remapped[2]) if remapped else None,
+        "remap_failure": bool(remapped[3]) if remapped else None,
+        "pcie_gen": ask("nvmlDeviceGetCurrPcieLinkGeneration"),
+        "pcie_gen_max": ask("nvmlDeviceGetGpuMaxPcieLinkGeneration")
+        or ask("nvmlDeviceGetMaxPcieLinkGeneration"),
+        "pcie_width": ask("nvmlDeviceGetCurrPcieLinkWidth"),
+        "pcie_width_max": ask("nvmlDeviceGetMaxPcieLinkWidth"),
+        "nvlink_up": sum(1 for state in links if state) if links else None,
+        "nvlink_links": len(links) if links else None,
+        "persistence": _flag(ask("nvmlDeviceGetPersistenceMode")),
+        "mig": bool(mig[0]) if mig else None,
+        "compute_mode": COMPUTE_MODES.get(ask("nvmlDeviceGetComputeMode")),
+        "temperature_c": ask("nvmlDeviceGetTemperature", nvml.NVML_TEMPERATURE_GPU),
+        "slowdown_c": ask("nvmlDeviceGetTemperatureThreshold", nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+        "power_w": power / 1000 if power is not None else None,
+        "power_limit_w": limit / 1000 if limit is not None else None,
+        "sm_clock_mhz": ask("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM),
+        "sm_clock_max_mhz": ask("nvmlDeviceGetMaxClockInfo", nvml.NVML_CLOCK_SM),
+        "throttle": [name for bit, name in THROTTLE_BITS.items() if reasons and reasons & bit],
+    }
+
+
+def from_smi_xml(text: str) -> list[dict[str, Any]]:
+    """Every GPU in what `nvidia-smi -q -x` printed, as the same facts NVML gives (NVLink is not there)."""
+    root = ET.fromstring(text)
+    gpus = []
+    for index, gpu in enumerate(root.iter("gpu")):
+
+        def get(path: str, node: ET.Element = gpu) -> str | None:
+            found = node.find(path)
+            value = found.text.strip() if found is not None and found.text else None
+            return None if value in (None, "N/A", "Unknown Error", "[N/A]") else value
+
+        def first(*paths: str) -> str | None:
+            return next((v for v in map(get, paths) if v is not None), None)
+
+        reasons_node = gpu.find("clocks_event_reasons")
+        if reasons_node is None:
+            reasons_node = gpu.find("clocks_throttle_reasons")
+        throttle = []
+        if reasons_node is not None:
+            for child in reasons_node:
+                if (child.text or "").strip() == "Active":
+                    name = _smi_throttle_name(child.tag)
+                    if name:
+                        throttle.append(name)
+        minor = get("minor_number")
+        gpus.append(
+            {
+                "index": int(minor) if minor and minor.isdigit() else index,
+                "uuid": get("uuid"),
+                "pci_bus_id": gpu.get("id") or get("pci/pci_bus_id"),
+                "name": get("product_name"),
+                "ecc_enabled": _yes(get("ecc_mode/current_ecc"), "Enabled"),
+                "ecc_volatile_uncorrected": _int(
+                    first("ecc_errors/volatile/dram_uncorrectable", "ecc_errors/volatile/double_bit/total")
+                ),
+                "ecc_aggregate_uncorrected": _int(
+                    first("ecc_errors/aggregate/dram_uncorrectable", "ecc_errors/aggregate/double_bit/total")
+                ),
+                "retired_pages_dbe": _int(get("retired_pages/double_bit_retirement/retired_count")),
+                "retired_pending": _yes(
+                    first("retired_pages/pending_retirement", "retired_pages/pending_blacklist")
+                ),
+                "remap_pending": _yes(get("remapped_rows/remapped_row_pending")),
+                "remap_failure": _yes(get("remapped_rows/remapped_row_failure")),
+                "pcie_gen": _int(get("pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
+                "pcie_gen_max": _int(get("pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
+                "pcie_width": _int(get("pci/pci_gpu_link_info/link_widths/current_link_width")),
+                "pcie_width_max": _int(get("pci/pci_gpu_link_info/link_widths/max_link_width")),
+                "nvlink_up": None,
+                "nvlink_links": None,
+                "persistence": _yes(get("persistence_mode"), "Enabled"),
+                "mig": _yes(get("mig_mode/current_mig"), "Enabled"),
+                "compute_mode": get("compute_mode"),
+                "temperature_c": _number(get("temperature/gpu_temp")),
+                "slowdown_c": _number(get("temperature/gpu_temp_slow_threshold")),
+                "power_w": _number(first("gpu_power_readings/power_draw", "power_readings/power_draw")),
+                "power_limit_w": _number(
+                    first(
+                        "gpu_power_readings/current_power_limit",
+                        "power_readings/enforced_power_limit",
+                        "power_readings/power_limit",
+                    )
+                ),
+                "sm_clock_mhz": _number(get("clocks/sm_clock")),
+                "sm_clock_max_mhz": _number(get("max_clocks/sm_clock")),
+                "throttle": throttle,
+                "xid": [],
+            }
+        )
+    return gpus
+
+
+_SMI_THROTTLE = {
+    "sw_power_cap": "power cap",
+    "hw_slowdown": "hardware slowdown",
+    "sw_thermal_slowdown": "thermal (software)",
+    "hw_thermal_slowdown": "thermal (hardware)",
+    "hw_power_brake_slowdown": "power brake",
+}
+
+
+def _smi_throttle_name(tag: str) -> str | None:
+    for suffix, name in _SMI_THROTTLE.items():
+        if tag.endswith(suffix):
+            return name
+    return None
+
+
+def kernel_log() -> str:
+    """The kernel's ring buffer, where the driver writes XID errors ('' where it cannot be read)."""
+    try:
+        done = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=3, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
+
+
+def xid_codes(log: str, pci_bus_id: str) -> list[int]:
+    """The XID codes the driver logged for this GPU, in order ('NVRM: Xid (PCI:0000:3b:00): 79, ...')."""
+    wanted = _short_bus(pci_bus_id)
+    return [int(code) for bus, code in _XID.findall(log) if _short_bus(bus) == wanted]
+
+
+def _short_bus(bus: str) -> str:
+    """'00000000:3B:00.0' and '0000:3b:00' name one GPU: domain, bus and device, lower case."""
+    parts = bus.lower().split(":")
+    if len(parts) < 3:
+        return bus.lower()
+    return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2].split('.')[0]}"
+
+
+# ---------------------------------------------------------------- judging
+def findings(facts: dict[str, Any]) -> list[tuple[Status, str]]:
+    """What is wrong with one GPU, each with its likely fix, worst first."""
+    found: list[tuple[Status, str]] = []
+    drain = "drain the node and reset the GPU (nvidia-smi -r); replace it if it recurs"
+    if facts.get("ecc_volatile_uncorrected"):
+        found.append(
+            (
+                Status.FAIL,
+                f"{facts['ecc_volatile_uncorrected']} uncorrectable ECC errors since the driver loaded; "
+                f"Fix: {drain}",
+            )
+        )
+    if facts.get("remap_failure"):
+        found.append(
+            (
+                Status.FAIL,
+                "row remapping failed (no spare rows left); Fix: drain the node and replace the GPU",
+            )
+        )
+    if facts.get("retired_pending"):
+        found.append(
+            (
+                Status.FAIL,
+                "retired pages pending; Fix: reset the GPU (nvidia-smi -r) or reboot to retire them",
+            )
+        )
+    for code in dict.fromkeys(facts.get("xid") or []):
+        what = CRITICAL_XID.get(code)
+        if what:
+            found.append((Status.FAIL, f"XID {code} in the kernel log ({what}); Fix: {drain}"))
+        else:
+            found.append((Status.WARN, f"XID {code} in the kernel log; look it up in NVIDIA's XID catalogue"))
+    links, up = facts.get("nvlink_links"), facts.get("nvlink_up")
+    if links and up is not None and (0 < up < links or (up == 0 and _nvlink_model(facts.get("name")))):
+        found.append(
+            (
+                Status.FAIL,
+                f"NVLink: {up} of {links} links up; "
+                "Fix: reset the GPU, then check the baseboard and NVSwitch (drain)",
+            )
+        )
+    if facts.get("remap_pending"):
+        found.append((Status.WARN, "a row remap is pending; Fix: reset the GPU (nvidia-smi -r) to apply it"))
+    if facts.get("ecc_aggregate_uncorrected"):
+        found.append(
+            (
+                Status.WARN,
+                f"{facts['ecc_aggregate_uncorrected']} uncorrectable ECC errors in its lifetime; watch it",
+            )
+        )
+    if facts.get("ecc_enabled") is False:
+        found.append((Status.WARN, "ECC is off: memory errors go unseen; Fix: nvidia-smi -e 1 and reboot"))
+    width, width_max = facts.get("pcie_width"), facts.get("pcie_width_max")
+    if width and width_max and width < width_max:
+        found.append(
+            (Status.WARN, f"PCIe link x{width} of x{width_max}; Fix: reseat the GPU, check its riser or slot")
+        )
+    gen, gen_max = facts.get("pcie_gen"), facts.get("pcie_gen_max")
+    if gen and gen_max and gen < gen_max:
+        found.append(
+            (
+                Status.WARN,
+                f"PCIe Gen{gen} of Gen{gen_max} (an idle GPU may step down; under load it should not); "
+                "Fix: reseat, check the BIOS link speed",
+            )
+        )
+    harmful = [t for t in facts.get("throttle") or [] if t in HARMFUL_THROTTLE]
+    if harmful:
+        found.append(
+            (Status.WARN, f"clocks held down: {', '.join(harmful)}; Fix: check cooling and power delivery")
+        )
+    temperature, slowdown = facts.get("temperature_c"), facts.get("slowdown_c")
+    if temperature is not None and slowdown and temperature >= slowdown - NEAR_SLOWDOWN_C:
+        found.append(
+            (Status.WARN, f"{temperature:g} C, near its slowdown at {slowdown:g} C; Fix: check airflow")
+        )
+    if facts.get("mig"):
+        found.append(
+            (Status.WARN, "MIG is on: ranks get a slice, not the GPU; Fix: nvidia-smi -mig 0 (then reset)")
+        )
+    mode = facts.get("compute_mode")
+    if mode and mode != "Default":
+        found.append((Status.WARN, f"compute mode {mode}; Fix: nvidia-smi -c DEFAULT"))
+    if facts.get("persistence") is False:
+        found.append(
+            (
+                Status.WARN,
+                "persistence mode off (slow start, settings lost); "
+                "Fix: nvidia-smi -pm 1 or nvidia-persistenced",
+            )
+        )
+    order = {Status.FAIL: 0, Status.WARN: 1}
+    return sorted(found, key=lambda f: order[f[0]])
+
+
+def _nvlink_model(name: str | None) -> bool:
+    """GPUs whose NVLinks are part of the board (SXM): all links down is a fault, not a missing bridge."""
+    upper = (name or "").upper()
+    return "SXM" in upper or "HBM3" in upper or "H200" in upper
+
+
+def gpu_label(facts: dict[str, Any]) -> str:
+    parts = [f"GPU {facts.get('index', '?')}"]
+    parts += [str(facts[k]) for k in ("uuid", "pci_bus_id") if facts.get(k)]
+    return f"{parts[0]} ({', '.join(parts[1:])})" if len(parts) > 1 else parts[0]
+
+
+def judge(all_facts: list[dict[str, Any] | None], identities: list[dict[str, Any]]) -> Check:
+    """Every GPU's findings, named by rank, host and GPU; SKIP when no GPU could be read."""
+    unread = [r for r, f in enumerate(all_facts) if not f or f.get("error")]
+    if len(unread) == len(all_facts):
+        why = next((f["error"] for f in all_facts if f and f.get("error")), "no GPU facts")
+        return Check("health", Status.SKIP, f"could not read GPU health: {why}")
+    problems: list[str] = []
+    status = Status.PASS
+    ranks: set[int] = set()
+    seen: set[str] = set()
+    for rank, facts in enumerate(all_facts):
+        if not facts or facts.get("error"):
+            continue
+        key = str(facts.get("uuid") or facts.get("pci_bus_id") or rank)
+        if key in seen:
+            continue  # two ranks on one GPU: the rank map says so; its health once
+        seen.add(key)
+        for severity, text in findings(facts):
+            ranks.add(rank)
+            if severity == Status.FAIL:
+                status = Status.FAIL
+            elif status == Status.PASS:
+                status = Status.WARN
+            host = identities[rank]["host"]
+            problems.append(f"rank {rank} on host {host}, {gpu_label(facts)}: {text}")
+    if unread:
+        why = (all_facts[unread[0]] or {}).get("error")
+        problems.append(f"not read on {', '.join(f'rank {r}' for r in unread)}: {why}")
+    if status == Status.PASS:
+        gpus = f"{len(seen)} GPU{'s' if len(seen) != 1 else ''}"
+        detail = f"{gpus}: no ECC, remap, XID, PCIe, NVLink, clock or mode problem"
+        if unread:
+            detail += "; " + problems[-1]
+        return Check("health", Status.PASS, detail)
+    ordered = sorted(ranks)
+    return Check("health", status, "; ".join(problems), ordered, hosts_of(ordered, identities))
+
+
+def table(all_facts: list[dict[str, Any] | None], identities: list[dict[str, Any]]) -> Table:
+    rows = []
+    for rank, facts in enumerate(all_facts):
+        facts = facts or {}
+        rows.append(
+            {
+                "rank": rank,
+                "host": identities[rank]["host"],
+                "gpu": facts.get("index"),
+                "uuid": facts.get("uuid"),
+                "pci_bus_id": facts.get("pci_bus_id"),
+                "ecc": _pair(facts.get("ecc_volatile_uncorrected"), facts.get("ecc_aggregate_uncorrected")),
+                "remap": "failed"
+                if facts.get("remap_failure")
+                else "pending"
+                if facts.get("remap_pending")
+                else "ok",
+                "pcie": _link(facts),
+                "nvlink": _pair(facts.get("nvlink_up"), facts.get("nvlink_links")),
+                "temperature_c": facts.get("temperature_c"),
+                "power_w": facts.get("power_w"),
+                "sm_clock_mhz": facts.get("sm_clock_mhz"),
+                "throttle": ", ".join(facts.get("throttle") or []) or None,
+                "xid": ", ".join(map(str, facts.get("xid") or [])) or None,
+                "error": facts.get("error"),
+            }
+        )
+    columns = {
+        "rank": "rank",
+        "gpu": "GPU",
+        "ecc": "ECC unc. (vol/agg)",
+        "remap": "remap",
+        "pcie": "PCIe",
+        "nvlink": "NVLink",
+        "temperature_c": "C",
+        "power_w": "W",
+        "xid": "XID",
+    }
+    return Table("health", "GPU health (NVML)", columns, rows)
+
+
+def _pair(a: Any, b: Any) -> str | None:
+    return None if a is None and b is None else f"{'-' if a is None else a}/{'-' if b is None else b}"
+
+
+def _link(facts: dict[str, Any]) -> str | None:
+    if facts.get("pcie_gen") is None:
+        return None
+    return (
+        f"Gen{facts.get('pcie_gen')} x{facts.get('pcie_width')} of "
+        f"Gen{facts.get('pcie_gen_max')} x{facts.get('pcie_width_max')}"
+    )
+
+
+def _text(value: Any) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _flag(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+def _yes(value: str | None, word: str = "Yes") -> bool | None:
+    return None if value is None else value.strip().lower() == word.lower()
+
+
+def _int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    digits = re.match(r"\s*(\d+)", value)
+    return int(digits.group(1)) if digits else None
+
+
+def _number(value: str | None) -> float | None:
+    if value is None:
+        return None
+    found = re.match(r"\s*([0-9.]+)", value)
+    return float(found.group(1)) if found else None
+
+
+def _quiet(action: Any) -> None:
+    with contextlib.suppress(Exception):  # shutting NVML down after a failed read: nothing more to say
+        action()

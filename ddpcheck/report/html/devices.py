@@ -1,0 +1,59 @@
+"""devices: each rank's product rate as a bar, the ones a check names in red, the peers' median marked.
+
+Reads the table `devices` (one row per rank: `rank`, `host`, `gemm_tflops`, `gemm_dtype`,
+`status`) that `ddpcheck devices` writes.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from ddpcheck.report.html import svg
+from ddpcheck.report.html.chart import Chart, number
+from ddpcheck.report.model import Report, Status, Table
+
+
+def charts(report: Report) -> list[Chart]:
+    table = report.table("devices")
+    rows = [r for r in (table.rows if table else []) if isinstance(r.get("rank"), int)]
+    rates = [number(r.get("gemm_tflops")) for r in rows]
+    if not rows or all(math.isnan(v) for v in rates):
+        return []
+    dtype = rows[0].get("gemm_dtype") or ""
+    rates = [0.0 if math.isnan(v) else v for v in rates]
+    failing = [r.get("status") == "FAIL" for r in rows]
+    labels = [f"rank {r['rank']}" for r in rows]
+    median = statistics.median(rates)
+    titles: dict[str, str] = {}
+    with svg.figure(7.0, max(2.2, 0.9 + 0.28 * len(rows))) as fig:
+        ax = fig.add_subplot()
+        colours = [svg.FAIL_COLOUR if bad else svg.PALETTE[0] for bad in failing]
+        bars = ax.barh(labels, rates, color=colours)
+        for row, bar, rate in zip(rows, bars, rates, strict=True):
+            gid = f"device-{row['rank']}"
+            bar.set_gid(gid)
+            titles[gid] = f"rank {row['rank']} (host {row.get('host')}): {rate:.4g} TFLOP/s"
+        ax.axvline(median, color="#555555", linestyle="--", linewidth=1, label=f"median {median:.3g}")
+        for i, bad in enumerate(failing):
+            if bad:
+                ax.get_yticklabels()[i].set_color(svg.FAIL_COLOUR)
+        ax.invert_yaxis()  # rank 0 on top, as in the tables
+        ax.set_xlabel(f"{dtype} matrix products (TFLOP/s, best pass)")
+        ax.set_ylabel("rank")
+        ax.legend(loc="lower right", fontsize=8)
+        chart_svg = svg.to_svg(fig, titles)
+    data = [
+        {"rank": r["rank"], "host": r.get("host"), "tflops": rate, "status": r.get("status")}
+        for r, rate in zip(rows, rates, strict=True)
+    ]
+    notes = [c.detail for c in report.checks if c.name == "compute" and c.status != Status.PASS and c.detail]
+    columns = {"rank": "rank", "host": "host", "tflops": "TFLOP/s", "status": "status"}
+    return [
+        Chart(
+            f"{dtype} product rate by rank".strip(),
+            chart_svg,
+            Table("chart_devices", "Each rank's best pass", columns, data),
+            notes,
+        )
+    ]

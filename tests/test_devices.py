@@ -1,0 +1,320 @@
+"""`ddpcheck devices`: the judges on synthetic ranks, NVML and nvidia-smi facts, then real CPU ranks.
+
+The health fixtures under tests/fixtures/nvidia-smi/ are written by hand in the layout
+`nvidia-smi -q -x` prints (the nvsmi_device DTD, as real dumps of H100 and A100 nodes in
+public repositories show it): one healthy 8-GPU H100 node cut to two GPUs, and an A100
+whose memory and link are sick. No GPU machine recorded them: none was at hand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from ddpcheck.checks.devices import DevicesOptions, health, topology
+from ddpcheck.checks.devices import check as devices
+from ddpcheck.errors import UsageError
+from ddpcheck.report import baseline
+from ddpcheck.report.model import Status
+from tests.conftest import Run, assert_nothing_left, assert_usage_error, needs_gpu
+
+FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
+OPTS = DevicesOptions().for_device("cpu")
+
+
+def ident(rank: int, host: str = "node1", device: str = "cpu") -> dict[str, Any]:
+    return {
+        "rank": rank,
+        "local_rank": rank,
+        "host": host,
+        "device": device,
+        "device_name": device,
+        "pid": 100 + rank,
+    }
+
+
+def rank_data(
+    tflops: float, copy: float = 10.0, digest: str = "aa", model: str = "cpu-model"
+) -> dict[str, Any]:
+    passes = [{"gemm": {"float32": tflops * f}, "copy": {"memcpy": copy * f}} for f in (0.9, 1.0, 0.95)]
+    return {
+        "model": model,
+        "checksums": {"float32": {"sha256": digest, "sum": 1.5 if digest == "aa" else 2.5}},
+        "passes": passes,
+        "health": None,
+        "topology": None,
+    }
+
+
+def judged(data: list[dict[str, Any]], threshold: float = 0.7) -> dict[str, Any]:
+    opts = DevicesOptions(size=64, iters=2, threshold=threshold, memory_threshold=0.4)
+    report = devices.judge(data, [ident(r) for r in range(len(data))], opts)
+    return {c.name: c for c in report.checks} | {"_report": report}
+
+
+# ---------------------------------------------------------------- compute and memory against peers
+def test_healthy_ranks_pass_and_the_best_pass_counts() -> None:
+    checks = judged([rank_data(0.05 + 0.002 * r) for r in range(4)])
+    assert checks["compute"].status == Status.PASS and checks["memory"].status == Status.PASS
+    row = checks["_report"].table("devices").rows[0]
+    assert row["gemm_tflops"] == 0.05 and row["copy_gbps"] == 10.0  # the best of 0.9x, 1x, 0.95x
+
+
+@pytest.mark.parametrize(("ratio", "named"), [(0.69, True), (0.71, False)])
+def test_a_rank_just_below_the_threshold_is_named_just_above_is_not(ratio: float, named: bool) -> None:
+    checks = judged([rank_data(1.0), rank_data(1.0), rank_data(ratio), rank_data(1.0)])
+    assert (checks["compute"].status == Status.FAIL) is named
+    assert checks["compute"].ranks == ([2] if named else [])
+    if named:
+        assert "rank 2 on host node1" in checks["compute"].detail and "0.69x" in checks["compute"].detail
+
+
+def test_the_reference_is_the_median_of_the_others_not_their_mean() -> None:
+    # One very fast rank would lift a mean above every healthy rank's reach: 1.0 vs mean 3.25.
+    checks = judged([rank_data(1.0), rank_data(1.0), rank_data(10.0), rank_data(1.0), rank_data(0.4)])
+    assert checks["compute"].ranks == [4]
+
+
+def test_two_slow_ranks_of_five_are_both_named() -> None:
+    checks = judged([rank_data(1.0), rank_data(0.3), rank_data(1.0), rank_data(0.3), rank_data(1.0)])
+    assert checks["compute"].ranks == [1, 3]
+
+
+@pytest.mark.parametrize(("copy", "named"), [(3.9, True), (4.1, False)])
+def test_copies_have_their_own_threshold(copy: float, named: bool) -> None:
+    # 10 GB/s peers, --memory-threshold 0.4: 3.9 is below it, 4.1 (and 0.6x, below --threshold) not.
+    checks = judged([rank_data(1.0), rank_data(1.0, copy=copy), rank_data(1.0), rank_data(1.0)])
+    assert checks["memory"].ranks == ([1] if named else []) and checks["compute"].status == Status.PASS
+    assert judged([rank_data(1.0), rank_data(1.0, copy=6.0), rank_data(1.0)])["memory"].status == Status.PASS
+
+
+def test_noise_within_the_spread_names_nobody() -> None:
+    # Healthy CPU ranks spread by up to ~25% here when measured one at a time under load.
+    checks = judged([rank_data(v) for v in (0.80, 1.0, 0.95, 1.05, 0.85)])
+    assert checks["compute"].status == Status.PASS
+
+
+def _saved(data: list[dict[str, Any]]) -> dict[str, Any]:
+    report = judged(data)["_report"]
+    report.world = {"size": len(data), "backend": "gloo", "device": "cpu"}
+    report.ranks = [ident(r) for r in range(len(data))]
+    report.options = {"size": 64, "iters": 2}
+    return report.to_dict()
+
+
+def test_a_baseline_names_the_rank_that_got_slower() -> None:
+    then = _saved([rank_data(1.0) for _ in range(4)])
+    now = _saved([rank_data(1.0), rank_data(1.0), rank_data(0.2), rank_data(1.0)])
+    result = baseline.compare(then, now, 0.5)
+    assert result.check.status == Status.FAIL and result.check.ranks == [2]
+    assert "rank 2 float32 products on node1" in result.check.detail
+    other = _saved([rank_data(1.0) for _ in range(4)])
+    other["options"]["size"] = 128  # another matrix size: nothing comparable
+    with pytest.raises(UsageError, match="nothing to compare"):
+        baseline.compare(then, other, 0.5)
+
+
+# ---------------------------------------------------------------- results agree
+def test_the_odd_one_out_of_the_majority_is_named() -> None:
+    checks = judged([rank_data(1.0), rank_data(1.0, digest="bb"), rank_data(1.0), rank_data(1.0)])
+    check = checks["results agree"]
+    assert check.status == Status.FAIL and check.ranks == [1]
+    assert "3 of 4 ranks" in check.detail and "sum 2.5 against 1.5" in check.detail
+
+
+def test_a_tie_has_no_majority_and_names_every_rank_of_that_model() -> None:
+    check = judged([rank_data(1.0), rank_data(1.0, digest="bb")])["results agree"]
+    assert check.status == Status.FAIL and check.ranks == [0, 1] and "no majority" in check.detail
+
+
+def test_only_ranks_of_one_model_are_compared() -> None:
+    data = [rank_data(1.0), rank_data(1.0), rank_data(1.0, digest="bb", model="other")]
+    check = judged(data)["results agree"]
+    assert check.status == Status.PASS and "2 device models" in check.detail
+
+
+# ---------------------------------------------------------------- health: nvidia-smi XML and NVML
+def test_a_healthy_h100_node_reads_and_passes() -> None:
+    facts = health.from_smi_xml((FIXTURES / "h100-healthy.xml").read_text())
+    assert [f["index"] for f in facts] == [0, 1]
+    first = facts[0]
+    assert first["name"] == "NVIDIA H100 80GB HBM3" and first["pci_bus_id"] == "00000000:19:00.0"
+    assert (first["pcie_gen"], first["pcie_gen_max"], first["pcie_width"], first["pcie_width_max"]) == (
+        5,
+        5,
+        16,
+        16,
+    )
+    assert first["ecc_volatile_uncorrected"] == 0 and first["remap_pending"] is False
+    assert first["temperature_c"] == 33 and first["slowdown_c"] == 87 and first["power_limit_w"] == 700
+    check = health.judge(facts, [ident(0, device="cuda:0"), ident(1, device="cuda:1")])
+    assert check.status == Status.PASS, check.detail
+
+
+def test_a_sick_a100_is_named_with_each_finding_and_its_fix() -> None:
+    (facts,) = health.from_smi_xml((FIXTURES / "a100-sick.xml").read_text())
+    facts["xid"] = health.xid_codes((FIXTURES / "dmesg-xid.txt").read_text(), facts["pci_bus_id"])
+    assert facts["xid"] == [48, 63]
+    found = health.findings(facts)
+    text = " | ".join(t for _, t in found)
+    assert found[0][0] == Status.FAIL
+    assert "2 uncorrectable ECC errors since the driver loaded" in text
+    assert "XID 48" in text and "PCIe link x8 of x16" in text and "a row remap is pending" in text
+    assert "thermal (hardware)" in text and "persistence mode off" in text
+    check = health.judge([facts], [ident(3, host="gpu07", device="cuda:3")])
+    assert check.status == Status.FAIL and check.ranks == [0] and check.hosts == ["gpu07"]
+    assert "GPU 3 (GPU-7f2c" in check.detail and "Fix: drain the node" in check.detail
+
+
+def test_xid_lines_are_matched_to_their_gpu_only() -> None:
+    log = (FIXTURES / "dmesg-xid.txt").read_text()
+    assert health.xid_codes(log, "00000000:19:00.0") == [79]
+    assert health.xid_codes(log, "0000:AA:00.0") == []
+
+
+class FakeNvml:
+    """NVML's Python surface, answering as one GPU would; a reading it lacks raises NVMLError."""
+
+    class NVMLError(Exception):
+        pass
+
+    NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC = 0, 1
+    NVML_TEMPERATURE_GPU, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, NVML_CLOCK_SM = 0, 1, 1
+
+    def __init__(self, links_up: int) -> None:
+        self.links_up = links_up
+
+    def __getattr__(self, name: str) -> Any:
+        answers: dict[str, Any] = {
+            "nvmlDeviceGetIndex": 2,
+            "nvmlDeviceGetUUID": "GPU-abc",
+            "nvmlDeviceGetPciInfo": SimpleNamespace(busId=b"00000000:3B:00.0"),
+            "nvmlDeviceGetName": "NVIDIA H100 80GB HBM3",
+            "nvmlDeviceGetEccMode": (1, 1),
+            "nvmlDeviceGetRemappedRows": (0, 0, 0, 0),
+            "nvmlDeviceGetRetiredPages": [],
+            "nvmlDeviceGetMigMode": (0, 0),
+            "nvmlDeviceGetCurrentClocksEventReasons": 0x40 | 0x1,
+            "nvmlDeviceGetPowerUsage": 350_000,
+            "nvmlDeviceGetEnforcedPowerLimit": 700_000,
+            "nvmlDeviceGetCurrPcieLinkGeneration": 5,
+            "nvmlDeviceGetGpuMaxPcieLinkGeneration": 5,
+            "nvmlDeviceGetCurrPcieLinkWidth": 16,
+            "nvmlDeviceGetMaxPcieLinkWidth": 16,
+            "nvmlDeviceGetPersistenceMode": 1,
+            "nvmlDeviceGetComputeMode": 0,
+            "nvmlDeviceGetTemperature": 40,
+            "nvmlDeviceGetTemperatureThreshold": 87,
+            "nvmlDeviceGetClockInfo": 1980,
+            "nvmlDeviceGetMaxClockInfo": 1980,
+        }
+        if name == "nvmlDeviceGetNvLinkState":
+            return lambda handle, link: self._link(link)
+        if name == "nvmlDeviceGetTotalEccErrors":
+            return lambda handle, kind, counter: 0
+        if name in answers:
+            return lambda handle, *args: answers[name]
+        raise AttributeError(name)  # e.g. nvmlDeviceGetRetiredPagesPendingStatus: a newer driver dropped it
+
+    def _link(self, link: int) -> int:
+        if link >= 18:
+            raise self.NVMLError("NotSupported")
+        return 1 if link < self.links_up else 0
+
+
+def test_the_nvml_reader_gives_the_facts_the_judge_reads() -> None:
+    facts = health.from_nvml(FakeNvml(links_up=18), handle=object())
+    assert facts["uuid"] == "GPU-abc" and facts["pci_bus_id"] == "00000000:3B:00.0"
+    assert (facts["nvlink_up"], facts["nvlink_links"]) == (18, 18) and facts["retired_pending"] is None
+    assert facts["throttle"] == ["thermal (hardware)"] and facts["power_w"] == 350.0
+    text = " | ".join(t for _, t in health.findings(facts))
+    assert "clocks held down: thermal (hardware)" in text
+    down = health.findings(health.from_nvml(FakeNvml(links_up=16), handle=object()))
+    assert down[0] == (Status.FAIL, down[0][1]) and "NVLink: 16 of 18 links up" in down[0][1]
+
+
+def test_health_skips_with_the_reason_when_nothing_could_be_read() -> None:
+    check = health.judge([{"error": "nvidia-ml-py is not installed (pip install nvidia-ml-py)"}], [ident(0)])
+    assert check.status == Status.SKIP and "pip install nvidia-ml-py" in check.detail
+
+
+# ---------------------------------------------------------------- topology
+def test_a_rank_bound_to_the_far_socket_is_a_warning(tmp_path: Path) -> None:
+    bus = "0000:3b:00.0"
+    (tmp_path / "bus/pci/devices" / bus).mkdir(parents=True)
+    (tmp_path / "bus/pci/devices" / bus / "numa_node").write_text("0\n")
+    (tmp_path / "devices/system/node/node0").mkdir(parents=True)
+    (tmp_path / "devices/system/node/node0/cpulist").write_text("0-3,8-11\n")
+    near = topology.facts_of(bus, [0, 1], 16, tmp_path)
+    far = topology.facts_of(bus, [4, 5, 6, 7], 16, tmp_path)
+    everywhere = topology.facts_of(bus, list(range(16)), 16, tmp_path)
+    assert near["node_cpus"] == [0, 1, 2, 3, 8, 9, 10, 11]
+    check = topology.judge([near, far, everywhere], [ident(r, device=f"cuda:{r}") for r in range(3)])
+    assert check.status == Status.WARN and check.ranks == [1]
+    assert "CPUs 4-7" in check.detail and "NUMA node 0 (CPUs 0-3,8-11)" in check.detail
+    assert topology.judge([near, everywhere], [ident(0), ident(1)]).status == Status.PASS
+
+
+# ---------------------------------------------------------------- real CPU ranks
+SMALL = ("--size", "256", "--iters", "8")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--size", "8"], ["--threshold", "1.5"], ["--iters", "0"], ["--nproc", "2", "--inject", "slowgpu@9"]],
+)
+def test_bad_input_is_one_line_and_exit_2(ddpcheck: Any, scratch: Path, args: list[str]) -> None:
+    assert_usage_error(ddpcheck("devices", *args), scratch)
+
+
+def test_a_fault_of_another_command_is_refused(ddpcheck: Any, scratch: Path) -> None:
+    run = ddpcheck("devices", "--nproc", "2", "--inject", "slowlink@1")
+    assert_usage_error(run, scratch)
+    assert "applies to links" in run.stderr
+
+
+def _named(run: Run) -> dict[str, list[int]]:
+    return {c["name"]: c["ranks"] for c in run.failing()}
+
+
+def test_four_healthy_cpu_ranks_pass(ddpcheck: Any, scratch: Path) -> None:
+    run = ddpcheck("devices", "--nproc", "4", *SMALL)
+    assert run.code == 0, run.stdout + run.stderr
+    rows = run.table("devices")
+    assert [r["rank"] for r in rows] == [0, 1, 2, 3] and len({r["checksum"] for r in rows}) == 1
+    assert all(r["gemm_tflops"] > 0 and r["copy_gbps"] > 0 for r in rows)
+    for name in ("compute", "memory", "results agree"):
+        assert run.check(name)["status"] == "PASS", run.check(name)
+    assert run.check("health")["status"] == run.check("topology")["status"] == "SKIP"
+    assert "product rate by rank" in run.stdout
+    assert_nothing_left(scratch, run)
+
+
+@pytest.mark.parametrize(("nproc", "slow", "corrupt"), [(3, 1, 2), (4, 3, 0)])
+def test_a_slow_and_a_corrupting_rank_are_each_named_exactly(
+    ddpcheck: Any, scratch: Path, nproc: int, slow: int, corrupt: int
+) -> None:
+    faults = ("--inject", f"slowgpu@{slow}", "--inject", f"sdc@{corrupt}")
+    run = ddpcheck("devices", "--nproc", str(nproc), *SMALL, *faults)
+    assert run.code == 1, run.stdout + run.stderr
+    assert _named(run) == {"compute": [slow], "results agree": [corrupt]}, run.failing()
+    assert_nothing_left(scratch, run)
+
+
+@needs_gpu
+def test_every_gpu_measured_and_read_healthy(ddpcheck: Any, scratch: Path) -> None:
+    import torch
+
+    run = ddpcheck("devices", "--gpus", str(torch.cuda.device_count()), "--size", "4096", "--iters", "50")
+    assert run.code in (0, 1), run.stdout + run.stderr  # a sick GPU is a finding, not a crash
+    rows = run.table("devices")
+    assert all(r["gemm_tflops"] > 1 and r["h2d_gbps"] > 1 for r in rows), rows
+    assert run.check("results agree")["status"] in ("PASS", "SKIP")
+    assert run.check("health")["status"] != "ERROR" and run.check("topology")["status"] != "ERROR"
+    print(run.stdout)  # the GPU figures, for docs/devices.md
+    assert_nothing_left(scratch, run)
