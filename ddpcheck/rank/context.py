@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +44,29 @@ class RankContext:
             import torch
 
             torch.cuda.synchronize(self.device)
+
+    def time_calls(self, call: Callable[[], object], iters: int) -> float:
+        """Seconds for `iters` calls on this rank's device: CUDA events on GPUs, perf_counter on CPU.
+
+        A tick per call: a long timed loop is proof of life for the stall detector.
+        """
+        if self.device.type == "cuda":
+            import torch
+
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                call()
+                self.tick()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        began = time.perf_counter()
+        for _ in range(iters):
+            call()
+            self.tick()
+        self.sync()
+        return time.perf_counter() - began
 
     def barrier(self, group: Any = None) -> None:
         import torch.distributed as dist

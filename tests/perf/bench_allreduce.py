@@ -58,11 +58,16 @@ dist.destroy_process_group()
 
 SAME_RUN = """
 import statistics, time, torch, torch.distributed as dist
-from types import SimpleNamespace
+from ddpcheck.rank.context import NullStatus, RankContext
+from ddpcheck.rank.faults import Faults
 from ddpcheck.checks.collective.harness import time_collective
 dist.init_process_group("gloo")
 n, iters, warmup = dist.get_world_size(), {iters}, {warmup}
-ctx = SimpleNamespace(device=torch.device("cpu"), sync=lambda: None, barrier=dist.barrier, tick=lambda: None)
+rank0 = dist.get_rank()
+ctx = RankContext(
+    rank=rank0, local_rank=rank0, world_size=dist.get_world_size(), backend="gloo",
+    device=torch.device("cpu"), host="bench", faults=Faults([], rank0), status=NullStatus(),
+)
 x = torch.zeros({size} // 4)
 
 def bare():

@@ -26,13 +26,18 @@ from bench_allreduce import timed  # the same command timer (this script runs fr
 
 SAME_RUN = """
 import statistics, time, torch, torch.distributed as dist
-from types import SimpleNamespace
+from ddpcheck.rank.context import NullStatus, RankContext
+from ddpcheck.rank.faults import Faults
 from ddpcheck.checks.collective.harness import time_collective
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.ops.base import Team
 dist.init_process_group("gloo")
 n, rank, iters, warmup = dist.get_world_size(), dist.get_rank(), {iters}, {warmup}
-ctx = SimpleNamespace(device=torch.device("cpu"), sync=lambda: None, barrier=dist.barrier, tick=lambda: None)
+rank0 = dist.get_rank()
+ctx = RankContext(
+    rank=rank0, local_rank=rank0, world_size=dist.get_world_size(), backend="gloo",
+    device=torch.device("cpu"), host="bench", faults=Faults([], rank0), status=NullStatus(),
+)
 team = Team(tuple(range(n)), rank)
 
 def slowest(seconds):

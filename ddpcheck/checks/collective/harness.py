@@ -10,7 +10,6 @@ subgroups. The judging is pure and runs on rank 0 (collective/judge.py).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,29 +22,13 @@ if TYPE_CHECKING:
 
 
 def time_collective(ctx: RankContext, call: Callable[[], None], warmup: int, iters: int) -> float:
-    """Seconds per call on this rank: CUDA events on GPUs, perf_counter between barriers on CPU."""
-    import torch
-
+    """Seconds per call on this rank, after warm-up and a barrier: every rank starts the loop together."""
     for _ in range(warmup):
         call()
         ctx.tick()
     ctx.sync()
     ctx.barrier()
-    if ctx.device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            call()
-            ctx.tick()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / iters
-    began = time.perf_counter()
-    for _ in range(iters):
-        call()
-        ctx.tick()
-    ctx.sync()
-    return (time.perf_counter() - began) / iters
+    return ctx.time_calls(call, iters) / iters
 
 
 def measure_op(

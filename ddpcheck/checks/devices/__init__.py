@@ -26,7 +26,8 @@ class DevicesOptions:
     )
     iters: int | None = option(
         None,
-        help="Matrix products per timed pass (default 12 on CPU, 200 on GPU); 5 passes, the best counts.",
+        help="Matrix products (and copies) per timed pass, at least (default 12 on CPU, 200 on GPU); "
+        "5 passes, the best counts.",
     )
     threshold: float | None = option(
         None,

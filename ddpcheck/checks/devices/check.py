@@ -36,6 +36,8 @@ COPY_BYTES = {"cpu": 32 * 1024**2, "cuda": 256 * 1024**2}
 # The products whose checksums every rank compares: the dtypes training uses on each device.
 DTYPES = {"cpu": ("float32",), "cuda": ("bfloat16", "tf32")}
 COPIES = {"cpu": ("memcpy",), "cuda": ("h2d", "d2h", "d2d")}
+# The shortest timed pass on CPU ranks (see timed()): 8 slices of a 20 ms duty cycle.
+CPU_PASS_S = 0.15
 COPY_LABELS = {
     "memcpy": "memcpy",
     "h2d": "host to device",
@@ -49,18 +51,20 @@ def measure(ctx: RankContext, opts: DevicesOptions) -> dict[str, Any]:
     assert opts.size is not None and opts.iters is not None  # for_device() chose them
     kind = ctx.device.type
     ctx.stage("measure: the same seeded products on every rank")
-    checksums = {dtype: product_checksum(ctx, opts.size, dtype) for dtype in DTYPES[kind]}
+    # Made once: at 8192 x 8192 the seeded CPU generator takes about a second per matrix.
+    operands = {dtype: _matrices(opts.size, dtype, ctx.device) for dtype in DTYPES[kind]}
+    checksums = {dtype: product_checksum(ctx, *operands[dtype], dtype) for dtype in DTYPES[kind]}
     passes: list[dict[str, Any]] = []
     ctx.stage("measure: compute and copy rates")
     for number in range(opts.passes):
         if kind == "cuda":
             ctx.barrier()
-            passes.append(measure_pass(ctx, opts))
+            passes.append(measure_pass(ctx, opts, operands))
         else:
             for turn in range(ctx.world_size):
                 ctx.barrier()
                 if turn == ctx.rank:
-                    passes.append(measure_pass(ctx, opts))
+                    passes.append(measure_pass(ctx, opts, operands))
         ctx.progress(number + 1, opts.passes, "devices: passes")
     ctx.barrier()
     return {
@@ -72,10 +76,12 @@ def measure(ctx: RankContext, opts: DevicesOptions) -> dict[str, Any]:
     }
 
 
-def measure_pass(ctx: RankContext, opts: DevicesOptions) -> dict[str, Any]:
-    assert opts.size is not None and opts.iters is not None
+def measure_pass(
+    ctx: RankContext, opts: DevicesOptions, operands: dict[str, tuple[Any, Any]]
+) -> dict[str, Any]:
+    assert opts.iters is not None
     kind = ctx.device.type
-    gemm = {dtype: gemm_tflops(ctx, opts.size, dtype, opts.iters) for dtype in DTYPES[kind]}
+    gemm = {dtype: gemm_tflops(ctx, *operands[dtype], dtype, opts.iters) for dtype in DTYPES[kind]}
     copies = copy_rates(ctx, COPY_BYTES[kind], opts.iters)
     return {"gemm": gemm, "copy": copies}
 
@@ -109,11 +115,10 @@ class _Precision:
         torch.set_float32_matmul_precision(self.saved)
 
 
-def product_checksum(ctx: RankContext, size: int, dtype: str) -> dict[str, Any]:
+def product_checksum(ctx: RankContext, a: Any, b: Any, dtype: str) -> dict[str, Any]:
     """A digest of A @ B's bytes, and its sum (the evidence when the digests differ)."""
     import torch
 
-    a, b = _matrices(size, dtype, ctx.device)
     with _Precision(dtype):
         product = a @ b
     ctx.faults.sdc(product)
@@ -122,11 +127,11 @@ def product_checksum(ctx: RankContext, size: int, dtype: str) -> dict[str, Any]:
     return {"sha256": digest, "sum": float(host.double().sum())}
 
 
-def gemm_tflops(ctx: RankContext, size: int, dtype: str, iters: int) -> float:
-    """Sustained products of two size x size matrices, TFLOP/s (2 n^3 per product)."""
+def gemm_tflops(ctx: RankContext, a: Any, b: Any, dtype: str, iters: int) -> float:
+    """Sustained products of two n x n matrices, TFLOP/s (2 n^3 per product)."""
     import torch
 
-    a, b = _matrices(size, dtype, ctx.device)
+    size = a.shape[0]
     out = torch.empty_like(a)
     # --inject slowgpu: this rank computes every product SLOWGPU_FACTOR times and counts it once.
     repeats = ctx.faults.slowgpu_repeats()
@@ -138,8 +143,8 @@ def gemm_tflops(ctx: RankContext, size: int, dtype: str, iters: int) -> float:
             for _ in range(repeats):
                 torch.mm(a, b, out=out)
 
-        seconds = timed(ctx, product, iters)
-    return 2 * size**3 * iters / seconds / 1e12
+        seconds, calls = timed(ctx, product, iters)
+    return 2 * size**3 * calls / seconds / 1e12
 
 
 def copy_rates(ctx: RankContext, size_bytes: int, iters: int) -> dict[str, float]:
@@ -149,36 +154,35 @@ def copy_rates(ctx: RankContext, size_bytes: int, iters: int) -> dict[str, float
     count = size_bytes // 4
     if ctx.device.type != "cuda":
         src, dst = torch.ones(count), torch.empty(count)
-        return {"memcpy": size_bytes * iters / timed(ctx, lambda: dst.copy_(src), iters) / 1e9}
+        seconds, calls = timed(ctx, lambda: dst.copy_(src), iters)
+        return {"memcpy": size_bytes * calls / seconds / 1e9}
     host = torch.ones(count, pin_memory=True)
     device, other = torch.empty(count, device=ctx.device), torch.empty(count, device=ctx.device)
     rates = {}
     for name, dst, src in (("h2d", device, host), ("d2h", host, device), ("d2d", other, device)):
         dst.copy_(src, non_blocking=True)  # warm-up
-        seconds = timed(ctx, lambda dst=dst, src=src: dst.copy_(src, non_blocking=True), iters)
-        rates[name] = size_bytes * iters / seconds / 1e9
+        seconds, calls = timed(ctx, lambda dst=dst, src=src: dst.copy_(src, non_blocking=True), iters)
+        rates[name] = size_bytes * calls / seconds / 1e9
     return rates
 
 
-def timed(ctx: RankContext, call: Callable[[], object], iters: int) -> float:
-    """Seconds for `iters` calls: CUDA events on GPUs, perf_counter on CPU (every op done on return)."""
-    import torch
+def timed(ctx: RankContext, call: Callable[[], object], iters: int) -> tuple[float, int]:
+    """(seconds, calls): `iters` calls on GPUs; on CPU at least `iters` calls and at least CPU_PASS_S.
 
+    A CPU pass lasts long enough to span many of the scheduler's time slices: a rank that is
+    stopped part of every slice (a noisy neighbour, a duty-cycled SIGSTOP) cannot look healthy
+    in a pass short enough to fit between two stops.
+    """
     if ctx.device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize(ctx.device)
-        start.record()
-        for _ in range(iters):
-            call()
-            ctx.tick()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
+        ctx.sync()
+        return ctx.time_calls(call, iters), iters
     began = time.perf_counter()
-    for _ in range(iters):
+    calls = 0
+    while calls < iters or time.perf_counter() - began < CPU_PASS_S:
         call()
         ctx.tick()
-    return time.perf_counter() - began
+        calls += 1
+    return time.perf_counter() - began, calls
 
 
 def device_model(device: torch.device) -> str:
@@ -187,7 +191,7 @@ def device_model(device: torch.device) -> str:
 
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{cpu_model()} (torch {torch.__version__}, {torch.get_num_threads()} threads)"
+    return f"{cpu_model()} (torch {torch.__version__}, {counted(torch.get_num_threads(), 'thread')})"
 
 
 def cpu_model() -> str:
