@@ -126,6 +126,7 @@ def launch(
             "stall": watchdog.stall,
             "launch_error": launch_error,
             "log_tail": lambda rank: _log_tail(run_dir, statuses.get(rank)),
+            "stacks": watchdog.stacks,
         }
         if report is None:
             report = postmortem.report_for(command=command, **findings)

@@ -325,7 +325,12 @@ def to_junit(report: Report) -> ET.Element:
     props = ET.SubElement(suite, "properties")
     for name, value in _junit_properties(report):
         ET.SubElement(props, "property", name=name, value=_xml_safe(value))
-    tails = {row.get("rank"): row.get("stderr_tail") or "" for row in _rows(report, "stderr")}
+    tails = {
+        row.get("rank"): "\n\n".join(
+            x for x in (row.get("stderr_tail"), row.get("stack") and f"Python stack:\n{row['stack']}") if x
+        )
+        for row in _rows(report, "stderr")
+    }
     seen: dict[str, int] = {}
     for check in report.checks:
         # Reporters key test cases by name: two "rank crashed" rows must not merge into one.

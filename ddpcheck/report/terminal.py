@@ -141,14 +141,25 @@ def _checks_table(report: Report) -> RichTable:
 
 def _render_tails(table: Table, console: Console) -> None:
     for row in table.rows:
-        title = (
-            f"rank {row['rank']}"
-            + (f" on {row['host']}" if row.get("host") else "")
-            + ": last lines of stderr"
-        )
-        console.print(
-            Panel(Text(row["stderr_tail"]), title=Text(title), title_align="left", border_style="red")
-        )
+        where = f"rank {row['rank']}" + (f" on {row['host']}" if row.get("host") else "")
+        if row.get("stderr_tail"):
+            console.print(
+                Panel(
+                    Text(row["stderr_tail"]),
+                    title=Text(f"{where}: last lines of stderr"),
+                    title_align="left",
+                    border_style="red",
+                )
+            )
+        if row.get("stack"):
+            console.print(
+                Panel(
+                    Text(str(row["stack"])),
+                    title=Text(f"{where}: Python stack (py-spy, before the kill)"),
+                    title_align="left",
+                    border_style="red",
+                )
+            )
 
 
 def render_bandwidth_chart(

@@ -103,8 +103,13 @@ def _tables(report: Report) -> str:
         if table.name == "stderr":
             for row in table.rows:
                 where = f" on {row['host']}" if row.get("host") else ""
-                parts.append(f"<h2>rank {_e(row.get('rank'))}{_e(where)}: last lines of stderr</h2>")
-                parts.append(f"<pre>{_e(row.get('stderr_tail', ''))}</pre>")
+                who = f"rank {_e(row.get('rank'))}{_e(where)}"
+                if row.get("stderr_tail"):
+                    parts.append(f"<h2>{who}: last lines of stderr</h2>")
+                    parts.append(f"<pre>{_e(row.get('stderr_tail', ''))}</pre>")
+                if row.get("stack"):
+                    parts.append(f"<h2>{who}: Python stack (py-spy, before the kill)</h2>")
+                    parts.append(f"<pre>{_e(row.get('stack'))}</pre>")
         elif table.columns:  # as on the terminal: a table without columns is for the JSON only
             parts.append(f'<h2 id="table-{_e(table.name)}">{_e(table.title)}</h2>{table_html(table)}')
     return "".join(parts)
