@@ -70,6 +70,9 @@ def render_report(report: Report, console: Console, quiet: bool = False) -> None
     else:
         for check in report.failing():
             say(console, f"{check.status.value} {check.name}: {check.detail}", STATUS_STYLE[check.status])
+    injected = report.injected_line()
+    if injected:  # quiet or not: a planted fault must never read as a hardware one
+        say(console, injected, "bold yellow")
     console.print(verdict_line(report), soft_wrap=True)
     if report.log_dir:
         say(console, f"rank logs kept in {report.log_dir}", "dim")

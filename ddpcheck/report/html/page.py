@@ -32,6 +32,7 @@ svg.chart { width: 100%; max-width: 900px; height: auto; display: block; }
 svg.chart g[id^="link-"] > path { pointer-events: all; }
 pre { background: #f6f6f6; padding: .6em; overflow-x: auto; font-size: 12px; }
 .wide { overflow-x: auto; } .meta { color: #555; } ul.findings li { color: #c5221f; }
+p.injected { background: #fff4ce; border: 1px solid #e0b000; padding: .5em .7em; font-weight: bold; }
 """
 POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -144,6 +145,7 @@ def assemble(report: Report, verdict: str, charts: list[Chart]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(verdict)}</title><style>{CSS}</style></head><body>"
         f'<h1 id="verdict" class="{report.verdict.value}">{_e(verdict)}</h1>'
+        + (f'<p id="injected" class="injected">{_e(report.injected_line())}</p>' if report.injected else "")
         + _meta(report)
         + _checks(report)
         + "".join(_chart(c) for c in charts)
