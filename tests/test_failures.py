@@ -183,6 +183,10 @@ def test_python_stacks_skip_quietly_without_py_spy(monkeypatch) -> None:
     assert watchdog.python_stacks(statuses, [1]) == {}  # it failed: nothing, no error
 
 
+def test_a_status_the_judge_cannot_read_costs_the_stacks_not_the_kill() -> None:
+    assert watchdog._stacks_of(Stall({1: {"rank": 1}}, waited_s=5.0, world_size=2)) == {}
+
+
 def test_python_stacks_are_bounded_by_their_timeout(monkeypatch, tmp_path) -> None:
     slow = tmp_path / "py-spy"
     slow.write_text("#!/bin/sh\nsleep 30\n")

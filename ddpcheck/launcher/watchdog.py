@@ -98,7 +98,7 @@ class Watchdog(threading.Thread):
                     at=time.time(),
                     elapsed_s=now - started,
                 )
-                self.stacks = python_stacks(self.stall.statuses, judge_stall(self.stall).ranks)
+                self.stacks = _stacks_of(self.stall)
                 self._give_up()
                 return
 
@@ -192,6 +192,14 @@ def kill_workers() -> set[int]:
 
 
 PY_SPY_TIMEOUT_S = 5.0
+
+
+def _stacks_of(stall: Stall) -> dict[int, str]:
+    """The stacks of the ranks the stall names; nothing may keep the watchdog from its kill."""
+    try:
+        return python_stacks(stall.statuses, judge_stall(stall).ranks)
+    except Exception:  # a status the judge cannot read (another node's, half-written): no stacks
+        return {}
 
 
 def python_stacks(
