@@ -157,8 +157,17 @@ def run_ranked(
     from ddpcheck.launcher import plan as planning
 
     inline = planning.detect_inline(launch_options)
+    from ddpcheck.checks.env.preflight import backend_without_torch
+
+    # A host-wide setting that every rank would fail on is env's finding, not a crash of each
+    # rank: refused before torch is imported where the backend is known without it, else after planning.
+    early = backend_without_torch(launch_options.backend)
+    if early is not None:
+        refuse_fatal_setting(early, inline)
     plan = planning.plan_inline(launch_options) if inline else planning.plan_launch(launch_options)
     check_ranks(faults, plan.world_size)
+    if early is None:
+        refuse_fatal_setting(plan.backend, inline)
     least = getattr(options, "min_world_size", 1)
     if plan.world_size < least:
         raise UsageError(
@@ -192,6 +201,15 @@ def run_ranked(
             raise typer.Exit(EXIT_INTERRUPTED) from None
     assemble.judge_speed(report, known_good, baseline)
     finish(report, console, output)
+
+
+def refuse_fatal_setting(backend: str, inline: bool) -> None:
+    """Exit 2 with env's finding and its Fix line when this host's settings fail every rank."""
+    from ddpcheck.checks.env.preflight import fatal_setting
+
+    fatal = fatal_setting(os.environ, backend, inline)
+    if fatal is not None:
+        raise UsageError(fatal.detail)
 
 
 def _console(output: OutputOptions) -> Console:

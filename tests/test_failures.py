@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,7 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ddpcheck.launcher import watchdog
 from ddpcheck.launcher.postmortem import crash_culprits, judge_stall
+from ddpcheck.rank import rundir
 from ddpcheck.rank.status import Stall
 from tests.conftest import assert_nothing_left, worker_processes
 
@@ -151,6 +154,59 @@ def test_crash_is_named_with_its_stderr(ddpcheck, scratch, fault: str, culprit: 
         assert f"rank logs kept in {run.report['log_dir']}" in run.stdout
     assert run.report["elapsed_s"] < 15  # torn down in seconds, not after the 20 s timeout
     assert_nothing_left(scratch, run)
+
+
+def test_a_hang_keeps_its_logs_and_shows_the_stuck_ranks_stack(ddpcheck, scratch) -> None:
+    run = ddpcheck("allreduce", "--nproc", "2", *QUICK, "--timeout", "4", "--inject", "hang@1")
+    assert run.code == 3, run.stdout + run.stderr
+    (hang,) = run.failing()
+    assert hang["name"] == "hang" and hang["ranks"] == [1]
+    kept = Path(run.report["log_dir"])
+    assert kept.parent == scratch and f"rank logs kept in {kept}" in run.stdout
+    # Only the logs stay; no rank wrote a line, yet each rank's files are there.
+    assert [p.name for p in kept.iterdir()] == ["logs"]
+    assert len(list(kept.rglob("stderr.log"))) == 2
+    if shutil.which("py-spy"):
+        (row,) = run.table("stderr")
+        assert row["rank"] == 1 and "at_stage" in row["stack"] and "run_rank" in row["stack"]
+        assert "rank 1 on" in run.stdout and "Python stack (py-spy, before the kill)" in run.stdout
+    assert_nothing_left(scratch, run)
+
+
+def test_python_stacks_skip_quietly_without_py_spy(monkeypatch) -> None:
+    statuses = {1: status(1, "measure", 3, pid=os.getpid(), proc_state="running")}
+    monkeypatch.setattr(watchdog.shutil, "which", lambda name: None)
+    assert watchdog.python_stacks(statuses, [1]) == {}
+    # A stopped or exited rank cannot be read: not even tried.
+    monkeypatch.setattr(watchdog.shutil, "which", lambda name: "/bin/false")
+    assert watchdog.python_stacks({1: {**statuses[1], "proc_state": "stopped"}}, [1]) == {}
+    assert watchdog.python_stacks(statuses, [1]) == {}  # it failed: nothing, no error
+
+
+def test_a_status_the_judge_cannot_read_costs_the_stacks_not_the_kill() -> None:
+    assert watchdog._stacks_of(Stall({1: {"rank": 1}}, waited_s=5.0, world_size=2)) == {}
+
+
+def test_python_stacks_are_bounded_by_their_timeout(monkeypatch, tmp_path) -> None:
+    slow = tmp_path / "py-spy"
+    slow.write_text("#!/bin/sh\nsleep 30\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(watchdog.shutil, "which", lambda name: str(slow))
+    began = time.monotonic()
+    statuses = {1: status(1, "measure", 3, pid=os.getpid(), proc_state="running")}
+    assert watchdog.python_stacks(statuses, [1], timeout=0.5) == {}
+    assert time.monotonic() - began < 5
+
+
+def test_keep_logs_keeps_empty_logs_and_drops_the_rest(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "logs" / "x" / "attempt_0" / "0").mkdir(parents=True)
+    (run_dir / "logs" / "x" / "attempt_0" / "0" / "stderr.log").write_text("")
+    (run_dir / "status").mkdir()
+    (run_dir / "spec.json").write_text("{}")
+    assert rundir.keep_logs(run_dir) == run_dir
+    assert [p.name for p in run_dir.iterdir()] == ["logs"]
+    assert rundir.keep_logs(tmp_path / "never-started") is None
 
 
 def _start(scratch: Path, *args: str) -> subprocess.Popen:

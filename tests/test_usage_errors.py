@@ -72,6 +72,41 @@ def test_port_in_use_is_named(ddpcheck, scratch) -> None:
     assert list(scratch.iterdir()) == []
 
 
+@pytest.mark.parametrize("value", ["eth9", "^lo,eth", "lo,eth9"])
+def test_a_socket_interface_that_fails_every_rank_is_refused_before_any_starts(
+    ddpcheck, scratch, value: str
+) -> None:
+    run = ddpcheck("allreduce", "--nproc", "2", env={"GLOO_SOCKET_IFNAME": value})
+    assert_usage_error(run, scratch)
+    assert f"GLOO_SOCKET_IFNAME={value}" in run.stderr and "Fix: name" in run.stderr
+    assert "rank crashed" not in run.stderr
+    assert run.seconds < 20  # refused before torch is imported (torch alone takes seconds here)
+
+
+def test_fatal_settings_are_env_s_failures_and_only_those_of_this_run(tmp_path: Path) -> None:
+    from ddpcheck.checks.env.preflight import backend_without_torch, fatal_setting
+
+    bad = fatal_setting({"GLOO_SOCKET_IFNAME": "eth9"}, "gloo", inline=False)
+    assert bad is not None and bad.name == "GLOO_SOCKET_IFNAME" and "Fix:" in bad.detail
+    assert fatal_setting({"GLOO_SOCKET_IFNAME": "lo"}, "gloo", inline=False) is None
+    # Another backend's variable does not stop this run; nor does a MASTER_ADDR ddpcheck's launcher replaces.
+    assert fatal_setting({"NCCL_SOCKET_IFNAME": "eth9"}, "gloo", inline=False) is None
+    assert fatal_setting({"NCCL_SOCKET_IFNAME": "=eth9"}, "nccl", inline=False).name == "NCCL_SOCKET_IFNAME"
+    unresolvable = {"MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": "29500"}
+    assert fatal_setting(unresolvable, "gloo", inline=False) is None
+    found = fatal_setting(unresolvable, "gloo", inline=True)
+    assert found is not None and found.name == "MASTER_ADDR" and "does not resolve" in found.detail
+    assert (
+        fatal_setting({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "http"}, "gloo", True).name == "MASTER_PORT"
+    )
+    assert fatal_setting({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}, "gloo", inline=True) is None
+    # The backend is known before torch where --backend says it, or no NVIDIA driver is here.
+    assert backend_without_torch("nccl", tmp_path / "none") == "nccl"
+    assert backend_without_torch("auto", tmp_path / "none") == "gloo"
+    (tmp_path / "gpus" / "0000:01:00.0").mkdir(parents=True)
+    assert backend_without_torch("auto", tmp_path / "gpus") is None
+
+
 def test_help_lists_examples(ddpcheck) -> None:
     run = ddpcheck("allreduce", "--help")
     assert run.code == 0 and "--min-busbw" in run.stdout and "Examples" in run.stdout

@@ -126,6 +126,7 @@ def launch(
             "stall": watchdog.stall,
             "launch_error": launch_error,
             "log_tail": lambda rank: _log_tail(run_dir, statuses.get(rank)),
+            "stacks": watchdog.stacks,
         }
         if report is None:
             report = postmortem.report_for(command=command, **findings)
@@ -134,7 +135,14 @@ def launch(
     kept = rundir.keep_logs(run_dir) if report.verdict == Verdict.ERROR else None
     if kept is None:
         shutil.rmtree(run_dir, ignore_errors=True)
-    return assemble.after_launch(report, time.monotonic() - started, options, str(kept) if kept else None)
+    return assemble.after_launch(
+        report, time.monotonic() - started, options, str(kept) if kept else None, _as_given(faults)
+    )
+
+
+def _as_given(faults: list[Fault]) -> list[str]:
+    """The --inject faults as the user wrote them, for the report."""
+    return [f.spec.strip() or str(f) for f in faults]
 
 
 class AgentThread(threading.Thread):
@@ -412,7 +420,7 @@ def run_inline(
         code = run_rank(spec, str(run_dir))
         report = rundir.read_rank0_report(run_dir)
         if report is not None:
-            return assemble.after_launch(report, time.monotonic() - started, options, None)
+            return assemble.after_launch(report, time.monotonic() - started, options, None, _as_given(faults))
         shared = rundir.read_verdict(run_dir)
         if code != 0 or shared is None:
             return Verdict.ERROR

@@ -51,6 +51,7 @@ def report_for(
     stall: Stall | None,
     launch_error: str | None,
     log_tail: Callable[[int], str],
+    stacks: dict[int, str] | None = None,
 ) -> Report:
     """The report of a run whose rank 0 never produced one."""
     report = Report(command=command)
@@ -63,7 +64,7 @@ def report_for(
     report.ranks = [
         {k: s.get(k) for k in ("rank", "local_rank", "host", "pid")} for _, s in sorted(statuses.items())
     ]
-    add_findings(report, plan, statuses, exits, stall, launch_error, log_tail)
+    add_findings(report, plan, statuses, exits, stall, launch_error, log_tail, stacks)
     return report
 
 
@@ -75,12 +76,15 @@ def add_findings(
     stall: Stall | None,
     launch_error: str | None,
     log_tail: Callable[[int], str],
+    stacks: dict[int, str] | None = None,
 ) -> None:
     """Append what explains a run that crashed, hung or never launched.
 
     `statuses` are annotated (watchdog.annotate): each carries its process state and
-    heartbeat age as seen on its own host.
+    heartbeat age as seen on its own host. `stacks` are the Python stacks (py-spy) of the
+    stuck ranks, taken before they were killed, when py-spy could take them.
     """
+    stacks = stacks or {}
     if launch_error:
         report.checks.append(Check("launch", Status.ERROR, _one_line(launch_error)))
     if stall and (statuses or not launch_error):
@@ -98,19 +102,19 @@ def add_findings(
         )
     report.tables.append(stages_table(stall.statuses if stall else statuses, exits))
     tails = [
-        {"rank": rank, "host": statuses.get(rank, {}).get("host"), "stderr_tail": log_tail(rank)}
+        {
+            "rank": rank,
+            "host": statuses.get(rank, {}).get("host"),
+            "stderr_tail": log_tail(rank),
+            **({"stack": stacks[rank]} if rank in stacks else {}),
+        }
         for rank in sorted({r for c in report.checks for r in c.ranks})
     ]
-    tails = [t for t in tails if t["stderr_tail"]]
+    tails = [t for t in tails if t["stderr_tail"] or t.get("stack")]
     if tails:
-        report.tables.append(
-            Table(
-                "stderr",
-                "Last lines of stderr of the ranks at fault",
-                {"rank": "rank", "stderr_tail": "stderr"},
-                tails,
-            )
-        )
+        columns = {"rank": "rank", "stderr_tail": "stderr", **({"stack": "stack"} if stacks else {})}
+        title = "Last lines of stderr" + (" and Python stacks" if stacks else "") + " of the ranks at fault"
+        report.tables.append(Table("stderr", title, columns, tails))
 
 
 def crash_culprits(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]]) -> list[int] | None:

@@ -9,7 +9,10 @@ In a multi-node run it shares this node's statuses through the rendezvous store.
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from ddpcheck.launcher.postmortem import judge_stall
 from ddpcheck.rank import stages
 from ddpcheck.rank.status import FROZEN_AFTER_S, Stall, read_statuses
 
@@ -57,6 +61,7 @@ class Watchdog(threading.Thread):
         self.killed: set[int] = set()  # pids this watchdog killed: collateral, not culprits
         self.gave_up_at: float | None = None
         self.snapshot: dict[int, dict[str, Any]] | None = None  # statuses just before a crash kill
+        self.stacks: dict[int, str] = {}  # rank -> its Python stack (py-spy), taken before a stall's kill
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -93,6 +98,7 @@ class Watchdog(threading.Thread):
                     at=time.time(),
                     elapsed_s=now - started,
                 )
+                self.stacks = _stacks_of(self.stall)
                 self._give_up()
                 return
 
@@ -183,3 +189,57 @@ def kill_workers() -> set[int]:
             continue
     psutil.wait_procs(children, timeout=5)
     return {child.pid for child in children}
+
+
+PY_SPY_TIMEOUT_S = 5.0
+
+
+def _stacks_of(stall: Stall) -> dict[int, str]:
+    """The stacks of the ranks the stall names; nothing may keep the watchdog from its kill."""
+    try:
+        return python_stacks(stall.statuses, judge_stall(stall).ranks)
+    except Exception:  # a status the judge cannot read (another node's, half-written): no stacks
+        return {}
+
+
+def python_stacks(
+    statuses: dict[int, dict[str, Any]], ranks: list[int], timeout: float = PY_SPY_TIMEOUT_S
+) -> dict[int, str]:
+    """rank -> the Python stack of each of these ranks that runs on this host, by py-spy.
+
+    Taken while the ranks still live (before the watchdog kills them), all at once and each
+    bounded by `timeout`; nothing when py-spy is not installed or cannot attach (no ptrace).
+    """
+    py_spy = shutil.which("py-spy")
+    pids = {
+        r: statuses[r]["pid"]
+        for r in ranks
+        if r in statuses and statuses[r].get("pid") and not statuses[r].get("remote")
+        if statuses[r].get("proc_state") not in ("exited", "stopped")  # a stopped process cannot be read
+    }
+    if py_spy is None or not pids:
+        return {}
+    running = {}
+    for rank, pid in pids.items():
+        with contextlib.suppress(OSError):
+            running[rank] = subprocess.Popen(
+                [py_spy, "dump", "--pid", str(pid)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,  # its own group: a timeout ends it and anything it started
+            )
+    deadline = time.monotonic() + timeout
+    stacks = {}
+    for rank, proc in running.items():
+        try:
+            out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            continue
+        if proc.returncode == 0 and out.strip():
+            stacks[rank] = out.strip()
+    return stacks

@@ -9,7 +9,8 @@ Every file name is here, with what writes and what reads it:
 - `logs/`: each rank's stdout and stderr (torch's elastic agent writes them);
 - `inductor/`: torch's compile cache, kept inside so it goes with the directory.
 
-A run that completes leaves nothing; one that could not complete keeps only `logs/`.
+A run that completes leaves nothing; one that could not complete keeps only `logs/`, even
+when no rank wrote a line (a hang).
 """
 
 from __future__ import annotations
@@ -148,19 +149,21 @@ def stderr_tail(run_dir: Path, local_rank: int, lines: int = 12) -> str:
 
 
 def keep_logs(run_dir: Path) -> Path | None:
-    """Keep only the rank logs of a run that could not complete; drop the scratch files.
+    """Keep the rank logs of a run that could not complete, even empty ones; drop the rest.
 
-    None when no rank wrote a line: there is nothing to read, so nothing is kept.
+    A hang writes nothing, yet its logs are where one looks next. None only when no rank
+    ever started (no log file at all): there is nothing to read, so nothing is kept.
     """
     logs = logs_dir(run_dir)
-    if not logs.is_dir() or not any(p.stat().st_size for p in logs.rglob("*.log")):
+    if not logs.is_dir() or not any(logs.rglob("*.log")):
         return None
-    for name in (STATUS_DIR, SPEC_FILE):
-        target = run_dir / name
+    for target in run_dir.iterdir():
+        if target.name == LOGS_DIR:
+            continue
         if target.is_dir():
             shutil.rmtree(target, ignore_errors=True)
-        elif target.exists():
-            target.unlink()
+        else:
+            target.unlink(missing_ok=True)
     return run_dir
 
 

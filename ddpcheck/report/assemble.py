@@ -40,11 +40,21 @@ def from_ranks(
     return report
 
 
-def after_launch(report: Report, elapsed_s: float, options: dict[str, Any], log_dir: str | None) -> Report:
-    """The launcher's part: how long the run took, what it ran with, where its logs were kept."""
+def after_launch(
+    report: Report,
+    elapsed_s: float,
+    options: dict[str, Any],
+    log_dir: str | None,
+    injected: list[str] | None = None,
+) -> Report:
+    """The launcher's part: how long the run took, what it ran with, where its logs were kept.
+
+    `injected`: the --inject faults as given; every output says they were planted.
+    """
     report.elapsed_s = elapsed_s
     report.options = report.options or options
     report.log_dir = log_dir
+    report.injected = list(injected or [])
     return report
 
 

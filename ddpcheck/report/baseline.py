@@ -108,8 +108,26 @@ def compatible_version(version: str) -> bool:
 
 
 def load_baseline(options: BaselineOptions) -> dict[str, Any] | None:
-    """The --baseline report, validated before anything is launched (a bad file is exit 2)."""
-    return load_report(options.path, "--baseline") if options.path is not None else None
+    """The --baseline report, validated before anything is launched (a bad file is exit 2).
+
+    A run with faults planted by --inject measured the fault, not the hardware: no baseline.
+    """
+    if options.path is None:
+        return None
+    data = load_report(options.path, "--baseline")
+    planted = injected_of(data)
+    if planted:
+        raise UsageError(
+            f"--baseline {options.path}: that run had faults planted with --inject ({', '.join(planted)}), "
+            "so its figures are no baseline: save one from a run without --inject"
+        )
+    return data
+
+
+def injected_of(report: dict[str, Any]) -> list[str]:
+    """The faults a saved report says were planted (`injected`; none in reports from before it)."""
+    found = report.get("injected") or []
+    return [str(f) for f in found] if isinstance(found, list) else [str(found)]
 
 
 def default_tolerance(report: dict[str, Any]) -> float:
@@ -327,6 +345,14 @@ def run(options: CompareOptions) -> Report:
         world=now.get("world", {}),
         options={"old": options.old, "new": options.new, "tolerance": chosen},
     )
+    for side, saved in (("OLD", then), ("NEW", now)):
+        planted = injected_of(saved)
+        if planted:
+            report.notes.append(
+                f"{side} ({options.old if side == 'OLD' else options.new}) had faults planted with "
+                f"--inject: {', '.join(planted)}; its figures measure the fault, not the hardware"
+            )
+    report.injected = list(dict.fromkeys([*injected_of(then), *injected_of(now)]))
     report.elapsed_s = time.monotonic() - began
     return report
 

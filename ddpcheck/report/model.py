@@ -135,6 +135,13 @@ class Report:
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     log_dir: str | None = None
+    injected: list[str] = field(default_factory=list)  # --inject faults as given: planted, not hardware
+
+    def injected_line(self) -> str | None:
+        """The one line every output shows when the run had faults planted on purpose."""
+        if not self.injected:
+            return None
+        return f"injected faults: {', '.join(self.injected)} (planted with --inject: not a hardware fault)"
 
     @property
     def verdict(self) -> Verdict:
@@ -167,6 +174,7 @@ class Report:
             "options": self.options,
             "notes": self.notes,
             "log_dir": self.log_dir,
+            "injected": list(self.injected),
         }
 
     def to_transport(self) -> dict[str, Any]:
@@ -187,6 +195,7 @@ class Report:
             notes=data.get("notes", []),
             elapsed_s=data.get("elapsed_s", 0.0),
             log_dir=data.get("log_dir"),
+            injected=list(data.get("injected") or []),
         )
 
 
@@ -198,7 +207,8 @@ def report_from_dict(data: Any) -> Report:
     """A saved JSON report (`--json`) as a Report, after checking that it is one.
 
     Reports written before `table_meta` existed still load: each table is titled by its name and
-    shows every key of its rows.
+    shows every key of its rows. Reports written before `injected` existed had no faults planted
+    as far as they say: `[]`.
     """
     if not isinstance(data, dict) or "ddpcheck" not in data:
         raise NotAReport("not a ddpcheck report (no top-level 'ddpcheck' version)")
@@ -211,6 +221,9 @@ def report_from_dict(data: Any) -> Report:
         checks = [Check.from_dict(c) for c in data["checks"]]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise NotAReport(f"not a ddpcheck report (a check is malformed: {exc})") from None
+    injected = data.get("injected") or []
+    if not isinstance(injected, list) or not all(isinstance(f, str) for f in injected):
+        raise NotAReport("not a ddpcheck report ('injected' is not a list of faults)")
     meta = data.get("table_meta") or {}
     tables = []
     for name, rows in data["tables"].items():
@@ -235,6 +248,7 @@ def report_from_dict(data: Any) -> Report:
             notes=[str(n) for n in data.get("notes") or []],
             elapsed_s=float(data.get("elapsed_s") or 0.0),
             log_dir=data.get("log_dir"),
+            injected=list(injected),
         )
     except (TypeError, ValueError) as exc:
         raise NotAReport(f"not a ddpcheck report (malformed: {exc})") from None
@@ -325,7 +339,12 @@ def to_junit(report: Report) -> ET.Element:
     props = ET.SubElement(suite, "properties")
     for name, value in _junit_properties(report):
         ET.SubElement(props, "property", name=name, value=_xml_safe(value))
-    tails = {row.get("rank"): row.get("stderr_tail") or "" for row in _rows(report, "stderr")}
+    tails = {
+        row.get("rank"): "\n\n".join(
+            x for x in (row.get("stderr_tail"), row.get("stack") and f"Python stack:\n{row['stack']}") if x
+        )
+        for row in _rows(report, "stderr")
+    }
     seen: dict[str, int] = {}
     for check in report.checks:
         # Reporters key test cases by name: two "rank crashed" rows must not merge into one.
@@ -354,7 +373,11 @@ def to_junit(report: Report) -> ET.Element:
             out.text = _xml_safe(
                 "\n".join(x for x in (f"{check.status.value}: {check.detail}", culprits) if x)
             )
-    notes = [*report.notes, *([f"rank logs kept in {report.log_dir}"] if report.log_dir else [])]
+    notes = [
+        *([report.injected_line()] if report.injected else []),
+        *report.notes,
+        *([f"rank logs kept in {report.log_dir}"] if report.log_dir else []),
+    ]
     if notes:
         ET.SubElement(suite, "system-out").text = _xml_safe("\n".join(notes))
     return suites
@@ -375,6 +398,7 @@ def _junit_properties(report: Report) -> list[tuple[str, str]]:
     props.append(("python_version", platform.python_version()))
     props.append(("ddpcheck_version", __version__))
     props.append(("log_dir", report.log_dir))
+    props.append(("injected", ", ".join(report.injected) or None))
     props += [(f"option.{k}", v) for k, v in report.options.items()]
     return [(name, str(value)) for name, value in props if value is not None]
 

@@ -70,6 +70,9 @@ def render_report(report: Report, console: Console, quiet: bool = False) -> None
     else:
         for check in report.failing():
             say(console, f"{check.status.value} {check.name}: {check.detail}", STATUS_STYLE[check.status])
+    injected = report.injected_line()
+    if injected:  # quiet or not: a planted fault must never read as a hardware one
+        say(console, injected, "bold yellow")
     console.print(verdict_line(report), soft_wrap=True)
     if report.log_dir:
         say(console, f"rank logs kept in {report.log_dir}", "dim")
@@ -141,14 +144,25 @@ def _checks_table(report: Report) -> RichTable:
 
 def _render_tails(table: Table, console: Console) -> None:
     for row in table.rows:
-        title = (
-            f"rank {row['rank']}"
-            + (f" on {row['host']}" if row.get("host") else "")
-            + ": last lines of stderr"
-        )
-        console.print(
-            Panel(Text(row["stderr_tail"]), title=Text(title), title_align="left", border_style="red")
-        )
+        where = f"rank {row['rank']}" + (f" on {row['host']}" if row.get("host") else "")
+        if row.get("stderr_tail"):
+            console.print(
+                Panel(
+                    Text(row["stderr_tail"]),
+                    title=Text(f"{where}: last lines of stderr"),
+                    title_align="left",
+                    border_style="red",
+                )
+            )
+        if row.get("stack"):
+            console.print(
+                Panel(
+                    Text(str(row["stack"])),
+                    title=Text(f"{where}: Python stack (py-spy, before the kill)"),
+                    title_align="left",
+                    border_style="red",
+                )
+            )
 
 
 def render_bandwidth_chart(

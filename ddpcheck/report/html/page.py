@@ -32,6 +32,7 @@ svg.chart { width: 100%; max-width: 900px; height: auto; display: block; }
 svg.chart g[id^="link-"] > path { pointer-events: all; }
 pre { background: #f6f6f6; padding: .6em; overflow-x: auto; font-size: 12px; }
 .wide { overflow-x: auto; } .meta { color: #555; } ul.findings li { color: #c5221f; }
+p.injected { background: #fff4ce; border: 1px solid #e0b000; padding: .5em .7em; font-weight: bold; }
 """
 POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -103,8 +104,13 @@ def _tables(report: Report) -> str:
         if table.name == "stderr":
             for row in table.rows:
                 where = f" on {row['host']}" if row.get("host") else ""
-                parts.append(f"<h2>rank {_e(row.get('rank'))}{_e(where)}: last lines of stderr</h2>")
-                parts.append(f"<pre>{_e(row.get('stderr_tail', ''))}</pre>")
+                who = f"rank {_e(row.get('rank'))}{_e(where)}"
+                if row.get("stderr_tail"):
+                    parts.append(f"<h2>{who}: last lines of stderr</h2>")
+                    parts.append(f"<pre>{_e(row.get('stderr_tail', ''))}</pre>")
+                if row.get("stack"):
+                    parts.append(f"<h2>{who}: Python stack (py-spy, before the kill)</h2>")
+                    parts.append(f"<pre>{_e(row.get('stack'))}</pre>")
         elif table.columns:  # as on the terminal: a table without columns is for the JSON only
             parts.append(f'<h2 id="table-{_e(table.name)}">{_e(table.title)}</h2>{table_html(table)}')
     return "".join(parts)
@@ -139,6 +145,7 @@ def assemble(report: Report, verdict: str, charts: list[Chart]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(verdict)}</title><style>{CSS}</style></head><body>"
         f'<h1 id="verdict" class="{report.verdict.value}">{_e(verdict)}</h1>'
+        + (f'<p id="injected" class="injected">{_e(report.injected_line())}</p>' if report.injected else "")
         + _meta(report)
         + _checks(report)
         + "".join(_chart(c) for c in charts)
