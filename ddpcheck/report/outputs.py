@@ -17,16 +17,21 @@ class OutputOptions:
     """--json, --junit, --html and --quiet."""
 
     json_path: str | None = option(
-        None, flags=("--json",), help="Write the JSON report here ('-' = stdout).", panel=OUTPUT
+        None,
+        flags=("--json",),
+        help="Write the JSON report here ('-' = stdout).",
+        panel=OUTPUT,
+        metavar="PATH",
     )
     junit_path: str | None = option(
-        None, flags=("--junit",), help="Write a JUnit XML report here.", panel=OUTPUT
+        None, flags=("--junit",), help="Write a JUnit XML report here.", panel=OUTPUT, metavar="PATH"
     )
     html_path: str | None = option(
         None,
         flags=("--html",),
         help="Write the report as one self-contained HTML page with charts (needs ddpcheck[html]).",
         panel=OUTPUT,
+        metavar="PATH",
     )
     quiet: bool = option(
         False, flags=("--quiet", "-q"), help="Print only the verdict and failures.", panel=OUTPUT

@@ -24,16 +24,19 @@ class SweepOptions:
     min_bytes: int | None = option(
         None,
         name="sizes",
+        metavar="MIN:MAX",
         cli_type=str | None,
         parse=_sizes,
         help="Message sizes MIN:MAX in bytes (K/M/G suffixes), doubling. Default 1K:4M on CPU, 1M:1G on GPU.",
     )
     max_bytes: int | None = None  # set with min_bytes by --sizes
-    dtype: str = option("float32", help="float32, float16, bfloat16, float64 or int32.", choices=DTYPES)
+    dtype: str = option(
+        "float32", help="float32, float16, bfloat16, float64 or int32.", choices=DTYPES, metavar="NAME"
+    )
     iters: int | None = option(None, help="Timed iterations per size (default 10 on CPU, 20 on GPU).")
     warmup: int | None = option(None, help="Untimed iterations per size (default 2 on CPU, 5 on GPU).")
     min_busbw: float | None = option(
-        None, help="FAIL when a collective's peak bus bandwidth (GB/s) is below this."
+        None, help="FAIL when a collective's peak bus bandwidth (GB/s) is below this.", metavar="GBPS"
     )
 
     def validate(self) -> None:
