@@ -230,7 +230,11 @@ def run_ranked(
             for note in plan.notes:
                 render.say(console, note, "dim")
         try:
-            with render.LaunchProgress(console, enabled=not output.quiet) as progress:
+            # On stderr: `ddpcheck allreduce | tee log` still shows it; the report goes down the pipe.
+            progress_console = render.make_console(stderr=True)
+            with render.LaunchProgress(
+                progress_console, enabled=not output.quiet, ranks=plan.nproc
+            ) as progress:
                 report = launch.launch(command.name, options_to_dict(options), faults, plan, progress.update)
         except KeyboardInterrupt:
             print("ddpcheck: interrupted; every rank was stopped", file=sys.stderr)
@@ -248,8 +252,9 @@ def _console(output: OutputOptions) -> Console:
 def finish(report: Report, console: Console, output: OutputOptions) -> None:
     from ddpcheck.report import terminal as render
 
-    render.render_report(report, console, quiet=output.quiet)
-    output.write(report)
+    # The files first, so that the verdict line, last of all, comes after the lines saying where they went.
+    wrote = output.write(report)
+    render.render_report(report, console, quiet=output.quiet, wrote=wrote)
     raise typer.Exit(report.verdict.exit_code)
 
 

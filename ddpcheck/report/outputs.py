@@ -59,16 +59,26 @@ class OutputOptions:
         """A report on stdout moves the terminal report to stderr."""
         return self.json_path == "-" or self.junit_path == "-"
 
-    def write(self, report: Report) -> None:
-        """The report's files, each written whole."""
+    def write(self, report: Report) -> list[str]:
+        """The report's files, each written whole; one line for each file, saying where."""
+        wrote = []
         if self.json_path:
             write_json(report, self.json_path)
+            wrote.append(_wrote("JSON report", self.json_path))
         if self.junit_path:
             write_junit(report, self.junit_path)
+            wrote.append(_wrote("JUnit report", self.junit_path))
         if self.html_path:
             from ddpcheck.report.html import write_html
 
             write_html(report, self.html_path)
+            wrote.append(_wrote("HTML page", self.html_path))
+        return [line for line in wrote if line]
+
+
+def _wrote(what: str, path: str) -> str:
+    """'wrote the JSON report to r.json'; nothing for '-' (stdout holds it, and only it)."""
+    return "" if path == "-" else f"wrote the {what} to {path}"
 
 
 def check_writable(path: str | None, flag: str) -> None:
