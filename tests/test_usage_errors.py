@@ -26,6 +26,7 @@ BAD_INVOCATIONS = {
     "min above max": ["--sizes", "4M:1K"],
     "three sizes": ["--sizes", "1K:2K:4K"],
     "zero size": ["--sizes", "0:1K"],
+    "step factor of 1": ["--step-factor", "1"],
     "zero iterations": ["--iters", "0"],
     "negative warmup": ["--warmup", "-1"],
     "negative min busbw": ["--min-busbw", "-1"],

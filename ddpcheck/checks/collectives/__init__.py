@@ -31,7 +31,15 @@ class CollectivesOptions(SweepOptions):
         metavar="OP[,OP...]",
         help=f"Comma-separated collectives to run (default all): {', '.join(COLLECTIVES)}.",
     )
-    CLI_ORDER: ClassVar[tuple[str, ...]] = ("ops", "sizes", "dtype", "iters", "warmup", "min_busbw")
+    CLI_ORDER: ClassVar[tuple[str, ...]] = (
+        "ops",
+        "sizes",
+        "step_factor",
+        "dtype",
+        "iters",
+        "warmup",
+        "min_busbw",
+    )
 
     @property
     def min_world_size(self) -> int:
