@@ -7,9 +7,11 @@ torch at module level: `ddpcheck --help` stays instant.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import sys
+import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -76,8 +78,9 @@ def _typer_parameter(parameter: Parameter) -> inspect.Parameter:
         settings["autocompletion"] = _one_of(flag.choices)
     if flag.panel:
         settings["rich_help_panel"] = flag.panel
-    if flag.metavar:
-        settings["metavar"] = flag.metavar
+    metavar = flag.metavar or (None if flag.argument else _metavar(parameter.annotation))
+    if metavar:
+        settings["metavar"] = metavar
     if not flag.show_default:
         settings["show_default"] = False
     declared = typer.Argument(**settings) if flag.argument else typer.Option(*flag.flags, **settings)
@@ -90,12 +93,44 @@ def _typer_parameter(parameter: Parameter) -> inspect.Parameter:
     )
 
 
-def _register(command: Command) -> None:
-    """Declare one command to Typer: its own options, then the shared ones its kind takes."""
+def _metavar(annotation: Any) -> str | None:
+    """What an option's value is called in the help when its declaration names nothing better."""
+    kinds = set(typing.get_args(annotation)) - {type(None)} or {annotation}
+    if kinds <= {int}:
+        return "N"
+    if kinds <= {float}:
+        return "F"
+    if kinds <= {bool}:
+        return None
+    return "TEXT"
+
+
+def _faults_help(command: Command) -> str:
+    """The epilog's paragraph on the --inject kinds this command takes (what each does: rank/faults.py)."""
+    from ddpcheck.rank.faults import DEFAULT_STAGE, KINDS
+    from ddpcheck.rank.stages import HARNESS
+
+    staged = [kind for kind in command.faults if KINDS[kind][0]]
+    lines = [
+        f"--inject kinds (KIND@RANK; {' / '.join(staged)} also KIND@RANK:STAGE,",
+        f"STAGE one of {', '.join(HARNESS)}; default {DEFAULT_STAGE}):",
+    ]
+    width = max(len(kind) for kind in command.faults)
+    lines += [f"  {kind:<{width}}  {KINDS[kind][1]}" for kind in command.faults]
+    return "\b\n" + "\n".join(lines)
+
+
+def _declared(command: Command) -> list[Parameter]:
+    """A command's parameters: its own options, then the shared ones its kind takes."""
     shared: list[type] = [OutputOptions]
     if command.ranked:
         shared = [LaunchOptions, *([BaselineOptions] if command.measures else []), OutputOptions]
-    declared = [p for cls in (command.options, *shared) for p in parameters(cls)]
+    return [p for cls in (command.options, *shared) for p in parameters(cls)]
+
+
+def _register(command: Command) -> None:
+    """Declare one command to Typer: its own options, then the shared ones its kind takes."""
+    declared = _declared(command)
 
     def run(**values: Any) -> None:
         options = build_options(command.options, values)
@@ -109,10 +144,20 @@ def _register(command: Command) -> None:
 
     run.__name__ = command.name.replace("-", "_")
     run.__doc__ = command.help
+    if command.faults:
+        declared = [
+            dataclasses.replace(
+                p, flag=dataclasses.replace(p.flag, help=f"{p.flag.help} Kinds: {', '.join(command.faults)}.")
+            )
+            if p.name == "inject"
+            else p
+            for p in declared
+        ]
     typed = [_typer_parameter(p) for p in declared]
     run.__signature__ = inspect.Signature(typed)  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in typed}
-    app.command(command.name, epilog=command.epilog)(run)
+    epilog = f"{command.epilog}\n\n{_faults_help(command)}" if command.faults else command.epilog
+    app.command(command.name, epilog=epilog)(run)
 
 
 for _command in COMMANDS.values():
@@ -194,7 +239,11 @@ def run_ranked(
             for note in plan.notes:
                 render.say(console, note, "dim")
         try:
-            with render.LaunchProgress(console, enabled=not output.quiet) as progress:
+            # On stderr: `ddpcheck allreduce | tee log` still shows it; the report goes down the pipe.
+            progress_console = render.make_console(stderr=True)
+            with render.LaunchProgress(
+                progress_console, enabled=not output.quiet, ranks=plan.nproc
+            ) as progress:
                 report = launch.launch(command.name, options_to_dict(options), faults, plan, progress.update)
         except KeyboardInterrupt:
             print("ddpcheck: interrupted; every rank was stopped", file=sys.stderr)
@@ -221,8 +270,9 @@ def _console(output: OutputOptions) -> Console:
 def finish(report: Report, console: Console, output: OutputOptions) -> None:
     from ddpcheck.report import terminal as render
 
-    render.render_report(report, console, quiet=output.quiet)
-    output.write(report)
+    # The files first, so that the verdict line, last of all, comes after the lines saying where they went.
+    wrote = output.write(report)
+    render.render_report(report, console, quiet=output.quiet, wrote=wrote)
     raise typer.Exit(report.verdict.exit_code)
 
 
@@ -238,9 +288,14 @@ def main() -> None:
         print("ddpcheck: interrupted; every rank was stopped", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            # Bare `ddpcheck`: the whole help, as readable as `--help` (Typer's convention for
+            # no_args_is_help: on stderr, exit 2; help that was asked for is stdout and exit 0).
+            print(exc.format_message(), file=sys.stderr)  # type: ignore[attr-defined]
+            sys.exit(EXIT_USAGE)
         # Typer's bundled Click raises its own usage errors; they carry exit_code 2.
         if getattr(exc, "exit_code", None) == EXIT_USAGE and hasattr(exc, "format_message"):
-            _usage_exit(exc.format_message())
+            _usage_exit(_misplaced_option(exc, sys.argv[1:]) or exc.format_message())
         if os.environ.get("DDPCHECK_DEBUG"):
             raise
         # A bug in ddpcheck itself: the check could not complete. One line, and how to see more.
@@ -259,6 +314,25 @@ def main() -> None:
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+def _misplaced_option(exc: Exception, args: list[str]) -> str | None:
+    """`ddpcheck --nproc 2 allreduce`: a command's option given before the command, and where it goes."""
+    name = getattr(exc, "option_name", None)
+    ctx = getattr(exc, "ctx", None)
+    if not name or ctx is None or ctx.parent is not None:  # not the root's "no such option"
+        return None
+    takers = [
+        c.name
+        for c in COMMANDS.values()
+        if any(name == f"--{p.name.replace('_', '-')}" or name in p.flag.flags for p in _declared(c))
+    ]
+    if not takers:
+        return None
+    at = next((i for i, arg in enumerate(args) if arg in COMMANDS), None)
+    command = args[at] if at is not None else (takers[0] if len(takers) == 1 else "COMMAND")
+    rest = args[:at] + args[at + 1 :] if at is not None else args
+    return f"{name} is an option of the commands, not of ddpcheck itself: ddpcheck {command} {' '.join(rest)}"
 
 
 def _usage_exit(message: str) -> None:

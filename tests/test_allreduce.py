@@ -70,6 +70,8 @@ def test_sweep_sizes_double_and_round_to_whole_elements() -> None:
     assert sweep_sizes(1024, 8192, "float32") == [1024, 2048, 4096, 8192]
     assert sweep_sizes(3, 12, "float64") == [8]  # 3 and 6 round to one element, 12 to one too
     assert sweep_sizes(1000, 1000, "float32") == [1000]
+    assert sweep_sizes(1024, 65536, "float32", 4) == [1024, 4096, 16384, 65536]  # --step-factor 4
+    assert sweep_sizes(4, 16, "float32", 1.5) == [4, 8, 12]  # 4, 6, 9, 13 in whole elements; 19 > 16
 
 
 def test_bus_factor_follows_nccl_tests() -> None:
@@ -226,6 +228,13 @@ def test_min_busbw_fails_a_real_run(ddpcheck, scratch) -> None:
     assert run.code == 1
     assert run.check("bandwidth")["status"] == "FAIL"
     assert "below --min-busbw" in run.check("bandwidth")["detail"]
+
+
+def test_step_factor_spaces_a_real_sweep(ddpcheck, scratch) -> None:
+    run = ddpcheck("allreduce", "--nproc", "2", "--sizes", "1K:64K", "--step-factor", "4", "--iters", "1")
+    assert run.code == 0, run.stdout + run.stderr
+    assert [row["size"] for row in run.report["tables"]["bandwidth"]] == ["1K", "4K", "16K", "64K"]
+    assert run.report["options"]["step_factor"] == 4
 
 
 def test_default_run_says_it_uses_cpu_ranks(ddpcheck, scratch) -> None:

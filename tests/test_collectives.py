@@ -325,7 +325,7 @@ def test_a_subset_and_a_bandwidth_floor(ddpcheck, scratch) -> None:
     [
         (
             ["--ops", "all_gather,allgather"],
-            "unknown collective 'allgather' in --ops: choose from all_reduce",
+            "unknown collective 'allgather' in --ops: did you mean all_gather? choose from all_reduce",
         ),
         (["--ops", ","], "--ops is empty"),
         (["--ops", "sendrecv,sendrecv"], "names a collective twice"),

@@ -166,3 +166,50 @@ def test_readme_has_the_setup_commands_verbatim(command: str) -> None:
 def test_no_page_points_outside_the_project(page: Path) -> None:
     text = page.read_text(encoding="utf-8")
     assert not [word for word in FORBIDDEN if word in text]
+
+
+def _usage_block() -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index("```\n", text.index("## Launching")) + 4
+    return text[start : text.index("```", start)]
+
+
+def test_the_readme_usage_block_lists_every_command_and_option() -> None:
+    """Every command has its lines, with its own options; the shared ones are in LAUNCH, SPEED, OUTPUT."""
+    from ddpcheck.command import parameters
+    from ddpcheck.commands import COMMANDS
+    from ddpcheck.launcher.options import LaunchOptions
+    from ddpcheck.report.compare import BaselineOptions
+    from ddpcheck.report.outputs import OutputOptions
+
+    def spelling(p) -> str:
+        return p.flag.flags[0] if p.flag.flags else f"--{p.name.replace('_', '-')}"
+
+    block = _usage_block()
+    # A command's lines: its own, and the indented continuations that follow it.
+    lines: dict[str, str] = {}
+    current = None
+    for line in block.splitlines():
+        if line.startswith("ddpcheck "):
+            current = line.split()[1]
+            lines[current] = line
+        elif current and line.startswith("   "):
+            lines[current] += line
+        else:
+            current = None
+    assert set(lines) == set(COMMANDS)
+    for name, command in COMMANDS.items():
+        for p in parameters(command.options):
+            shown = p.flag.metavar if p.flag.argument else spelling(p)
+            assert re.search(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", lines[name]), (name, shown)
+        groups = {"OUTPUT": OutputOptions}
+        if command.ranked:
+            groups["LAUNCH"] = LaunchOptions
+            if command.measures:
+                groups["SPEED"] = BaselineOptions
+        for group, options in groups.items():
+            assert f"[{group}]" in lines[name], (name, group)
+            section = next(line for line in block.splitlines() if line.startswith(f"{group}:"))
+            following = block[block.index(section) :]
+            for p in parameters(options):
+                assert spelling(p) in following, (group, spelling(p))

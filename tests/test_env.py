@@ -591,6 +591,8 @@ def test_agreeing_hosts_pass_and_a_missing_fingerprint_differs() -> None:
     ids = identities(["a", "b", "c"], 2)
     agree = agreement.judge_agreement([fingerprint()] * 6, ids)
     assert agree.status == Status.PASS and "3 hosts agree" in agree.detail and "NCCL 2.21.5" in agree.detail
+    one = agreement.judge_agreement([fingerprint()] * 2, identities(["a"], 2))
+    assert one.status == Status.PASS and one.detail.startswith("1 host agrees: ")
     fps: list[dict[str, Any] | None] = [fingerprint()] * 6
     fps[5] = None
     assert agreement.judge_agreement(fps, ids).ranks == [5]

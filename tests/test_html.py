@@ -172,3 +172,15 @@ def test_a_crash_report_escapes_what_ranks_wrote() -> None:
     assert '<h1 id="verdict" class="error">ERROR' in page
     assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 2  # the check, the tail
     assert "rank 1 on vm: last lines of stderr" in page and "rank logs kept in /tmp/ddpcheck-run" in page
+
+
+def test_options_are_shown_as_the_command_line_writes_them() -> None:
+    from ddpcheck.report.html.page import _meta
+    from ddpcheck.report.model import Report
+
+    report = Report(
+        "collectives", [], options={"ops": ["all_reduce", "all_gather"], "min_busbw": None, "iters": 2}
+    )
+    meta = _meta(report)
+    assert "options: ops=all_reduce,all_gather, iters=2" in meta
+    assert "None" not in meta and "[" not in meta

@@ -275,3 +275,97 @@ def test_a_terminal_shows_the_sweep_progress_driven_by_the_launcher(scratch: Pat
     sizes = 14  # 1K, 2K, ... 8M
     assert f"/{sizes}" in output  # the progress bar's "done/total" column
     assert "rank 0: " in output  # its description: what rank 0 is doing
+
+
+# ------------------------------------------------------------ the verdict line last; the progress on stderr
+def test_the_progress_counts_the_planned_ranks(terminal: FakeTerminal) -> None:
+    with render.LaunchProgress(console_on(terminal), enabled=True, ranks=4) as progress:
+        progress._progress.refresh()
+        assert "starting ranks" in terminal.getvalue() and "0/4" in terminal.getvalue()
+        progress.update({"stage": "join", "ranks_started": 3})
+        progress._progress.refresh()
+        assert "rank 0: join" in terminal.getvalue() and "3/4 ranks started" in terminal.getvalue()
+        progress.update({"stage": "measure", "progress": {"label": "4K", "done": 2, "total": 3}})
+        progress._progress.refresh()
+        assert "rank 0: 4K" in terminal.getvalue() and "2/3" in terminal.getvalue()
+    assert "None" not in terminal.getvalue()
+
+
+def test_the_progress_is_drawn_on_stderr_when_stdout_is_a_pipe(scratch: Path) -> None:
+    """`ddpcheck allreduce | tee log`: the display stays on the terminal, the pipe gets plain text."""
+    import fcntl
+    import termios
+
+    controller, terminal = os.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    args = ("allreduce", "--nproc", "2", "--sizes", "1K:8M", "--iters", "60")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpcheck", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=terminal,
+        env=clean_env(scratch),
+        start_new_session=True,
+    )
+    os.close(terminal)
+    chunks = []
+    try:
+        while True:
+            ready, _, _ = select.select([controller], [], [], 1.0)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        stdout = proc.communicate(timeout=240)[0].decode()
+    finally:
+        os.close(controller)
+    shown = b"".join(chunks).decode("utf-8", "replace")
+    assert proc.returncode == 0, stdout + shown
+    assert "rank 0: " in shown and "/14" in shown  # the sweep's 14 sizes, on the terminal
+    assert ESC not in stdout and lines_of(stdout)[-1].startswith("PASS  ddpcheck allreduce")
+
+
+def test_the_verdict_is_the_last_line_after_the_kept_logs_and_the_files(
+    terminal: FakeTerminal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    report = sample_report(wrong=3)
+    report.log_dir = "/tmp/ddpcheck-x"
+    render.render_report(report, console_on(terminal), wrote=["wrote the JSON report to r.json"])
+    *_, wrote, kept, verdict = lines_of(terminal.getvalue())
+    assert (wrote, kept) == ("wrote the JSON report to r.json", "rank logs kept in /tmp/ddpcheck-x")
+    assert verdict.startswith("FAIL  ddpcheck allreduce")
+
+
+def test_the_counts_come_in_one_order() -> None:
+    statuses = [Status.SKIP, Status.WARN, Status.FAIL, Status.ERROR, Status.PASS, Status.PASS]
+    report = Report("allreduce", [Check(f"c{i}", s, "") for i, s in enumerate(statuses)])
+    assert ": 2 pass, 1 fail, 1 warn, 1 error, 1 skip in " in render.verdict_line(report).plain
+
+
+def test_all_of_counts_right() -> None:
+    from ddpcheck.report.model import all_of
+
+    assert [all_of(n, "rank") for n in (1, 2, 3)] == ["the one rank", "both ranks", "all 3 ranks"]
+
+
+def test_written_files_are_announced_and_json_on_stdout_stays_pure(scratch: Path, tmp_path: Path) -> None:
+    report, junit = tmp_path / "r.json", tmp_path / "r.xml"
+    proc = run_piped((*SMALL, "--json", str(report), "--junit", str(junit)), clean_env(scratch))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    *_, wrote_json, wrote_junit, verdict = lines_of(proc.stdout)
+    assert (
+        wrote_json == f"wrote the JSON report to {report}"
+        and wrote_junit == f"wrote the JUnit report to {junit}"
+    )
+    assert verdict.startswith("PASS  ddpcheck allreduce")
+    proc = run_piped((*SMALL, "--json", "-"), clean_env(scratch))
+    assert json.loads(proc.stdout)["command"] == "allreduce"
+    assert lines_of(proc.stderr)[-1].startswith("PASS  ddpcheck allreduce") and "wrote" not in proc.stderr

@@ -8,7 +8,7 @@ import pytest
 
 from ddpcheck.errors import UsageError
 from ddpcheck.launcher.options import parse_endpoint
-from ddpcheck.rank.faults import Fault, parse_fault
+from ddpcheck.rank.faults import Fault, parse_fault, parse_faults
 from ddpcheck.report.units import parse_size, parse_sizes
 from tests.conftest import assert_usage_error
 
@@ -26,6 +26,7 @@ BAD_INVOCATIONS = {
     "min above max": ["--sizes", "4M:1K"],
     "three sizes": ["--sizes", "1K:2K:4K"],
     "zero size": ["--sizes", "0:1K"],
+    "step factor of 1": ["--step-factor", "1"],
     "zero iterations": ["--iters", "0"],
     "negative warmup": ["--warmup", "-1"],
     "negative min busbw": ["--min-busbw", "-1"],
@@ -146,3 +147,58 @@ def test_parse_fault() -> None:
             parse_fault(bad, "allreduce")
     with pytest.raises(UsageError):
         parse_fault("crash@4", "allreduce", world_size=4)
+
+
+def test_parse_faults_takes_comma_lists_and_repeats() -> None:
+    assert parse_faults(["hang@1,slow@2", "crash@0:join"], "train") == [
+        Fault("hang", 1),
+        Fault("slow", 2),
+        Fault("crash", 0, "join"),
+    ]
+    with pytest.raises(UsageError, match="unknown --inject fault ''"):
+        parse_faults(["hang@1,"], "train")
+    with pytest.raises(UsageError, match="applies to"):
+        parse_faults(["hang@1,corrupt@0"], "train")
+
+
+# ------------------------------------------------------------------ first contact
+def test_bare_ddpcheck_prints_readable_help(ddpcheck) -> None:
+    """No arguments: the whole help, one option a line as with --help (Typer: stderr, exit 2)."""
+    run = ddpcheck()
+    assert run.code == 2 and run.stdout == ""
+    helped = ddpcheck("--help")
+    assert run.stderr.strip() == helped.stdout.strip()
+    assert "ddpcheck: error" not in run.stderr and len(run.stderr.splitlines()) > 10
+
+
+def test_option_before_the_command_says_where_it_goes(ddpcheck, scratch) -> None:
+    run = ddpcheck("--nproc", "2", "allreduce")
+    assert_usage_error(run, scratch)
+    assert run.stderr.strip().endswith(
+        "--nproc is an option of the commands, not of ddpcheck itself: ddpcheck allreduce --nproc 2"
+    ), run.stderr
+    run = ddpcheck("--frobnicate", "allreduce")  # an option of no command: Click's own answer
+    assert_usage_error(run, scratch)
+    assert "No such option: --frobnicate" in run.stderr
+
+
+def test_unknown_collective_suggests_the_close_one(ddpcheck, scratch) -> None:
+    run = ddpcheck("collectives", "--ops", "allreduce")
+    assert_usage_error(run, scratch)
+    assert "did you mean all_reduce?" in run.stderr
+
+
+def test_help_names_values_and_inject_kinds(ddpcheck) -> None:
+    """Readable metavars, no Python types; each command lists the --inject kinds it takes."""
+    from ddpcheck.commands import COMMANDS
+    from ddpcheck.rank.faults import KINDS
+
+    for name, command in COMMANDS.items():
+        text = ddpcheck(name, "--help").stdout
+        assert "<str>" not in text.replace("REPORT.json <str>", "").replace(".json <str>", "")
+        assert "<int>" not in text and "<float>" not in text and "list[" not in text, name
+        for kind in command.faults:
+            assert f"    {kind}" in text and KINDS[kind][1] in " ".join(text.split()), (name, kind)
+    text = ddpcheck("allreduce", "--help").stdout
+    for shown in ("--sizes MIN:MAX", "--inject KIND@RANK[:STAGE]", "--json PATH", "--timeout SECONDS"):
+        assert shown in text

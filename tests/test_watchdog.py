@@ -271,6 +271,7 @@ def test_rank_0_drives_the_progress_display_and_statuses_are_published_annotated
     time.sleep(0.7)
     dog.stop()
     assert shown and all(s["rank"] == 0 and s["progress"]["done"] == 2 for s in shown)
+    assert all(s["ranks_started"] == 2 for s in shown)  # the display counts the ranks started
     assert presence.published and all(sorted(p) == [0, 1] for p in presence.published)
     assert all("proc_state" in s and "heartbeat_age_s" in s for p in presence.published for s in p.values())
     assert dog.stall is None and dog.gave_up_at is None

@@ -15,7 +15,7 @@ def hidden_option(default: int) -> int:
 
 
 def bucket_option() -> float:
-    return option(25.0, help="DDP's gradient bucket size in MiB.")  # DDP's own default
+    return option(25.0, help="DDP's gradient bucket size in MiB.", metavar="MIB")  # DDP's own default
 
 
 def check_model_size(hidden: int, batch: int, steps: int) -> None:

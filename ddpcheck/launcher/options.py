@@ -27,16 +27,19 @@ class LaunchOptions:
         help="Ranks of any kind on this node (CPU ranks over gloo when GPUs are too few).",
         panel=LAUNCH,
     )
-    backend: str = option("auto", help="auto, nccl or gloo.", choices=BACKENDS, panel=LAUNCH)
+    backend: str = option("auto", help="auto, nccl or gloo.", choices=BACKENDS, panel=LAUNCH, metavar="NAME")
     nnodes: int = option(1, help="Nodes taking part (the same command runs on each).", panel=LAUNCH)
     node_rank: int = option(0, help="This node's rank, 0..nnodes-1.", panel=LAUNCH)
     rdzv_endpoint: str | None = option(
-        None, help="HOST:PORT of the c10d rendezvous, as torchrun.", panel=LAUNCH
+        None, help="HOST:PORT of the c10d rendezvous, as torchrun.", panel=LAUNCH, metavar="HOST:PORT"
     )
-    timeout: float = option(60.0, help="Seconds any wait may last; a hang becomes a finding.", panel=LAUNCH)
+    timeout: float = option(
+        60.0, help="Seconds any wait may last; a hang becomes a finding.", panel=LAUNCH, metavar="SECONDS"
+    )
     inject: list[str] = option(
         default_factory=list,
-        help="Inject a fault to prove the check catches it: KIND@RANK[:STAGE], repeatable.",
+        help="Inject a fault to prove the check catches it; repeatable, or comma-separated (crash@0,hang@1).",
+        metavar="KIND@RANK[:STAGE]",
         cli_type=list[str] | None,
         panel=LAUNCH,
     )

@@ -75,7 +75,8 @@ class Watchdog(threading.Thread):
             if seen != last_seen:
                 last_seen, last_change = seen, now
             if self.on_progress and 0 in statuses:
-                self.on_progress(statuses[0])
+                # Rank 0's status, and how many of this node's ranks have started (a status file each).
+                self.on_progress({**statuses[0], "ranks_started": len(statuses)})
             if now - last_publish > PUBLISH_EVERY_S:
                 last_publish = now
                 self._publish(statuses)

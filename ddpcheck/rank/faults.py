@@ -1,6 +1,6 @@
 """`--inject` faults: deliberate breakage that proves the checker catches what it claims.
 
-Every fault lives here. A spec is KIND@RANK or KIND@RANK:STAGE. Parsing is
+Every fault lives here. A spec is KIND@RANK or KIND@RANK:STAGE (several: a comma list). Parsing is
 torch-free (the CLI rejects a bad spec before spawning anything); the actions
 run inside the ranks.
 """
@@ -83,8 +83,11 @@ def parse_fault(spec: str, command: str, world_size: int | None = None) -> Fault
 
 
 def parse_faults(specs: list[str], command: str) -> list[Fault]:
-    """Every --inject of a command, parsed once (before the world size is known)."""
-    return [parse_fault(s, command) for s in specs]
+    """Every --inject of a command, parsed once (before the world size is known).
+
+    Each --inject may be a comma list: `--inject hang@1,slow@2` is `--inject hang@1 --inject slow@2`.
+    """
+    return [parse_fault(one, command) for spec in specs for one in spec.split(",")]
 
 
 def check_ranks(faults: list[Fault], world_size: int) -> None:

@@ -35,6 +35,7 @@ class BaselineOptions:
         None,
         name="baseline",
         flags=("--baseline",),
+        metavar="PATH",
         help="A JSON report of a known-good run (saved with --json): FAIL when a figure is worse than it.",
         panel=BASELINE,
     )

@@ -278,6 +278,13 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+def all_of(n: int, noun: str) -> str:
+    """'the one rank', 'both ranks', 'all 4 ranks'."""
+    if n == 1:
+        return f"the one {noun}"
+    return f"both {noun}s" if n == 2 else f"all {n} {noun}s"
+
+
 def _finite(value: Any) -> Any:
     """NaN and infinities as strings: JSON has no such numbers, and strict parsers (jq) reject them.
 

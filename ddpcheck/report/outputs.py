@@ -17,16 +17,21 @@ class OutputOptions:
     """--json, --junit, --html and --quiet."""
 
     json_path: str | None = option(
-        None, flags=("--json",), help="Write the JSON report here ('-' = stdout).", panel=OUTPUT
+        None,
+        flags=("--json",),
+        help="Write the JSON report here ('-' = stdout).",
+        panel=OUTPUT,
+        metavar="PATH",
     )
     junit_path: str | None = option(
-        None, flags=("--junit",), help="Write a JUnit XML report here.", panel=OUTPUT
+        None, flags=("--junit",), help="Write a JUnit XML report here.", panel=OUTPUT, metavar="PATH"
     )
     html_path: str | None = option(
         None,
         flags=("--html",),
         help="Write the report as one self-contained HTML page with charts (needs ddpcheck[html]).",
         panel=OUTPUT,
+        metavar="PATH",
     )
     quiet: bool = option(
         False, flags=("--quiet", "-q"), help="Print only the verdict and failures.", panel=OUTPUT
@@ -54,16 +59,26 @@ class OutputOptions:
         """A report on stdout moves the terminal report to stderr."""
         return self.json_path == "-" or self.junit_path == "-"
 
-    def write(self, report: Report) -> None:
-        """The report's files, each written whole."""
+    def write(self, report: Report) -> list[str]:
+        """The report's files, each written whole; one line for each file, saying where."""
+        wrote = []
         if self.json_path:
             write_json(report, self.json_path)
+            wrote.append(_wrote("JSON report", self.json_path))
         if self.junit_path:
             write_junit(report, self.junit_path)
+            wrote.append(_wrote("JUnit report", self.junit_path))
         if self.html_path:
             from ddpcheck.report.html import write_html
 
             write_html(report, self.html_path)
+            wrote.append(_wrote("HTML page", self.html_path))
+        return [line for line in wrote if line]
+
+
+def _wrote(what: str, path: str) -> str:
+    """'wrote the JSON report to r.json'; nothing for '-' (stdout holds it, and only it)."""
+    return "" if path == "-" else f"wrote the {what} to {path}"
 
 
 def check_writable(path: str | None, flag: str) -> None:

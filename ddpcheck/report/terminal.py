@@ -23,6 +23,8 @@ STATUS_STYLE = {
     Status.ERROR: "bold magenta",
     Status.SKIP: "dim",
 }
+# The verdict line's counts, always in this order: "2 pass, 1 fail, 1 warn, 1 skip".
+COUNT_ORDER = (Status.PASS, Status.FAIL, Status.WARN, Status.ERROR, Status.SKIP)
 VERDICT_STYLE = {Verdict.PASS: "bold green", Verdict.FAIL: "bold red", Verdict.ERROR: "bold magenta"}
 CELL_STYLE = {"PASS": "green", "FAIL": "red", "WARN": "yellow", "ERROR": "magenta"}
 
@@ -46,7 +48,10 @@ def say(console: Console, message: str, style: str = "") -> None:
     console.print(Text(message, style=style), soft_wrap=True)
 
 
-def render_report(report: Report, console: Console, quiet: bool = False) -> None:
+def render_report(
+    report: Report, console: Console, quiet: bool = False, wrote: list[str] | None = None
+) -> None:
+    """The whole report; the verdict line always last (`tail -1`), after what was written where."""
     if report.world.get("report_on"):
         # Not the node of rank 0: one line, the whole report is printed there.
         (check,) = report.checks
@@ -70,12 +75,15 @@ def render_report(report: Report, console: Console, quiet: bool = False) -> None
     else:
         for check in report.failing():
             say(console, f"{check.status.value} {check.name}: {check.detail}", STATUS_STYLE[check.status])
+    if not quiet:
+        for line in wrote or ():
+            say(console, line, "dim")
+    if report.log_dir:
+        say(console, f"rank logs kept in {report.log_dir}", "dim")
     injected = report.injected_line()
     if injected:  # quiet or not: a planted fault must never read as a hardware one
         say(console, injected, "bold yellow")
     console.print(verdict_line(report), soft_wrap=True)
-    if report.log_dir:
-        say(console, f"rank logs kept in {report.log_dir}", "dim")
 
 
 def verdict_line(report: Report) -> Text:
@@ -84,10 +92,11 @@ def verdict_line(report: Report) -> Text:
     where = ""
     if world.get("size"):
         where = f" ({counted(world['size'], 'rank')}, {world.get('backend')}, {world.get('device')})"
-    counts: dict[Status, int] = {}
-    for check in report.checks:
-        counts[check.status] = counts.get(check.status, 0) + 1
-    summary = ", ".join(f"{n} {s.value.lower()}" for s, n in counts.items())
+    summary = ", ".join(
+        f"{n} {status.value.lower()}"
+        for status in COUNT_ORDER
+        if (n := sum(check.status is status for check in report.checks))
+    )
     text = Text()
     text.append(verdict.value.upper(), style=VERDICT_STYLE[verdict])
     text.append(f"  ddpcheck {report.command}{where}: {summary} in {report.elapsed_s:.1f} s")
@@ -285,9 +294,13 @@ CHARTS = {
 
 
 class LaunchProgress:
-    """The launcher's live view of rank 0's stage and the sweep's progress."""
+    """The launcher's live view of the ranks starting, rank 0's stage and the sweep's progress.
 
-    def __init__(self, console: Console, enabled: bool) -> None:
+    Drawn on its own console, stderr in the CLI: `ddpcheck allreduce | tee log` keeps it on the
+    terminal while the report goes through the pipe.
+    """
+
+    def __init__(self, console: Console, enabled: bool, ranks: int | None = None) -> None:
         # A live display redraws with cursor escapes: only on a real terminal that allows
         # styles (not a pipe, even with FORCE_COLOR; not TERM=dumb; not NO_COLOR).
         isatty = getattr(console.file, "isatty", None)
@@ -297,10 +310,11 @@ class LaunchProgress:
             and console.color_system is not None
             and bool(isatty and isatty())
         )
+        self.ranks = ranks  # this node's planned ranks
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
+            TextColumn("{task.fields[count]}"),
             TimeElapsedColumn(),
             console=console,
             transient=True,
@@ -310,12 +324,17 @@ class LaunchProgress:
     def __enter__(self) -> LaunchProgress:
         if self.enabled:
             self._progress.start()
-            self._task = self._progress.add_task("starting ranks", total=None)
+            self._task = self._progress.add_task(
+                "starting ranks", total=self.ranks, count=self._ranks_count(0)
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.enabled:
             self._progress.stop()
+
+    def _ranks_count(self, started: int) -> str:
+        return f"{started}/{self.ranks}" if self.ranks else ""
 
     def update(self, status: dict[str, Any]) -> None:
         if not self.enabled:
@@ -327,6 +346,14 @@ class LaunchProgress:
                 description=f"rank 0: {progress['label']}",
                 completed=progress["done"],
                 total=progress["total"],
+                count=f"{progress['done']}/{progress['total']}",
             )
         else:
-            self._progress.update(self._task, description=f"rank 0: {status.get('stage')}")
+            started = status.get("ranks_started", 0)
+            self._progress.update(
+                self._task,
+                description=f"rank 0: {status.get('stage')}",
+                completed=started,
+                total=self.ranks,
+                count=f"{self._ranks_count(started)} ranks started" if self.ranks else "",
+            )

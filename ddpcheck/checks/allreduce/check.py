@@ -36,7 +36,7 @@ ALL_REDUCE = OPS["all_reduce"]
 def measure(ctx: RankContext, opts: AllreduceOptions) -> dict[str, Any]:
     ctx.stage("measure: classic all_reduce of ones * rank")
     classic = _classic(ctx)
-    sizes = sweep_sizes(opts.min_bytes, opts.max_bytes, opts.dtype)
+    sizes = sweep_sizes(opts.min_bytes, opts.max_bytes, opts.dtype, opts.step_factor)
     swept = harness.measure_op(ctx, ALL_REDUCE, sizes, opts.dtype, opts.warmup, opts.iters)
     if not swept["culprits"] and not swept["unlocalised"]:
         # The sweep was right everywhere; a wrong classic sum alone still needs its culprit.

@@ -10,6 +10,7 @@ from ddpcheck.errors import UsageError
 from ddpcheck.report.units import parse_sizes
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32")
+MAX_STEP_FACTOR = 1024.0
 
 
 def _sizes(text: str) -> dict[str, int]:
@@ -24,16 +25,23 @@ class SweepOptions:
     min_bytes: int | None = option(
         None,
         name="sizes",
+        metavar="MIN:MAX",
         cli_type=str | None,
         parse=_sizes,
-        help="Message sizes MIN:MAX in bytes (K/M/G suffixes), doubling. Default 1K:4M on CPU, 1M:1G on GPU.",
+        help="Message sizes MIN:MAX, or one size, in bytes (K/M/G suffixes). "
+        "Default 1K:4M on CPU, 1M:1G on GPU.",
     )
     max_bytes: int | None = None  # set with min_bytes by --sizes
-    dtype: str = option("float32", help="float32, float16, bfloat16, float64 or int32.", choices=DTYPES)
+    step_factor: float = option(
+        2.0, metavar="F", help="Each size of the sweep is F times the last (nccl-tests' -f)."
+    )
+    dtype: str = option(
+        "float32", help="float32, float16, bfloat16, float64 or int32.", choices=DTYPES, metavar="NAME"
+    )
     iters: int | None = option(None, help="Timed iterations per size (default 10 on CPU, 20 on GPU).")
     warmup: int | None = option(None, help="Untimed iterations per size (default 2 on CPU, 5 on GPU).")
     min_busbw: float | None = option(
-        None, help="FAIL when a collective's peak bus bandwidth (GB/s) is below this."
+        None, help="FAIL when a collective's peak bus bandwidth (GB/s) is below this.", metavar="GBPS"
     )
 
     def validate(self) -> None:
@@ -43,6 +51,10 @@ class SweepOptions:
             raise UsageError(f"--iters must be between 1 and 100000, got {self.iters}")
         if self.warmup is not None and not 0 <= self.warmup <= 100_000:
             raise UsageError(f"--warmup must be between 0 and 100000, got {self.warmup}")
+        if not 1 < self.step_factor <= MAX_STEP_FACTOR:
+            raise UsageError(
+                f"--step-factor must be above 1 and at most {MAX_STEP_FACTOR}, got {self.step_factor:g}"
+            )
         if self.min_busbw is not None and not 0 <= self.min_busbw < float("inf"):
             raise UsageError(f"--min-busbw must be a number >= 0 GB/s, got {self.min_busbw:g}")
 

@@ -24,8 +24,9 @@ MAX_PERIOD = 251  # a prime, so the pattern does not line up with power-of-two s
 UNWRITTEN = MAX_PERIOD + 1
 
 
-def sweep_sizes(min_bytes: int, max_bytes: int, dtype: str) -> list[int]:
-    """Doubling sizes from min to max, each rounded down to whole elements (at least one)."""
+def sweep_sizes(min_bytes: int, max_bytes: int, dtype: str, factor: float = 2.0) -> list[int]:
+    """Sizes from min to max, each `factor` times the last (nccl-tests' -f), rounded down to whole
+    elements (at least one)."""
     item = ITEM_SIZE[dtype]
     sizes: list[int] = []
     size = min_bytes
@@ -33,7 +34,7 @@ def sweep_sizes(min_bytes: int, max_bytes: int, dtype: str) -> list[int]:
         rounded = max(item, size // item * item)
         if not sizes or rounded != sizes[-1]:
             sizes.append(rounded)
-        size *= 2
+        size = max(size + 1, int(size * factor))
     return sizes
 
 

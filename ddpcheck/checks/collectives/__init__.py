@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -27,9 +28,18 @@ class CollectivesOptions(SweepOptions):
         default_factory=lambda: list(COLLECTIVES),
         cli_type=str | None,
         parse=lambda text: {"ops": parse_ops(text)},
+        metavar="OP[,OP...]",
         help=f"Comma-separated collectives to run (default all): {', '.join(COLLECTIVES)}.",
     )
-    CLI_ORDER: ClassVar[tuple[str, ...]] = ("ops", "sizes", "dtype", "iters", "warmup", "min_busbw")
+    CLI_ORDER: ClassVar[tuple[str, ...]] = (
+        "ops",
+        "sizes",
+        "step_factor",
+        "dtype",
+        "iters",
+        "warmup",
+        "min_busbw",
+    )
 
     @property
     def min_world_size(self) -> int:
@@ -42,8 +52,10 @@ class CollectivesOptions(SweepOptions):
             raise UsageError(f"--ops is empty: name one or more of {', '.join(COLLECTIVES)}")
         unknown = [op for op in self.ops if op not in COLLECTIVES]
         if unknown:
+            close = difflib.get_close_matches(unknown[0], COLLECTIVES, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}? " if close else ""
             raise UsageError(
-                f"unknown collective {unknown[0]!r} in --ops: choose from {', '.join(COLLECTIVES)}"
+                f"unknown collective {unknown[0]!r} in --ops: {hint}choose from {', '.join(COLLECTIVES)}"
             )
         if len(set(self.ops)) != len(self.ops):
             raise UsageError(f"--ops names a collective twice: {', '.join(self.ops)}")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 def measure(ctx: RankContext, opts: CollectivesOptions) -> dict[str, Any]:
-    sizes = sweep_sizes(opts.min_bytes, opts.max_bytes, opts.dtype)
+    sizes = sweep_sizes(opts.min_bytes, opts.max_bytes, opts.dtype, opts.step_factor)
     return {
         "ops": [
             harness.measure_op(ctx, OPS[name], sizes, opts.dtype, opts.warmup, opts.iters)

@@ -100,7 +100,8 @@ def judge_agreement(
         first = next((fp for fp in fingerprints if fp), {}) or {}
         summary = ", ".join(f"{label} {_show(first.get(key))}" for key, label, _ in FINGERPRINT_FIELDS)
         n = len(hosts_all)
-        return Check(name, Status.PASS, f"{n} host{'s' if n != 1 else ''} agree: {summary}")
+        agree = "agrees" if n == 1 else "agree"
+        return Check(name, Status.PASS, f"{n} host{'s' if n != 1 else ''} {agree}: {summary}")
     fix = (
         "Fix: install the same torch wheel (and driver) on every node, e.g. from one container image."
         if status == Status.FAIL

@@ -25,6 +25,7 @@ class LinksOptions:
         None,
         cli_type=str | None,
         parse=lambda text: {"size": parse_size(text)},
+        metavar="BYTES",
         help="Bytes each rank sends its partner per exchange (K/M/G). Default 1M on CPU, 64M on GPU.",
     )
     iters: int | None = option(
@@ -39,7 +40,7 @@ class LinksOptions:
         "(default 0.2 on CPU, 0.5 on GPU); latency above 1/F x the median.",
     )
     min_gbps: float | None = option(
-        None, help="FAIL any link whose bandwidth (GB/s, each way) is below this."
+        None, help="FAIL any link whose bandwidth (GB/s, each way) is below this.", metavar="GBPS"
     )
     # The harness refuses fewer ranks with a usage error: one rank has no link to measure.
     min_world_size: ClassVar[int] = 2

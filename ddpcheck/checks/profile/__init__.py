@@ -21,7 +21,9 @@ class ProfileOptions:
         1.2, help="WARN when a rank's compute time per step is this many times the others' median."
     )
     peak_tflops: float | None = option(
-        None, help="The device's peak TFLOP/s, for the fraction of peak (default: known GPUs)."
+        None,
+        help="The device's peak TFLOP/s, for the fraction of peak (default: known GPUs).",
+        metavar="TFLOPS",
     )
     bucket_cap_mb: float = bucket_option()
 

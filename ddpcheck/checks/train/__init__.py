@@ -20,7 +20,7 @@ class TrainOptions:
     hidden: int = hidden_option(1024)
     batch: int = option(32, help="Rows per rank per step (different data on every rank).")
     lr: float = option(1e-3, help="Learning rate.")
-    optimizer: str = option("adam", help="adam or sgd.", choices=OPTIMIZERS)
+    optimizer: str = option("adam", help="adam or sgd.", choices=OPTIMIZERS, metavar="NAME")
     seed: int = option(0, help="Seed of every rank's initial weights and data.")
     bucket_cap_mb: float = bucket_option()
 

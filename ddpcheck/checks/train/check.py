@@ -35,7 +35,7 @@ from ddpcheck.checks.model import (
 )
 from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.checks.train import TrainOptions
-from ddpcheck.report.model import Check, Report, Status, Table
+from ddpcheck.report.model import Check, Report, Status, Table, all_of
 from ddpcheck.report.naming import hosts_of, where
 
 if TYPE_CHECKING:
@@ -407,7 +407,8 @@ def judge_broadcast(data: list[dict[str, Any]], identities: list[dict[str, Any]]
         )
         return _fail(
             name,
-            f"after DDP's construction {len(wrong)} of {n} ranks do not hold rank 0's weights: "
+            f"after DDP's construction {len(wrong)} of {n} ranks "
+            f"{'does' if len(wrong) == 1 else 'do'} not hold rank 0's weights: "
             f"{evidence} (was the model changed after wrapping, or built differently there?)",
             wrong,
             identities,
@@ -422,14 +423,14 @@ def judge_broadcast(data: list[dict[str, Any]], identities: list[dict[str, Any]]
         return Check(
             name,
             Status.PASS,
-            f"all {n} ranks hold rank 0's weights bit for bit (they already did before wrapping)",
+            f"{all_of(n, 'rank')} hold rank 0's weights bit for bit (they already did before wrapping)",
         )
     others = "every other rank" if len(differed) == n - 1 else f"{len(differed)} of the {n - 1} other ranks"
     return Check(
         name,
         Status.PASS,
         f"{others} started from its own initialisation (up to {_fmt(spread)} from rank 0's); "
-        f"after DDP's construction all {n} ranks hold rank 0's weights bit for bit",
+        f"after DDP's construction {all_of(n, 'rank')} hold rank 0's weights bit for bit",
     )
 
 
@@ -475,7 +476,10 @@ def judge_gradients(
         off = [r for r, d in enumerate(data) if not _grad_within(d["steps"][step])]
         if off:
             return _fail(name, _grad_mean_detail(data, identities, step, off, names), off, identities)
-    detail = f"after backward() the gradients are identical on all {len(data)} ranks at all {steps} steps"
+    detail = (
+        f"after backward() the gradients are identical on {all_of(len(data), 'rank')} "
+        f"at {all_of(steps, 'step')}"
+    )
     if last >= 0:
         tol = f"{GRAD_RTOL:g} x max |mean gradient|"
         worst = max(_grad_ratio(d["steps"][s]) for d in data for s in range(last + 1))
@@ -613,7 +617,10 @@ def judge_weights(
     names = data[0]["params"]
     steps = len(data[0]["steps"])
     if weights is None:
-        detail = f"after every one of {steps} steps, all {len(data)} ranks hold the same weights, bit for bit"
+        detail = (
+            f"after {all_of(steps, 'step')}, {all_of(len(data), 'rank')} "
+            f"{'holds' if len(data) == 1 else 'hold'} the same weights, bit for bit"
+        )
         bad = [s for s in range(steps) if not all(d["steps"][s]["weight_finite"] for d in data)]
         if bad:
             detail += f" (non-finite from step {bad[0]}: see loss descent)"
@@ -744,7 +751,8 @@ def loss_table(data: list[dict[str, Any]], weights: tuple[int, list[int], list[i
             "reference_loss": _value(data[0]["steps"][step]["reference_loss"], 4),
             **{f"loss_rank{r}": _value(loss, 4) for r, loss in enumerate(losses)},
             "weights": (
-                f"rank{'s' if len(weights[2]) > 1 else ''} {', '.join(map(str, weights[2]))} differ"
+                f"rank{'s' if len(weights[2]) > 1 else ''} {', '.join(map(str, weights[2]))} "
+                f"{'differ' if len(weights[2]) > 1 else 'differs'}"
                 if diverged and weights
                 else "equal"
             ),

@@ -116,6 +116,17 @@ def _tables(report: Report) -> str:
     return "".join(parts)
 
 
+def _option(value: Any) -> str:
+    """An option's value as the command line writes it: lists comma-separated, no Python repr."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(_option, value))
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{_option(v)}" for k, v in value.items())
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
 def _meta(report: Report) -> str:
     world = report.world
     facts = [f"ddpcheck {_e(report.command)}"]
@@ -129,7 +140,9 @@ def _meta(report: Report) -> str:
         facts.append(f"torch {_e(world['torch'])}")
     lines = [" · ".join(facts)]
     if report.options:
-        lines.append("options: " + _e(", ".join(f"{k}={v}" for k, v in report.options.items())))
+        shown = [f"{k}={_option(v)}" for k, v in report.options.items() if v is not None and v != []]
+        if shown:
+            lines.append("options: " + _e(", ".join(shown)))
     lines += [_e(n) for n in report.notes]
     if report.log_dir:
         lines.append(f"rank logs kept in {_e(report.log_dir)}")
