@@ -203,7 +203,7 @@ def _console(output: OutputOptions) -> Console:
 def finish(report: Report, console: Console, output: OutputOptions) -> None:
     from ddpcheck.report import terminal as render
 
-    render.render_report(report, console, quiet=output.quiet)
+    render.render_report(report, console, quiet=output.quiet, verbose=output.verbose)
     output.write(report)
     raise typer.Exit(report.verdict.exit_code)
 

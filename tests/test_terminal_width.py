@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from ddpcheck.commands import COMMANDS
 from ddpcheck.report import terminal
 from ddpcheck.report.model import Report, read_report
 from tests.support.saved_reports import (
     Saved,
+    run_ddpcheck,
     saved_reports_fixture,  # noqa: F401 (the fixture `saved_reports`)
 )
 
@@ -26,17 +28,21 @@ REPORTS = ["allreduce", "train", "profile", "env", "links", "collectives", "hang
 FRESH = ["allreduce", "train", "profile", "env", "collectives", "links", "devices"]
 
 
-def _rendered(report: Report) -> list[str]:
+def _rendered(report: Report, verbose: bool) -> list[str]:
     out = io.StringIO()
     console = Console(width=80, file=out, color_system=None, highlight=False, soft_wrap=False)
-    terminal.render_report(report, console)
+    terminal.render_report(report, console, verbose=verbose)
     return out.getvalue().splitlines()
 
 
-def _shown_numbers(report: Report) -> list[str]:
+def _shown_numbers(report: Report, verbose: bool) -> list[str]:
     """Every number a table shows, as the terminal writes it."""
+    command = COMMANDS.get(report.command)
+    details = command.details if command else {}
     shown = []
     for table in report.tables:
+        if table.name in details and not verbose:
+            continue
         for row in table.rows:
             for key in table.columns:
                 value = row.get(key)
@@ -46,16 +52,17 @@ def _shown_numbers(report: Report) -> list[str]:
 
 
 def _assert_fits(report: Report) -> None:
-    lines = _rendered(report)
-    # The verdict line is one line for logs and grep; the terminal wraps it itself.
-    body = [line for line in lines if not re.match(r"(PASS|FAIL|ERROR)  ddpcheck ", line)]
-    too_long = [line for line in body if len(line) > 80]
-    assert not too_long, "\n".join(too_long)
-    assert not any("…" in line for line in lines), "\n".join(lines)
-    text = "\n".join(lines)
-    for number in _shown_numbers(report):
-        # Whole, on one line, between spaces (never folded across two lines).
-        assert re.search(rf"(^|\s){re.escape(number)}(\s|$)", text, re.M), (number, text)
+    for verbose in (False, True):
+        lines = _rendered(report, verbose)
+        # The verdict line is one line for logs and grep; the terminal wraps it itself.
+        body = [line for line in lines if not re.match(r"(PASS|FAIL|ERROR)  ddpcheck ", line)]
+        too_long = [line for line in body if len(line) > 80]
+        assert not too_long, "\n".join(too_long)
+        assert not any("…" in line for line in lines), "\n".join(lines)
+        text = "\n".join(lines)
+        for number in _shown_numbers(report, verbose):
+            # Whole, on one line, between spaces (never folded across two lines).
+            assert re.search(rf"(^|\s){re.escape(number)}(\s|$)", text, re.M), (number, text)
 
 
 @pytest.mark.parametrize("name", REPORTS)
@@ -77,3 +84,23 @@ def test_numbers_keep_four_significant_figures() -> None:
         "4.1e-08",
         "0",
     ]
+
+
+def test_collectives_lead_with_the_summary_and_the_checks() -> None:
+    """The per-collective tables only with --verbose; without it, one line under the summary says so."""
+    report = read_report(str(GOLDEN / "collectives.json"))
+    plain = "\n".join(_rendered(report, verbose=False))
+    assert "all_gather bandwidth" not in plain and "busbw by message size" not in plain
+    note = "every collective's bandwidth by message size: with --verbose (-v), and in --json"
+    assert plain.index("Peak bus bandwidth of every collective") < plain.index(note) < plain.index("Checks")
+    verbose = "\n".join(_rendered(report, verbose=True))
+    assert "all_gather bandwidth" in verbose and "sendrecv busbw by message size" in verbose
+    assert note not in verbose
+
+
+def test_show_takes_verbose() -> None:
+    saved = str(GOLDEN / "collectives.json")
+    plain, verbose = run_ddpcheck("show", saved), run_ddpcheck("show", saved, "-v")
+    assert plain.returncode == verbose.returncode == 1
+    assert "reduce_scatter bandwidth" in verbose.stdout and "reduce_scatter bandwidth" not in plain.stdout
+    assert run_ddpcheck("show", saved, "--verbose").stdout == verbose.stdout

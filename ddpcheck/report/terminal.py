@@ -48,7 +48,7 @@ def say(console: Console, message: str, style: str = "") -> None:
     console.print(Text(message, style=style), soft_wrap=True)
 
 
-def render_report(report: Report, console: Console, quiet: bool = False) -> None:
+def render_report(report: Report, console: Console, quiet: bool = False, verbose: bool = False) -> None:
     if report.world.get("report_on"):
         # Not the node of rank 0: one line, the whole report is printed there.
         (check,) = report.checks
@@ -59,15 +59,22 @@ def render_report(report: Report, console: Console, quiet: bool = False) -> None
             console.print(Text(note, style="dim"))  # free text: wraps at the terminal's width
         command = COMMANDS.get(report.command)
         charts = command.charts if command else {}
+        details = command.details if command else {}
+        hidden = []
         for table in report.tables:
             if table.name == "stderr":
                 _render_tails(table, console)
+                continue
+            if table.name in details and not verbose:
+                hidden.append(details[table.name])
                 continue
             for title, rows in table.groups():
                 if table.columns:  # a table without columns is for the JSON report only
                     console.print(rich_table(table, title, rows, width=console.width))
                 if table.name in charts:
                     CHARTS[charts[table.name]](table, rows, console)
+        if hidden:
+            console.print(Text(f"{' and '.join(hidden)}: with --verbose (-v), and in --json", style="dim"))
         console.print(_checks_table(report))
     else:
         for check in report.failing():
