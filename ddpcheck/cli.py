@@ -272,7 +272,7 @@ def finish(report: Report, console: Console, output: OutputOptions) -> None:
 
     # The files first, so that the verdict line, last of all, comes after the lines saying where they went.
     wrote = output.write(report)
-    render.render_report(report, console, quiet=output.quiet, wrote=wrote)
+    render.render_report(report, console, quiet=output.quiet, verbose=output.verbose, wrote=wrote)
     raise typer.Exit(report.verdict.exit_code)
 
 

@@ -144,6 +144,8 @@ class Command:
     faults: tuple[str, ...] = ()  # the --inject kinds it takes
     # Tables the terminal draws a chart for after the table itself (report/terminal.py's kinds).
     charts: Mapping[str, str] = field(default_factory=dict)
+    # Tables the terminal shows only with --verbose, each with the words of the note that says so.
+    details: Mapping[str, str] = field(default_factory=dict)
     # The HTML page's charts, by maker (report/html/: bandwidth, links, profile, train).
     html_charts: tuple[str, ...] = ()
     # Commands of one family hold the same kinds of figures: --baseline and --tolerance

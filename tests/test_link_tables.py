@@ -89,7 +89,9 @@ def test_titles_and_columns() -> None:
         "1M each way, 3 rounds x 3 passes"
     )
     assert tables["link_matrix"].columns == {} and tables["links"].columns == {}  # drawn / JSON only
-    assert tables["slowest_links"].title == "Slowest links"
+    assert tables["slowest_links"].title == (
+        "Slowest links (GB/s; latency in us; x med: against the median link)"
+    )
     assert tables["slowest_links"].columns == LINK_COLUMNS
     assert list(LINK_COLUMNS.values()) == [
         "src",
@@ -98,22 +100,25 @@ def test_titles_and_columns() -> None:
         "dst host",
         "kind",
         "GB/s",
-        "latency (us)",
-        "x median",
+        "latency",
+        "x med",
         "status",
     ]
     assert tables["link_ranks"].columns == {
         "rank": "rank",
         "host": "host",
-        "intra_out_gbps": "intra out GB/s",
-        "intra_in_gbps": "intra in GB/s",
-        "inter_out_gbps": "inter out GB/s",
-        "inter_in_gbps": "inter in GB/s",
-        "latency_us": "latency (us)",
-        "min_ratio": "slowest x median",
+        "intra_out_gbps": "intra out",
+        "intra_in_gbps": "intra in",
+        "inter_out_gbps": "inter out",
+        "inter_in_gbps": "inter in",
+        "latency_us": "latency",
+        "min_ratio": "slowest x",
         "status": "status",
     }
-    assert tables["link_hosts"].title == "Links per host" and tables["link_hosts"].columns == HOST_COLUMNS
+    assert (
+        tables["link_hosts"].title.startswith("Links per host (GB/s; ")
+        and tables["link_hosts"].columns == HOST_COLUMNS
+    )
 
 
 def test_rank_columns_name_only_the_kinds_measured() -> None:

@@ -302,7 +302,7 @@ def test_classic_default_run_passes_on_two_ranks(ddpcheck, scratch) -> None:
     assert losses[-1]["mean_loss"] < losses[0]["mean_loss"]
     assert all(r["weights"] == "equal" for r in losses)
     assert len(run.table("parity")) == 2
-    assert "Loss (rank 0)" in run.stdout and "PASS" in run.stdout
+    assert "Training loss per step" in run.stdout and "rank 1" in run.stdout and "PASS" in run.stdout
     assert "Traceback" not in run.stdout + run.stderr
     assert_nothing_left(scratch, run)
 

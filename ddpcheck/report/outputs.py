@@ -14,7 +14,7 @@ OUTPUT = "Output"  # the help section
 
 @dataclass(frozen=True, kw_only=True)
 class OutputOptions:
-    """--json, --junit, --html and --quiet."""
+    """--json, --junit, --html, --quiet and --verbose."""
 
     json_path: str | None = option(
         None,
@@ -35,6 +35,12 @@ class OutputOptions:
     )
     quiet: bool = option(
         False, flags=("--quiet", "-q"), help="Print only the verdict and failures.", panel=OUTPUT
+    )
+    verbose: bool = option(
+        False,
+        flags=("--verbose", "-v"),
+        help="Also print the detail tables (collectives: one bandwidth table and chart per collective).",
+        panel=OUTPUT,
     )
 
     def check(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import math
 import os
 import sys
 from typing import Any
@@ -49,7 +51,11 @@ def say(console: Console, message: str, style: str = "") -> None:
 
 
 def render_report(
-    report: Report, console: Console, quiet: bool = False, wrote: list[str] | None = None
+    report: Report,
+    console: Console,
+    quiet: bool = False,
+    verbose: bool = False,
+    wrote: list[str] | None = None,
 ) -> None:
     """The whole report; the verdict line always last (`tail -1`), after what was written where."""
     if report.world.get("report_on"):
@@ -59,18 +65,25 @@ def render_report(
         return
     if not quiet:
         for note in report.notes:
-            say(console, note, "dim")
+            console.print(Text(note, style="dim"))  # free text: wraps at the terminal's width
         command = COMMANDS.get(report.command)
         charts = command.charts if command else {}
+        details = command.details if command else {}
+        hidden = []
         for table in report.tables:
             if table.name == "stderr":
                 _render_tails(table, console)
                 continue
+            if table.name in details and not verbose:
+                hidden.append(details[table.name])
+                continue
             for title, rows in table.groups():
                 if table.columns:  # a table without columns is for the JSON report only
-                    console.print(rich_table(table, title, rows))
+                    console.print(rich_table(table, title, rows, width=console.width))
                 if table.name in charts:
                     CHARTS[charts[table.name]](table, rows, console)
+        if hidden:
+            console.print(Text(f"{' and '.join(hidden)}: with --verbose (-v), and in --json", style="dim"))
         console.print(_checks_table(report))
     else:
         for check in report.failing():
@@ -113,25 +126,87 @@ def _culprit(check: Any) -> str:
     return check.name
 
 
-def rich_table(table: Table, title: str | None = None, rows: list[dict[str, Any]] | None = None) -> RichTable:
-    """The table, or one group of it (`title` and `rows`)."""
+def rich_table(
+    table: Table, title: str | None = None, rows: list[dict[str, Any]] | None = None, width: int | None = None
+) -> RichTable:
+    """The table, or one group of it (`title` and `rows`), fitted to `width` columns when given.
+
+    A number is never cut: when the table is wider than `width`, each numeric column keeps the
+    width of its widest value (its header wraps instead) and only text columns fold.
+    """
     rows = table.rows if rows is None else rows
-    out = RichTable(
-        title=Text(title or table.title), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold"
-    )
-    for key, header in table.columns.items():
-        numeric = any(isinstance(row.get(key), (int, float)) for row in rows)
-        out.add_column(header, justify="right" if numeric else "left")
-    for row in rows:
-        out.add_row(*(_cell(row.get(key)) for key in table.columns))
-    return out
+    cells = [[_cell(row.get(key)) for key in table.columns] for row in rows]
+    numeric = [any(isinstance(row.get(key), (int, float)) for row in rows) for key in table.columns]
+
+    def build(fixed: list[int | None]) -> RichTable:
+        out = RichTable(
+            title=Text(title or table.title), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold"
+        )
+        for header, is_number, column_width in zip(table.columns.values(), numeric, fixed, strict=True):
+            out.add_column(
+                header, justify="right" if is_number else "left", overflow="fold", width=column_width
+            )
+        for row in cells:
+            out.add_row(*row)
+        return out
+
+    natural = build([None] * len(table.columns))
+    if width is None:
+        return natural
+    table_width = _measure(natural)
+    if table_width <= width:
+        return natural
+    headers = list(table.columns.values())
+    widest = [max((row[i].cell_len for row in cells), default=0) for i in range(len(headers))]
+    wants = [max(len(header), w) for header, w in zip(headers, widest, strict=True)]
+    # The least each column can take: a number its own width (its header wraps), text one
+    # character (it folds). Then, while there is room, the cheapest first at each tier: every
+    # header's longest word whole; text's longest word whole (a checksum, a host) up to 24
+    # characters; then what each column wants, the one furthest from it first.
+    header_word = [max((len(word) for word in h.split()), default=0) for h in headers]
+    text_word = [
+        max((len(word) for row in cells for word in row[i].plain.split()), default=0)
+        for i in range(len(headers))
+    ]
+    fixed = [widest[i] if numeric[i] else 1 for i in range(len(headers))]
+    room = width - (table_width - sum(wants))
+    tiers = [
+        [max(fixed[i], min(header_word[i], wants[i])) for i in range(len(headers))],
+        [max(min(header_word[i], wants[i]), min(text_word[i], 24), fixed[i]) for i in range(len(headers))],
+    ]
+    for tier in tiers:
+        for i in sorted(range(len(fixed)), key=lambda i: tier[i] - fixed[i]):
+            step = min(tier[i] - fixed[i], room - sum(fixed))
+            if step > 0:
+                fixed[i] += step
+    while sum(fixed) < room:
+        short = [i for i in range(len(fixed)) if fixed[i] < wants[i]]
+        if not short:
+            break
+        fixed[max(short, key=lambda i: (wants[i] - fixed[i], -i))] += 1
+    return build(list(fixed))
+
+
+def _measure(table: RichTable) -> int:
+    """The table's width on a console wide enough for it to take all it wants."""
+    console = Console(width=10_000, file=io.StringIO())
+    return console.measure(table).maximum
+
+
+def format_number(value: float) -> str:
+    """A float as the terminal shows it: 4 significant figures, no exponent below a million."""
+    if not math.isfinite(value):
+        return str(value)
+    if 1e4 <= abs(value) < 1e6:
+        return f"{value:.0f}"
+    return f"{value:.4g}"
 
 
 def _cell(value: Any) -> Text:
     if value is None:
         return Text("-", style="dim")
     if isinstance(value, float):
-        return Text(f"{value:g}" if abs(value) < 1e6 else f"{value:.4g}")
+        return Text(format_number(value))
     if isinstance(value, int):
         return Text(str(value))
     text = str(value)
@@ -217,11 +292,30 @@ def render_link_heatmap(table: Table, rows: list[dict[str, Any]], console: Conso
     if not rows:
         return
     # The title above, not as the grid's caption: a narrow grid would wrap it into a column.
-    say(console, table.title, "bold")
-    grid = RichTable(box=box.SIMPLE, pad_edge=False)
-    grid.add_column("", justify="right", style="bold")
+    console.print(Text(table.title, style="bold"))
+    grid = _heat_grid(rows, percent=False)
+    if _measure(grid) > console.width:
+        # Too wide for the terminal as ratios (16 ranks at 80 columns): as percentages, closer.
+        grid = _heat_grid(rows, percent=True)
+        if _measure(grid) > console.width:
+            say(
+                console,
+                f"(the grid needs {_measure(grid)} columns: the tables below name the slow links)",
+                "dim",
+            )
+            return
+        say(console, "(percent of the median)", "dim")
+    console.print(grid)
+
+
+def _heat_grid(rows: list[dict[str, Any]], percent: bool) -> RichTable:
+    if percent:
+        grid = RichTable(box=None, pad_edge=False, padding=(0, 0, 0, 1))
+    else:
+        grid = RichTable(box=box.SIMPLE, pad_edge=False)
+    grid.add_column("", justify="right", style="bold", no_wrap=True)
     for row in rows:
-        grid.add_column(row["label"], justify="right")
+        grid.add_column(row["label"], justify="right", no_wrap=True)
     for row in rows:
         cells = []
         for ratio in row["ratios"]:
@@ -229,9 +323,9 @@ def render_link_heatmap(table: Table, rows: list[dict[str, Any]], console: Conso
                 cells.append(Text(".", style="dim"))
                 continue
             style = next((s for bound, s in HEAT_SHADES if ratio < bound), "green")
-            cells.append(Text(f"{ratio:.2f}", style=style))
+            cells.append(Text(f"{ratio * 100:.0f}" if percent else f"{ratio:.2f}", style=style))
         grid.add_row(row["label"], *cells)
-    console.print(grid)
+    return grid
 
 
 BREAKDOWN_STYLE = {"forward": "cyan", "backward_compute": "blue", "exposed_comm": "red", "update": "green"}

@@ -81,6 +81,7 @@ COMMAND = Command(
     implementation="ddpcheck.checks.collectives.check",
     faults=("corrupt", *HARNESS_FAULTS),
     charts={"bandwidth": "busbw"},
+    details={"bandwidth": "every collective's bandwidth by message size"},
     html_charts=("bandwidth",),
     family="bandwidth",
     figures="ddpcheck.checks.collective.figures:bandwidth_figures",

@@ -25,10 +25,12 @@ LINK_COLUMNS = {
     "dst_host": "dst host",
     "kind": "kind",
     "gbps": "GB/s",
-    "latency_us": "latency (us)",
-    "ratio": "x median",
+    "latency_us": "latency",
+    "ratio": "x med",
     "status": "status",
 }
+# The units once, in the title: the headers stay short enough for 80 columns.
+UNITS = "GB/s; latency in us"
 
 
 def link_tables(
@@ -40,13 +42,15 @@ def link_tables(
     slowest = sorted((r for r in links if r["ratio"] is not None), key=lambda r: r["ratio"])[:SLOWEST_SHOWN]
     tables = [
         Table("link_matrix", _matrix_title(world, nodes, size, rounds), {}, heat_map_rows(links, identities)),
-        Table("slowest_links", "Slowest links", LINK_COLUMNS, slowest),
+        Table(
+            "slowest_links", f"Slowest links ({UNITS}; x med: against the median link)", LINK_COLUMNS, slowest
+        ),
         # Every intra-node link, and one row per node pair and direction between nodes (its slowest
         # rail): a report of 1,000 nodes stays node x node, not rank x rank. JSON only.
         Table("links", "Links", {}, reported),
         Table(
             "link_ranks",
-            "Links per rank",
+            f"Links per rank ({UNITS}; slowest x: its slowest link against the median)",
             _rank_columns(links) if world <= HEATMAP_MAX else {},
             rank_rows(links, identities, culprits),
         ),
@@ -55,7 +59,7 @@ def link_tables(
         tables.append(
             Table(
                 "link_hosts",
-                "Links per host",
+                f"Links per host ({UNITS}; slowest x: its slowest link against the median)",
                 HOST_COLUMNS if nodes <= 2 * HEATMAP_MAX else {},
                 host_rows(links, identities, culprits),
             )
@@ -125,8 +129,8 @@ def _rank_columns(links: list[dict[str, Any]]) -> dict[str, str]:
     columns = {"rank": "rank", "host": "host"}
     for kind in (INTRA, INTER):
         if any(r["kind"] == kind for r in links):
-            columns |= {f"{kind}_out_gbps": f"{kind} out GB/s", f"{kind}_in_gbps": f"{kind} in GB/s"}
-    return columns | {"latency_us": "latency (us)", "min_ratio": "slowest x median", "status": "status"}
+            columns |= {f"{kind}_out_gbps": f"{kind} out", f"{kind}_in_gbps": f"{kind} in"}
+    return columns | {"latency_us": "latency", "min_ratio": "slowest x", "status": "status"}
 
 
 def _by_rank(links: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
@@ -170,10 +174,10 @@ def rank_rows(
 HOST_COLUMNS = {
     "host": "host",
     "ranks": "ranks",
-    "intra_gbps": "intra GB/s",
-    "inter_out_gbps": "out GB/s",
-    "inter_in_gbps": "in GB/s",
-    "min_ratio": "slowest x median",
+    "intra_gbps": "intra",
+    "inter_out_gbps": "out",
+    "inter_in_gbps": "in",
+    "min_ratio": "slowest x",
     "status": "status",
 }
 

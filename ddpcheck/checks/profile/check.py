@@ -509,13 +509,13 @@ def rank0_table(data: dict[str, Any], warmup: int) -> Table:
         )
     columns = {
         "step": "Step",
-        "forward_ms": "forward (ms)",
-        "backward_ms": "backward (ms)",
-        "update_ms": "update (ms)",
-        "exposed_comm_ms": "exposed comm (ms)",
+        "forward_ms": "forward",
+        "backward_ms": "backward",
+        "update_ms": "update",
+        "exposed_comm_ms": "exposed comm",
         "note": "",
     }
-    return Table("rank0", "Rank 0, step by step", columns, rows)
+    return Table("rank0", "Rank 0, step by step (ms)", columns, rows)
 
 
 def summary_table(
@@ -539,14 +539,14 @@ def summary_table(
         )
     columns = {
         "label": "phase",
-        "min_ms": "min (ms)",
-        "median_ms": "median (ms)",
-        "max_ms": "max (ms)",
+        "min_ms": "min",
+        "median_ms": "median",
+        "max_ms": "max",
         "slowest_rank": "slowest rank",
         "slowest_host": "host",
     }
     steady = opts.steps - opts.warmup
-    title = f"Across ranks: each rank's median over {steady} steady step{'s' if steady != 1 else ''}"
+    title = f"Across ranks (ms): each rank's median over {steady} steady step{'s' if steady != 1 else ''}"
     return Table("summary", title, columns, rows)
 
 
@@ -577,17 +577,21 @@ def per_rank_table(
         )
     columns = {
         "rank": "rank",
-        "host": "host",
-        "step_ms": "step (ms)",
-        "compute_ms": "compute (ms)",
-        "exposed_comm_ms": "exposed comm (ms)",
-        "ratio": "x others",
-        "cv": "std/mean",
+        "step_ms": "step",
+        "compute_ms": "compute",
+        "exposed_comm_ms": "comm",
+        "ratio": "vs med",
+        "cv": "cv",
         "tflops": "TFLOP/s",
-        "peak_memory_mib": "peak mem (MiB)",
+        "peak_memory_mib": "MiB",
         "status": "status",
     }
-    return Table("per_rank", "Per rank (medians over steady-state steps)", columns, rows)
+    # The host is the rank map's; the JSON keeps it in every row.
+    title = (
+        "Per rank, ms, medians of steady steps (comm: exposed; vs med: compute / the others' "
+        "median; cv: std/mean of compute; MiB: peak memory)"
+    )
+    return Table("per_rank", title, columns, rows)
 
 
 def breakdown_table(medians: list[dict[str, float]]) -> Table:

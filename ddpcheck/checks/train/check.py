@@ -55,7 +55,7 @@ FLOAT32_EPS = 2.0**-23
 # Fingerprint: integer sums over the bits, in chunks so a huge tensor needs no huge temporary.
 FINGERPRINT_CHUNK = 1 << 22
 FINGERPRINT_MODULUS = 65_521  # a prime: position weights do not repeat with power-of-two shapes
-SHOWN_RANK_COLUMNS = 8
+SHOWN_RANK_COLUMNS = 4  # the loss table fits 80 columns; the JSON has every rank's loss
 
 
 # ---------------------------------------------------------------- fingerprints and differences
@@ -762,12 +762,16 @@ def loss_table(data: list[dict[str, Any]], weights: tuple[int, list[int], list[i
             ),
         }
         rows.append(row)
-    columns = {"step": "Step", "loss": "Loss (rank 0)", "mean_loss": "mean", "reference_loss": "1 process"}
-    columns.update({f"loss_rank{r}": f"rank {r}" for r in range(min(n, SHOWN_RANK_COLUMNS))})
+    # Rank 0's column is the classic printout (`loss` in the JSON, the same number).
+    columns = {"step": "Step", "mean_loss": "mean", "reference_loss": "1 process"}
+    shown = min(n, SHOWN_RANK_COLUMNS)
+    columns.update({f"loss_rank{r}": f"rank {r}" for r in range(shown)})
     columns["weights"] = "weights"
-    return Table(
-        "loss", "Training loss per step (local loss on each rank; 1 process = global batch)", columns, rows
+    more = f"; ranks {shown} to {n - 1} in --json" if n > shown else ""
+    title = (
+        f"Training loss per step (each rank's local loss; 1 process = the global batch in one process{more})"
     )
+    return Table("loss", title, columns, rows)
 
 
 def parity_table(data: list[dict[str, Any]], identities: list[dict[str, Any]], checks: list[Check]) -> Table:
@@ -797,6 +801,7 @@ def parity_table(data: list[dict[str, Any]], identities: list[dict[str, Any]], c
         "loss": "loss",
         "weights": "weights",
         "big_batch": "1 process",
-        "max_reference_dev": "max |w - 1 process|",
+        "max_reference_dev": "max dev",
     }
-    return Table("parity", "Per rank: which checks name it", columns, rows)
+    title = "Per rank: which checks name it (max dev = max |w - 1 process's w| after the last step)"
+    return Table("parity", title, columns, rows)
