@@ -257,27 +257,32 @@ def render_bandwidth_chart(
     peak = max((r["busbw_gbps"] for r in rows), default=0.0)
     if peak <= 0:
         return
-    chart = RichTable(
-        title=f"{rows[0].get(table.group_by)} busbw by message size"
-        if table.group_by
-        else "busbw by message size",
-        box=None,
-        title_justify="left",
-        title_style="bold",
-        show_header=False,
+    title = (
+        f"{rows[0].get(table.group_by)} busbw by message size" if table.group_by else "busbw by message size"
     )
+    bars = [
+        (
+            str(r.get("size", "")),
+            r["busbw_gbps"],
+            "red" if r.get("wrong") else "cyan",
+            f"{r['busbw_gbps']:.3f} GB/s",
+        )
+        for r in rows
+    ]
+    console.print(_bar_chart(title, bars, peak, width))
+
+
+def _bar_chart(title: str, bars: list[tuple[str, float, str, str]], top: float, width: int) -> RichTable:
+    """Horizontal bars (no plotting library): (label, value, style, value as shown), scaled to `top`."""
+    chart = RichTable(title=title, box=None, title_justify="left", title_style="bold", show_header=False)
     chart.add_column(justify="right")
     chart.add_column()
     chart.add_column(justify="right")
-    for r in rows:
-        filled = r["busbw_gbps"] / peak * width
+    for label, value, style, shown in bars:
+        filled = value / top * width
         bar = "█" * int(filled) + ("▌" if filled - int(filled) >= 0.5 else "")
-        chart.add_row(
-            str(r.get("size", "")),
-            Text(bar, style="red" if r.get("wrong") else "cyan"),
-            f"{r['busbw_gbps']:.3f} GB/s",
-        )
-    console.print(chart)
+        chart.add_row(label, Text(bar, style=style), shown)
+    return chart
 
 
 # Heat map shades, slowest first: (upper bound of the ratio to the median, style).
@@ -360,22 +365,16 @@ def render_rate_chart(table: Table, rows: list[dict[str, Any]], console: Console
     if top <= 0:
         return
     dtype = rows[0].get("gemm_dtype") or ""
-    chart = RichTable(
-        title=f"{dtype} product rate by rank".strip(),
-        box=None,
-        title_justify="left",
-        title_style="bold",
-        show_header=False,
-    )
-    chart.add_column(justify="right")
-    chart.add_column()
-    chart.add_column(justify="right")
-    for r in rows:
-        filled = r["gemm_tflops"] / top * width
-        bar = "█" * int(filled) + ("▌" if filled - int(filled) >= 0.5 else "")
-        style = "red" if r.get("status") == "FAIL" else "cyan"
-        chart.add_row(f"rank {r['rank']}", Text(bar, style=style), f"{r['gemm_tflops']:.4g} TFLOP/s")
-    console.print(chart)
+    bars = [
+        (
+            f"rank {r['rank']}",
+            r["gemm_tflops"],
+            "red" if r.get("status") == "FAIL" else "cyan",
+            f"{r['gemm_tflops']:.4g} TFLOP/s",
+        )
+        for r in rows
+    ]
+    console.print(_bar_chart(f"{dtype} product rate by rank".strip(), bars, top, width))
 
 
 # The chart kinds a command's declaration names, by the function that draws one (table, rows, console).

@@ -71,7 +71,7 @@ def charts(report: Report) -> list[Chart]:
             ratio, cmap="RdYlGn", norm=Normalize(0.0, 1.0), interpolation="nearest", origin="upper"
         )
         bar = fig.colorbar(image, ax=ax, shrink=0.8)
-        bar.set_label("bandwidth / median of comparable links (1 = typical)")
+        bar.set_label("bandwidth ÷ median link")  # short: it runs along a bar as tall as a 3-rank map
         ax.set_xlabel("destination rank")
         ax.set_ylabel("source rank")
         if n <= 32:
