@@ -286,7 +286,7 @@ def main() -> None:
         _usage_exit(str(exc))
     except KeyboardInterrupt:
         print("ddpcheck: interrupted; every rank was stopped", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        _leave(EXIT_INTERRUPTED)
     except Exception as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":
             # Bare `ddpcheck`: the whole help, as readable as `--help` (Typer's convention for
@@ -306,14 +306,26 @@ def main() -> None:
         )
         sys.exit(EXIT_COULD_NOT_COMPLETE)
     code = code if isinstance(code, int) else 0
+    if code == EXIT_INTERRUPTED:
+        _leave(code)
     from ddpcheck.torch_compat import process_group_left_open  # here: --help imports no more than it needs
 
     if process_group_left_open():
         # Interpreter teardown would destroy it, and could deadlock as destroy_process_group can.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        _leave(code)
     sys.exit(code)
+
+
+def _leave(code: int) -> None:
+    """Exit without the interpreter's teardown, after flushing what this process owes.
+
+    After Ctrl-C the ranks are gone, but the elastic agent's thread may still hold native
+    threads (its store's): destroyed un-joined at teardown they call std::terminate, and the
+    process dies of SIGABRT ("terminate called without an active exception") instead of 130.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _misplaced_option(exc: Exception, args: list[str]) -> str | None:
