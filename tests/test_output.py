@@ -116,8 +116,9 @@ def test_quiet_fail_prints_the_failing_checks_then_the_verdict(scratch: Path, tm
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert ESC not in proc.stdout + proc.stderr
     failing = [c["name"] for c in json.loads(report_path.read_text())["checks"] if c["status"] == "FAIL"]
-    *failures, verdict = lines_of(proc.stdout)
+    *failures, injected, verdict = lines_of(proc.stdout)
     assert [line.split(":")[0] for line in failures] == [f"FAIL {name}" for name in failing]
+    assert injected.startswith("injected faults: corrupt@1")  # a planted fault says so, quiet too
     assert all("rank 1" in line for line in failures)
     assert verdict.startswith("FAIL  ddpcheck allreduce (2 ranks, gloo, cpu)")
     assert "classic all_reduce: rank 1" in verdict
