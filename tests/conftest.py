@@ -14,6 +14,8 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.support.slurm import slurm  # noqa: F401  (a real Slurm: the fixture, for every test file)
+
 
 def needs_gpu(test: Any) -> Any:
     """CUDA-only tests: selected by `-m gpu` (tests/gpu/run.sh), skipped where no GPU is visible."""

@@ -8,7 +8,6 @@ in rank 1's one line, the exit codes, that every process (the launcher too) ende
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -17,10 +16,8 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -329,139 +326,6 @@ def _pythonpath() -> str:
     """This checkout first, wherever ddpcheck is installed: mpirun's ranks import this code."""
     here = str(Path(__file__).resolve().parents[1])
     return os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
-
-
-# ------------------------------------------------------------------ a real Slurm on this machine
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("", 0))
-        return probe.getsockname()[1]
-
-
-SLURM_CONF = """\
-ClusterName=ddpcheck{tag}
-SlurmctldHost={host}
-AuthType=auth/none
-CredType=cred/none
-SlurmUser=root
-SlurmdUser=root
-SlurmctldPort={ctld_port}
-SlurmdPort={d_port}
-StateSaveLocation={dir}/state
-SlurmdSpoolDir={dir}/spool
-SlurmctldPidFile={dir}/slurmctld.pid
-SlurmdPidFile={dir}/slurmd.pid
-SlurmctldLogFile={dir}/slurmctld.log
-SlurmdLogFile={dir}/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-SwitchType=switch/none
-JobCompType=jobcomp/none
-AccountingStorageType=accounting_storage/none
-ReturnToService=2
-SlurmdParameters=config_overrides
-NodeName={host} CPUs=8 State=UNKNOWN
-PartitionName=ddpcheck Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-"""
-
-
-class SlurmUnavailable(Exception):
-    """Slurm cannot run here; the message says why."""
-
-
-@contextlib.contextmanager
-def slurm_daemons() -> Iterator[dict[str, str]]:
-    """slurmctld and slurmd on this machine (auth/none: no munge), for real srun steps.
-
-    Yields the environment (SLURM_CONF) that srun needs; stops both daemons and removes
-    their state directory on the way out.
-    """
-    missing = [tool for tool in ("slurmctld", "slurmd", "srun", "sinfo") if shutil.which(tool) is None]
-    if missing:
-        raise SlurmUnavailable(f"Slurm is not installed ({', '.join(missing)} missing; Debian: slurm-wlm)")
-    if os.geteuid() != 0:
-        raise SlurmUnavailable("starting slurmd needs root")
-    directory = Path(tempfile.mkdtemp(prefix="ddpcheck-slurm-"))
-    (directory / "state").mkdir()
-    (directory / "spool").mkdir()
-    conf = directory / "slurm.conf"
-    host = socket.gethostname()
-    conf.write_text(
-        SLURM_CONF.format(
-            tag=os.getpid(), host=host, ctld_port=free_port(), d_port=free_port(), dir=directory
-        )
-    )
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    daemons = [
-        subprocess.Popen([daemon, "-D", "-f", str(conf), *extra], env=env, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
-        for daemon, extra in (("slurmctld", ["-c"]), ("slurmd", []))
-    ]  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        state = ""
-        while time.monotonic() < deadline and "idle" not in state:
-            probe = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True)
-            state = probe.stdout.strip()
-            if any(d.poll() is not None for d in daemons):
-                break
-            time.sleep(0.5)
-        if "idle" not in state:
-            logs = " | ".join((directory / n).read_text()[-300:] for n in ("slurmctld.log", "slurmd.log")
-                              if (directory / n).exists())  # fmt: skip
-            raise SlurmUnavailable(f"slurmctld/slurmd did not come up here (node state {state!r}): {logs}")
-        yield {"SLURM_CONF": str(conf)}
-    finally:
-        # Let the last steps' slurmstepd report to the daemons first: stopped daemons leave them
-        # waiting (measured); then end the daemons, and whatever slurmstepd is still there.
-        deadline = time.monotonic() + 5
-        while _step_daemons(conf) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        for daemon in daemons:
-            daemon.terminate()
-        for daemon in daemons:
-            try:
-                daemon.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
-        for stepd in _step_daemons(conf):
-            with contextlib.suppress(psutil.Error):
-                stepd.kill()
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-def _step_daemons(conf: Path) -> list[psutil.Process]:
-    """The slurmstepd processes of this test's cluster (they inherit slurmd's SLURM_CONF)."""
-    found = []
-    for proc in psutil.process_iter(["name"]):
-        try:
-            if (proc.info["name"] or "").startswith("slurmstepd") and proc.environ().get("SLURM_CONF") == str(
-                conf
-            ):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[dict[str, str]]:
-    try:
-        with slurm_daemons() as env:
-            yield env
-    except SlurmUnavailable as exc:
-        pytest.skip(str(exc))
-    left = [
-        p.pid
-        for p in psutil.process_iter(["cmdline"])
-        if "ddpcheck-slurm-" in " ".join(p.info["cmdline"] or [])
-        or (p.info["cmdline"] or [""])[0].startswith("slurmstepd")
-    ]
-    assert left == [], f"Slurm daemons left running: {left}"
 
 
 SRUN = ["srun", "-n", "3", "--kill-on-bad-exit=1", sys.executable, "-m", "ddpcheck", *SWEEP]
