@@ -155,7 +155,8 @@ def _agreement(
         return Check(name, Status.FAIL, detail, ranks=culprits, hosts=_hosts(culprits, hosts))
     if not common:
         return Check(name, Status.PASS, f"no collective held by all of {span(ranks)} to compare")
-    return Check(name, Status.PASS, f"{span(ranks)} agree on #{common[0]}-#{common[-1]}")
+    held_ids = f"#{common[0]}" if len(common) == 1 else f"#{common[0]}-#{common[-1]}"
+    return Check(name, Status.PASS, f"{span(ranks)} agree on {held_ids}")
 
 
 def _compared(call: Collective) -> tuple:
