@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpcheck.checks.postmortem import PostmortemOptions
 from ddpcheck.checks.postmortem.check import NothingToRead, examine
 from ddpcheck.checks.postmortem.flight import NotADump, find_dumps, parse_dump, rank_of, read_dump
 from ddpcheck.checks.postmortem.judge import judge, last_collective_line
@@ -29,7 +30,8 @@ from ddpcheck.checks.postmortem.logs import (
     summary_exits,
 )
 from ddpcheck.errors import UsageError
-from ddpcheck.report.model import Status
+from ddpcheck.launcher.postmortem import with_last_collectives
+from ddpcheck.report.model import Check, Status
 from tests.conftest import Run, assert_usage_error
 from tests.support.fr_dumps import dump, entry, nccl_dump, write_json, write_pickle
 
@@ -119,9 +121,30 @@ def test_a_rank_behind_by_one_is_named_and_the_others_wait() -> None:
     assert "ranks 0, 2 wait in all_reduce #4" in arrived.detail and "train.py:10" in arrived.detail
     assert check(judged, "same collectives").status is Status.PASS  # #1-#3 agree
     assert last_collective_line(judged_traces := traces(healthy(4), healthy(3)), 1) == (
-        "last collective: all_reduce #3 (1.0 KiB float32, [256]) at train.py:10 in step; rank 0 at #4"
+        "last collective: all_reduce #3 (1.0 KiB float32, [256]) at train.py:10 in step; "
+        "rank 0 at #4 (all_reduce)"
     )
     assert last_collective_line(judged_traces, 7) is None
+    assert last_collective_line({0: parse_dump(dump([]), rank=0), 1: judged_traces[1]}, 0) == (
+        "last collective: none (no collective in this group yet); rank 1 at #3 (all_reduce)"
+    )
+
+
+def test_a_hang_finding_gains_the_stuck_ranks_last_collective() -> None:
+    hang = Check("hang", Status.ERROR, "rank 1 is behind", ranks=[1])
+    flight = traces(healthy(4), healthy(3))
+    assert with_last_collectives(hang, flight).detail == (
+        "rank 1 is behind; rank 1's last collective: all_reduce #3 (1.0 KiB float32, [256]) "
+        "at train.py:10 in step; rank 0 at #4 (all_reduce)"
+    )
+    # A frozen rank cannot dump: where the others wait is what is left to say.
+    frozen = Check("hang", Status.ERROR, "rank 2 is frozen", ranks=[2])
+    assert with_last_collectives(frozen, flight).detail == (
+        "rank 2 is frozen; rank 2 left no flight-recorder dump; rank 0's last collective: "
+        "all_reduce #4 (1.0 KiB float32, [256]) at train.py:10 in step; rank 1 at #3 (all_reduce)"
+    )
+    untouched = Check("hang", Status.ERROR, "as it was", ranks=[1])
+    assert with_last_collectives(untouched, {}).detail == "as it was"
 
 
 def test_of_ranks_at_three_places_the_lowest_is_the_culprit() -> None:
@@ -327,8 +350,10 @@ def test_no_dir_a_missing_dir_and_nothing_readable_are_exit_2(tmp_path: Path) ->
     empty.mkdir()
     (empty / "model.pt").write_bytes(b"\x00" * 16)
     (empty / "fr_0").write_bytes(b"")  # a dump cut to nothing is not something to read
-    for args in ((), (str(tmp_path / "nowhere"),), (str(empty),), (str(empty), "--world-size", "0")):
+    for args in ((), (str(tmp_path / "nowhere"),), (str(empty),)):
         assert_usage_error(_cli(*args, tmp_path=tmp_path), tmp_path / "tmp")
+    with pytest.raises(UsageError, match="--world-size must be at least 1"):
+        PostmortemOptions(directory=str(empty), world_size=0).validate()
     with pytest.raises(NothingToRead, match="nothing to read"):
         examine(empty)
     with pytest.raises(UsageError, match="no such directory"):

@@ -241,16 +241,18 @@ def last_collectives(traces: dict[int, RankTrace], lost: list[int]) -> Table:
 
 
 def last_collective_line(traces: dict[int, RankTrace], rank: int, pg: str = DEFAULT_GROUP) -> str | None:
-    """'last collective: all_reduce #12 (1.0 MiB float32, [262144]); ranks 0, 1 at #13': one rank's
-    last collective in a group, with where the others are; None without the rank's dump."""
+    """'last collective: all_reduce #12 (1.0 MiB float32, [262144]); ranks 0, 1 at #13 (all_reduce)':
+    one rank's last collective in a group, with where the others are; None without the rank's dump."""
     trace = traces.get(rank)
-    if trace is None or pg not in trace.groups():
+    if trace is None:
         return None
-    seq = trace.last_enqueued(pg)
+    seq = trace.last_enqueued(pg) if pg in trace.groups() else -1
     text = f"last collective: {_named(pg, seq, [rank], traces)}"
     others: dict[int, list[int]] = defaultdict(list)
     for r, t in sorted(traces.items()):
         if r != rank and pg in t.groups() and t.last_enqueued(pg) != seq:
             others[t.last_enqueued(pg)].append(r)
-    text += "".join(f"; {span(rs)} at #{s}" for s, rs in sorted(others.items()))
+    for at, ranks in sorted(others.items()):
+        call = traces[ranks[0]].collectives(pg).get(at)
+        text += f"; {span(ranks)} at #{at}" + (f" ({call.op})" if call else "")
     return text
