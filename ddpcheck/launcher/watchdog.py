@@ -215,8 +215,8 @@ def flight_dumps(
 ) -> dict[int, RankTrace]:
     """rank -> the flight-recorder dump of each rank of this node, asked for and waited on a moment.
 
-    Only ranks that run can answer (a stopped or frozen one cannot); whatever came by then is
-    read, and nothing may keep the watchdog from its kill.
+    Only ranks that run and have joined the process group can answer (a stopped or frozen one
+    cannot); whatever came by then is read, and nothing may keep the watchdog from its kill.
     """
     try:
         rundir.request_flight_dumps(run_dir)
@@ -226,6 +226,8 @@ def flight_dumps(
             for r, s in statuses.items()
             if s.get("proc_state") not in ("exited", "stopped", "zombie")
             and now - s.get("heartbeat", now) <= FROZEN_AFTER_S
+            # Not yet joined: no process group, no recorder, nothing that answers.
+            and s.get("stage") not in (*stages.PRE_JOIN, stages.JOIN_WAIT)
         }
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
