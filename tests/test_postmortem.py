@@ -374,6 +374,8 @@ def dead_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "FR_JOB_DUMP_PREFIX": str(directory / "fr_rank_"),
         "TORCH_FR_BUFFER_SIZE": "100",
         "OMP_NUM_THREADS": "1",
+        # torch's compile cache would otherwise land in TMPDIR and outlive the test.
+        "TORCHINDUCTOR_CACHE_DIR": str(directory / "inductor"),
     }
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"]
     argv += ["--log-dir", str(directory / "logs"), "-r", "3", str(JOB)]
