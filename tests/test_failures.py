@@ -161,6 +161,11 @@ def test_a_hang_keeps_its_logs_and_shows_the_stuck_ranks_stack(ddpcheck, scratch
     assert run.code == 3, run.stdout + run.stderr
     (hang,) = run.failing()
     assert hang["name"] == "hang" and hang["ranks"] == [1]
+    # From the flight recorders, dumped on the watchdog's request before the kill: rank 1 hangs
+    # before measure's first all_reduce, in which rank 0 waits.
+    assert hang["detail"].endswith(
+        "rank 1's last collective: none (no collective in this group yet); rank 0 at #1 (all_reduce)"
+    )
     kept = Path(run.report["log_dir"])
     assert kept.parent == scratch and f"rank logs kept in {kept}" in run.stdout
     # Only the logs stay; no rank wrote a line, yet each rank's files are there.

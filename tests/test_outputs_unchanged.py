@@ -17,6 +17,7 @@ from tests.support.saved_reports import run_ddpcheck
 
 GOLDEN = Path(__file__).parent / "golden"
 COMMANDS = ["env", "allreduce", "collectives", "train", "profile", "links", "devices", "show", "compare"]
+COMMANDS += ["postmortem"]
 REPORTS = ["allreduce", "train", "profile", "env", "links", "collectives", "hang", "crash", "compare"]
 
 

@@ -127,6 +127,7 @@ def launch(
             "launch_error": launch_error,
             "log_tail": lambda rank: _log_tail(run_dir, statuses.get(rank)),
             "stacks": watchdog.stacks,
+            "flight": watchdog.flight,
         }
         if report is None:
             report = postmortem.report_for(command=command, **findings)

@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ddpcheck.checks.postmortem.flight import RankTrace
+from ddpcheck.checks.postmortem.judge import last_collective_line
 from ddpcheck.rank.stages import DONE, PRE_JOIN
 from ddpcheck.rank.status import FROZEN_AFTER_S, Stall
 from ddpcheck.report.model import Check, Report, Status, Table, Verdict
+from ddpcheck.report.naming import span
 
 if TYPE_CHECKING:
     from ddpcheck.rank.rundir import RunSpec
@@ -52,6 +55,7 @@ def report_for(
     launch_error: str | None,
     log_tail: Callable[[int], str],
     stacks: dict[int, str] | None = None,
+    flight: dict[int, RankTrace] | None = None,
 ) -> Report:
     """The report of a run whose rank 0 never produced one."""
     report = Report(command=command)
@@ -64,7 +68,7 @@ def report_for(
     report.ranks = [
         {k: s.get(k) for k in ("rank", "local_rank", "host", "pid")} for _, s in sorted(statuses.items())
     ]
-    add_findings(report, plan, statuses, exits, stall, launch_error, log_tail, stacks)
+    add_findings(report, plan, statuses, exits, stall, launch_error, log_tail, stacks, flight)
     return report
 
 
@@ -77,18 +81,20 @@ def add_findings(
     launch_error: str | None,
     log_tail: Callable[[int], str],
     stacks: dict[int, str] | None = None,
+    flight: dict[int, RankTrace] | None = None,
 ) -> None:
     """Append what explains a run that crashed, hung or never launched.
 
     `statuses` are annotated (watchdog.annotate): each carries its process state and
     heartbeat age as seen on its own host. `stacks` are the Python stacks (py-spy) of the
-    stuck ranks, taken before they were killed, when py-spy could take them.
+    stuck ranks, taken before they were killed, when py-spy could take them; `flight` the
+    flight-recorder dumps of the ranks that could answer, by rank.
     """
     stacks = stacks or {}
     if launch_error:
         report.checks.append(Check("launch", Status.ERROR, _one_line(launch_error)))
     if stall and (statuses or not launch_error):
-        report.checks.append(judge_stall(stall))
+        report.checks.append(with_last_collectives(judge_stall(stall), flight or {}))
     crashed = crash_culprits(statuses, exits) if not stall else []
     if crashed is None:
         # Every failure is a peer that timed out or lost its connection: someone hung or froze.
@@ -227,6 +233,24 @@ def judge_stall(stall: Stall) -> Check:
         parts.append(f"rank{'s' if len(finished) > 1 else ''} {_ranks(sorted(finished))} finished")
     hosts = list(dict.fromkeys(statuses[r]["host"] for r in culprits if r in statuses))
     return Check("hang", Status.ERROR, "; ".join(parts), culprits, hosts)
+
+
+def with_last_collectives(hang: Check, flight: dict[int, RankTrace]) -> Check:
+    """The hang finding with each culprit's last collective from its flight-recorder dump, and where
+    the others are ("rank 1's last collective: all_reduce #3 (...); rank 0 at #4"). A culprit that
+    left no dump (frozen, stopped) is said as such, with the collective the others wait in."""
+    if not flight:
+        return hang
+    said = [f"rank {r}'s {line}" for r in hang.ranks if (line := last_collective_line(flight, r))]
+    silent = [r for r in hang.ranks if r not in flight]
+    if silent and not said:
+        other = min(flight)
+        line = last_collective_line(flight, other)
+        if line:
+            said.append(f"{span(silent)} left no flight-recorder dump; rank {other}'s {line}")
+    if said:
+        hang.detail = f"{hang.detail}; {'; '.join(said)}"
+    return hang
 
 
 def _frozen(status: dict[str, Any]) -> bool:

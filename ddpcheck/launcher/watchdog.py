@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from ddpcheck.checks.postmortem.flight import RankTrace, find_dumps
 from ddpcheck.launcher.postmortem import judge_stall
-from ddpcheck.rank import stages
+from ddpcheck.rank import rundir, stages
 from ddpcheck.rank.status import FROZEN_AFTER_S, Stall, read_statuses
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ ProgressCallback = Callable[[dict[str, Any]], None]
 POLL_S = 0.1
 PUBLISH_EVERY_S = 0.5
 STARTUP_ALLOWANCE_S = 120.0
+# After a stall was declared, how long the ranks of this node have to dump their flight recorders.
+FLIGHT_WAIT_S = 2.0
 # After a stall was declared and the workers killed, how long the agent may take to return.
 ABANDON_AFTER_S = 5.0
 
@@ -62,6 +65,9 @@ class Watchdog(threading.Thread):
         self.gave_up_at: float | None = None
         self.snapshot: dict[int, dict[str, Any]] | None = None  # statuses just before a crash kill
         self.stacks: dict[int, str] = {}  # rank -> its Python stack (py-spy), taken before a stall's kill
+        self.flight: dict[
+            int, RankTrace
+        ] = {}  # rank -> its flight-recorder dump, taken before a stall's kill
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -99,6 +105,7 @@ class Watchdog(threading.Thread):
                     at=time.time(),
                     elapsed_s=now - started,
                 )
+                self.flight = flight_dumps(self.run_dir, annotate(statuses))  # this node's ranks
                 self.stacks = _stacks_of(self.stall)
                 self._give_up()
                 return
@@ -200,6 +207,35 @@ def _stacks_of(stall: Stall) -> dict[int, str]:
     try:
         return python_stacks(stall.statuses, judge_stall(stall).ranks)
     except Exception:  # a status the judge cannot read (another node's, half-written): no stacks
+        return {}
+
+
+def flight_dumps(
+    run_dir: Path, statuses: dict[int, dict[str, Any]], wait_s: float = FLIGHT_WAIT_S
+) -> dict[int, RankTrace]:
+    """rank -> the flight-recorder dump of each rank of this node, asked for and waited on a moment.
+
+    Only ranks that run and have joined the process group can answer (a stopped or frozen one
+    cannot); whatever came by then is read, and nothing may keep the watchdog from its kill.
+    """
+    try:
+        rundir.request_flight_dumps(run_dir)
+        now = time.time()
+        local = {
+            r
+            for r, s in statuses.items()
+            if s.get("proc_state") not in ("exited", "stopped", "zombie")
+            and now - s.get("heartbeat", now) <= FROZEN_AFTER_S
+            # Not yet joined: no process group, no recorder, nothing that answers.
+            and s.get("stage") not in (*stages.PRE_JOIN, stages.JOIN_WAIT)
+        }
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if all(rundir.flight_dump_path(run_dir, r).exists() for r in local):
+                break
+            time.sleep(POLL_S / 2)
+        return find_dumps(rundir.flight_dir(run_dir)).traces
+    except Exception:  # a dump half-read, a run directory gone: the hang is named without it
         return {}
 
 

@@ -40,6 +40,9 @@ from ddpcheck.torch_compat import takes_device_id, teardown_may_deadlock
 if TYPE_CHECKING:
     import torch
 
+# How often a rank looks for the watchdog's request to dump its flight recorder.
+FLIGHT_POLL_S = 0.2
+
 
 def rank_identity() -> dict[str, Any]:
     return {
@@ -90,6 +93,8 @@ def run_rank(spec: RunSpec, run_dir: str | None) -> int:
         _stage(status, faults, stages.JOIN)
         _substage(status, stages.JOIN_WAIT)
         _join(spec, device)
+        if run_dir and not spec.inline:
+            _answer_flight_requests(run_dir, rank)
         if spec.inline and status:
             session = _inline_session(rank, world_size, status)
         command = COMMANDS[spec.command]
@@ -292,6 +297,9 @@ def _bind_device(spec: RunSpec, local_rank: int, status: StatusWriter | None, fa
 def _join(spec: RunSpec, device: torch.device) -> None:
     import torch.distributed as dist
 
+    if not spec.inline:
+        # Before the process group exists: the flight recorder sizes its buffer when it starts.
+        os.environ.setdefault(rundir.FLIGHT_BUFFER_ENV, str(rundir.FLIGHT_BUFFER_ENTRIES))
     kwargs: dict[str, Any] = {
         "backend": spec.backend,
         "timeout": timedelta(seconds=spec.collective_timeout),
@@ -315,6 +323,22 @@ def _world(spec: RunSpec, gathered: list[dict[str, Any]], device: torch.device) 
         "cuda": torch.version.cuda,
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
     }
+
+
+def _answer_flight_requests(run_dir: str, rank: int) -> None:
+    """A thread that dumps this rank's flight recorder when the watchdog asks (a stall): the main
+    thread may be stuck inside a collective, which gloo waits in without the GIL."""
+
+    def watch() -> None:
+        from torch._C._distributed_c10d import _dump_fr_trace
+
+        while not rundir.flight_requested(run_dir):
+            time.sleep(FLIGHT_POLL_S)
+        # Without the stacks: on torch 2.13 a dump with them, taken while the main thread waits
+        # in a gloo collective, blocks until that collective ends (py-spy has the stacks anyway).
+        rundir.write_flight_dump(run_dir, rank, _dump_fr_trace(includeStackTraces=False))
+
+    threading.Thread(target=_quietly, args=(watch,), name="ddpcheck-flight", daemon=True).start()
 
 
 def _stage(status: StatusWriter | None, faults: Faults, name: str) -> None:

@@ -7,6 +7,9 @@ Every file name is here, with what writes and what reads it:
 - `report.json`: rank 0's Report, in transport form, read by the launcher;
 - `verdict`: the verdict rank 0 shared with every node, for a node without rank 0;
 - `logs/`: each rank's stdout and stderr (torch's elastic agent writes them);
+- `flight/dump`: the watchdog's request, when it declares a stall, that every rank dump its
+  flight recorder; `flight/fr_rank_R`: rank R's dump (a thread in each rank watches for the
+  request: under gloo nothing else can ask a rank from outside);
 - `inductor/`: torch's compile cache, kept inside so it goes with the directory.
 
 A run that completes leaves nothing; one that could not complete keeps only `logs/`, even
@@ -34,6 +37,13 @@ VERDICT_FILE = "verdict"
 STATUS_DIR = "status"
 LOGS_DIR = "logs"
 INDUCTOR_DIR = "inductor"
+FLIGHT_DIR = "flight"
+FLIGHT_REQUEST = "dump"
+FLIGHT_PREFIX = "fr_rank_"
+# The flight recorder's ring buffer in ranks a launcher watches: the last collectives are what a
+# hang finding needs. A user's own TORCH_FR_BUFFER_SIZE wins.
+FLIGHT_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
+FLIGHT_BUFFER_ENTRIES = 200
 PREFIX = "ddpcheck-"
 # Inline run directories carry their rank's pid, so a peer on the same host can remove the one
 # left by a rank that was killed (SIGKILL) and cannot remove it itself.
@@ -113,6 +123,32 @@ def logs_dir(run_dir: str | Path) -> Path:
 
 def inductor_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / INDUCTOR_DIR
+
+
+def flight_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / FLIGHT_DIR
+
+
+def request_flight_dumps(run_dir: str | Path) -> None:
+    """Ask every rank of this node to dump its flight recorder (the watchdog, on a stall)."""
+    flight_dir(run_dir).mkdir(exist_ok=True)
+    (flight_dir(run_dir) / FLIGHT_REQUEST).touch()
+
+
+def flight_requested(run_dir: str | Path) -> bool:
+    return (flight_dir(run_dir) / FLIGHT_REQUEST).exists()
+
+
+def flight_dump_path(run_dir: str | Path, rank: int) -> Path:
+    return flight_dir(run_dir) / f"{FLIGHT_PREFIX}{rank}"
+
+
+def write_flight_dump(run_dir: str | Path, rank: int, dump: bytes) -> None:
+    """A rank's dump, whole or not at all: the watchdog may read it, or kill the rank, at any moment."""
+    path = flight_dump_path(run_dir, rank)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(dump)
+    os.replace(tmp, path)
 
 
 def write_rank0_report(run_dir: str | Path, report: Report) -> None:

@@ -1,0 +1,258 @@
+"""Judging flight-recorder dumps: which rank did not arrive, which ranks called another collective.
+
+Pure: RankTraces in, Checks and a table out. Per process group, the ranks that left a dump
+are compared twice:
+
+- did every rank arrive? Each rank's last enqueued collective (`pg_status`). The ranks
+  whose last is lowest are the culprits: the others wait for them inside a later collective.
+- did they agree? Walking the collectives every rank still holds in its ring buffer by
+  sequence id, the first one whose operation, input sizes or dtypes differ between ranks
+  is a collective mismatch; the ranks outside the largest agreeing set are named.
+
+Point-to-point operations (send/recv, `is_p2p`) are not compared: the two sides of one
+legitimately differ. A rank of the world that left no dump is named lost.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ddpcheck.checks.postmortem.flight import Collective, RankTrace, describe, dtype_name, nbytes
+from ddpcheck.report.model import Check, Status, Table
+from ddpcheck.report.naming import span
+from ddpcheck.report.units import human_bytes
+
+DEFAULT_GROUP = "0"  # the name torch gives the default process group
+# Collectives whose ranks legitimately pass inputs of different sizes: only the op and dtypes must agree.
+_SIZES_MAY_DIFFER = ("all_to_all", "alltoall", "scatter", "gather")
+
+LAST_COLLECTIVES_COLUMNS = {
+    "rank": "rank",
+    "group": "group",
+    "seq_id": "last #",
+    "op": "collective",
+    "size": "size",
+    "dtype": "dtype",
+    "state": "state",
+    "where": "called at",
+}
+
+
+@dataclass
+class Judgement:
+    """What the dumps say: the checks (culprits in `ranks`), each rank's last collective, the world."""
+
+    checks: list[Check] = field(default_factory=list)
+    table: Table | None = None
+    world_size: int = 0
+    lost: list[int] = field(default_factory=list)
+
+
+def world_size_of(traces: dict[int, RankTrace], given: int | None = None) -> int:
+    """The job's world: as given, else the default group's members in a dump, else the highest rank seen."""
+    sizes = [given or 0, max(traces, default=-1) + 1]
+    for trace in traces.values():
+        config = trace.pg_config.get(DEFAULT_GROUP)
+        if config is not None:
+            sizes.append(len(config.ranks))
+    return max(sizes)
+
+
+def members(pg: str, traces: dict[int, RankTrace], world_size: int) -> list[int]:
+    """The group's ranks: from a dump's pg_config, or (gloo's dumps name none) the whole world for
+    the default group and the ranks that dumped it for the others."""
+    for trace in traces.values():
+        config = trace.pg_config.get(pg)
+        if config is not None and config.ranks:
+            return sorted(config.ranks)
+    if pg == DEFAULT_GROUP:
+        return list(range(world_size))
+    return sorted(rank for rank, trace in traces.items() if pg in trace.groups())
+
+
+def judge(
+    traces: dict[int, RankTrace], world_size: int | None = None, hosts: dict[int, str] | None = None
+) -> Judgement:
+    """The dumps of one job judged; `world_size` when known beyond what the dumps say, `hosts` by rank."""
+    hosts = hosts or {}
+    world = world_size_of(traces, world_size)
+    judgement = Judgement(world_size=world)
+    if not traces:
+        return judgement
+    lost = sorted(set(range(world)) - set(traces))
+    judgement.lost = lost
+    if lost:
+        judgement.checks.append(
+            Check(
+                "every rank left a dump",
+                Status.ERROR,
+                f"no flight-recorder dump from {span(lost)} of {world}: lost (ended before it could "
+                "dump: killed, crashed, or its launcher ended it when another rank died)",
+                ranks=lost,
+                hosts=_hosts(lost, hosts),
+            )
+        )
+    else:
+        judgement.checks.append(Check("every rank left a dump", Status.PASS, f"all {world} ranks"))
+    groups = sorted({pg for trace in traces.values() for pg in trace.groups()}, key=_group_order)
+    for pg in groups:
+        ranks = [r for r in members(pg, traces, world) if r in traces]
+        if not ranks:
+            continue
+        label = _label(pg, traces)
+        judgement.checks.append(_arrival(pg, label, ranks, traces, hosts))
+        judgement.checks.append(_agreement(pg, label, ranks, traces, hosts))
+    judgement.table = last_collectives(traces, lost)
+    return judgement
+
+
+def _arrival(
+    pg: str, label: str, ranks: list[int], traces: dict[int, RankTrace], hosts: dict[int, str]
+) -> Check:
+    name = f"{label}: every rank arrived"
+    last = {r: traces[r].last_enqueued(pg) for r in ranks}
+    top, bottom = max(last.values()), min(last.values())
+    if top == bottom:
+        detail = f"the last collective of {span(ranks)}: {_named(pg, top, ranks, traces)}"
+        return Check(name, Status.PASS, detail)
+    behind = [r for r in ranks if last[r] == bottom]
+    waiting = [r for r in ranks if last[r] > bottom]
+    parts = [
+        f"{span(behind)} never called {_named(pg, bottom + 1, waiting, traces)}: "
+        f"{'its' if len(behind) == 1 else 'their'} last collective is {_named(pg, bottom, behind, traces)}"
+    ]
+    by_seq: dict[int, list[int]] = defaultdict(list)
+    for r in waiting:
+        by_seq[last[r]].append(r)
+    for seq in sorted(by_seq, reverse=True):
+        verb = "waits" if len(by_seq[seq]) == 1 else "wait"
+        parts.append(f"{span(by_seq[seq])} {verb} in {_named(pg, seq, by_seq[seq], traces)}")
+    return Check(name, Status.ERROR, "; ".join(parts), ranks=behind, hosts=_hosts(behind, hosts))
+
+
+def _agreement(
+    pg: str, label: str, ranks: list[int], traces: dict[int, RankTrace], hosts: dict[int, str]
+) -> Check:
+    name = f"{label}: ranks called the same collectives"
+    held = {r: traces[r].collectives(pg) for r in ranks}
+    common = sorted(set.intersection(*(set(h) for h in held.values())))
+    for seq in common:
+        calls = {r: held[r][seq] for r in ranks}
+        sets: dict[tuple, list[int]] = defaultdict(list)
+        for r, call in calls.items():
+            sets[_compared(call)].append(r)
+        if len(sets) == 1:
+            continue
+        ordered = sorted(sets.values(), key=lambda rs: (-len(rs), rs))
+        majority = ordered[0] if len(ordered[0]) > len(ordered[1]) else []
+        culprits = sorted(r for r in ranks if r not in majority)
+        said = "; ".join(f"{span(rs)} called {describe(calls[rs[0]])}" for rs in ordered)
+        what = _difference(calls[ordered[0][0]], calls[ordered[1][0]])
+        detail = f"collective mismatch at #{seq} ({what}): {said}"
+        if not majority:
+            detail += " (no majority: any of them may be the one that is wrong)"
+        return Check(name, Status.FAIL, detail, ranks=culprits, hosts=_hosts(culprits, hosts))
+    if not common:
+        return Check(name, Status.PASS, f"no collective held by all of {span(ranks)} to compare")
+    held_ids = f"#{common[0]}" if len(common) == 1 else f"#{common[0]}-#{common[-1]}"
+    return Check(name, Status.PASS, f"{span(ranks)} agree on {held_ids}")
+
+
+def _compared(call: Collective) -> tuple:
+    op, sizes, dtypes = call.signature()
+    if any(word in op for word in _SIZES_MAY_DIFFER):
+        return (op, (), dtypes)
+    return (op, sizes, dtypes)
+
+
+def _difference(a: Collective, b: Collective) -> str:
+    if a.op != b.op:
+        return "another operation"
+    if a.input_dtypes != b.input_dtypes:
+        return "another dtype"
+    return "another size"
+
+
+def _named(pg: str, seq: int, ranks: list[int], traces: dict[int, RankTrace]) -> str:
+    """'#4 all_reduce (...) at train.py:60 in main', from the first of `ranks` that still holds it."""
+    if seq < 1:
+        return "none (no collective in this group yet)"
+    for r in ranks:
+        call = traces[r].collectives(pg).get(seq)
+        if call is not None:
+            frame = call.user_frame()
+            return describe(call) + (f" at {frame}" if frame else "")
+    return f"#{seq}"
+
+
+def _label(pg: str, traces: dict[int, RankTrace]) -> str:
+    desc = next(
+        (
+            e.pg_desc
+            for t in traces.values()
+            for e in t.entries
+            if e.pg == pg and e.pg_desc not in ("", "undefined")
+        ),
+        "",
+    )
+    return f"group {pg} ({desc})" if desc else f"group {pg}"
+
+
+def _group_order(pg: str) -> tuple[int, int | str]:
+    return (0, int(pg)) if pg.isdigit() else (1, pg)
+
+
+def _hosts(ranks: list[int], hosts: dict[int, str]) -> list[str]:
+    return list(dict.fromkeys(hosts[r] for r in ranks if r in hosts))
+
+
+def last_collectives(traces: dict[int, RankTrace], lost: list[int]) -> Table:
+    """Each rank's last collective in each group it dumped; a lost rank's row says it left no dump."""
+    rows: list[dict] = []
+    for rank in sorted(set(traces) | set(lost)):
+        trace = traces.get(rank)
+        if trace is None:
+            rows.append({"rank": rank, "group": "", "seq_id": None, "op": "(no dump)"})
+            continue
+        for pg in sorted(trace.groups(), key=_group_order):
+            seq = trace.last_enqueued(pg)
+            call = trace.collectives(pg).get(seq)
+            row: dict = {"rank": rank, "group": pg, "seq_id": seq}
+            if call is not None:
+                size = nbytes(call)
+                frame = call.user_frame()
+                row |= {
+                    "op": call.op,
+                    "size": human_bytes(size, amount=True) if size is not None else "?",
+                    "bytes": size,
+                    "shape": call.input_sizes,
+                    "dtype": "/".join(dict.fromkeys(dtype_name(d) for d in call.input_dtypes)),
+                    "state": call.state,
+                    "where": str(frame) if frame else "",
+                }
+            rows.append(row)
+    return Table(
+        "last_collectives",
+        "Each rank's last collective, by process group",
+        dict(LAST_COLLECTIVES_COLUMNS),
+        rows,
+    )
+
+
+def last_collective_line(traces: dict[int, RankTrace], rank: int, pg: str = DEFAULT_GROUP) -> str | None:
+    """'last collective: all_reduce #12 (1.0 MiB float32, [262144]); ranks 0, 1 at #13 (all_reduce)':
+    one rank's last collective in a group, with where the others are; None without the rank's dump."""
+    trace = traces.get(rank)
+    if trace is None:
+        return None
+    seq = trace.last_enqueued(pg) if pg in trace.groups() else -1
+    text = f"last collective: {_named(pg, seq, [rank], traces)}"
+    others: dict[int, list[int]] = defaultdict(list)
+    for r, t in sorted(traces.items()):
+        if r != rank and pg in t.groups() and t.last_enqueued(pg) != seq:
+            others[t.last_enqueued(pg)].append(r)
+    for at, ranks in sorted(others.items()):
+        call = traces[ranks[0]].collectives(pg).get(at)
+        text += f"; {span(ranks)} at #{at}" + (f" ({call.op})" if call else "")
+    return text
