@@ -56,8 +56,12 @@ def render_report(
     quiet: bool = False,
     verbose: bool = False,
     wrote: list[str] | None = None,
+    actions: list[str] | None = None,
 ) -> None:
-    """The whole report; the verdict line always last (`tail -1`), after what was written where."""
+    """The whole report; the verdict line always last (`tail -1`), after what was written where.
+
+    `actions`: what the run did to the cluster (--drain), shown quiet or not.
+    """
     if report.world.get("report_on"):
         # Not the node of rank 0: one line, the whole report is printed there.
         (check,) = report.checks
@@ -91,6 +95,8 @@ def render_report(
     if not quiet:
         for line in wrote or ():
             say(console, line, "dim")
+    for line in actions or ():
+        say(console, line, "bold")
     if report.log_dir:
         say(console, f"rank logs kept in {report.log_dir}", "dim")
     injected = report.injected_line()
