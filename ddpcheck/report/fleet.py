@@ -9,12 +9,10 @@ writes these (cli.finish): under torchrun or srun, rank 0's.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 
 from ddpcheck.command import option
-from ddpcheck.report.model import Report
+from ddpcheck.report.model import Report, write_text
 
 FLEET = "Fleet"  # the help section
 
@@ -70,7 +68,7 @@ class FleetOptions:
         wrote = []
         if self.hostlist_path:
             hosts = culprit_hosts(report)
-            write_atomically(self.hostlist_path, compressed(hosts) + "\n" if hosts else "")
+            write_text(self.hostlist_path, compressed(hosts) + "\n" if hosts else "")
             named = f" ({compressed(hosts)})" if hosts else " (empty: no culprit host)"
             wrote.append(f"wrote the culprit hostlist to {self.hostlist_path}{named}")
         if self.prom_path:
@@ -95,18 +93,3 @@ def compressed(hosts: list[str]) -> str:
     import hostlist
 
     return hostlist.collect_hostlist(hosts) if hosts else ""
-
-
-def write_atomically(path: str, text: str) -> None:
-    """A temporary file in the same directory, then a rename: a reader sees the old file or the new."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(prefix=".ddpcheck-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise

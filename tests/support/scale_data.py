@@ -145,18 +145,27 @@ def profile_data(n: int, steps: int = 10, hidden: int = 4096) -> list[dict[str, 
     return out
 
 
+PASS_FACTORS = (0.9, 1.0, 0.95)
+
+
 def devices_data(n: int) -> list[dict[str, Any]]:
-    """Healthy devices with a little spread (tests/test_devices.py's rank_data)."""
+    """Healthy GPUs with a little spread (tests/test_devices.py's rank_data, with the CUDA figures)."""
     rng = random.Random(0)
     out = []
     for _ in range(n):
         tflops, copy = 400 * rng.uniform(0.97, 1.0), 2000 * rng.uniform(0.97, 1.0)
+        gemm = {"bfloat16": tflops * 1.75, "tf32": tflops}  # 70% and 80% of an H100's dense peaks
+        copies = {"h2d": 50.0, "d2h": 50.0, "d2d": copy}
         out.append(
             {
                 "model": "NVIDIA H100 80GB HBM3",
-                "checksums": {"float32": {"sha256": "aa", "sum": 1.5}},
+                "checksums": {"bfloat16": {"sha256": "aa", "sum": 1.5}},
                 "passes": [
-                    {"gemm": {"float32": tflops * f}, "copy": {"memcpy": copy * f}} for f in (0.9, 1.0, 0.95)
+                    {
+                        "gemm": {k: v * f for k, v in gemm.items()},
+                        "copy": {k: v * f for k, v in copies.items()},
+                    }
+                    for f in (0.9, 1.0, 0.95)
                 ],
                 "health": None,
                 "topology": None,
