@@ -25,9 +25,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from rich.console import Console  # noqa: E402
+from rich.console import Console
 
-from tests.support import scale_data  # noqa: E402
+from tests.support import scale_data
 
 FINGERPRINT = {"torch": "2.13.0", "cuda": "12.8", "nccl": "2.27.3", "driver": "570.86", "gpu": "H100"}
 
@@ -133,17 +133,17 @@ def main() -> None:
     names = args.only.split(",") if args.only else list(_cases(n, g))
     results: dict[str, dict[str, float]] = {}
     print(f"{n} ranks ({args.nodes} nodes x {g})")
-    print(
-        f"{'command':<12} {'judge s':>8} {'render s':>9} {'json s':>7} {'html s':>7} {'report MB':>10} {'html MB':>8}"
-    )
+    heads = ("judge s", "render s", "json s", "html s", "report MB", "html MB")
+    print(f"{'command':<12} " + " ".join(f"{h:>9}" for h in heads))
     with tempfile.TemporaryDirectory(prefix="ddpcheck-bench-scale-") as tmp:
         for name in names:
             r = measure(name, n, g, Path(tmp))
             results[name] = r
             print(
-                f"{name:<12} {r['judge_s']:>8.2f} {r['render_s']:>9.2f} {r['json_s']:>7.2f} {r['html_s']:>7.2f} "
-                f"{r['report_bytes'] / 1e6:>10.2f} {r['html_bytes'] / 1e6:>8.2f}  "
-                f"({r['verdict']}, {int(r['terminal_lines'])} terminal lines)",
+                f"{name:<12} "
+                + " ".join(f"{r[k]:>9.2f}" for k in ("judge_s", "render_s", "json_s", "html_s"))
+                + f" {r['report_bytes'] / 1e6:>9.2f} {r['html_bytes'] / 1e6:>9.2f}  "
+                + f"({r['verdict']}, {int(r['terminal_lines'])} terminal lines)",
                 flush=True,
             )
     if args.json_path:
