@@ -280,21 +280,24 @@ def counted(n: int, noun: str) -> str:
 
 
 # What the terminal and the HTML page show of a long table: the rows that are not PASS first,
-# then the first rows, in their order; the JSON report keeps every row. 64: no report of up to
+# then the first and last rows, in their order; the JSON report keeps every row. 64: no report of up to
 # 64 ranks loses a row, and a screen of a thousand-node run stays a screen.
 SHOWN_ROWS = 64
 
 
 def shown_rows(rows: list[dict[str, Any]], limit: int = SHOWN_ROWS) -> list[dict[str, Any]]:
-    """At most `limit` rows: every row whose status is not PASS comes before the healthy ones."""
+    """At most `limit` rows, in their order: every row whose status is not PASS, then the first and
+    the last rows in turn (a long loss table keeps its first and its last steps)."""
     if len(rows) <= limit:
         return rows
-    flagged = [i for i, r in enumerate(rows) if r.get("status") not in (None, "PASS")][:limit]
-    keep = set(flagged)
-    for i in range(len(rows)):
-        if len(keep) >= limit:
-            break
-        keep.add(i)
+    keep = set([i for i, r in enumerate(rows) if r.get("status") not in (None, "PASS")][:limit])
+    head, tail = 0, len(rows) - 1
+    while len(keep) < limit:
+        keep.add(head)
+        head += 1
+        if len(keep) < limit:
+            keep.add(tail)
+            tail -= 1
     return [rows[i] for i in sorted(keep)]
 
 
@@ -315,7 +318,10 @@ def worst_rows(
 
 def left_out_line(shown: int, total: int) -> str:
     """The one line that says a table was cut, and where the rest is."""
-    return f"showing {shown:,} of {total:,} rows (any not passing first); every row is in the JSON report"
+    return (
+        f"showing {shown:,} of {total:,} rows (any not passing, then the first and last); "
+        "every row is in the JSON report"
+    )
 
 
 def all_of(n: int, noun: str) -> str:
