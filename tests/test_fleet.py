@@ -272,3 +272,19 @@ def _log_dir(text: str) -> str | None:
         if marker in line:
             return line.split(marker, 1)[1].strip()
     return None
+
+
+def test_under_torchrun_rank_0_writes_the_hostlist_and_the_metrics(scratch, tmp_path) -> None:
+    """Inline (every rank runs the CLI): the files come from the one process that writes the report."""
+    hosts, prom = tmp_path / "culprits", tmp_path / "run.prom"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    argv += ["-m", "ddpcheck", "allreduce", "--sizes", "1K", "--iters", "1"]
+    argv += ["--hostlist", str(hosts), "--prom", str(prom)]
+    env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert hosts.read_text() == ""
+    families = {f.name: f.samples for f in text_string_to_metric_families(prom.read_text())}
+    assert families["ddpcheck_verdict"][0].value == 0 and families["ddpcheck_ranks"][0].value == 2
+    assert (done.stdout + done.stderr).count("wrote the culprit hostlist") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["culprits", "run.prom", "tmp"]  # no temp file left
