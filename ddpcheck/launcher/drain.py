@@ -31,10 +31,10 @@ def scontrol(args: list[str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def act_on(report: Report, run: Scontrol | None = None) -> list[str]:
+def act_on(report: Report) -> list[str]:
     """Drain or resume as the verdict says; one line per node acted on, or one saying why none was."""
-    run = run or scontrol
-    if shutil.which("scontrol") is None and run is scontrol:
+    run = scontrol
+    if shutil.which("scontrol") is None:
         return ["--drain: could not drain: scontrol is not installed here (not a Slurm node)"]
     try:
         ping = run(["ping"])

@@ -80,15 +80,21 @@ def families(report: Report) -> list[Any]:
         ("check", "host"),
     )
     hosts = _hosts(report)
+    # One sample per check and host, however many checks share a name (the worse status wins):
+    # node_exporter refuses a textfile that repeats a series.
+    worst: dict[tuple[str, str], int] = {}
     for check in report.checks:
         named = set(check.hosts)
         for host in hosts or [""]:
             applies = not named or host in named or check.status in (Status.SKIP, Status.PASS)
             value = STATUS_VALUE[check.status] if applies else STATUS_VALUE[Status.PASS]
-            status.add_metric([command, check.name, host], value)
+            worst[(check.name, host)] = max(value, worst.get((check.name, host), value))
+    for (check_name, host), value in worst.items():
+        status.add_metric([command, check_name, host], value)
     for name, help_text, labels, samples in _figures(report):
         family = gauge(name, help_text, labels)
-        for values, value in samples:
+        unique = {tuple(values): value for values, value in samples}
+        for values, value in unique.items():
             if value is not None and math.isfinite(value):
                 family.add_metric([command, *values], value)
     return list(made.values())
