@@ -18,10 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ddpcheck.checks.links import LinksOptions
 from ddpcheck.checks.links.check import judge as judge_links
+from ddpcheck.errors import UsageError
 from ddpcheck.launcher.drain import PREFIX, REASON_MAX, act_on, reason
 from ddpcheck.launcher.postmortem import judge_stall
 from ddpcheck.rank.status import Stall
-from ddpcheck.report.fleet import compressed, culprit_hosts
+from ddpcheck.report.fleet import FleetOptions, compressed, culprit_hosts
 from ddpcheck.report.model import Check, Report, Status
 from ddpcheck.report.prometheus import STATUS_VALUE, text_of
 from tests.conftest import assert_nothing_left, assert_usage_error, worker_processes
@@ -158,8 +159,6 @@ def test_the_drain_reason_names_the_check_and_its_figure_and_is_cut_to_length() 
     ("args", "words"),
     [
         (("--hostlist", "/no/such/dir/hosts"), "does not exist"),
-        (("--prom", "/no/such/dir/x.prom"), "does not exist"),
-        (("--prom", "metrics.txt"), ".prom"),
         (("--drain", "--inject", "corrupt@1"), "--inject"),
     ],
 )
@@ -169,6 +168,19 @@ def test_bad_fleet_options_are_one_line_and_exit_2(
     run = ddpcheck("allreduce", "--nproc", "2", *args)
     assert_usage_error(run, scratch)
     assert words in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        (FleetOptions(prom_path="/no/such/dir/x.prom"), "does not exist"),
+        (FleetOptions(prom_path="metrics.txt"), "reads only files ending .prom"),
+        (FleetOptions(hostlist_path="-"), "needs a file path"),
+    ],
+)
+def test_bad_fleet_paths_are_refused_before_anything_starts(options: FleetOptions, words: str) -> None:
+    with pytest.raises(UsageError, match=words):
+        options.check(injected=False)
 
 
 # ------------------------------------------------------------------ real runs: a stopped rank, the real Slurm
