@@ -300,3 +300,29 @@ def test_under_torchrun_rank_0_writes_the_hostlist_and_the_metrics(scratch, tmp_
     assert families["ddpcheck_verdict"][0].value == 0 and families["ddpcheck_ranks"][0].value == 2
     assert (done.stdout + done.stderr).count("wrote the culprit hostlist") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["culprits", "run.prom", "tmp"]  # no temp file left
+
+
+def test_devices_metrics_are_in_flops_and_bytes_per_second() -> None:
+    from ddpcheck.checks.devices import DevicesOptions
+    from ddpcheck.checks.devices.check import judge as judge_devices
+    from tests.support.scale_data import devices_data
+
+    identities = rank_identities(FIVE_HOSTS, 2)
+    data = devices_data(10)
+    for one in data[7]["passes"]:
+        one["gemm"] = {k: v / 3 for k, v in one["gemm"].items()}
+    report = judge_devices(data, identities, DevicesOptions().for_device("cuda"))
+    report.ranks = identities  # as rank 0's assembly adds them
+    families = _families(report)
+    rates = {s.labels["rank"]: s.value for s in families["ddpcheck_device_matmul_flops_per_second"]
+             if s.labels["dtype"] == "bfloat16"}  # fmt: skip
+    row = next(r for r in report.table("devices").rows if r["rank"] == 7)
+    assert rates["7"] == pytest.approx(row["gemm_tflops"] * 1e12)
+    assert {s.labels["direction"] for s in families["ddpcheck_device_copy_bytes_per_second"]} == {
+        "device",
+        "h2d",
+        "d2h",
+    }
+    assert (
+        _status_of(families, "compute", "gpu-a004") == 2 and _status_of(families, "compute", "gpu-a001") == 0
+    )
