@@ -23,6 +23,7 @@ from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from ddpcheck.launcher.options import LaunchOptions
 from ddpcheck.report.compare import BaselineOptions
+from ddpcheck.report.fleet import FleetOptions
 from ddpcheck.report.outputs import OutputOptions
 
 if TYPE_CHECKING:
@@ -124,7 +125,12 @@ def _declared(command: Command) -> list[Parameter]:
     """A command's parameters: its own options, then the shared ones its kind takes."""
     shared: list[type] = [OutputOptions]
     if command.ranked:
-        shared = [LaunchOptions, *([BaselineOptions] if command.measures else []), OutputOptions]
+        shared = [
+            LaunchOptions,
+            *([BaselineOptions] if command.measures else []),
+            OutputOptions,
+            FleetOptions,
+        ]
     return [p for cls in (command.options, *shared) for p in parameters(cls)]
 
 
@@ -138,7 +144,8 @@ def _register(command: Command) -> None:
         if command.ranked:
             launch = build_options(LaunchOptions, values)
             baseline = build_options(BaselineOptions, values)
-            run_ranked(command, options, launch, output, baseline)
+            fleet = build_options(FleetOptions, values)
+            run_ranked(command, options, launch, output, baseline, fleet)
         else:
             run_plain(command, options, output)
 
@@ -179,6 +186,7 @@ def run_ranked(
     launch_options: LaunchOptions,
     output: OutputOptions,
     baseline: BaselineOptions,
+    fleet: FleetOptions | None = None,
 ) -> None:
     """Validate, launch (or run as a rank), render, and exit with the verdict's code."""
     from ddpcheck.launcher import slurm
@@ -190,6 +198,8 @@ def run_ranked(
     options.validate()
     faults = parse_faults(launch_options.inject, command.name)
     output.check()
+    fleet = fleet or FleetOptions()
+    fleet.check(injected=bool(faults))
     baseline.validate()
     from ddpcheck.report import assemble
     from ddpcheck.report.baseline import load_baseline
@@ -249,7 +259,7 @@ def run_ranked(
             print("ddpcheck: interrupted; every rank was stopped", file=sys.stderr)
             raise typer.Exit(EXIT_INTERRUPTED) from None
     assemble.judge_speed(report, known_good, baseline)
-    finish(report, console, output)
+    finish(report, console, output, fleet)
 
 
 def refuse_fatal_setting(backend: str, inline: bool) -> None:
@@ -267,12 +277,24 @@ def _console(output: OutputOptions) -> Console:
     return render.make_console(stderr=output.to_stdout)
 
 
-def finish(report: Report, console: Console, output: OutputOptions) -> None:
+def finish(
+    report: Report, console: Console, output: OutputOptions, fleet: FleetOptions | None = None
+) -> None:
     from ddpcheck.report import terminal as render
 
     # The files first, so that the verdict line, last of all, comes after the lines saying where they went.
     wrote = output.write(report)
-    render.render_report(report, console, quiet=output.quiet, verbose=output.verbose, wrote=wrote)
+    actions: list[str] = []
+    # A node that is not rank 0's holds a one-line stand-in: the hostlist, metrics and drains are rank 0's.
+    if fleet is not None and not report.world.get("report_on"):
+        wrote += fleet.write(report)
+        if fleet.drain:
+            from ddpcheck.launcher.drain import act_on
+
+            actions = act_on(report)
+    render.render_report(
+        report, console, quiet=output.quiet, verbose=output.verbose, wrote=wrote, actions=actions
+    )
     raise typer.Exit(report.verdict.exit_code)
 
 

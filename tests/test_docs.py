@@ -175,11 +175,12 @@ def _usage_block() -> str:
 
 
 def test_the_readme_usage_block_lists_every_command_and_option() -> None:
-    """Every command has its lines, with its own options; the shared ones are in LAUNCH, SPEED, OUTPUT."""
+    """Every command has its lines, with its own options; the shared ones in LAUNCH, SPEED, OUTPUT, FLEET."""
     from ddpcheck.command import parameters
     from ddpcheck.commands import COMMANDS
     from ddpcheck.launcher.options import LaunchOptions
     from ddpcheck.report.compare import BaselineOptions
+    from ddpcheck.report.fleet import FleetOptions
     from ddpcheck.report.outputs import OutputOptions
 
     def spelling(p) -> str:
@@ -205,6 +206,7 @@ def test_the_readme_usage_block_lists_every_command_and_option() -> None:
         groups = {"OUTPUT": OutputOptions}
         if command.ranked:
             groups["LAUNCH"] = LaunchOptions
+            groups["FLEET"] = FleetOptions
             if command.measures:
                 groups["SPEED"] = BaselineOptions
         for group, options in groups.items():

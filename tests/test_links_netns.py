@@ -68,6 +68,7 @@ def test_the_host_behind_a_slow_link_is_named(bridged_hosts, scratch, tmp_path: 
     for node, host in enumerate(bridged_hosts):
         args = ["links", "--nproc", "1", "--size", "128K", "--iters", "5", "--nnodes", str(HOSTS)]
         args += ["--node-rank", str(node), "--rdzv-endpoint", endpoint, "--timeout", "60"]
+        args += ["--hostlist", str(tmp_path / f"n{node}.hosts")]
         procs.append(on_host(host, [*args, "--json", str(tmp_path / f"n{node}.json")], scratch))
     outputs = [p.communicate(timeout=240) for p in procs]
     assert [p.returncode for p in procs] == [1] * HOSTS, outputs
@@ -88,4 +89,7 @@ def test_the_host_behind_a_slow_link_is_named(bridged_hosts, scratch, tmp_path: 
     assert max(slowed) < 0.0125 * 1.2  # tc's rate, and no faster
     hosts = {r["host"]: r["status"] for r in report["tables"]["link_hosts"]}
     assert hosts[slow["hostname"]] == "FAIL"
+    # --hostlist: written once, by the node that writes the report, naming the slow host alone.
+    assert (tmp_path / "n0.hosts").read_text() == f"{slow['hostname']}\n"
+    assert not any((tmp_path / f"n{node}.hosts").exists() for node in range(1, HOSTS))
     assert_nothing_left(scratch)

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 # above the CPU threshold of 0.2 and the guard only bites when a run is noisier still.
 SPREAD_K = 2.0
 MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution is 0.6745 sigma
+# Up to this many peers, each one's reference leaves its own figure out exactly; beyond, one
+# figure barely moves the median of all the others, and one reference serves all (linear time).
+EXACT_UP_TO = 64
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 from ddpcheck.report.model import Check, Status, Table, counted
-from ddpcheck.report.naming import hosts_of, node_label, node_of, span
+from ddpcheck.report.naming import hosts_of, node_label, node_labels, node_of, span
 
 RANKS_TABLE_COLUMNS = {
     "rank": "rank",
@@ -29,13 +29,14 @@ def hosts_table(identities: list[dict[str, Any]], checks: list[Any]) -> Table:
     members: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for ident in identities:
         members[node_of(ident)].append(ident)
+    labels = node_labels(identities)
     rows = []
     for node, idents in members.items():
         ranks = [i["rank"] for i in idents]
         at_fault = sorted(set(ranks) & blamed)
         rows.append(
             {
-                "host": node_label(node, identities),
+                "host": labels[node],
                 "node": node[1],
                 "address": next((i.get("address") for i in idents if i.get("address")), None),
                 "ranks": span(ranks),

@@ -25,6 +25,18 @@ def node_label(node: tuple[str, int], identities: list[dict[str, Any]]) -> str:
     return f"{host} (node {number})" if shared else host
 
 
+def node_labels(identities: list[dict[str, Any]]) -> dict[tuple[str, int], str]:
+    """node_label of every node, in one pass over the ranks (a loop of node_label is quadratic)."""
+    nodes_on: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    for ident in identities:
+        nodes_on[ident["host"]].add(node_of(ident))
+    return {
+        node: f"{node[0]} (node {node[1]})" if len(nodes) > 1 else node[0]
+        for nodes in nodes_on.values()
+        for node in nodes
+    }
+
+
 def describe_ranks(ranks: list[int], identities: list[dict[str, Any]]) -> str:
     """Name ranks, a whole node at once when every one of its ranks is among them."""
     wanted = set(ranks)

@@ -16,7 +16,17 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from ddpcheck.commands import COMMANDS
-from ddpcheck.report.model import Report, Status, Table, Verdict, counted
+from ddpcheck.report.model import (
+    SHOWN_ROWS,
+    Report,
+    Status,
+    Table,
+    Verdict,
+    counted,
+    left_out_line,
+    shown_rows,
+    worst_rows,
+)
 
 STATUS_STYLE = {
     Status.PASS: "bold green",
@@ -56,8 +66,12 @@ def render_report(
     quiet: bool = False,
     verbose: bool = False,
     wrote: list[str] | None = None,
+    actions: list[str] | None = None,
 ) -> None:
-    """The whole report; the verdict line always last (`tail -1`), after what was written where."""
+    """The whole report; the verdict line always last (`tail -1`), after what was written where.
+
+    `actions`: what the run did to the cluster (--drain), shown quiet or not.
+    """
     if report.world.get("report_on"):
         # Not the node of rank 0: one line, the whole report is printed there.
         (check,) = report.checks
@@ -79,7 +93,10 @@ def render_report(
                 continue
             for title, rows in table.groups():
                 if table.columns:  # a table without columns is for the JSON report only
-                    console.print(rich_table(table, title, rows, width=console.width))
+                    shown = shown_rows(rows)
+                    console.print(rich_table(table, title, shown, width=console.width))
+                    if len(shown) < len(rows):
+                        say(console, left_out_line(len(shown), len(rows)), "dim")
                 if table.name in charts:
                     CHARTS[charts[table.name]](table, rows, console)
         if hidden:
@@ -91,6 +108,8 @@ def render_report(
     if not quiet:
         for line in wrote or ():
             say(console, line, "dim")
+    for line in actions or ():
+        say(console, line, "bold")
     if report.log_dir:
         say(console, f"rank logs kept in {report.log_dir}", "dim")
     injected = report.injected_line()
@@ -365,6 +384,8 @@ def render_rate_chart(table: Table, rows: list[dict[str, Any]], console: Console
     if top <= 0:
         return
     dtype = rows[0].get("gemm_dtype") or ""
+    total = len(rows)
+    rows = worst_rows(rows, SHOWN_ROWS, lambda r: r.get("status") == "FAIL", lambda r: -r["gemm_tflops"])
     bars = [
         (
             f"rank {r['rank']}",
@@ -374,7 +395,10 @@ def render_rate_chart(table: Table, rows: list[dict[str, Any]], console: Console
         )
         for r in rows
     ]
-    console.print(_bar_chart(f"{dtype} product rate by rank".strip(), bars, top, width))
+    title = f"{dtype} product rate by rank".strip()
+    if len(rows) < total:
+        title += f" (the {len(rows)} slowest or failing of {total:,} ranks)"
+    console.print(_bar_chart(title, bars, top, width))
 
 
 # The chart kinds a command's declaration names, by the function that draws one (table, rows, console).

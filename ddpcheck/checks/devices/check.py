@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.devices import DevicesOptions, health, topology
 from ddpcheck.checks.devices import expected as expectations
-from ddpcheck.checks.peers import reference_of
+from ddpcheck.checks.peers import EXACT_UP_TO, reference_of
 from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table, counted
 from ddpcheck.report.naming import describe_ranks, hosts_of, where
@@ -269,9 +269,14 @@ def slow_ranks(values: dict[int, float], threshold: float) -> dict[int, float]:
     """Ranks below `threshold` x the median of the others, and further below than their noise.
 
     Each rank against the others only: with four ranks and one slow, its own figure does not
-    pull down the reference it is held to. Returns rank -> that reference.
+    pull down the reference it is held to (beyond EXACT_UP_TO ranks, one reference over all
+    of them serves every rank: linear time). Returns rank -> that reference.
     """
     found = {}
+    if len(values) > EXACT_UP_TO:
+        shared = reference_of(list(values.values()), threshold)
+        assert shared is not None
+        return {r: shared.median for r, v in values.items() if shared.is_slow(v, threshold)}
     for rank, value in values.items():
         others = [v for r, v in values.items() if r != rank]
         reference = reference_of(others, threshold)
@@ -311,12 +316,23 @@ def _peer_check(
                 warnings.append(f"{where(row['rank'], identities)}: {warning}")
     if problems:
         ordered = sorted(ranks)
-        return Check(name, Status.FAIL, "; ".join(problems), ordered, hosts_of(ordered, identities))
+        return Check(name, Status.FAIL, _listed(problems), ordered, hosts_of(ordered, identities))
     if warnings:
         ordered = sorted(warned)
-        return Check(name, Status.WARN, "; ".join(warnings), ordered, hosts_of(ordered, identities))
+        return Check(name, Status.WARN, _listed(warnings), ordered, hosts_of(ordered, identities))
     peers = counted(len(rows), "rank")
     return Check(name, Status.PASS, f"{peers} within {threshold:g}x of their peers: {'; '.join(summary)}")
+
+
+# Findings a check's detail spells out: two figures on every GPU of an 8-GPU node; the rest are
+# counted (the check's ranks and hosts, and the devices table, name every one).
+FINDINGS_SHOWN = 16
+
+
+def _listed(findings: list[str]) -> str:
+    shown = "; ".join(findings[:FINDINGS_SHOWN])
+    more = len(findings) - FINDINGS_SHOWN
+    return shown + (f"; and {more} more (the devices table in --json has every rank)" if more > 0 else "")
 
 
 def judge_compute(

@@ -72,14 +72,13 @@ def judge_agreement(
     hosts_all = list(dict.fromkeys(str(i["host"]) for i in identities))
     for key, label, severity in FINGERPRINT_FIELDS:
         values = [(fp or {}).get(key) for fp in fingerprints]
-        hosts_by_value: dict[Any, list[str]] = {}
+        # Each value's hosts in the order they come (a dict as an ordered set: linear in the ranks).
+        seen: dict[Any, dict[str, None]] = {}
         for rank, value in enumerate(values):
-            hosts = hosts_by_value.setdefault(value, [])
-            host = str(identities[rank]["host"])
-            if host not in hosts:
-                hosts.append(host)
-        if len(hosts_by_value) < 2:
+            seen.setdefault(value, {})[str(identities[rank]["host"])] = None
+        if len(seen) < 2:
             continue
+        hosts_by_value = {value: list(hosts) for value, hosts in seen.items()}
         ranked = sorted(hosts_by_value.items(), key=lambda kv: -len(kv[1]))
         tie = len(ranked[0][1]) == len(ranked[1][1])
         odd = [v for v, _ in ranked] if tie else [v for v, _ in ranked[1:]]

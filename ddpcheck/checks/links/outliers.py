@@ -20,11 +20,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ddpcheck.checks.peers import Reference, reference_of
-
-# Up to this many ranks, each rank's reference leaves its own links out exactly; beyond,
-# one rank's links barely move the median of all the others and one reference serves all.
-EXACT_UP_TO = 64
+from ddpcheck.checks.peers import EXACT_UP_TO, Reference, reference_of
 
 Pair = tuple[int, int]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ddpcheck.checks.links.schedule import INTER, INTRA
 from ddpcheck.report.model import Table
-from ddpcheck.report.naming import node_label, node_of, span
+from ddpcheck.report.naming import node_label, node_labels, node_of, span
 
 HEATMAP_MAX = 32  # ranks (or nodes) per side of the terminal heat map
 SLOWEST_SHOWN = 8
@@ -190,6 +190,7 @@ def host_rows(
     for ident in identities:
         members[node_of(ident)].append(ident["rank"])
     by_rank = _by_rank(links)
+    labels = node_labels(identities)
     rows = []
     for node, ranks in members.items():
         mine = set(ranks)
@@ -197,7 +198,7 @@ def host_rows(
         ratios = [r["ratio"] for r in touching if r["ratio"] is not None]
         rows.append(
             {
-                "host": node_label(node, identities),
+                "host": labels[node],
                 "ranks": span(ranks),
                 "intra_gbps": _median(
                     [r["gbps"] for r in touching if r["kind"] == INTRA and r["src"] in mine], 4

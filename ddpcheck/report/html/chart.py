@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpcheck.report.model import Table
+from ddpcheck.report.model import Row, Table, worst_rows
 
 
 @dataclass
@@ -29,3 +30,20 @@ def number(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return math.nan
+
+
+# Bars a per-rank chart draws at most: beyond, the named ranks and the worst of the rest, so that
+# the page of a 1,000-node run draws in a second and reads at a glance (every rank is in the JSON).
+CHART_RANKS = 64
+
+
+def worst_ranks(rows: list[Row], named: Callable[[Row], bool], badness: Callable[[Row], float]) -> list[Row]:
+    """At most CHART_RANKS rows, in their order: every named one first, then the worst by `badness`."""
+    return worst_rows(rows, CHART_RANKS, named, badness)
+
+
+def of_ranks(shown: int, total: int, worst: str) -> str:
+    """What a chart's title adds when it draws fewer ranks than the run had."""
+    if shown == total:
+        return ""
+    return f" (the {shown} {worst} of {total:,} ranks; every rank in the JSON report)"

@@ -10,7 +10,7 @@ import math
 import statistics
 
 from ddpcheck.report.html import svg
-from ddpcheck.report.html.chart import Chart, number
+from ddpcheck.report.html.chart import Chart, number, of_ranks, worst_ranks
 from ddpcheck.report.model import Report, Status, Table
 
 
@@ -21,10 +21,12 @@ def charts(report: Report) -> list[Chart]:
     if not rows or all(math.isnan(v) for v in rates):
         return []
     dtype = rows[0].get("gemm_dtype") or ""
-    rates = [0.0 if math.isnan(v) else v for v in rates]
+    median = statistics.median(0.0 if math.isnan(v) else v for v in rates)
+    total = len(rows)
+    rows = worst_ranks(rows, lambda r: r.get("status") == "FAIL", lambda r: -_rate(r))
+    rates = [_rate(r) for r in rows]
     failing = [r.get("status") == "FAIL" for r in rows]
     labels = [f"rank {r['rank']}" for r in rows]
-    median = statistics.median(rates)
     titles: dict[str, str] = {}
     with svg.figure(7.0, max(2.2, 0.9 + 0.28 * len(rows))) as fig:
         ax = fig.add_subplot()
@@ -51,9 +53,14 @@ def charts(report: Report) -> list[Chart]:
     columns = {"rank": "rank", "host": "host", "tflops": "TFLOP/s", "status": "status"}
     return [
         Chart(
-            f"{dtype} product rate by rank".strip(),
+            f"{dtype} product rate by rank".strip() + of_ranks(len(rows), total, "slowest or named"),
             chart_svg,
             Table("chart_devices", "Each rank's best pass", columns, data),
             notes,
         )
     ]
+
+
+def _rate(row: dict) -> float:
+    rate = number(row.get("gemm_tflops"))
+    return 0.0 if math.isnan(rate) else rate

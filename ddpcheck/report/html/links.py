@@ -16,6 +16,7 @@ from ddpcheck.report.html.chart import Chart, number
 from ddpcheck.report.model import Report, Table
 
 DEFAULT_THRESHOLD = 0.5  # used only when a report does not say its own --threshold
+MATRIX_RANKS = 64  # up to this many ranks the page's table is the whole matrix; beyond, the slowest links
 HOVER_EVERY_CELL = 16  # up to this many ranks every cell has hover text; beyond, the slow ones (file size)
 
 
@@ -108,15 +109,25 @@ def charts(report: Report) -> list[Chart]:
             ax.add_patch(cell)
             titles[gid] = ("slow: " if marked else "") + _describe(r)
         chart_svg = svg.to_svg(fig, titles)
-    gbps = {(r["src"], r["dst"]): r.get("gbps") for r in rows}
-    columns = {"src": "src \\ dst (GB/s)", **{str(d): str(d) for d in range(n)}}
-    matrix = [{"src": s, **{str(d): gbps.get((s, d)) for d in range(n)}} for s in range(n)]
+    if n > MATRIX_RANKS:
+        # A matrix of thousands of columns reads as nothing and weighs megabytes: the slowest links.
+        columns = {k: k.replace("_", " ") for k in ("src", "dst", "src_host", "dst_host", "gbps", "ratio")}
+        slowest = sorted(rows, key=lambda r: number(r.get("ratio")))[:MATRIX_RANKS]
+        table = Table(
+            "chart_links", f"The {len(slowest)} slowest of {len(rows):,} links (GB/s)", columns, slowest
+        )
+    else:
+        gbps = {(r["src"], r["dst"]): r.get("gbps") for r in rows}
+        columns = {"src": "src \\ dst (GB/s)", **{str(d): str(d) for d in range(n)}}
+        matrix = [{"src": s, **{str(d): gbps.get((s, d)) for d in range(n)}} for s in range(n)]
+        table = Table("chart_links", "Bandwidth of every link (GB/s)", columns, matrix)
     notes = [f"slow: {_describe(r)}" for r in sorted(slow, key=lambda r: number(r.get("ratio")))]
+    if len(notes) > MATRIX_RANKS:
+        notes = [
+            *notes[:MATRIX_RANKS],
+            f"and {len(notes) - MATRIX_RANKS:,} more slow links (in the JSON report)",
+        ]
     if not notes:
         notes = ["no link is slower than the threshold"]
     title = f"Link bandwidth, {n} × {n} ranks, as a fraction of the median"
-    return [
-        Chart(
-            title, chart_svg, Table("chart_links", "Bandwidth of every link (GB/s)", columns, matrix), notes
-        )
-    ]
+    return [Chart(title, chart_svg, table, notes)]

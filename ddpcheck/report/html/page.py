@@ -13,9 +13,11 @@ from typing import Any
 
 from ddpcheck import __version__
 from ddpcheck.report.html.chart import Chart
-from ddpcheck.report.model import Report, Table, counted
+from ddpcheck.report.model import Report, Table, counted, left_out_line, shown_rows
 
 FOLDED_ROWS = 200  # a longer table starts folded: the charts stay at the top of the page
+# Rows a table shows at most (the rest in the JSON report): the page of a 1,000-node run stays small.
+HTML_ROWS = 256
 
 CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px; padding: 0 1em; }
@@ -59,7 +61,8 @@ def table_html(table: Table) -> str:
     numeric = {k for k in columns if any(isinstance(r.get(k), (int, float)) for r in table.rows)}
     head = "".join(f"<th>{_e(h)}</th>" for h in columns.values())
     body = []
-    for row in table.rows:
+    rows = shown_rows(table.rows, HTML_ROWS)
+    for row in rows:
         cells = []
         for key in columns:
             text = cell_text(row.get(key))
@@ -73,6 +76,8 @@ def table_html(table: Table) -> str:
     inner = (
         f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
     )
+    if len(rows) < len(table.rows):
+        inner += f'<p class="meta">{_e(left_out_line(len(rows), len(table.rows)))}</p>'
     if len(table.rows) > FOLDED_ROWS:
         return f"<details><summary>{_e(counted(len(table.rows), 'row'))}</summary>{inner}</details>"
     return inner

@@ -12,7 +12,7 @@ import statistics
 from typing import Any
 
 from ddpcheck.report.html import svg
-from ddpcheck.report.html.chart import Chart, number
+from ddpcheck.report.html.chart import Chart, number, of_ranks, worst_ranks
 from ddpcheck.report.model import Report, Status, Table
 
 # The parts that add up to a wall-clock step (checks/profile.py: CHART_PARTS), in drawing order.
@@ -49,6 +49,14 @@ def charts(report: Report) -> list[Chart]:
     stragglers = {
         r for c in report.checks if c.name == "stragglers" and c.status != Status.PASS for r in c.ranks
     }
+    size = report.world.get("size") if isinstance(report.world, dict) else None
+    total = size if isinstance(size, int) and size > len(medians) else len(medians)
+    shown = worst_ranks(
+        list(medians.values()),
+        lambda m: m["rank"] in stragglers,
+        lambda m: sum(number(m[f"{p}_ms"]) for p in PARTS if not math.isnan(number(m[f"{p}_ms"]))),
+    )
+    medians = {m["rank"]: m for m in shown}
     ranks = list(medians)
     labels = [f"rank {r}" + (" (straggler)" if r in stragglers else "") for r in ranks]
     titles: dict[str, str] = {}
@@ -92,7 +100,7 @@ def charts(report: Report) -> list[Chart]:
     notes = [
         c.detail for c in report.checks if c.name == "stragglers" and c.status != Status.PASS and c.detail
     ]
-    title = "Where each rank's step goes"
+    title = "Where each rank's step goes" + of_ranks(len(ranks), total, "slowest or named")
     return [
         Chart(
             title,

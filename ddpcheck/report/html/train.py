@@ -6,10 +6,11 @@ infinities arrive as strings from a saved report and leave a gap in the line.
 
 from __future__ import annotations
 
+import math
 import re
 
 from ddpcheck.report.html import svg
-from ddpcheck.report.html.chart import Chart, number
+from ddpcheck.report.html.chart import Chart, number, of_ranks, worst_ranks
 from ddpcheck.report.model import Report, Table
 
 RANK_KEY = re.compile(r"loss_rank(\d+)$")
@@ -21,6 +22,8 @@ def charts(report: Report) -> list[Chart]:
     ranks = sorted({int(m.group(1)) for row in rows for k in row if (m := RANK_KEY.match(k))})
     if not rows or not ranks:
         return []
+    total = len(ranks)
+    ranks = _drawn(report, rows, ranks)
     steps = [number(r.get("step")) for r in rows]
     titles: dict[str, str] = {}
     with svg.figure() as fig:
@@ -50,5 +53,22 @@ def charts(report: Report) -> list[Chart]:
         chart_svg = svg.to_svg(fig, titles)
     columns = {"step": "step", **{f"loss_rank{r}": f"rank {r}" for r in ranks}, "reference_loss": "1 process"}
     data = [{k: row.get(k) for k in columns} for row in rows]
-    title = "Loss per step on every rank, and in one process"
+    title = "Loss per step on every rank, and in one process" + of_ranks(
+        len(ranks), total, "furthest or named"
+    )
     return [Chart(title, chart_svg, Table("chart_loss", "Loss per step", columns, data))]
+
+
+def _drawn(report: Report, rows: list[dict], ranks: list[int]) -> list[int]:
+    """Every rank up to CHART_RANKS; beyond, the ranks a failing check names and those whose last
+    loss is furthest from the median rank's: lines of thousands of ranks would draw one smudge."""
+    named = {r for c in report.failing() for r in c.ranks}
+    last = {rank: number(rows[-1].get(f"loss_rank{rank}")) for rank in ranks}
+    finite = sorted(v for v in last.values() if not math.isnan(v))
+    middle = finite[len(finite) // 2] if finite else 0.0
+    chosen = worst_ranks(
+        [{"rank": rank} for rank in ranks],
+        lambda r: r["rank"] in named or math.isnan(last[r["rank"]]),
+        lambda r: abs(last[r["rank"]] - middle),
+    )
+    return [r["rank"] for r in chosen]
