@@ -9,12 +9,14 @@ named in each comment failed with the bug and passes without it.
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
+from ddpcheck.checks.collective.bisection import bisect
 from ddpcheck.checks.env import redact
 from ddpcheck.checks.links import check as links
-from ddpcheck.checks.links.outliers import find_slow
+from ddpcheck.checks.links.outliers import EXACT_UP_TO, find_slow
 from ddpcheck.checks.train.judge import GRAD_RTOL, judge
 from ddpcheck.report import baseline
 from ddpcheck.report.model import Status
@@ -250,3 +252,139 @@ def test_a_nan_loss_on_one_rank_names_it_and_the_step() -> None:
     loss = by_name(judge(data, identities(3), TRAIN_OPTS))["loss descent"]
     assert loss.status == Status.FAIL and loss.ranks == [1]
     assert loss.detail.startswith("the loss turned non-finite (nan) at step 3 on rank 1 on host h0")
+
+
+# ------------------------------------------------------------------ found by mutation testing (mutmut)
+def test_a_single_link_exactly_at_the_noise_bound_is_not_slow() -> None:
+    from ddpcheck.checks.peers import Reference
+
+    ref = Reference(median=1.0, sigma=0.125)  # the noise bound: 1.0 - 2 x 0.125 = 0.75, exactly
+    assert ref.is_below(0.75, 0.9) and not ref.is_slow(0.75, 0.9)
+    assert ref.is_slow(0.7499, 0.9)
+
+
+def test_a_rank_that_only_receives_is_still_judged() -> None:
+    """Rank 3 appears only as a receiver (a partial matrix): every link into it is slow."""
+    values = mesh(3)
+    values.update({(0, 3): 0.05, (1, 3): 0.05, (2, 3): 0.05})
+    found = find_slow(values, 0.5)
+    assert [(s.rank, s.direction, s.total) for s in found.ranks] == [(3, "both", 3)]
+    assert found.links == []
+
+
+@pytest.mark.parametrize("direction", ["out", "in"])
+def test_two_links_in_one_direction_are_enough_to_name_a_rank(direction: str) -> None:
+    """3 ranks, rank 0's two links out (or in) slow, its two others healthy: half, but a whole direction."""
+    values = mesh(3)
+    for peer in (1, 2):
+        values[(0, peer) if direction == "out" else (peer, 0)] = 0.05
+    found = find_slow(values, 0.5)
+    assert [(s.rank, s.direction, len(s.slow), s.total) for s in found.ranks] == [(0, direction, 2, 2)]
+
+
+def test_two_links_left_after_naming_a_rank_compare_with_nothing() -> None:
+    """Rank 2 named; the one pair left (0 <-> 1) is fast one way and slow the other: no reference."""
+    values = mesh(3, lambda s, d: 0.05 if 2 in (s, d) else 1.0)
+    values[(1, 0)] = 0.1
+    found = find_slow(values, 0.5)
+    assert [s.rank for s in found.ranks] == [2] and found.links == []
+
+
+def test_a_rank_with_one_peer_does_not_stop_the_others_being_judged() -> None:
+    """Rank 0 links only to rank 1 (skipped: one peer); ranks 1-4 are a mesh with rank 4 slow."""
+    values = {(s, d): 0.05 if 4 in (s, d) else 1.0 for s in range(1, 5) for d in range(1, 5) if s != d}
+    values.update({(0, 1): 1.0, (1, 0): 1.0})
+    found = find_slow(values, 0.5)
+    assert [s.rank for s in found.ranks] == [4] and found.links == []
+
+
+def _one_slow_rank(n: int, slow: int = 5) -> dict:
+    values = mesh(n, lambda s, d: 1.0 + 1e-5 * (s * n + d))  # healthy links, all different
+    for pair in values:
+        if slow in pair:
+            values[pair] = 0.05
+    return values
+
+
+def test_up_to_exact_up_to_ranks_a_rank_is_judged_against_the_links_without_it() -> None:
+    values = _one_slow_rank(EXACT_UP_TO)
+    found = find_slow(values, 0.5)
+    assert [s.rank for s in found.ranks] == [5]
+    without = statistics.median(v for (s, d), v in values.items() if 5 not in (s, d))
+    assert found.ranks[0].reference == without
+
+
+def test_beyond_exact_up_to_ranks_one_reference_of_every_link_serves_all() -> None:
+    values = _one_slow_rank(EXACT_UP_TO + 1)
+    found = find_slow(values, 0.5)
+    assert [s.rank for s in found.ranks] == [5]
+    assert found.ranks[0].reference == statistics.median(values.values())  # its own slow links too
+
+
+def test_the_worst_rank_relative_to_its_own_reference_is_named_first() -> None:
+    """Ranks 0 and 1 slow; rank 1's reference (links without it) is higher than rank 0's, so rank 1,
+    a hair faster in GB/s, is the further below its reference: ratio, not product, orders them."""
+    healthy = {(s, d): 0.9 + 0.01 * (4 * s + d) for s in range(2, 6) for d in range(2, 6) if s != d}
+    values = dict(healthy)
+    for peer in range(1, 6):
+        values[(0, peer)] = values[(peer, 0)] = 0.1  # every link of rank 0
+    for peer in (2, 3):
+        values[(1, peer)] = values[(peer, 1)] = 0.10001  # most links of rank 1...
+    for peer in (4, 5):
+        values[(1, peer)] = values[(peer, 1)] = 2.0  # ...and four fast ones, lifting rank 0's reference
+    found = find_slow(values, 0.5)
+    assert [s.rank for s in found.ranks][:1] == [0]
+    assert found.ranks[0].median / found.ranks[0].reference < 0.10001 / statistics.median(
+        v for (s, d), v in values.items() if 1 not in (s, d)
+    )
+
+
+# ------------------------------------------------------------------ bisection, found by mutation testing
+def test_bisection_refuses_a_run_that_answers_for_other_groups_than_it_was_given() -> None:
+    with pytest.raises(ValueError):
+        bisect(8, lambda groups: [True] * (len(groups) + 1))
+    with pytest.raises(ValueError):
+        bisect(8, lambda groups: [True] * (len(groups) - 1))
+
+
+def test_bisection_of_three_with_a_bad_link_and_a_corrupt_rank() -> None:
+    link = lambda a, b: lambda groups: [a in g and b in g for g in groups]  # noqa: E731
+    assert bisect(3, link(0, 1)) == [0, 1]  # each end tried beside rank 2, proven good by neither
+    assert bisect(3, lambda gs: [(0 in g and 1 in g) or 2 in g for g in gs]) == [0, 1, 2]
+    assert bisect(8, link(0, 3)) == [0, 1, 2, 3]  # the fault needs both quarters: the half is named
+
+
+# ------------------------------------------------------------------ links against a baseline, by host pair
+def test_host_pair_figures_carry_units_labels_and_latency_lower_is_better() -> None:
+    """Another layout (2 ranks per host, then 1): host pairs stand in, latency judged lower-is-better."""
+    then = links_report({(0, 2): 1.0, (2, 0): 1.0, (1, 3): 1.0, (0, 1): 10.0}, 4, ("a", "b"))
+    now = links_report({(0, 1): 1.0, (1, 0): 1.0}, 2, ("a", "b"))
+    for row in now["tables"]["links"]:
+        row["latency_us"] = 150.0 if row["src"] == 0 else 20.0
+    result = baseline.compare(then, now, 0.2)
+    rows = {row["figure"]: row for row in result.table.rows}
+    assert {f: (r["unit"], r["status"]) for f, r in rows.items()} == {
+        "links a -> b bandwidth (median)": ("GB/s", "PASS"),
+        "links a -> b latency (median)": ("us", "FAIL"),
+        "links b -> a bandwidth (median)": ("GB/s", "PASS"),
+        "links b -> a latency (median)": ("us", "better"),
+    }
+    assert result.check.status == Status.FAIL and "links a -> b latency (median) 0.33x" in result.check.detail
+
+
+def test_rank_pair_figures_carry_their_units() -> None:
+    result = baseline.compare(_latency_report(50.0), _latency_report(50.0), 0.2)
+    assert {row["figure"]: row["unit"] for row in result.table.rows} == {
+        "link 0 -> 1 (a -> b) bandwidth": "GB/s",
+        "link 0 -> 1 (a -> b) latency": "us",
+        "link 1 -> 0 (b -> a) bandwidth": "GB/s",
+        "link 1 -> 0 (b -> a) latency": "us",
+    }
+
+
+def test_a_link_without_both_hosts_has_no_host_pair_figure() -> None:
+    from ddpcheck.checks.links.figures import link_figures
+
+    report = links_report({(0, 1): 1.0}, 2, ("a", "b"))
+    report["tables"]["links"][0]["dst_host"] = None
+    assert [f.kind.name for f in link_figures(report)] == ["link", "link"]

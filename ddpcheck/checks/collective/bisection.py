@@ -36,12 +36,13 @@ def bisect(n: int, run: Callable[[list[list[int]]], list[bool]]) -> list[int] | 
             # Every member waits for a partner and none is free (every rank is in doubt): alone, then.
             candidates = _plan_round(n, suspects, tested, spare, alone=True)
         wrong = run([group for _, group, _ in candidates])
-        for (_, group, _), bad in zip(candidates, wrong, strict=True):
+        outcomes = list(zip(candidates, wrong, strict=True))  # a run must answer for every group
+        for (_, group, _), bad in outcomes:
             if not bad and len(group) > 1:
                 good |= set(group)
         next_suspects: list[list[int]] = []
         for index, group in enumerate(suspects):
-            results = [(g, m, w) for (i, g, m), w in zip(candidates, wrong, strict=True) if i == index]
+            results = [(g, m, w) for (i, g, m), w in outcomes if i == index]
             if len(group) > 2:
                 failed = [g for g, _, w in results if w]
                 for g in failed:
