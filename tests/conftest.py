@@ -14,7 +14,18 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.support import purity
 from tests.support.slurm import slurm  # noqa: F401  (a real Slurm: the fixture, for every test file)
+
+# Pure tests and integration tests (tests/support/purity.py): the mark by a rule, and a guard
+# that fails a pure test which starts a process.
+purity.install_guard()
+pytest_runtest_setup = purity.guard_phase
+pytest_runtest_call = purity.guard_phase
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    purity.mark_integration(items)
 
 
 def needs_gpu(test: Any) -> Any:

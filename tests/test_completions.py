@@ -12,6 +12,9 @@ import pytest
 
 from ddpcheck.completions import SHELLS, completion_script, main
 
+# Every test here starts processes (the real command, a shell, a browser).
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 COMPLETIONS = ROOT / "completions"
 REGENERATE = "regenerate them with `python -m ddpcheck.completions` and commit completions/"

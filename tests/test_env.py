@@ -109,6 +109,7 @@ INTERFACES: dict[str, dict[str, Any]] = {
 
 
 # -------------------------------------------------- socket interface names
+@pytest.mark.integration
 def test_bad_nccl_socket_ifname_fails_naming_it(run_probe: Callable[..., Report], clean_env: Any) -> None:
     clean_env.setenv("NCCL_SOCKET_IFNAME", "bogus7")
     report = run_probe()
@@ -118,6 +119,7 @@ def test_bad_nccl_socket_ifname_fails_naming_it(run_probe: Callable[..., Report]
     assert report.verdict == Verdict.FAIL
 
 
+@pytest.mark.integration
 def test_loopback_nccl_socket_ifname_passes_on_this_host(
     run_probe: Callable[..., Report], clean_env: Any
 ) -> None:
@@ -210,6 +212,7 @@ def test_harmless_names_are_not_redacted(name: str) -> None:
     assert not redact.is_secret_name(name)
 
 
+@pytest.mark.integration
 def test_secret_redacted_in_table_and_json(
     run_probe: Callable[..., Report], clean_env: Any, tmp_path: Path
 ) -> None:
@@ -230,6 +233,7 @@ def test_secret_redacted_in_table_and_json(
 
 
 # --------------------------------------------------------------- /dev/shm
+@pytest.mark.integration
 def test_small_shm_warns_and_still_exits_0(run_probe: Callable[..., Report]) -> None:
     report = run_probe(shm_bytes=64 * units.MIB)
     found = check(report, "/dev/shm")
@@ -238,6 +242,7 @@ def test_small_shm_warns_and_still_exits_0(run_probe: Callable[..., Report]) -> 
     assert report.verdict == Verdict.PASS  # a warning alone does not fail the command
 
 
+@pytest.mark.integration
 def test_shm_path_is_injectable(run_probe: Callable[..., Report], tmp_path: Path) -> None:
     measured = check(run_probe(shm_path=str(tmp_path)), "/dev/shm")
     assert str(tmp_path) in measured.detail
@@ -251,6 +256,7 @@ def test_shm_thresholds() -> None:
 
 
 # ------------------------------------------------------ GPUs and devices
+@pytest.mark.integration
 def test_cuda_visible_devices_naming_absent_devices_fails(
     run_probe: Callable[..., Report], clean_env: Any
 ) -> None:
@@ -288,6 +294,7 @@ def test_visible_devices_without_driver_info() -> None:
     assert judge.judge_visible_devices(None, None, visible=0).status == Status.PASS
 
 
+@pytest.mark.integration
 def test_slurm_narrowed_visible_devices_with_local_rank_fails(
     run_probe: Callable[..., Report], clean_env: Any
 ) -> None:
@@ -360,6 +367,7 @@ def test_topology_parse() -> None:
     assert probe.parse_topology("") == []
 
 
+@pytest.mark.integration
 def test_fake_nvidia_smi_gives_topology_and_a_hung_one_is_killed(
     run_probe: Callable[..., Report], tmp_path: Path
 ) -> None:
@@ -393,6 +401,7 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and ") Z" in stat.read_text())  # a zombie is gone already
 
 
+@pytest.mark.integration
 def test_absent_tools_are_tolerated(run_probe: Callable[..., Report]) -> None:
     report = run_probe(nvidia_smi="no-such-nvidia-smi", ib_root="/no/such/ib")
     assert check(report, "InfiniBand ports").status == Status.SKIP
@@ -409,6 +418,7 @@ def fake_ib(root: Path, state: str = "4: ACTIVE") -> Path:
     return root
 
 
+@pytest.mark.integration
 def test_infiniband_probe_and_memlock(run_probe: Callable[..., Report], tmp_path: Path) -> None:
     report = run_probe(ib_root=str(fake_ib(tmp_path / "ib")))
     table = report.table("infiniband")
@@ -440,6 +450,7 @@ def test_backends_judge() -> None:
 
 
 # ------------------------------------------------ MASTER_ADDR / MASTER_PORT
+@pytest.mark.integration
 @pytest.mark.parametrize("port", ["abc", "0", "70000", "-1", " "])
 def test_invalid_master_port_fails(run_probe: Callable[..., Report], clean_env: Any, port: str) -> None:
     clean_env.setenv("MASTER_ADDR", "127.0.0.1")
@@ -448,6 +459,7 @@ def test_invalid_master_port_fails(run_probe: Callable[..., Report], clean_env: 
     assert found.status == Status.FAIL and "not a TCP port" in found.detail
 
 
+@pytest.mark.integration
 def test_free_master_port_passes(run_probe: Callable[..., Report], clean_env: Any) -> None:
     clean_env.setenv("MASTER_ADDR", "127.0.0.1")
     clean_env.setenv("MASTER_PORT", str(free_port()))
@@ -458,6 +470,7 @@ def test_free_master_port_passes(run_probe: Callable[..., Report], clean_env: An
     assert found.status == Status.PASS and "free" in found.detail
 
 
+@pytest.mark.integration
 def test_master_port_in_use_fails_outside_a_launch(
     run_probe: Callable[..., Report], clean_env: Any, listening: int
 ) -> None:
@@ -472,6 +485,7 @@ def test_master_port_in_use_fails_outside_a_launch(
     assert check(run_probe(), "MASTER_PORT").status == Status.PASS
 
 
+@pytest.mark.integration
 def test_remote_master_reachability_on_loopback(
     run_probe: Callable[..., Report], clean_env: Any, listening: int
 ) -> None:
@@ -507,6 +521,7 @@ def test_master_judge_failures_without_traffic() -> None:
     assert [c.status for c in unset] == [Status.SKIP, Status.SKIP]
 
 
+@pytest.mark.integration
 def test_a_crashed_master_probe_is_a_finding(
     run_probe: Callable[..., Report], clean_env: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -626,6 +641,7 @@ def _clean_environ() -> dict[str, str]:
     }
 
 
+@pytest.mark.integration
 def test_real_run_on_this_machine(tmp_path: Path) -> None:
     path = tmp_path / "env.json"
     start = time.perf_counter()
@@ -655,6 +671,7 @@ def test_real_run_on_this_machine(tmp_path: Path) -> None:
     assert wall < 20  # the 3 s target is measured by tests/perf/bench_startup.py, not here
 
 
+@pytest.mark.integration
 def test_real_run_exits_1_on_a_failure_and_json_to_stdout() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "ddpcheck", "env", "--json", "-", "--quiet"],
@@ -670,6 +687,7 @@ def test_real_run_exits_1_on_a_failure_and_json_to_stdout() -> None:
     assert "FAIL NCCL_SOCKET_IFNAME" in done.stderr
 
 
+@pytest.mark.integration
 def test_unwritable_json_path_is_a_usage_error(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "ddpcheck", "env", "--json", str(tmp_path / "no" / "dir" / "x.json")],
@@ -681,6 +699,7 @@ def test_unwritable_json_path_is_a_usage_error(tmp_path: Path) -> None:
     assert done.stderr.startswith("ddpcheck: error: --json") and done.stderr.count("\n") == 1
 
 
+@pytest.mark.integration
 def test_help_and_env_module_import_no_torch() -> None:
     code = (
         "import sys, ddpcheck.cli, ddpcheck.checks.env; assert 'torch' not in sys.modules, 'torch imported'"

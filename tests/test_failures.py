@@ -178,6 +178,7 @@ def test_a_hang_keeps_its_logs_and_shows_the_stuck_ranks_stack(ddpcheck, scratch
     assert_nothing_left(scratch, run)
 
 
+@pytest.mark.integration
 def test_python_stacks_skip_quietly_without_py_spy(monkeypatch) -> None:
     statuses = {1: status(1, "measure", 3, pid=os.getpid(), proc_state="running")}
     monkeypatch.setattr(watchdog.shutil, "which", lambda name: None)
@@ -192,6 +193,7 @@ def test_a_status_the_judge_cannot_read_costs_the_stacks_not_the_kill() -> None:
     assert watchdog._stacks_of(Stall({1: {"rank": 1}}, waited_s=5.0, world_size=2)) == {}
 
 
+@pytest.mark.integration
 def test_python_stacks_are_bounded_by_their_timeout(monkeypatch, tmp_path) -> None:
     slow = tmp_path / "py-spy"
     slow.write_text("#!/bin/sh\nsleep 30\n")
@@ -241,6 +243,7 @@ def _wait_for_workers(scratch: Path, count: int) -> list[psutil.Process]:
 LONG = ("--sizes", "1K:4M", "--iters", "200")
 
 
+@pytest.mark.integration
 def test_stopped_rank_that_ignores_sigterm_is_named_and_killed(scratch) -> None:
     proc = _start(scratch, "--nproc", "3", *LONG, "--timeout", "4", "--json", "-")
     workers = _wait_for_workers(scratch, 3)
@@ -258,6 +261,7 @@ def test_stopped_rank_that_ignores_sigterm_is_named_and_killed(scratch) -> None:
     assert_nothing_left(scratch, type("R", (), {"report": report})())
 
 
+@pytest.mark.integration
 def test_ctrl_c_tears_down_and_exits_130(scratch) -> None:
     proc = _start(scratch, "--nproc", "3", *LONG)
     _wait_for_workers(scratch, 3)
@@ -269,6 +273,7 @@ def test_ctrl_c_tears_down_and_exits_130(scratch) -> None:
     assert_nothing_left(scratch)
 
 
+@pytest.mark.integration
 def test_ranks_do_not_outlive_a_killed_launcher(scratch) -> None:
     proc = _start(scratch, "--nproc", "2", *LONG)
     workers = _wait_for_workers(scratch, 2)

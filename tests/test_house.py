@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ddpcheck.command import Command, parameters
 from ddpcheck.commands import COMMANDS
 
@@ -113,6 +115,7 @@ def test_every_command_declares_itself_once_and_has_a_docs_page() -> None:
             assert command.figures is not None, f"{name} has a family but no figures"
 
 
+@pytest.mark.integration
 def test_declarations_load_neither_torch_nor_the_work() -> None:
     # `ddpcheck --help` reads every declaration: none may import torch or a check's implementation.
     code = (

@@ -96,6 +96,7 @@ def test_each_commands_page(saved_reports: dict[str, Saved], name: str) -> None:
     assert len(page.encode()) < 1_000_000
 
 
+@pytest.mark.integration
 def test_html_is_checked_before_anything_is_launched(tmp_path: Path, scratch: Path) -> None:
     # A matplotlib that cannot be imported, as on an install without the [html] extra.
     fake = tmp_path / "no-matplotlib"
@@ -122,6 +123,7 @@ def test_html_is_checked_before_anything_is_launched(tmp_path: Path, scratch: Pa
     assert proc.returncode == 0 and "--html" not in proc.stdout
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "html, says",
     [("-", "needs a file path"), ("{tmp}/missing/page.html", "does not exist"), ("{tmp}", "is a directory")],

@@ -21,6 +21,9 @@ pytest.importorskip("matplotlib", reason="--html needs matplotlib: pip install '
 
 from ddpcheck.report.html import render_html, write_html
 
+# Every test here starts processes (the real command, a shell, a browser).
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[headless.Browser]:

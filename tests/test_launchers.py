@@ -281,6 +281,7 @@ def _torchrun_rank0_exit(err: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("fault", "name", "words"), [
     (signal.SIGSTOP, "hang", "stopped (SIGSTOP): no heartbeat for"),
     (signal.SIGKILL, "rank lost", "lost: its process ended"),
@@ -292,6 +293,7 @@ def test_torchrun_names_a_stopped_or_killed_rank(scratch, tmp_path, fault, name,
     assert_bounded_and_clean(outcome, scratch)
 
 
+@pytest.mark.integration
 def test_torchrun_sigterm_still_names_the_rank_that_stopped_beating(scratch, tmp_path) -> None:
     """Rank 0, stopped by SIGTERM mid-collective, says at once who stopped beating, and exits 3."""
     outcome = strike(TORCHRUN, scratch, tmp_path, signal.SIGSTOP, also_sigterm_rank0=True)
@@ -309,6 +311,7 @@ MPIRUN += [arg for name in ("PYTHONPATH", "TMPDIR", "OMP_NUM_THREADS", "COLUMNS"
 MPIRUN += [sys.executable, "-m", "ddpcheck", *SWEEP]
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Debian's openmpi-bin) is not installed")
 @pytest.mark.parametrize(("fault", "name", "words", "code"), [
     (signal.SIGSTOP, "hang", "stopped (SIGSTOP): no heartbeat for", 3),

@@ -146,6 +146,7 @@ def test_rank_map_catches_two_ranks_on_one_gpu() -> None:
 
 
 # ------------------------------------------------------------------ real runs
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("fault", "code", "one_task_per_node"), [(None, 0, False), ("corrupt@3", 1, False), (None, 0, True)]
 )
@@ -195,6 +196,7 @@ def test_a_node_that_never_arrives_is_bounded(ddpcheck, scratch) -> None:
     assert_nothing_left(scratch, run)
 
 
+@pytest.mark.integration
 def test_srun_tasks_run_as_their_ranks(scratch, tmp_path: Path) -> None:
     procs = []
     port = str(free_port())
@@ -214,6 +216,7 @@ def test_srun_tasks_run_as_their_ranks(scratch, tmp_path: Path) -> None:
     assert_nothing_left(scratch)
 
 
+@pytest.mark.integration
 def test_under_torchrun_each_process_is_a_rank(scratch, tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "3"]
@@ -266,6 +269,7 @@ def test_a_host_pointed_where_nobody_listens(two_hosts, scratch, tmp_path: Path)
     assert_nothing_left(scratch)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("fault", "check", "words"),
     [
@@ -309,6 +313,7 @@ def test_rank_map_names_a_node_with_fewer_ranks() -> None:
     assert "runs 1 rank, the other nodes 2" in check.detail
 
 
+@pytest.mark.integration
 def test_under_torchrun_a_hang_is_named_by_rank_0(scratch, tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "3"]

@@ -83,6 +83,7 @@ def lines_of(text: str) -> list[str]:
 
 
 # ------------------------------------------------------------ real runs
+@pytest.mark.integration
 def test_piped_output_is_plain_and_draws_the_chart_after_the_table(scratch: Path) -> None:
     proc = run_piped(SMALL, clean_env(scratch))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -100,6 +101,7 @@ def test_piped_output_is_plain_and_draws_the_chart_after_the_table(scratch: Path
     assert out[-1].startswith("PASS  ddpcheck allreduce (2 ranks, gloo, cpu)")
 
 
+@pytest.mark.integration
 def test_quiet_pass_prints_only_the_verdict(scratch: Path) -> None:
     proc = run_piped((*SMALL, "--quiet"), clean_env(scratch))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -109,6 +111,7 @@ def test_quiet_pass_prints_only_the_verdict(scratch: Path) -> None:
     assert proc.stderr == ""
 
 
+@pytest.mark.integration
 def test_quiet_fail_prints_the_failing_checks_then_the_verdict(scratch: Path, tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
     args = (*SMALL, "-q", "--inject", "corrupt@1", "--json", str(report_path))
@@ -125,6 +128,7 @@ def test_quiet_fail_prints_the_failing_checks_then_the_verdict(scratch: Path, tm
     assert "busbw" not in proc.stdout  # no tables, no chart
 
 
+@pytest.mark.integration
 def test_a_terminal_gets_colour(scratch: Path) -> None:
     code, output = run_on_terminal(SMALL, clean_env(scratch))
     assert code == 0, output
@@ -132,6 +136,7 @@ def test_a_terminal_gets_colour(scratch: Path) -> None:
     assert "busbw by message size" in output
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("quiet", [False, True])
 def test_no_color_on_a_terminal_is_plain_text(scratch: Path, quiet: bool) -> None:
     args = (*SMALL, "--quiet") if quiet else SMALL
@@ -267,6 +272,7 @@ def test_details_quoting_brackets_are_not_rich_markup() -> None:
     assert "[/tail]" in out.getvalue()
 
 
+@pytest.mark.integration
 def test_a_terminal_shows_the_sweep_progress_driven_by_the_launcher(scratch: Path) -> None:
     """The launcher reads rank 0's status file and draws the sweep's progress; ranks never print."""
     # Long enough (seconds) for several redraws of the display, even on a fast machine.
@@ -292,6 +298,7 @@ def test_the_progress_counts_the_planned_ranks(terminal: FakeTerminal) -> None:
     assert "None" not in terminal.getvalue()
 
 
+@pytest.mark.integration
 def test_the_progress_is_drawn_on_stderr_when_stdout_is_a_pipe(scratch: Path) -> None:
     """`ddpcheck allreduce | tee log`: the display stays on the terminal, the pipe gets plain text."""
     import fcntl
@@ -357,6 +364,7 @@ def test_all_of_counts_right() -> None:
     assert [all_of(n, "rank") for n in (1, 2, 3)] == ["the one rank", "both ranks", "all 3 ranks"]
 
 
+@pytest.mark.integration
 def test_written_files_are_announced_and_json_on_stdout_stays_pure(scratch: Path, tmp_path: Path) -> None:
     report, junit = tmp_path / "r.json", tmp_path / "r.xml"
     proc = run_piped((*SMALL, "--json", str(report), "--junit", str(junit)), clean_env(scratch))

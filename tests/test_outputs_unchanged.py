@@ -15,6 +15,9 @@ import pytest
 
 from tests.support.saved_reports import run_ddpcheck
 
+# Every test here starts processes (the real command, a shell, a browser).
+pytestmark = pytest.mark.integration
+
 GOLDEN = Path(__file__).parent / "golden"
 COMMANDS = ["env", "allreduce", "collectives", "train", "profile", "links", "devices", "show", "compare"]
 COMMANDS += ["postmortem"]

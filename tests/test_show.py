@@ -128,6 +128,7 @@ def test_not_a_report_is_one_line_and_exit_2(
         assert str(path) in proc.stderr
 
 
+@pytest.mark.integration
 def test_show_needs_a_report(scratch: Path) -> None:
     proc = run_ddpcheck("show", env={"TMPDIR": str(scratch)})
     assert_usage_error(Run(proc.returncode, proc.stdout, proc.stderr, None, 0.0), scratch)

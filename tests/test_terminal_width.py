@@ -98,6 +98,7 @@ def test_collectives_lead_with_the_summary_and_the_checks() -> None:
     assert note not in verbose
 
 
+@pytest.mark.integration
 def test_show_takes_verbose() -> None:
     saved = str(GOLDEN / "collectives.json")
     plain, verbose = run_ddpcheck("show", saved), run_ddpcheck("show", saved, "-v")

@@ -10,7 +10,9 @@ import torch
 from ddpcheck.checks.model import DATA, INIT, build_linear, derive_seed, make_batch, mse
 from ddpcheck.checks.train import TrainOptions
 from ddpcheck.checks.train import check as train
-from ddpcheck.checks.train.check import Batches, fingerprint, judge, max_abs_diff, mean_local_gradients
+from ddpcheck.checks.train import judge as verdicts
+from ddpcheck.checks.train.check import Batches, fingerprint, max_abs_diff, mean_local_gradients
+from ddpcheck.checks.train.judge import judge
 from ddpcheck.errors import UsageError
 from ddpcheck.rank.faults import DIVERGE_NUDGE, fault_step
 from ddpcheck.report.model import Status, Verdict
@@ -191,8 +193,8 @@ def test_one_step_and_one_rank_pass() -> None:
 
 def test_reference_tolerance_scales_with_the_update() -> None:
     data = rank_data(0, 1)
-    assert train.reference_tolerance(data, 0) == pytest.approx(
-        train.REF_RTOL * 5e-3 + train.REF_ULPS * 2**-23 * 0.12
+    assert verdicts.reference_tolerance(data, 0) == pytest.approx(
+        verdicts.REF_RTOL * 5e-3 + verdicts.REF_ULPS * 2**-23 * 0.12
     )
 
 

@@ -408,6 +408,7 @@ def wait_state(pid: int, state: str) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.integration
 def test_annotate_adds_the_process_state_and_ages(children) -> None:
     running, stopped, ended = children(), children(), children("true")
     stopped.send_signal(signal.SIGSTOP)
@@ -435,6 +436,7 @@ def test_annotate_adds_the_process_state_and_ages(children) -> None:
     assert annotated[0]["stage"] == "measure" and "proc_state" not in statuses[0]  # a copy, keys kept
 
 
+@pytest.mark.integration
 def test_kill_workers_kills_every_descendant_stopped_and_grandchildren_too(children) -> None:
     plain, stopped = children(), children()
     parent = children("sh", "-c", "sleep 60 & wait")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ddpcheck.checks.collective.bisection import bisect
 from ddpcheck.checks.collective.ops.base import Collective, Team
 from ddpcheck.checks.collective.pattern import ITEM_SIZE
 from ddpcheck.report.units import human_bytes
@@ -128,98 +129,6 @@ def unsupported(ctx: RankContext, op: Collective, dtype_name: str) -> str | None
 def localise(ctx: RankContext, op: Collective, size_bytes: int, dtype_name: str) -> list[int] | None:
     """Ranks whose participation makes a reduction wrong, found by re-running it on subgroups."""
     return bisect(ctx.world_size, lambda groups: run_on_groups(ctx, op, size_bytes, dtype_name, groups))
-
-
-def bisect(n: int, run: Callable[[list[list[int]]], list[bool]]) -> list[int] | None:
-    """The ranks at fault, from `run` (disjoint groups -> which of them came out wrong).
-
-    Pure but for `run`, so it is tested with fault models. Split every wrong group into
-    halves and run each half on its own. A wrong pair is split once more: each member
-    runs beside a partner from outside the pair (a rank proven good first; when partners
-    are short, the other member waits a round). A member wrong beside its partner, or
-    wrong alone, is at fault. A rank right *alone* proves nothing (a lone rank moves no
-    data, so a bad link never shows): only groups of two or more that came out right
-    prove their ranks good. A wrong group whose parts all came out right is named
-    whole, less the members proven good: the fault needs those ranks together. None
-    when that group is the whole world (nothing was localised). Every rank takes the
-    same steps, since every rank learns every result.
-    """
-    suspects: list[list[int]] = [list(range(n))]
-    tested: dict[tuple[int, ...], dict[int, bool]] = {}  # a pair -> its members' results so far
-    good: set[int] = set()
-    culprits: set[int] = set()
-    while suspects:
-        in_doubt = {r for group in suspects for r in group} | culprits
-        outside = [r for r in range(n) if r not in good and r not in in_doubt]
-        spare = sorted(good) + outside
-        candidates = _plan_round(n, suspects, tested, spare, alone=False)
-        if not candidates:
-            # Every member waits for a partner and none is free (every rank is in doubt): alone, then.
-            candidates = _plan_round(n, suspects, tested, spare, alone=True)
-        wrong = run([group for _, group, _ in candidates])
-        for (_, group, _), bad in zip(candidates, wrong, strict=True):
-            if not bad and len(group) > 1:
-                good |= set(group)
-        next_suspects: list[list[int]] = []
-        for index, group in enumerate(suspects):
-            results = [(g, m, w) for (i, g, m), w in zip(candidates, wrong, strict=True) if i == index]
-            if len(group) > 2:
-                failed = [g for g, _, w in results if w]
-                for g in failed:
-                    if len(g) == 1:
-                        culprits.add(g[0])  # wrong alone
-                    else:
-                        next_suspects.append(g)
-                if not failed:
-                    unproven = [r for r in group if r not in good]
-                    if unproven and len(unproven) < len(group):
-                        next_suspects.append(unproven)  # right only alone: try it beside proven ranks
-                    elif len(group) == n:
-                        return None  # every part is right alone: only the whole world shows the fault
-                    else:
-                        culprits |= set(group)
-                continue
-            done = tested.setdefault(tuple(group), {})
-            done.update({m: w for _, m, w in results if m is not None})
-            if len(done) < len(group):
-                next_suspects.append(group)  # a member still waits for a partner
-                continue
-            failed_members = [m for m, w in done.items() if w]
-            if failed_members:
-                culprits |= set(failed_members)
-            elif len(group) == n:
-                return None
-            else:
-                culprits |= {r for r in group if r not in good} or set(group)
-        suspects = next_suspects
-    return sorted(culprits)
-
-
-def _plan_round(
-    n: int,
-    suspects: list[list[int]],
-    tested: dict[tuple[int, ...], dict[int, bool]],
-    spare: list[int],
-    alone: bool,
-) -> list[tuple[int, list[int], int | None]]:
-    """One round of bisect(): (suspect, group, member under test) for groups that run at once."""
-    spare = list(spare)
-    candidates: list[tuple[int, list[int], int | None]] = []
-    for index, group in enumerate(suspects):
-        if len(group) > 2:
-            half = (len(group) + 1) // 2
-            candidates += [(index, group[:half], None), (index, group[half:], None)]
-            continue
-        for member in group:
-            if member in tested.get(tuple(group), {}):
-                continue
-            partners = [r for r in spare if r not in group]
-            if partners and not alone:
-                spare.remove(partners[0])
-                candidates.append((index, [member, partners[0]], member))
-            elif alone or not any(r not in group for r in range(n)):
-                candidates.append((index, [member], member))  # nobody else to stand beside it
-    return candidates
 
 
 def run_on_groups(
