@@ -286,6 +286,7 @@ def _log_dir(text: str) -> str | None:
     return None
 
 
+@pytest.mark.integration
 def test_under_torchrun_rank_0_writes_the_hostlist_and_the_metrics(scratch, tmp_path) -> None:
     """Inline (every rank runs the CLI): the files come from the one process that writes the report."""
     hosts, prom = tmp_path / "culprits", tmp_path / "run.prom"

@@ -345,6 +345,7 @@ def _cli(*args: str, tmp_path: Path) -> Run:
     return Run(proc.returncode, proc.stdout, proc.stderr, None, 0.0)
 
 
+@pytest.mark.integration
 def test_no_dir_a_missing_dir_and_nothing_readable_are_exit_2(tmp_path: Path) -> None:
     empty = tmp_path / "job"
     empty.mkdir()
