@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 # Fixtures that start processes: any test that asks for one, directly or through another fixture.
-PROCESS_FIXTURES = frozenset({"ddpcheck", "slurm", "saved_reports", "saved", "run_probe"})
+PROCESS_FIXTURES = frozenset({"ddpcheck", "slurm", "saved_reports", "saved", "run_probe", "dead_job"})
 
 MARK = "integration"
 # Marks that mean a test starts processes: network namespaces with `ip`, GPU runs.
