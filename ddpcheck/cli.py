@@ -170,7 +170,10 @@ def run_plain(command: Command, options: Any, output: OutputOptions) -> None:
     options.validate()
     output.check()
     console = _console(output)
-    finish(command.module().run(options), console, output)
+    report = command.module().run(options)
+    if command.terse_pass and report.verdict.exit_code == 0:
+        output = dataclasses.replace(output, quiet=True)
+    finish(report, console, output)
 
 
 def run_ranked(

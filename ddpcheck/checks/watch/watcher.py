@@ -1,0 +1,331 @@
+"""`ddpcheck watch`: run the job, pass its output through, watch every rank, and judge.
+
+The loop, every TICK_S: has the job ended; has a rank ended (the in-process agent's records say
+how); once the output has been silent for half of --hang-after, each rank's stack (py-spy,
+without pausing it); no progress for --hang-after: a hang. Then the stacks that the verdict rests
+on (paused, so consistent), the flight-recorder dumps, the verdict, and the job ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import psutil
+
+from ddpcheck.checks.watch import WatchOptions, agent, judge, processes, stacks
+from ddpcheck.checks.watch.environment import job_environment, make_watch_dir
+from ddpcheck.checks.watch.judge import RankView
+from ddpcheck.checks.watch.progress import Progress, sample_interval
+from ddpcheck.checks.watch.records import exit_of
+from ddpcheck.report.model import Report
+
+TICK_S = 0.1  # how often the ranks' liveness is read (/proc, one file per rank)
+SCAN_S = 1.0  # how often the process tree is walked for new ranks
+TERM_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this
+LAUNCHER_GRACE_S = 5.0  # a rank failed: how long its launcher has to end the job itself
+DUMP_WAIT_S = 3.0  # how long the ranks have to write their flight-recorder dumps
+TAIL_BYTES = 256 * 1024  # the end of the job's output kept for the judge (launchers' summaries)
+
+
+class OutputPump:
+    """Copies the job's stdout and stderr through untouched, noting when the last byte came."""
+
+    def __init__(self, proc: subprocess.Popen, on_output: callable) -> None:  # type: ignore[valid-type]
+        self.tail: deque[bytes] = deque()
+        self.size = 0
+        self.lock = threading.Lock()
+        self.on_output = on_output
+        self.threads = [
+            threading.Thread(target=self._copy, args=(pipe, sink), daemon=True)
+            for pipe, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer))
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _copy(self, pipe: IO[bytes] | None, sink: IO[bytes]) -> None:
+        if pipe is None:
+            return
+        fd = pipe.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            try:
+                sink.write(chunk)
+                sink.flush()
+            except (OSError, ValueError):
+                pass
+            self.on_output()
+            with self.lock:
+                self.tail.append(chunk)
+                self.size += len(chunk)
+                while self.size > TAIL_BYTES and len(self.tail) > 1:
+                    self.size -= len(self.tail.popleft())
+
+    def text(self) -> str:
+        with self.lock:
+            return b"".join(self.tail).decode(errors="replace")
+
+    def join(self, timeout: float) -> None:
+        for thread in self.threads:
+            thread.join(timeout)
+
+
+@dataclass
+class Watched:
+    """One rank as the watcher follows it."""
+
+    process: processes.RankProcess
+    gone_at: float | None = None  # wall clock, when seen gone
+    state: str = "S"
+    samples: list[stacks.Stack] = field(default_factory=list)
+
+
+class Watcher:
+    def __init__(self, options: WatchOptions, watch_dir: Path) -> None:
+        self.options = options
+        self.dir = watch_dir
+        self.progress = Progress(time.monotonic())
+        self.ranks: dict[int, Watched] = {}
+        self.proc: subprocess.Popen | None = None
+        self.tree: processes.ProcessTree | None = None
+        self.pump: OutputPump | None = None
+
+    def start(self) -> None:
+        env = job_environment(os.environ, self.dir, self.options.nccl_info)
+        self.proc = subprocess.Popen(
+            self.options.command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            # Its own session: Ctrl-C reaches the watcher alone, which then ends every process of the job.
+            start_new_session=True,
+        )
+        self.tree = processes.ProcessTree(self.proc.pid)
+        self.pump = OutputPump(self.proc, lambda: self.progress.output(time.monotonic()))
+
+    # ------------------------------------------------------------ the loop
+    def watch(self) -> str:
+        """Until the job ends ('ended'), a rank fails and the job goes on ('crash'), or it hangs ('hang')."""
+        assert self.proc is not None
+        next_scan = next_sample = 0.0
+        failed_at: float | None = None
+        interval = sample_interval(self.options.hang_after)
+        while True:
+            now = time.monotonic()
+            if self.proc.poll() is not None:
+                self._note_gone()
+                return "ended"
+            if now >= next_scan:
+                self._scan()
+                next_scan = now + SCAN_S
+            if self._note_gone() and failed_at is None and self._a_rank_failed():
+                failed_at = now
+            if failed_at is not None and now - failed_at >= LAUNCHER_GRACE_S:
+                return "crash"
+            if self.ranks and self.progress.wants_sample(now, self.options.hang_after) and now >= next_sample:
+                self._sample(blocking=False)
+                next_sample = time.monotonic() + interval
+            if self.progress.silent_for(time.monotonic()) >= self.options.hang_after and self._stalled():
+                return "crash" if failed_at is not None else "hang"
+            time.sleep(TICK_S)
+
+    def _stalled(self) -> bool:
+        """Evidence that no rank moves: each live rank stopped, or its stack read unchanged over half a window.
+
+        A rank whose stack could not be read (py-spy failing on a process still starting) is no evidence.
+        """
+        now = time.monotonic()
+        live = [(rank, w) for rank, w in self.ranks.items() if w.gone_at is None]
+        return bool(live) and all(
+            processes.state(w.process.pid) in ("T", "t")
+            or (self.progress.unchanged_for(rank, now) or 0.0) >= self.options.hang_after / 2
+            for rank, w in live
+        )
+
+    def _scan(self) -> None:
+        assert self.tree is not None
+        for rank, found in self.tree.ranks().items():
+            known = self.ranks.get(rank)
+            if known is None or (
+                known.process.pid != found.pid
+                and (known.gone_at is not None or self.tree.guessed(known.process.pid))
+            ):
+                self.ranks[rank] = Watched(found)
+                self.progress.ranks_changed(time.monotonic())
+
+    def _note_gone(self) -> bool:
+        """Read every rank's state; True when one is newly gone."""
+        newly = False
+        for watched in self.ranks.values():
+            if watched.gone_at is not None:
+                continue
+            watched.state = processes.state(watched.process.pid)
+            if watched.state in ("gone", "Z", "X"):
+                watched.gone_at = time.time()
+                newly = True
+                self.progress.ranks_changed(time.monotonic())
+        return newly
+
+    def _a_rank_failed(self) -> bool:
+        views = self.views(with_exits=True)
+        first, _ = judge.first_failure(views)
+        return first is not None and first.exit is not None and not first.exit.secondary
+
+    def _sample(self, blocking: bool) -> None:
+        for rank, watched in self.ranks.items():
+            if watched.gone_at is not None or processes.state(watched.process.pid) in ("T", "t"):
+                continue  # a stopped process is not read: its stack cannot change
+            stack = stacks.dump(watched.process.pid, blocking=blocking)
+            if stack is not None:
+                watched.samples = [*watched.samples[-3:], stack]
+                self.progress.sample(rank, stack, time.monotonic())
+            else:
+                self.progress.forget(rank)  # unreadable now (ending, starting): no evidence either way
+
+    # ------------------------------------------------------------ what was seen
+    def views(self, with_exits: bool) -> list[RankView]:
+        launcher_said = judge.launcher_exit_codes(self.pump.text()) if self.pump and with_exits else {}
+        now = time.monotonic()
+        found = []
+        for rank, watched in sorted(self.ranks.items()):
+            pid = watched.process.pid
+            exit = None
+            if with_exits and watched.gone_at is not None:
+                code = self.proc.returncode if self.proc is not None and pid == self.proc.pid else None
+                exit = exit_of(
+                    self.dir, pid, watched.gone_at, code if code is not None else launcher_said.get(rank)
+                )
+            found.append(
+                RankView(
+                    rank,
+                    watched.process.host,
+                    pid,
+                    state="gone" if watched.gone_at is not None else processes.state(pid),
+                    stack=watched.samples[-1] if watched.samples else None,
+                    unchanged_s=self.progress.unchanged_for(rank, now),
+                    exit=exit,
+                    samples=list(watched.samples),
+                )
+            )
+        return found
+
+    def request_dumps(self) -> list[str]:
+        """Ask every live rank for its flight-recorder dump; the dumps that came, by path."""
+        (self.dir / agent.DUMP_REQUEST).touch()
+        live = [
+            w
+            for w in self.ranks.values()
+            if w.gone_at is None and processes.state(w.process.pid) not in ("T", "t")
+        ]
+        wanted = [self.dir / f"{agent.DUMP_PREFIX}{w.process.rank}" for w in live]
+        deadline = time.monotonic() + DUMP_WAIT_S
+        while time.monotonic() < deadline and not all(p.exists() for p in wanted):
+            time.sleep(0.1)
+        return sorted(
+            str(p) for p in self.dir.glob(f"{agent.DUMP_PREFIX}*") if not p.name.endswith(".partial")
+        )
+
+    def end(self) -> int:
+        """SIGTERM every process of the job, SIGKILL what is left after TERM_GRACE_S; how many there were."""
+        assert self.proc is not None and self.tree is not None
+        everyone = self.tree.descendants()
+        for proc in everyone:
+            for sig in (signal.SIGTERM, signal.SIGCONT):  # a stopped process acts on SIGTERM once continued
+                with contextlib.suppress(psutil.Error):
+                    proc.send_signal(sig)
+        _, alive = psutil.wait_procs(everyone, timeout=TERM_GRACE_S)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(alive, timeout=TERM_GRACE_S)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=TERM_GRACE_S)
+        return len(everyone)
+
+
+def run(options: WatchOptions) -> Report:
+    began = time.monotonic()
+    watch_dir, fresh = make_watch_dir(options.dir)
+    print(
+        f"ddpcheck watch: diagnostics (flight-recorder dumps, tracebacks) go to {watch_dir}", file=sys.stderr
+    )
+    watcher = Watcher(options, watch_dir)
+    try:
+        watcher.start()
+        outcome = watcher.watch()
+        if outcome == "hang":
+            watcher._sample(blocking=True)  # the stacks the verdict rests on: paused, consistent
+            views = watcher.views(with_exits=True)
+            silent = watcher.progress.silent_for(time.monotonic())
+            dumps = watcher.request_dumps()
+            report = judge.judge_hang(views, silent, options.hang_after)
+        else:
+            if outcome == "crash":
+                watcher.end()
+            assert watcher.proc is not None
+            code = watcher.proc.wait()
+            watcher._note_gone()
+            watcher.pump.join(TERM_GRACE_S)  # type: ignore[union-attr]
+            views = watcher.views(with_exits=True)
+            dumps = []
+            if code == 0 and outcome == "ended":
+                report = judge.judge_success(views, time.monotonic() - began)
+            else:
+                report = judge.judge_crash(views, watcher.pump.text(), code)  # type: ignore[union-attr]
+        if outcome == "hang":
+            if options.keep:
+                report.notes.append("--keep: the job was left running; end it yourself (Ctrl-C ends it)")
+            else:
+                count = watcher.end()
+                report.notes.append(f"the job's {count} processes were ended (SIGTERM, then SIGKILL)")
+    except KeyboardInterrupt:
+        if watcher.proc is not None:
+            watcher.end()
+        _remove(watch_dir, fresh)
+        raise
+    report.elapsed_s = time.monotonic() - began
+    report.options = {
+        "command": list(options.command),
+        "hang_after": options.hang_after,
+        "keep": options.keep,
+    }
+    if dumps:
+        report.notes.append(f"flight-recorder dumps of {len(dumps)} ranks: ddpcheck postmortem {watch_dir}")
+    if report.verdict.exit_code == 0:
+        _remove(watch_dir, fresh)
+    else:
+        report.log_dir = str(watch_dir)
+    if options.keep and outcome == "hang":
+        _keep_pumping(watcher)
+    return report
+
+
+def _keep_pumping(watcher: Watcher) -> None:
+    """--keep: the report is out; pass the job's output through until it ends (Ctrl-C ends it)."""
+    assert watcher.proc is not None
+    try:
+        watcher.proc.wait()
+    except KeyboardInterrupt:
+        watcher.end()
+        raise
+
+
+def _remove(watch_dir: Path, fresh: bool) -> None:
+    if fresh:
+        shutil.rmtree(watch_dir, ignore_errors=True)

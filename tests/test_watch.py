@@ -1,0 +1,202 @@
+"""`ddpcheck watch`: the user's own job (tests/support/train_job.py) under torchrun, with faults planted.
+
+Each fault must be named exactly (rank, function, file:line), and every process of the job gone
+within --hang-after + 30 s of the fault. Bad input is exit 2 with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import assert_usage_error
+
+TRAIN_JOB = str(Path(__file__).resolve().parent / "support" / "train_job.py")
+HANG_AFTER = 5  # seconds: a hang is named this long after the last progress
+BOUND_S = HANG_AFTER + 30
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"]
+TORCHRUN += ["--shutdown-timeout", "5", TRAIN_JOB]
+
+
+def line_of(text: str) -> int:
+    """The line of train_job.py that holds `text` (so that the tests follow edits of the job)."""
+    lines = Path(TRAIN_JOB).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+@dataclass
+class Watched:
+    code: int
+    out: str
+    err: str
+    report: dict | None
+    pids: set[int] = field(default_factory=set)
+    fault_at: float = 0.0
+    ended_at: float = 0.0
+
+    def check(self) -> dict:
+        assert self.report is not None, self.err[-3000:]
+        (failing,) = [c for c in self.report["checks"] if c["status"] == "ERROR"]
+        return failing
+
+
+def rank_pid(root: int, rank: int) -> int | None:
+    try:
+        for proc in psutil.Process(root).children(recursive=True):
+            if proc.environ().get("RANK") == str(rank) and "train_job" in " ".join(proc.cmdline()):
+                return proc.pid
+    except psutil.Error:
+        return None
+    return None
+
+
+def watch(tmp_path: Path, job: list[str], fault: str = "", strike: signal.Signals | None = None,
+          steps: int = 4, extra: tuple[str, ...] = ()) -> Watched:  # fmt: skip
+    """Run `ddpcheck watch` over the job; with `strike`, send it to rank 2 once rank 2 printed step 1."""
+    report = tmp_path / "report.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200", "TMPDIR": str(tmp_path),
+           "TRAIN_JOB_FAULT": fault, "TRAIN_JOB_STEPS": str(steps)}  # fmt: skip
+    argv = [sys.executable, "-m", "ddpcheck", "watch", "--hang-after", str(HANG_AFTER), "--json", str(report)]
+    proc = subprocess.Popen([*argv, *extra, "--", *job], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    out: list[str] = []
+    last_line = [time.monotonic()]
+    started = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.append(line)
+            last_line[0] = time.monotonic()
+            if line.startswith("rank 2 step 1 "):
+                started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    err_reader: list[str] = []
+    err_thread = threading.Thread(target=lambda: err_reader.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
+    err_thread.start()
+    pids: set[int] = set()
+    fault_at = 0.0
+    try:
+        while proc.poll() is None:
+            try:
+                pids.update(p.pid for p in psutil.Process(proc.pid).children(recursive=True))
+            except psutil.Error:
+                pass
+            if strike is not None and started.is_set() and not fault_at:
+                pid = rank_pid(proc.pid, 2)
+                if pid is not None:
+                    os.kill(pid, strike)
+                    fault_at = time.monotonic()
+            time.sleep(0.1)
+            assert time.monotonic() - last_line[0] < 120, "no progress of the test's own for 120 s"
+        ended = time.monotonic()
+        reader.join(10)
+        err_thread.join(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    loaded = json.loads(report.read_text()) if report.exists() else None
+    return Watched(
+        proc.returncode, "".join(out), "".join(err_reader), loaded, pids, fault_at or last_line[0], ended
+    )
+
+
+def assert_all_gone(run: Watched) -> None:
+    left = [pid for pid in run.pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    assert left == [], left
+    assert run.ended_at - run.fault_at <= BOUND_S, run.ended_at - run.fault_at
+
+
+def test_a_healthy_job_passes_with_one_line_and_its_output_untouched(tmp_path) -> None:
+    run = watch(tmp_path, TORCHRUN, steps=3)
+    assert run.code == 0, run.err[-3000:]
+    for rank in range(3):
+        assert f"rank {rank} step 2 loss" in run.out
+    (line,) = [line for line in run.out.splitlines() if "ddpcheck watch" in line]
+    assert re.search(r"PASS\s+ddpcheck watch \(3 ranks\): 1 pass in [\d.]+ s", line), run.err
+    assert run.out.splitlines()[-1] == line  # one line, no tables, after the job's output
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("ddpcheck-watch")] == []
+    assert_all_gone(run)
+
+
+def test_a_rank_asleep_in_its_data_loading_is_named_and_the_job_ended(tmp_path) -> None:
+    run = watch(tmp_path, TORCHRUN, fault="sleep@2:step2", steps=6)
+    assert run.code == 3, run.err[-3000:]
+    check = run.check()
+    assert (check["name"], check["ranks"]) == ("hang", [2]), check
+    assert f"is in load_batch ({os.path.relpath(TRAIN_JOB)}:{line_of('time.sleep(3600)')})" in check["detail"]
+    assert "ranks 0, 1 were waiting in backward" in check["detail"]
+    # The flight recorder's dumps are in the watch directory, for `ddpcheck postmortem`.
+    watch_dir = Path(run.report["log_dir"])
+    assert sorted(p.name for p in watch_dir.glob("nccl_trace_rank_*")) == [
+        f"nccl_trace_rank_{r}" for r in range(3)
+    ]
+    assert_all_gone(run)
+
+
+def test_a_rank_that_raises_is_named_with_its_traceback(tmp_path) -> None:
+    run = watch(tmp_path, TORCHRUN, fault="raise@1:step2", steps=6)
+    assert run.code == 3, run.err[-3000:]
+    check = run.check()
+    assert (check["name"], check["ranks"]) == ("crash", [1]), check
+    where = f"in train_step ({os.path.relpath(TRAIN_JOB)}:{line_of('planted failure at step')})"
+    assert f"failed first: ValueError: planted failure at step 2, {where}" in check["detail"]
+    assert run.report["tables"]["traceback"][0]["function"] == "train_step"
+    assert_all_gone(run)
+
+
+def test_a_rank_with_a_differently_sized_collective_is_named_as_a_mismatch(tmp_path) -> None:
+    run = watch(tmp_path, TORCHRUN, fault="mismatch@1:step2", steps=6)
+    assert run.code == 3, run.err[-3000:]
+    check = run.check()
+    assert (check["name"], check["ranks"]) == ("collective mismatch", [1]), check
+    assert (
+        f"all_reduce at train_step ({os.path.relpath(TRAIN_JOB)}:{line_of('dist.all_reduce(logged)')})"
+        in (check["detail"])
+    )
+    assert_all_gone(run)
+
+
+def test_a_rank_killed_from_outside_is_named_and_its_peers_not_blamed(tmp_path) -> None:
+    run = watch(tmp_path, TORCHRUN, strike=signal.SIGKILL, steps=200)
+    assert run.code == 3, run.err[-3000:]
+    check = run.check()
+    assert (check["name"], check["ranks"]) == ("crash", [2]), check
+    assert "killed by SIGKILL" in check["detail"]
+    assert_all_gone(run)
+
+
+def test_a_rank_stopped_from_outside_is_named(tmp_path) -> None:
+    run = watch(tmp_path, TORCHRUN, strike=signal.SIGSTOP, steps=200)
+    assert run.code == 3, run.err[-3000:]
+    check = run.check()
+    assert (check["name"], check["ranks"]) == ("hang", [2]), check
+    assert "is stopped (state T" in check["detail"]
+    assert_all_gone(run)
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["--", "no-such-command-here"],
+    ["--hang-after", "0", "--", sys.executable, "-c", "pass"],
+    ["--dir", "FILE", "--", sys.executable, "-c", "pass"],
+])  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2(ddpcheck, scratch, tmp_path, args) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    run = ddpcheck("watch", *[str(a_file) if a == "FILE" else a for a in args])
+    assert_usage_error(run, scratch)
