@@ -173,6 +173,8 @@ def run_plain(command: Command, options: Any, output: OutputOptions) -> None:
     report = command.module().run(options)
     if command.terse_pass and report.verdict.exit_code == 0:
         output = dataclasses.replace(output, quiet=True)
+    if report.world.get("report_on") is not None:  # another process (task 0) writes the report's files
+        output = dataclasses.replace(output, json_path=None, junit_path=None, html_path=None)
     finish(report, console, output)
 
 

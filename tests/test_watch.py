@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -200,3 +201,66 @@ def test_bad_input_is_one_line_and_exit_2(ddpcheck, scratch, tmp_path, args) -> 
     a_file.write_text("")
     run = ddpcheck("watch", *[str(a_file) if a == "FILE" else a for a in args])
     assert_usage_error(run, scratch)
+
+
+# ------------------------------------------------------------------ one watcher per task: srun and mpirun
+def _free_port() -> str:
+    from tests.support.netns import free_port
+
+    return str(free_port())
+
+
+PLAIN_JOB = [sys.executable, TRAIN_JOB]
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3"]
+MPIRUN += [arg for name in ("PYTHONPATH", "TMPDIR", "OMP_NUM_THREADS", "TRAIN_JOB_FAULT", "TRAIN_JOB_STEPS",
+                            "MASTER_ADDR", "MASTER_PORT") for arg in ("-x", name)]  # fmt: skip
+
+
+def watch_per_task(tmp_path: Path, launcher: list[str], fault: str, env: dict[str, str]) -> Watched:
+    """`LAUNCHER ddpcheck watch -- python train_job.py`: one watcher per task; task 0 writes the report."""
+    report = tmp_path / "report.json"
+    full = {**os.environ, **env, "OMP_NUM_THREADS": "1", "COLUMNS": "200", "TMPDIR": str(tmp_path),
+            "TRAIN_JOB_FAULT": fault, "TRAIN_JOB_STEPS": "6", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": _free_port()}  # fmt: skip
+    argv = [*launcher, sys.executable, "-m", "ddpcheck", "watch", "--hang-after", str(HANG_AFTER)]
+    argv += ["--json", str(report), "--", *PLAIN_JOB]
+    began = time.monotonic()
+    proc = subprocess.run(argv, env=full, capture_output=True, text=True, timeout=240)
+    loaded = json.loads(report.read_text()) if report.exists() else None
+    return Watched(proc.returncode, proc.stdout, proc.stderr, loaded, set(), began, time.monotonic())
+
+
+def _left_jobs() -> list[int]:
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if TRAIN_JOB in " ".join(p.info["cmdline"] or [])]
+
+
+@pytest.mark.parametrize(("fault", "name", "words"), [
+    ("sleep@2:step2", "hang", "is in load_batch"),
+    ("raise@1:step2", "crash", "failed first: ValueError: planted failure at step 2"),
+])  # fmt: skip
+def test_srun_one_watcher_per_task_names_the_rank(slurm, tmp_path, fault, name, words) -> None:
+    run = watch_per_task(tmp_path, ["srun", "-K", "-n", "3"], fault, slurm)
+    assert run.report is not None, run.out[-2000:] + run.err[-3000:]
+    check = run.check()
+    culprit = int(fault.split("@")[1][0])
+    assert (check["name"], check["ranks"]) == (name, [culprit]), check
+    assert words in check["detail"]
+    assert run.report["world"]["size"] == 3
+    assert _left_jobs() == []
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Debian's openmpi-bin) is not installed")
+@pytest.mark.parametrize(("fault", "name", "words"), [
+    ("sleep@2:step2", "hang", "is in load_batch"),
+    ("raise@1:step2", "crash", "failed first: ValueError: planted failure at step 2"),
+])  # fmt: skip
+def test_mpirun_one_watcher_per_task_names_the_rank(tmp_path, fault, name, words) -> None:
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                          *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+    run = watch_per_task(tmp_path, MPIRUN, fault, env)
+    assert run.report is not None, run.out[-2000:] + run.err[-3000:]
+    check = run.check()
+    culprit = int(fault.split("@")[1][0])
+    assert (check["name"], check["ranks"]) == (name, [culprit]), check
+    assert words in check["detail"]
+    assert _left_jobs() == []

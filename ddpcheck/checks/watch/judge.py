@@ -307,3 +307,38 @@ def launcher_exit_codes(output: str) -> dict[int, int]:
     codes.update({int(rank): -int(number) for rank, number in _MPIRUN_SIGNAL.findall(output)})
     codes.update({int(rank): -int(_SRUN_NAMES[name]) for rank, name in _SRUN_SIGNAL.findall(output)})
     return codes
+
+
+# ---------------------------------------------------------------- what one watcher tells the others
+def view_to_dict(view: RankView) -> dict:
+    def stack(frames: Stack | None) -> list[dict] | None:
+        return None if frames is None else [f.to_dict() for f in frames]
+
+    out = {"rank": view.rank, "host": view.host, "pid": view.pid, "state": view.state,
+           "stack": stack(view.stack), "unchanged_s": view.unchanged_s,
+           "samples": [stack(s) for s in view.samples], "exit": None}  # fmt: skip
+    if view.exit is not None:
+        e = view.exit
+        out["exit"] = {"time": e.time, "kind": e.kind, "code": e.code, "exception": e.exception,
+                       "traceback": e.traceback, "fatal": e.fatal, "stack": stack(e.stack)}  # fmt: skip
+    return out
+
+
+def view_from_dict(data: dict) -> RankView:
+    def stack(frames: list[dict] | None) -> Stack | None:
+        return None if frames is None else tuple(Frame.from_dict(f) for f in frames)
+
+    exit = None
+    if data.get("exit"):
+        e = data["exit"]
+        exit = Exit(
+            e["time"],
+            e["kind"],
+            e["code"],
+            e["exception"],
+            e["traceback"],
+            e["fatal"],
+            stack(e["stack"]) or (),
+        )
+    return RankView(data["rank"], data["host"], data["pid"], data["state"], stack(data["stack"]),
+                    data["unchanged_s"], exit, [s for s in (stack(x) for x in data["samples"]) if s])  # fmt: skip

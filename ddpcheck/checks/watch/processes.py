@@ -9,7 +9,6 @@ import psutil
 
 from ddpcheck.checks.watch.agent import RANK_VARIABLES
 
-
 # The root of a job that is a launcher: none of its own processes is a rank until it starts them.
 LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "mpirun", "mpiexec", "srun")
 
@@ -62,12 +61,10 @@ class ProcessTree:
         return {rank: RankProcess(rank, pid, self.host) for rank, (_, pid) in sorted(found.items())}
 
     def _is_launcher(self, proc: psutil.Process) -> bool:
-        """torchrun, mpirun or srun itself: its ranks are yet to come, it is none of them."""
         try:
-            words = " ".join(proc.cmdline()[:3])
+            return is_launcher(proc.cmdline())
         except psutil.Error:
             return True
-        return any(name in words for name in LAUNCHERS)
 
     def guessed(self, pid: int) -> bool:
         """Whether `pid` was taken for rank 0 only because no process of the job carried a rank."""
@@ -87,6 +84,12 @@ class ProcessTree:
             except psutil.Error:
                 return {}
         return self._environ[proc.pid]
+
+
+def is_launcher(argv: list[str]) -> bool:
+    """torchrun, mpirun or srun itself: its ranks are yet to come, it is none of them."""
+    words = " ".join(argv[:3])
+    return any(name in words for name in LAUNCHERS)
 
 
 def _depth(pid: int, parents: dict[int, int], root: int) -> int:

@@ -28,7 +28,7 @@ from ddpcheck.checks.watch.environment import job_environment, make_watch_dir
 from ddpcheck.checks.watch.judge import RankView
 from ddpcheck.checks.watch.progress import Progress, sample_interval
 from ddpcheck.checks.watch.records import exit_of
-from ddpcheck.report.model import Report
+from ddpcheck.report.model import Check, Report, Status
 
 TICK_S = 0.1  # how often the ranks' liveness is read (/proc, one file per rank)
 SCAN_S = 1.0  # how often the process tree is walked for new ranks
@@ -104,6 +104,10 @@ class Watcher:
         self.proc: subprocess.Popen | None = None
         self.tree: processes.ProcessTree | None = None
         self.pump: OutputPump | None = None
+        self.next_scan = self.next_sample = 0.0
+        self.failed_at: float | None = None  # when a rank was first seen to have failed
+        self.began = time.monotonic()
+        self.notes: list[str] = []
 
     def start(self) -> None:
         env = job_environment(os.environ, self.dir, self.options.nccl_info)
@@ -117,33 +121,50 @@ class Watcher:
             start_new_session=True,
         )
         self.tree = processes.ProcessTree(self.proc.pid)
+        # The job's first process may be the rank itself (srun's or mpirun's task), and may end before
+        # the first scan: its environment is the one given here.
+        rank = agent.rank_of(env)
+        if rank is not None and not processes.is_launcher(self.options.command):
+            self.ranks[rank] = Watched(processes.RankProcess(rank, self.proc.pid, self.tree.host))
         self.pump = OutputPump(self.proc, lambda: self.progress.output(time.monotonic()))
 
     # ------------------------------------------------------------ the loop
     def watch(self) -> str:
         """Until the job ends ('ended'), a rank fails and the job goes on ('crash'), or it hangs ('hang')."""
-        assert self.proc is not None
-        next_scan = next_sample = 0.0
-        failed_at: float | None = None
-        interval = sample_interval(self.options.hang_after)
         while True:
-            now = time.monotonic()
-            if self.proc.poll() is not None:
-                self._note_gone()
-                return "ended"
-            if now >= next_scan:
-                self._scan()
-                next_scan = now + SCAN_S
-            if self._note_gone() and failed_at is None and self._a_rank_failed():
-                failed_at = now
-            if failed_at is not None and now - failed_at >= LAUNCHER_GRACE_S:
-                return "crash"
-            if self.ranks and self.progress.wants_sample(now, self.options.hang_after) and now >= next_sample:
-                self._sample(blocking=False)
-                next_sample = time.monotonic() + interval
-            if self.progress.silent_for(time.monotonic()) >= self.options.hang_after and self._stalled():
-                return "crash" if failed_at is not None else "hang"
+            event = self.step()
+            if event == "failed":
+                event = (
+                    "crash"
+                    if self.failed_at is not None and time.monotonic() - self.failed_at >= LAUNCHER_GRACE_S
+                    else None
+                )
+            if event is not None:
+                return event
             time.sleep(TICK_S)
+
+    def step(self) -> str | None:
+        """One look: 'ended', 'failed' (a rank failed, the job goes on), 'hang', or None."""
+        assert self.proc is not None
+        now = time.monotonic()
+        if self.proc.poll() is not None:
+            self._note_gone()
+            return "ended"
+        if now >= self.next_scan:
+            self._scan()
+            self.next_scan = now + SCAN_S
+        if self._note_gone() and self.failed_at is None and self._a_rank_failed():
+            self.failed_at = now
+        if (
+            self.ranks
+            and self.progress.wants_sample(now, self.options.hang_after)
+            and now >= self.next_sample
+        ):
+            self._sample(blocking=False)
+            self.next_sample = time.monotonic() + sample_interval(self.options.hang_after)
+        if self.progress.silent_for(time.monotonic()) >= self.options.hang_after and self._stalled():
+            return "failed" if self.failed_at is not None else "hang"
+        return "failed" if self.failed_at is not None else None
 
     def _stalled(self) -> bool:
         """Evidence that no rank moves: each live rank stopped, or its stack read unchanged over half a window.
@@ -241,6 +262,41 @@ class Watcher:
             str(p) for p in self.dir.glob(f"{agent.DUMP_PREFIX}*") if not p.name.endswith(".partial")
         )
 
+    def evidence(self, decision: str) -> list[RankView]:
+        """What the verdict rests on, taken now: on a hang, every rank's stack (paused, consistent) and its
+        flight-recorder dump, then the job ended unless --keep; on a crash, the job ended and every exit read."""
+        if decision == "hang":
+            self._sample(blocking=True)
+            views = self.views(with_exits=True)
+            dumps = self.request_dumps()
+            if dumps:
+                self.notes.append(
+                    f"flight-recorder dumps of {len(dumps)} ranks: ddpcheck postmortem {self.dir}"
+                )
+            if self.options.keep:
+                self.notes.append("--keep: the job was left running; end it yourself (Ctrl-C ends it)")
+            else:
+                self.notes.append(f"the job's {self.end()} processes were ended (SIGTERM, then SIGKILL)")
+            return views
+        if decision == "crash" and self.proc is not None and self.proc.poll() is None:
+            self.end()
+        assert self.proc is not None
+        self.proc.wait()
+        self._note_gone()
+        if self.pump is not None:
+            self.pump.join(TERM_GRACE_S)
+        return self.views(with_exits=True)
+
+    def verdict(self, decision: str, views: list[RankView], output: str) -> Report:
+        if decision == "hang":
+            return judge.judge_hang(
+                views, self.progress.silent_for(time.monotonic()), self.options.hang_after
+            )
+        code = self.proc.returncode if self.proc is not None else None
+        if decision == "ended" and code == 0:
+            return judge.judge_success(views, time.monotonic() - self.began)
+        return judge.judge_crash(views, output, code)
+
     def end(self) -> int:
         """SIGTERM every process of the job, SIGKILL what is left after TERM_GRACE_S; how many there were."""
         assert self.proc is not None and self.tree is not None
@@ -260,40 +316,24 @@ class Watcher:
 
 
 def run(options: WatchOptions) -> Report:
+    from ddpcheck.checks.watch import team
+
     began = time.monotonic()
+    task = team.task_of(os.environ)
     watch_dir, fresh = make_watch_dir(options.dir)
     print(
         f"ddpcheck watch: diagnostics (flight-recorder dumps, tracebacks) go to {watch_dir}", file=sys.stderr
     )
     watcher = Watcher(options, watch_dir)
     try:
+        store = team.connect(task) if task is not None else None  # before the job: task 0 is ready
         watcher.start()
-        outcome = watcher.watch()
-        if outcome == "hang":
-            watcher._sample(blocking=True)  # the stacks the verdict rests on: paused, consistent
-            views = watcher.views(with_exits=True)
-            silent = watcher.progress.silent_for(time.monotonic())
-            dumps = watcher.request_dumps()
-            report = judge.judge_hang(views, silent, options.hang_after)
+        if task is None:
+            decision = watcher.watch()
+            report = watcher.verdict(decision, watcher.evidence(decision), watcher.pump.text())  # type: ignore[union-attr]
         else:
-            if outcome == "crash":
-                watcher.end()
-            assert watcher.proc is not None
-            code = watcher.proc.wait()
-            watcher._note_gone()
-            watcher.pump.join(TERM_GRACE_S)  # type: ignore[union-attr]
-            views = watcher.views(with_exits=True)
-            dumps = []
-            if code == 0 and outcome == "ended":
-                report = judge.judge_success(views, time.monotonic() - began)
-            else:
-                report = judge.judge_crash(views, watcher.pump.text(), code)  # type: ignore[union-attr]
-        if outcome == "hang":
-            if options.keep:
-                report.notes.append("--keep: the job was left running; end it yourself (Ctrl-C ends it)")
-            else:
-                count = watcher.end()
-                report.notes.append(f"the job's {count} processes were ended (SIGTERM, then SIGKILL)")
+            decision, found = team.run_team(watcher, task, store)
+            report = found if found is not None else _follower_report(decision, task.index)
     except KeyboardInterrupt:
         if watcher.proc is not None:
             watcher.end()
@@ -305,15 +345,26 @@ def run(options: WatchOptions) -> Report:
         "hang_after": options.hang_after,
         "keep": options.keep,
     }
-    if dumps:
-        report.notes.append(f"flight-recorder dumps of {len(dumps)} ranks: ddpcheck postmortem {watch_dir}")
+    report.notes += watcher.notes
     if report.verdict.exit_code == 0:
         _remove(watch_dir, fresh)
     else:
         report.log_dir = str(watch_dir)
-    if options.keep and outcome == "hang":
+    if options.keep and decision == "hang":
         _keep_pumping(watcher)
     return report
+
+
+def _follower_report(decision: str, index: int) -> Report:
+    """The one line of a watcher that is not task 0: task 0 writes the report."""
+    status = Status.PASS if decision == "ended" else Status.ERROR
+    words = {
+        "ended": "the job ran to completion",
+        "hang": "the job hung",
+        "crash": "a rank of the job failed",
+    }
+    detail = f"{words.get(decision, decision)}; the report is task 0's (this is task {index})"
+    return Report(command="watch", checks=[Check("watch", status, detail)], world={"report_on": 0})
 
 
 def _keep_pumping(watcher: Watcher) -> None:
