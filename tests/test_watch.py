@@ -6,6 +6,7 @@ within --hang-after + 30 s of the fault. Bad input is exit 2 with one line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -63,14 +64,16 @@ def rank_pid(root: int, rank: int) -> int | None:
 
 
 def watch(tmp_path: Path, job: list[str], fault: str = "", strike: signal.Signals | None = None,
-          steps: int = 4, extra: tuple[str, ...] = ()) -> Watched:  # fmt: skip
-    """Run `ddpcheck watch` over the job; with `strike`, send it to rank 2 once rank 2 printed step 1."""
+          steps: int = 4, extra: tuple[str, ...] = (), interrupt: bool = False) -> Watched:  # fmt: skip
+    """Run `ddpcheck watch` over the job; with `strike`, send it to rank 2 once rank 2 printed step 1
+    (with `interrupt`, SIGINT to the watcher itself, as Ctrl-C would)."""
     report = tmp_path / "report.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200", "TMPDIR": str(tmp_path),
            "TRAIN_JOB_FAULT": fault, "TRAIN_JOB_STEPS": str(steps)}  # fmt: skip
     argv = [sys.executable, "-m", "ddpcheck", "watch", "--hang-after", str(HANG_AFTER), "--json", str(report)]
-    proc = subprocess.Popen([*argv, *extra, "--", *job], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)  # fmt: skip
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen([*argv, *extra, "--", *job], env=env, stdout=pipe, stderr=pipe, text=True,
+                            start_new_session=True)  # fmt: skip
     out: list[str] = []
     last_line = [time.monotonic()]
     started = threading.Event()
@@ -86,16 +89,17 @@ def watch(tmp_path: Path, job: list[str], fault: str = "", strike: signal.Signal
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     err_reader: list[str] = []
-    err_thread = threading.Thread(target=lambda: err_reader.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
+    err_thread = threading.Thread(target=lambda: err_reader.extend(proc.stderr or []), daemon=True)
     err_thread.start()
     pids: set[int] = set()
     fault_at = 0.0
     try:
         while proc.poll() is None:
-            try:
+            with contextlib.suppress(psutil.Error):
                 pids.update(p.pid for p in psutil.Process(proc.pid).children(recursive=True))
-            except psutil.Error:
-                pass
+            if interrupt and started.is_set() and not fault_at:
+                proc.send_signal(signal.SIGINT)
+                fault_at = time.monotonic()
             if strike is not None and started.is_set() and not fault_at:
                 pid = rank_pid(proc.pid, 2)
                 if pid is not None:
@@ -187,6 +191,17 @@ def test_a_rank_stopped_from_outside_is_named(tmp_path) -> None:
     check = run.check()
     assert (check["name"], check["ranks"]) == ("hang", [2]), check
     assert "is stopped (state T" in check["detail"]
+    assert_all_gone(run)
+
+
+def test_ctrl_c_ends_the_whole_job_with_one_line_and_exit_130(tmp_path) -> None:
+    run = watch(tmp_path, TORCHRUN, interrupt=True, steps=200)
+    assert run.code == 130, run.err[-3000:]
+    assert [line for line in run.err.splitlines() if line.startswith("ddpcheck: ")] == [
+        "ddpcheck: interrupted; every rank was stopped"
+    ], run.err[-3000:]
+    assert "Traceback" not in run.err
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("ddpcheck-watch")] == []
     assert_all_gone(run)
 
 

@@ -133,5 +133,6 @@ def test_progress_is_output_or_a_changed_stack_and_a_first_sample_is_not() -> No
 def test_py_spy_and_faulthandler_stacks_are_read_innermost_first() -> None:
     dump = '[{"thread_name": "MainThread", "frames": [{"name": "f", "filename": "/a.py", "line": 5}]}]'
     assert parse_dump(dump) == (Frame("f", "/a.py", 5),)
-    text = 'Current thread 0x1 (most recent call first):\n  File "/a.py", line 5 in inner\n  File "/a.py", line 6 in <module>\n'
+    text = 'Current thread 0x1 (most recent call first):\n  File "/a.py", line 5 in inner\n'
+    text += '  File "/a.py", line 6 in <module>\n'
     assert parse_faulthandler(text) == (Frame("inner", "/a.py", 5), Frame("<module>", "/a.py", 6))

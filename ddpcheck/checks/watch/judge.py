@@ -340,5 +340,6 @@ def view_from_dict(data: dict) -> RankView:
             e["fatal"],
             stack(e["stack"]) or (),
         )
+    samples = [s for s in (stack(x) for x in data["samples"]) if s]
     return RankView(data["rank"], data["host"], data["pid"], data["state"], stack(data["stack"]),
-                    data["unchanged_s"], exit, [s for s in (stack(x) for x in data["samples"]) if s])  # fmt: skip
+                    data["unchanged_s"], exit, samples)  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -167,7 +168,7 @@ class Watcher:
         return "failed" if self.failed_at is not None else None
 
     def _stalled(self) -> bool:
-        """Evidence that no rank moves: each live rank stopped, or its stack read unchanged over half a window.
+        """Evidence that no rank moves: each live rank stopped, or its stack unchanged over half a window.
 
         A rank whose stack could not be read (py-spy failing on a process still starting) is no evidence.
         """
@@ -264,7 +265,7 @@ class Watcher:
 
     def evidence(self, decision: str) -> list[RankView]:
         """What the verdict rests on, taken now: on a hang, every rank's stack (paused, consistent) and its
-        flight-recorder dump, then the job ended unless --keep; on a crash, the job ended and every exit read."""
+        flight-recorder dump, then the job ended unless --keep; on a crash, the job ended, every exit read."""
         if decision == "hang":
             self._sample(blocking=True)
             views = self.views(with_exits=True)
@@ -351,7 +352,7 @@ def run(options: WatchOptions) -> Report:
     else:
         report.log_dir = str(watch_dir)
     if options.keep and decision == "hang":
-        _keep_pumping(watcher)
+        _hand_over_output(watcher)
     return report
 
 
@@ -367,14 +368,28 @@ def _follower_report(decision: str, index: int) -> Report:
     return Report(command="watch", checks=[Check("watch", status, detail)], world={"report_on": 0})
 
 
-def _keep_pumping(watcher: Watcher) -> None:
-    """--keep: the report is out; pass the job's output through until it ends (Ctrl-C ends it)."""
+def _hand_over_output(watcher: Watcher) -> None:
+    """--keep: the report goes out now; a process of its own passes the job's output on until it ends.
+
+    Forked: it copies the two pipes to this terminal until the job closes them, then exits. (Its
+    copy and this process's threads may each take a chunk in the moment before this one exits.)
+    """
     assert watcher.proc is not None
-    try:
-        watcher.proc.wait()
-    except KeyboardInterrupt:
-        watcher.end()
-        raise
+    pipes = [p.fileno() for p in (watcher.proc.stdout, watcher.proc.stderr) if p is not None]
+    if os.fork() != 0:
+        return
+    os.setsid()
+    sinks = {pipes[0]: sys.stdout.fileno(), pipes[-1]: sys.stderr.fileno()}
+    while pipes:
+        ready, _, _ = select.select(pipes, [], [])
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                pipes.remove(fd)
+                continue
+            with contextlib.suppress(OSError):
+                os.write(sinks[fd], chunk)
+    os._exit(0)
 
 
 def _remove(watch_dir: Path, fresh: bool) -> None:
