@@ -170,7 +170,11 @@ def run_plain(command: Command, options: Any, output: OutputOptions) -> None:
     options.validate()
     output.check()
     console = _console(output)
-    report = command.module().run(options)
+    try:
+        report = command.module().run(options)
+    except KeyboardInterrupt:  # `watch`: the job it ran was ended first
+        print("ddpcheck: interrupted; every rank was stopped", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     if command.terse_pass and report.verdict.exit_code == 0:
         output = dataclasses.replace(output, quiet=True)
     if report.world.get("report_on") is not None:  # another process (task 0) writes the report's files

@@ -55,11 +55,15 @@ class Watched:
 
 def rank_pid(root: int, rank: int) -> int | None:
     try:
-        for proc in psutil.Process(root).children(recursive=True):
-            if proc.environ().get("RANK") == str(rank) and "train_job" in " ".join(proc.cmdline()):
-                return proc.pid
+        children = psutil.Process(root).children(recursive=True)
     except psutil.Error:
         return None
+    for proc in children:
+        try:  # any process may end while we look (a py-spy of watch's, say): look at the others
+            if proc.environ().get("RANK") == str(rank) and "train_job" in " ".join(proc.cmdline()):
+                return proc.pid
+        except psutil.Error:
+            continue
     return None
 
 
@@ -108,6 +112,7 @@ def watch(tmp_path: Path, job: list[str], fault: str = "", strike: signal.Signal
             time.sleep(0.1)
             assert time.monotonic() - last_line[0] < 120, "no progress of the test's own for 120 s"
         ended = time.monotonic()
+        assert fault_at or (strike is None and not interrupt), "the job ended before the signal was sent"
         reader.join(10)
         err_thread.join(10)
     finally:
@@ -200,9 +205,24 @@ def test_ctrl_c_ends_the_whole_job_with_one_line_and_exit_130(tmp_path) -> None:
     assert [line for line in run.err.splitlines() if line.startswith("ddpcheck: ")] == [
         "ddpcheck: interrupted; every rank was stopped"
     ], run.err[-3000:]
-    assert "Traceback" not in run.err
+    assert "ddpcheck/" not in run.err  # no traceback of watch's own (torchrun's, on its SIGTERM, is the job's)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("ddpcheck-watch")] == []
     assert_all_gone(run)
+
+
+RAISES = "def load():\n    raise ValueError('bad batch')\nload()"
+
+
+@pytest.mark.parametrize(("code", "words"), [
+    (RAISES, "failed first: ValueError: bad batch, in load (<string>:2)"),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "failed first: killed by SIGKILL"),
+])  # fmt: skip
+def test_a_plain_python_job_is_rank_0_and_its_end_is_read_exactly(ddpcheck, tmp_path, code, words) -> None:
+    report = tmp_path / "plain.json"
+    run = ddpcheck("watch", "--json", str(report), "--", sys.executable, "-c", code)
+    assert run.code == 3, run.stderr
+    (check,) = [c for c in json.loads(report.read_text())["checks"] if c["status"] == "ERROR"]
+    assert (check["name"], check["ranks"]) == ("crash", [0]) and words in check["detail"], check
 
 
 @pytest.mark.parametrize("args", [

@@ -52,13 +52,16 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - began
 
 
-def stall_ms(blocking: bool, samples: int) -> float:
-    """The longest pause a busy Python loop sees while py-spy dumps it `samples` times."""
+def stall_ms(blocking: bool | None, samples: int) -> float:
+    """The longest pause a busy Python loop sees while py-spy dumps it `samples` times (None: no dump,
+    the machine's own scheduling: the reference)."""
     loop = subprocess.Popen(
         [sys.executable, "-c", LOOP, str(samples * 0.5 + 2)], stdout=subprocess.PIPE, text=True
     )
     time.sleep(1)
-    for _ in range(samples):
+    if blocking is None:
+        time.sleep(samples * 0.5)
+    for _ in range(samples if blocking is not None else 0):
         argv = ["py-spy", "dump", "--pid", str(loop.pid)] + ([] if blocking else ["--nonblocking"])
         subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         time.sleep(0.5)
@@ -72,7 +75,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--nproc", type=int, default=3)
     parser.add_argument("--hang-after", type=float, default=300)
+    parser.add_argument("--stalls-only", action="store_true", help="only the stall of one stack sample")
     args = parser.parse_args()
+    if args.stalls_only:
+        stalls()
+        return
     path = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRAIN_JOB_STEPS": str(args.steps),
            "TRAIN_JOB_STEP_S": "0.05", "PYTHONPATH": path}  # fmt: skip
@@ -88,8 +95,12 @@ def main() -> None:
     print(f"{args.nproc} ranks, {args.steps} steps, {args.reps} alternating reps (medians):")
     print(f"  bare     {bare:7.2f} s")
     print(f"  watched  {watch:7.2f} s   ratio {watch / bare:.3f}")
-    for blocking in (False, True):
-        label = "paused (verdict)" if blocking else "--nonblocking (periodic)"
+    stalls()
+
+
+def stalls() -> None:
+    labels = {None: "no dump (reference)", False: "--nonblocking (periodic)", True: "paused (verdict)"}
+    for blocking, label in labels.items():
         print(
             f"  longest stall of a busy loop over 10 py-spy dumps, {label}: {stall_ms(blocking, 10):.1f} ms"
         )

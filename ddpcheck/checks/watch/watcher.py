@@ -124,8 +124,9 @@ class Watcher:
         self.tree = processes.ProcessTree(self.proc.pid)
         # The job's first process may be the rank itself (srun's or mpirun's task), and may end before
         # the first scan: its environment is the one given here.
-        rank = agent.rank_of(env)
-        if rank is not None and not processes.is_launcher(self.options.command):
+        # (No rank variable at all: a plain `python train.py` is rank 0, as the process tree says.)
+        if not processes.is_launcher(self.options.command):
+            rank = agent.rank_of(env) or 0
             self.ranks[rank] = Watched(processes.RankProcess(rank, self.proc.pid, self.tree.host))
         self.pump = OutputPump(self.proc, lambda: self.progress.output(time.monotonic()))
 
