@@ -205,7 +205,7 @@ def test_ctrl_c_ends_the_whole_job_with_one_line_and_exit_130(tmp_path) -> None:
     assert [line for line in run.err.splitlines() if line.startswith("ddpcheck: ")] == [
         "ddpcheck: interrupted; every rank was stopped"
     ], run.err[-3000:]
-    assert "ddpcheck/" not in run.err  # no traceback of watch's own (torchrun's, on its SIGTERM, is the job's)
+    assert "ddpcheck/" not in run.err  # no traceback of its own (torchrun's, on SIGTERM, is the job's)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("ddpcheck-watch")] == []
     assert_all_gone(run)
 

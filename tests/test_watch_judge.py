@@ -60,6 +60,11 @@ def test_every_rank_in_the_same_place_blames_nobody() -> None:
     assert check.ranks == [] and "no rank differs" in check.detail
 
 
+def test_a_single_rank_is_named_where_it_is() -> None:
+    (check,) = judge_hang([view(0, SLEEPING)], silent_s=6, hang_after=5).checks
+    assert check.ranks == [0] and "is in load_batch (/home/me/train.py:42)" in check.detail
+
+
 def test_a_tie_blames_nobody() -> None:
     (check,) = judge_hang([view(0, BACKWARD), view(1, ALL_REDUCE)], silent_s=6, hang_after=5).checks
     assert check.ranks == []

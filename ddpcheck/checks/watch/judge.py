@@ -123,6 +123,8 @@ def judge_hang(views: list[RankView], silent_s: float, hang_after: float) -> Rep
         waiting = [v for v in views if v.stack is not None and _waiting_in(v.stack)]
         if outside and waiting:
             blamed = outside
+        elif len(views) == 1:
+            blamed = [v for v in views if v.stack is not None]  # one rank: no peers to judge against
         else:
             counts = Counter(_signature(v.stack) for v in views if v.stack is not None)
             top = counts.most_common(1)[0][1] if counts else 0
