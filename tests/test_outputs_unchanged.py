@@ -16,7 +16,18 @@ import pytest
 from tests.support.saved_reports import run_ddpcheck
 
 GOLDEN = Path(__file__).parent / "golden"
-COMMANDS = ["env", "allreduce", "collectives", "train", "profile", "links", "devices", "watch", "show", "compare"]
+COMMANDS = [
+    "env",
+    "allreduce",
+    "collectives",
+    "train",
+    "profile",
+    "links",
+    "devices",
+    "watch",
+    "show",
+    "compare",
+]
 REPORTS = ["allreduce", "train", "profile", "env", "links", "collectives", "hang", "crash", "compare"]
 
 
