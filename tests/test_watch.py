@@ -265,8 +265,16 @@ def watch_per_task(tmp_path: Path, launcher: list[str], fault: str, env: dict[st
     return Watched(proc.returncode, proc.stdout, proc.stderr, loaded, set(), began, time.monotonic())
 
 
-def _left_jobs() -> list[int]:
-    return [p.pid for p in psutil.process_iter(["cmdline"]) if TRAIN_JOB in " ".join(p.info["cmdline"] or [])]
+def _left_jobs(tmp_path: Path) -> list[int]:
+    """This test's job processes still running (its TMPDIR tells them from any other run's)."""
+    left = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if TRAIN_JOB in " ".join(proc.info["cmdline"] or []) and proc.environ().get("TMPDIR") == str(
+                tmp_path
+            ):
+                left.append(proc.pid)
+    return left
 
 
 @pytest.mark.parametrize(("fault", "name", "words"), [
@@ -281,7 +289,7 @@ def test_srun_one_watcher_per_task_names_the_rank(slurm, tmp_path, fault, name, 
     assert (check["name"], check["ranks"]) == (name, [culprit]), check
     assert words in check["detail"]
     assert run.report["world"]["size"] == 3
-    assert _left_jobs() == []
+    assert _left_jobs(tmp_path) == []
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Debian's openmpi-bin) is not installed")
@@ -298,4 +306,4 @@ def test_mpirun_one_watcher_per_task_names_the_rank(tmp_path, fault, name, words
     culprit = int(fault.split("@")[1][0])
     assert (check["name"], check["ranks"]) == (name, [culprit]), check
     assert words in check["detail"]
-    assert _left_jobs() == []
+    assert _left_jobs(tmp_path) == []
