@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -106,8 +105,6 @@ def run_team(watcher: Watcher, task: Task, store) -> tuple[str, Report | None]:
             decision = found["decision"] if found else None
         time.sleep(0.1)
     views = watcher.evidence(decision)
-    if os.environ.get("DDPCHECK_WATCH_DEBUG"):
-        print(f"task {task} decision {decision} views {[(v.rank, v.pid) for v in views]}", file=sys.stderr)
     _set(store, f"watch/evidence/{task.index}", {"views": [judge.view_to_dict(v) for v in views],
                                                  "output": watcher.pump.text()[-20000:]})  # fmt: skip
     if task.index != 0:

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -42,7 +43,7 @@ TAIL_BYTES = 256 * 1024  # the end of the job's output kept for the judge (launc
 class OutputPump:
     """Copies the job's stdout and stderr through untouched, noting when the last byte came."""
 
-    def __init__(self, proc: subprocess.Popen, on_output: callable) -> None:  # type: ignore[valid-type]
+    def __init__(self, proc: subprocess.Popen, on_output: Callable[[], None]) -> None:
         self.tail: deque[bytes] = deque()
         self.size = 0
         self.lock = threading.Lock()
