@@ -68,12 +68,13 @@ def rank_pid(root: int, rank: int) -> int | None:
 
 
 def watch(tmp_path: Path, job: list[str], fault: str = "", strike: signal.Signals | None = None,
-          steps: int = 4, extra: tuple[str, ...] = (), interrupt: bool = False) -> Watched:  # fmt: skip
+          steps: int = 4, extra: tuple[str, ...] = (), interrupt: bool = False,
+          more_env: dict[str, str] | None = None) -> Watched:  # fmt: skip
     """Run `ddpcheck watch` over the job; with `strike`, send it to rank 2 once rank 2 printed step 1
     (with `interrupt`, SIGINT to the watcher itself, as Ctrl-C would)."""
     report = tmp_path / "report.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200", "TMPDIR": str(tmp_path),
-           "TRAIN_JOB_FAULT": fault, "TRAIN_JOB_STEPS": str(steps)}  # fmt: skip
+           "TRAIN_JOB_FAULT": fault, "TRAIN_JOB_STEPS": str(steps), **(more_env or {})}  # fmt: skip
     argv = [sys.executable, "-m", "ddpcheck", "watch", "--hang-after", str(HANG_AFTER), "--json", str(report)]
     pipe = subprocess.PIPE
     proc = subprocess.Popen([*argv, *extra, "--", *job], env=env, stdout=pipe, stderr=pipe, text=True,
@@ -307,3 +308,19 @@ def test_mpirun_one_watcher_per_task_names_the_rank(tmp_path, fault, name, words
     assert (check["name"], check["ranks"]) == (name, [culprit]), check
     assert words in check["detail"]
     assert _left_jobs(tmp_path) == []
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Debian's openmpi-bin) is not installed")
+def test_watch_around_mpirun_names_the_rank_that_raises(tmp_path) -> None:
+    """`ddpcheck watch -- mpirun -np 3 python train.py`: mpirun's ranks are found under it."""
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": _free_port(),
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    }
+    run = watch(tmp_path, [*MPIRUN, *PLAIN_JOB], fault="raise@1:step2", steps=6, more_env=env)
+    assert run.code == 3, run.err[-3000:]
+    check = run.check()
+    assert (check["name"], check["ranks"]) == ("crash", [1]), check
+    assert "failed first: ValueError: planted failure at step 2" in check["detail"]
+    assert_all_gone(run)

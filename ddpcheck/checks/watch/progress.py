@@ -3,7 +3,8 @@
 A job has made no progress for S seconds when for S seconds no rank printed anything and every
 rank's stack (each frame's function, file and line, of its main thread) stayed the same at every
 sample. A rank starting or ending counts as progress too. A hang also needs evidence from every
-live rank: stopped (state T), or its stack read and found unchanged for at least half of S.
+live rank: stopped (state T), or its stack read and found unchanged for at least half of S, and
+not inside an import (a library loading for seconds on a busy node is start-up, not a hang).
 Stacks are sampled only once the output has been silent for half of --hang-after: a job that
 prints is never looked into.
 """

@@ -109,6 +109,11 @@ def collective_frame(stack: Stack) -> Frame | None:
     return inside[-1] if inside else None
 
 
+def importing(stack: Stack) -> bool:
+    """Inside an import: a process starting up, whose stack stands still while a library loads."""
+    return any(f.file.startswith("<frozen importlib") for f in stack)
+
+
 def in_collective(stack: Stack) -> bool:
     return collective_frame(stack) is not None
 

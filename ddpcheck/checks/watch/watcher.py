@@ -178,7 +178,11 @@ class Watcher:
         live = [(rank, w) for rank, w in self.ranks.items() if w.gone_at is None]
         return bool(live) and all(
             processes.state(w.process.pid) in ("T", "t")
-            or (self.progress.unchanged_for(rank, now) or 0.0) >= self.options.hang_after / 2
+            or (
+                (self.progress.unchanged_for(rank, now) or 0.0) >= self.options.hang_after / 2
+                # Loading a module (libtorch's shared objects take seconds on a busy node) is start-up.
+                and not (w.samples and stacks.importing(w.samples[-1]))
+            )
             for rank, w in live
         )
 
