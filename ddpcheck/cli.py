@@ -177,7 +177,16 @@ def run_plain(command: Command, options: Any, output: OutputOptions) -> None:
     options.validate()
     output.check()
     console = _console(output)
-    finish(command.module().run(options), console, output)
+    try:
+        report = command.module().run(options)
+    except KeyboardInterrupt:  # `watch`: the job it ran was ended first
+        print("ddpcheck: interrupted; every rank was stopped", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    if command.terse_pass and report.verdict.exit_code == 0:
+        output = dataclasses.replace(output, quiet=True)
+    if report.world.get("report_on") is not None:  # another process (task 0) writes the report's files
+        output = dataclasses.replace(output, json_path=None, junit_path=None, html_path=None)
+    finish(report, console, output)
 
 
 def run_ranked(

@@ -141,6 +141,8 @@ class Command:
     options: type
     implementation: str  # the module that does the work, imported only when the command runs
     ranked: bool = True
+    # A passing report is its verdict line alone (`watch`: the job's own output is what was wanted).
+    terse_pass: bool = False
     faults: tuple[str, ...] = ()  # the --inject kinds it takes
     # Tables the terminal draws a chart for after the table itself (report/terminal.py's kinds).
     charts: Mapping[str, str] = field(default_factory=dict)

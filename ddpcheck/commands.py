@@ -6,13 +6,25 @@ Adding a command: its folder under checks/ (a declaration in `__init__.py`, the 
 
 from __future__ import annotations
 
-from ddpcheck.checks import allreduce, collectives, devices, env, links, postmortem, profile, train
+from ddpcheck.checks import allreduce, collectives, devices, env, links, postmortem, profile, train, watch
 from ddpcheck.command import Command
 from ddpcheck.report import compare, show
 
 COMMANDS: dict[str, Command] = {
     module.COMMAND.name: module.COMMAND
-    for module in (env, show, compare, allreduce, collectives, train, profile, links, devices, postmortem)
+    for module in (
+        env,
+        show,
+        compare,
+        allreduce,
+        collectives,
+        train,
+        profile,
+        links,
+        devices,
+        watch,
+        postmortem,
+    )
 }
 
 

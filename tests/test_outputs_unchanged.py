@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 GOLDEN = Path(__file__).parent / "golden"
 COMMANDS = ["env", "allreduce", "collectives", "train", "profile", "links", "devices", "show", "compare"]
-COMMANDS += ["postmortem"]
+COMMANDS += ["watch", "postmortem"]
 REPORTS = ["allreduce", "train", "profile", "env", "links", "collectives", "hang", "crash", "compare"]
 
 

@@ -20,7 +20,7 @@ import pytest
 from ddpcheck.checks.postmortem import PostmortemOptions
 from ddpcheck.checks.postmortem.check import NothingToRead, examine
 from ddpcheck.checks.postmortem.flight import NotADump, find_dumps, parse_dump, rank_of, read_dump
-from ddpcheck.checks.postmortem.judge import judge, last_collective_line
+from ddpcheck.checks.postmortem.judge import judge, last_collective_line, with_last_collectives
 from ddpcheck.checks.postmortem.logs import (
     FoundLogs,
     first_failure,
@@ -30,7 +30,6 @@ from ddpcheck.checks.postmortem.logs import (
     summary_exits,
 )
 from ddpcheck.errors import UsageError
-from ddpcheck.launcher.postmortem import with_last_collectives
 from ddpcheck.report.model import Check, Status
 from tests.conftest import Run, assert_usage_error
 from tests.support.fr_dumps import dump, entry, nccl_dump, write_json, write_pickle

@@ -11,11 +11,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.postmortem.flight import RankTrace
-from ddpcheck.checks.postmortem.judge import last_collective_line
+from ddpcheck.checks.postmortem.judge import with_last_collectives
 from ddpcheck.rank.stages import DONE, PRE_JOIN
 from ddpcheck.rank.status import FROZEN_AFTER_S, Stall
 from ddpcheck.report.model import Check, Report, Status, Table, Verdict
-from ddpcheck.report.naming import span
 
 if TYPE_CHECKING:
     from ddpcheck.rank.rundir import RunSpec
@@ -233,24 +232,6 @@ def judge_stall(stall: Stall) -> Check:
         parts.append(f"rank{'s' if len(finished) > 1 else ''} {_ranks(sorted(finished))} finished")
     hosts = list(dict.fromkeys(statuses[r]["host"] for r in culprits if r in statuses))
     return Check("hang", Status.ERROR, "; ".join(parts), culprits, hosts)
-
-
-def with_last_collectives(hang: Check, flight: dict[int, RankTrace]) -> Check:
-    """The hang finding with each culprit's last collective from its flight-recorder dump, and where
-    the others are ("rank 1's last collective: all_reduce #3 (...); rank 0 at #4"). A culprit that
-    left no dump (frozen, stopped) is said as such, with the collective the others wait in."""
-    if not flight:
-        return hang
-    said = [f"rank {r}'s {line}" for r in hang.ranks if (line := last_collective_line(flight, r))]
-    silent = [r for r in hang.ranks if r not in flight]
-    if silent and not said:
-        other = min(flight)
-        line = last_collective_line(flight, other)
-        if line:
-            said.append(f"{span(silent)} left no flight-recorder dump; rank {other}'s {line}")
-    if said:
-        hang.detail = f"{hang.detail}; {'; '.join(said)}"
-    return hang
 
 
 def _frozen(status: dict[str, Any]) -> bool:

@@ -123,7 +123,9 @@ def verdict_line(report: Report) -> Text:
     world = report.world
     where = ""
     if world.get("size"):
-        where = f" ({counted(world['size'], 'rank')}, {world.get('backend')}, {world.get('device')})"
+        # `watch` knows neither: the job's own backend and device are its business.
+        known = [str(world[key]) for key in ("backend", "device") if world.get(key)]
+        where = f" ({', '.join([counted(world['size'], 'rank'), *known])})"
     summary = ", ".join(
         f"{n} {status.value.lower()}"
         for status in COUNT_ORDER

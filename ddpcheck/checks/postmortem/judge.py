@@ -256,3 +256,21 @@ def last_collective_line(traces: dict[int, RankTrace], rank: int, pg: str = DEFA
         call = traces[ranks[0]].collectives(pg).get(at)
         text += f"; {span(ranks)} at #{at}" + (f" ({call.op})" if call else "")
     return text
+
+
+def with_last_collectives(hang: Check, flight: dict[int, RankTrace]) -> Check:
+    """The hang finding with each culprit's last collective from its flight-recorder dump, and where
+    the others are ("rank 1's last collective: all_reduce #3 (...); rank 0 at #4"). A culprit that
+    left no dump (frozen, stopped) is said as such, with the collective the others wait in."""
+    if not flight:
+        return hang
+    said = [f"rank {r}'s {line}" for r in hang.ranks if (line := last_collective_line(flight, r))]
+    silent = [r for r in hang.ranks if r not in flight]
+    if silent and not said:
+        other = min(flight)
+        line = last_collective_line(flight, other)
+        if line:
+            said.append(f"{span(silent)} left no flight-recorder dump; rank {other}'s {line}")
+    if said:
+        hang.detail = f"{hang.detail}; {'; '.join(said)}"
+    return hang

@@ -1,0 +1,79 @@
+"""`ddpcheck watch -- COMMAND...`: the user's own training job, run and watched; a hang or crash named.
+
+The declaration only (nothing heavy is imported here): the work is in watcher.py, the verdict in
+judge.py, what runs inside the job's processes in agent.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+from ddpcheck.command import Command, option
+from ddpcheck.errors import UsageError
+
+DEFAULT_HANG_AFTER_S = 300.0
+
+
+@dataclass(kw_only=True)
+class WatchOptions:
+    command: list[str] = option(
+        default_factory=list,
+        argument=True,
+        metavar="COMMAND",
+        help="The job, after --: torchrun ... train.py, python train.py, mpirun ..., as you run it.",
+    )
+    hang_after: float = option(
+        DEFAULT_HANG_AFTER_S,
+        metavar="SECONDS",
+        help="A hang: no rank printed anything and no rank's Python stack changed for this long.",
+    )
+    dir: str | None = option(
+        None,
+        metavar="PATH",
+        help="The watch directory (flight-recorder dumps, tracebacks, NCCL logs); default: a fresh one.",
+    )
+    keep: bool = option(False, flags=("--keep",), help="On a hang, only report: leave the job running.")
+    nccl_info: bool = option(
+        False, flags=("--nccl-info",), help="NCCL_DEBUG=INFO instead of WARN (into the watch directory)."
+    )
+
+    def validate(self) -> None:
+        if not self.command:
+            raise UsageError("watch needs the job to run, after --: ddpcheck watch -- torchrun ... train.py")
+        program = self.command[0]
+        found = (
+            shutil.which(program)
+            if os.sep not in program
+            else (program if os.access(program, os.X_OK) else None)
+        )
+        if found is None or os.path.isdir(found):
+            raise UsageError(f"{program}: no such command (not found on PATH, or not executable)")
+        if not self.hang_after > 0:
+            raise UsageError(f"--hang-after {self.hang_after:g}: must be more than 0 seconds")
+        if self.dir is not None and os.path.exists(self.dir) and not os.path.isdir(self.dir):
+            raise UsageError(f"--dir {self.dir}: is a file, not a directory")
+
+
+COMMAND = Command(
+    name="watch",
+    help="""Run your own training job and watch it: a hang or crash named (rank, host, function, file:line).
+
+    The job's output passes through untouched; its environment gets the diagnostics a hang or
+    crash needs (faulthandler, the flight recorder, NCCL's dump on timeout). A hang (no output
+    and no rank's stack changed for --hang-after seconds) names the rank that stopped while its
+    peers wait, then ends the job. A crash names the first rank to fail, with its traceback.
+    Exit 0 when the job succeeds, 3 on a hang or crash, 130 on Ctrl-C (the whole job is ended).
+    """,
+    epilog=(
+        "Examples: ddpcheck watch -- torchrun --nproc-per-node 8 train.py | "
+        "ddpcheck watch --hang-after 120 -- python train.py | "
+        "srun -K -n 16 ddpcheck watch -- python train.py | "
+        "ddpcheck watch --json watch.json -- mpirun -np 4 python train.py"
+    ),
+    options=WatchOptions,
+    implementation="ddpcheck.checks.watch.watcher",
+    ranked=False,
+    terse_pass=True,
+)

@@ -1,0 +1,129 @@
+"""What runs inside every process of the watched job: the evidence a rank leaves about itself.
+
+Loaded by `inrank/sitecustomize.py` (watch prepends that folder to the job's PYTHONPATH), so
+nothing of the user's code is edited. Standard library only, and nothing done per step: at start
+it opens three files of its own in the watch directory, and from then on it only waits.
+
+- an uncaught exception: its type, message, traceback and time (sys.excepthook, chained);
+- a fatal signal (SIGSEGV, SIGABRT, ...): faulthandler's Python traceback, to a file of its own;
+- SIGTERM (a launcher tearing the job down): faulthandler's traceback of where the process was,
+  and then the default action, so the process ends as fast as it would without watch;
+- a daemon thread that waits for the watcher's dump request and writes this rank's
+  flight-recorder dump (gloo does not dump by itself) to `TORCH_FR_DUMP_TEMP_FILE` + rank.
+
+Every file is keyed by pid (a rank's data-loader workers carry its rank too); the watcher maps
+pids to ranks. The watcher reads the same names from here: one contract, both sides.
+"""
+
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from types import TracebackType
+
+WATCH_DIR_VARIABLE = "DDPCHECK_WATCH_DIR"
+# Where a rank's number comes from, first found first: torchrun's under any outer launcher.
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+PROCESSES = "processes"  # the folder of the per-process files
+DUMP_REQUEST = "dump-request"  # the watcher creates it: every rank writes its flight-recorder dump
+DUMP_PREFIX = "nccl_trace_rank_"  # torch's own default name: <prefix><rank>
+POLL_S = 0.5  # how often the dump thread looks for the request (one stat(); nothing else)
+
+
+def process_file(watch_dir: str, pid: int, kind: str) -> str:
+    """One of a process's files: 'exception' or 'exit' (JSON), 'fatal' or 'term' (faulthandler's text)."""
+    return os.path.join(watch_dir, PROCESSES, f"{pid}.{kind}")
+
+
+def rank_of(environ: dict[str, str] | os._Environ[str]) -> int | None:
+    for name in RANK_VARIABLES:
+        value = environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def start() -> None:
+    watch_dir = os.environ.get(WATCH_DIR_VARIABLE)
+    if not watch_dir or not os.path.isdir(os.path.join(watch_dir, PROCESSES)):
+        return
+    pid = os.getpid()
+    # Kept open for the life of the process: faulthandler writes to their descriptors.
+    fatal = open(process_file(watch_dir, pid, "fatal"), "w")  # noqa: SIM115
+    term = open(process_file(watch_dir, pid, "term"), "w")  # noqa: SIM115
+    faulthandler.enable(file=fatal)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        faulthandler.register(signal.SIGTERM, file=term, chain=True)
+    _chain_excepthook(process_file(watch_dir, pid, "exception"))
+    atexit.register(_mark_exit, process_file(watch_dir, pid, "exit"))
+    threading.Thread(
+        target=_wait_for_dump_request, args=(watch_dir,), name="ddpcheck-watch", daemon=True
+    ).start()
+
+
+def _chain_excepthook(path: str) -> None:
+    previous = sys.excepthook
+
+    def record(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        try:
+            frames = traceback.extract_tb(tb)
+            text = {
+                "type": kind.__name__,
+                "message": str(value),
+                "traceback": "".join(traceback.format_exception(kind, value, tb)),
+                "frames": [{"function": f.name, "file": f.filename, "line": f.lineno} for f in frames],
+                "time": time.time(),
+            }
+            with open(path, "w") as out:
+                json.dump(text, out)
+        except Exception:
+            pass
+        previous(kind, value, tb)
+
+    sys.excepthook = record
+
+
+def _mark_exit(path: str) -> None:
+    """The interpreter is ending normally (the end of the script, or sys.exit): not a crash by itself."""
+    try:
+        with open(path, "w") as out:
+            json.dump({"time": time.time()}, out)
+    except OSError:
+        pass
+
+
+def _wait_for_dump_request(watch_dir: str) -> None:
+    request = os.path.join(watch_dir, DUMP_REQUEST)
+    while not os.path.exists(request):
+        time.sleep(POLL_S)
+    dump_flight_recorder()
+
+
+def dump_flight_recorder() -> None:
+    """This rank's flight-recorder dump, where torch's own dump on timeout would go."""
+    c10d = sys.modules.get("torch.distributed")
+    rank = rank_of(os.environ)
+    prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
+    if c10d is None or rank is None or not prefix or not c10d.is_initialized():
+        return
+    try:
+        from torch._C import _distributed_c10d as native
+
+        fr_trace = getattr(native, "_dump_fr_trace", None)
+        # Without the stacks: on torch 2.13 a dump with them, taken from this thread while the main
+        # thread waits in a gloo collective, blocks until that collective ends (never, in a hang);
+        # py-spy has every rank's stack anyway.
+        data = fr_trace(includeStackTraces=False) if fr_trace else native._dump_nccl_trace()
+        partial = f"{prefix}{rank}.partial"
+        with open(partial, "wb") as out:
+            out.write(data)
+        os.replace(partial, f"{prefix}{rank}")
+    except Exception:
+        pass

@@ -1,0 +1,121 @@
+"""The job's rank processes: the launcher's descendants, each with the rank its environment gives."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+import psutil
+
+from ddpcheck.checks.watch.agent import RANK_VARIABLES
+
+# The root of a job that is a launcher: none of its own processes is a rank until it starts them.
+LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "mpirun", "mpiexec", "srun")
+
+
+@dataclass(frozen=True)
+class RankProcess:
+    rank: int
+    pid: int
+    host: str
+
+
+class ProcessTree:
+    """Finds the rank processes under one root (the job's first process), reading each environment once."""
+
+    def __init__(self, root_pid: int) -> None:
+        self.root_pid = root_pid
+        self.host = socket.gethostname()
+        self._environ: dict[int, dict[str, str]] = {}
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(self.root_pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def ranks(self) -> dict[int, RankProcess]:
+        """Rank -> its process: the topmost process carrying that rank (its workers carry it too)."""
+        found: dict[int, tuple[int, int]] = {}  # rank -> (depth, pid)
+        procs = self.descendants()
+        parents = {}
+        for proc in procs:
+            try:
+                parents[proc.pid] = proc.ppid()
+            except psutil.Error:
+                continue
+        variable = self._rank_variable(procs)
+        for proc in procs:
+            environ = self._environ_of(proc)
+            if variable is None:
+                rank = 0 if proc.pid == self.root_pid and not self._is_launcher(proc) else None
+            else:
+                value = environ.get(variable, "")
+                rank = int(value) if value.isdigit() else None
+            if rank is None:
+                continue
+            depth = _depth(proc.pid, parents, self.root_pid)
+            if rank not in found or depth < found[rank][0]:
+                found[rank] = (depth, proc.pid)
+        return {rank: RankProcess(rank, pid, self.host) for rank, (_, pid) in sorted(found.items())}
+
+    def _is_launcher(self, proc: psutil.Process) -> bool:
+        try:
+            return is_launcher(proc.cmdline())
+        except psutil.Error:
+            return True
+
+    def guessed(self, pid: int) -> bool:
+        """Whether `pid` was taken for rank 0 only because no process of the job carried a rank."""
+        return pid == self.root_pid and not any(name in self._environ.get(pid, {}) for name in RANK_VARIABLES)
+
+    def _rank_variable(self, procs: list[psutil.Process]) -> str | None:
+        """The variable that numbers the ranks: torchrun's RANK over the outer launcher's."""
+        present = set()
+        for proc in procs:
+            present.update(name for name in RANK_VARIABLES if name in self._environ_of(proc))
+        return next((name for name in RANK_VARIABLES if name in present), None)
+
+    def _environ_of(self, proc: psutil.Process) -> dict[str, str]:
+        if proc.pid not in self._environ:
+            try:
+                self._environ[proc.pid] = proc.environ()
+            except psutil.Error:
+                return {}
+        return self._environ[proc.pid]
+
+
+def is_launcher(argv: list[str]) -> bool:
+    """torchrun, mpirun or srun itself: its ranks are yet to come, it is none of them."""
+    words = " ".join(argv[:3])
+    return any(name in words for name in LAUNCHERS)
+
+
+def _depth(pid: int, parents: dict[int, int], root: int) -> int:
+    depth = 0
+    while pid != root and pid in parents and depth < 64:
+        pid = parents[pid]
+        depth += 1
+    return depth
+
+
+def state(pid: int) -> str:
+    """The process's state letter from /proc (R, S, D, T stopped, t traced, Z zombie), or 'gone'."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
+def alive(pid: int) -> bool:
+    return state(pid) not in ("gone", "Z", "X")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    try:
+        times = psutil.Process(pid).cpu_times()
+        return times.user + times.system
+    except psutil.Error:
+        return None

@@ -1,0 +1,152 @@
+"""One watcher per task (`srun -K -n 3 ddpcheck watch -- python train.py`): the watchers agree on one verdict.
+
+Task 0 hosts a TCPStore (the port derived from the job's id, as ddpcheck's own inline mode
+derives its endpoint, and set apart from it). Every watcher publishes what it sees of its own
+ranks; task 0 decides (every task stalled past --hang-after: a hang; a task's rank failed, or a
+task's job ended non-zero: a crash; every job ended 0: success) and publishes the decision. Each
+watcher then takes the evidence of its own ranks (their stacks, paused; their flight-recorder
+dumps; their exits), ends its own job, and publishes it; task 0 judges all of it and writes the
+report. The other watchers print one line and exit with the verdict's code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from ddpcheck.checks.watch import judge
+from ddpcheck.launcher import mpi, slurm
+from ddpcheck.report.model import Check, Report, Status
+
+if TYPE_CHECKING:
+    from ddpcheck.checks.watch.watcher import Watcher
+
+PUBLISH_S = 0.5
+PORT_OFFSET = 7  # ddpcheck's own inline runs of the same job use the derived port itself
+CONNECT_S = 120.0  # how long task 0's store is waited for (task 0 may start last on a busy node)
+EVIDENCE_S = 30.0  # how long task 0 waits for every task's evidence
+FAILED_GRACE_S = 1.0  # a rank failed somewhere: the others' records have this long to arrive
+
+
+@dataclass(frozen=True)
+class Task:
+    index: int
+    count: int
+    host: str  # task 0's host
+    port: int
+
+
+def task_of(environ: dict[str, str] | os._Environ[str]) -> Task | None:
+    """This watcher's task of an srun step or an mpirun job with several tasks; None when alone."""
+    if "RANK" in environ:  # under torchrun: the job is watched from outside it
+        return None
+    if mpi.under_mpirun(environ):
+        mapped = mpi.torch_environment(environ)
+        base = int(mapped["MASTER_PORT"])
+    elif slurm.under_srun(environ):
+        mapped = slurm.torch_environment(environ)
+        job = environ.get("SLURM_JOB_ID", environ.get("SLURM_JOBID", "0"))
+        base = slurm.port_for_job(job, environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID", "0")))
+    else:
+        return None
+    port = slurm.PORT_BASE + (base - slurm.PORT_BASE + PORT_OFFSET) % slurm.PORT_SPAN
+    return Task(int(mapped["RANK"]), int(mapped["WORLD_SIZE"]), mapped["MASTER_ADDR"], port)
+
+
+def connect(task: Task):
+    from ddpcheck.launcher.launch import quiet_torch_cpp_logs
+
+    quiet_torch_cpp_logs()  # a store that went with task 0 is expected, not worth a C++ trace
+    from torch.distributed import TCPStore
+
+    return TCPStore(
+        task.host if task.index else "0.0.0.0",
+        task.port,
+        world_size=task.count,
+        is_master=task.index == 0,
+        timeout=timedelta(seconds=CONNECT_S),
+        wait_for_workers=False,
+    )
+
+
+def _get(store, key: str) -> dict | None:
+    try:
+        if not store.check([key]):
+            return None
+        return json.loads(store.get(key))
+    except (RuntimeError, ValueError):
+        return None
+
+
+def _set(store, key: str, value: dict) -> None:
+    store.set(key, json.dumps(value))
+
+
+def run_team(watcher: Watcher, task: Task, store) -> tuple[str, Report | None]:
+    """(the decision, the report on task 0; None elsewhere)."""
+    decision = None
+    next_publish = 0.0
+    while decision is None:
+        event = watcher.step()
+        now = time.monotonic()
+        if now >= next_publish:
+            _set(store, f"watch/{task.index}", {"event": event, "code": watcher.proc.returncode})
+            next_publish = now + PUBLISH_S
+            if task.index == 0:
+                decision = _decide(store, task)
+                if decision:
+                    _set(store, "watch/decision", {"decision": decision})
+        if task.index != 0:
+            found = _get(store, "watch/decision")
+            decision = found["decision"] if found else None
+        time.sleep(0.1)
+    views = watcher.evidence(decision)
+    _set(store, f"watch/evidence/{task.index}", {"views": [judge.view_to_dict(v) for v in views],
+                                                 "output": watcher.pump.text()[-20000:]})  # fmt: skip
+    if task.index != 0:
+        _wait_for_leader(store)
+        return decision, None
+    gathered, output, missing = [], "", []
+    deadline = time.monotonic() + EVIDENCE_S
+    for index in range(task.count):
+        found = None
+        while found is None and time.monotonic() < deadline:
+            found = _get(store, f"watch/evidence/{index}")
+            if found is None:
+                time.sleep(0.1)
+        if found is None:
+            missing.append(index)
+            continue
+        gathered += [judge.view_from_dict(v) for v in found["views"]]
+        output += found["output"]
+    report = watcher.verdict(decision, gathered, output)
+    if missing:
+        report.checks.append(Check("watchers", Status.ERROR, f"tasks {missing} gave no evidence in time"))
+    return decision, report
+
+
+def _decide(store, task: Task) -> str | None:
+    events = [(_get(store, f"watch/{i}") or {"event": None, "code": None}) for i in range(task.count)]
+    if any(e["event"] == "failed" or (e["event"] == "ended" and e["code"] not in (0, None)) for e in events):
+        time.sleep(FAILED_GRACE_S)
+        return "crash"
+    if all(e["event"] == "ended" for e in events):
+        return "ended"
+    if all(e["event"] in ("hang", "ended") for e in events) and any(e["event"] == "hang" for e in events):
+        return "hang"
+    return None
+
+
+def _wait_for_leader(store) -> None:
+    """Until task 0 has the report out: its store goes with it."""
+    deadline = time.monotonic() + EVIDENCE_S + 30
+    while time.monotonic() < deadline:
+        try:
+            store.check(["watch/decision"])
+        except RuntimeError:
+            return
+        time.sleep(0.2)

@@ -1,0 +1,406 @@
+"""`ddpcheck watch`: run the job, pass its output through, watch every rank, and judge.
+
+The loop, every TICK_S: has the job ended; has a rank ended (the in-process agent's records say
+how); once the output has been silent for half of --hang-after, each rank's stack (py-spy,
+without pausing it); no progress for --hang-after: a hang. Then the stacks that the verdict rests
+on (paused, so consistent), the flight-recorder dumps, the verdict, and the job ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import psutil
+
+from ddpcheck.checks.postmortem.flight import find_dumps
+from ddpcheck.checks.watch import WatchOptions, agent, judge, processes, stacks
+from ddpcheck.checks.watch.environment import job_environment, make_watch_dir
+from ddpcheck.checks.watch.judge import RankView
+from ddpcheck.checks.watch.progress import Progress, sample_interval
+from ddpcheck.checks.watch.records import exit_of
+from ddpcheck.report.model import Check, Report, Status
+
+TICK_S = 0.1  # how often the ranks' liveness is read (/proc, one file per rank)
+SCAN_S = 1.0  # how often the process tree is walked for new ranks
+TERM_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this
+LAUNCHER_GRACE_S = 5.0  # a rank failed: how long its launcher has to end the job itself
+DUMP_WAIT_S = 3.0  # how long the ranks have to write their flight-recorder dumps
+TAIL_BYTES = 256 * 1024  # the end of the job's output kept for the judge (launchers' summaries)
+
+
+class OutputPump:
+    """Copies the job's stdout and stderr through untouched, noting when the last byte came."""
+
+    def __init__(self, proc: subprocess.Popen, on_output: Callable[[], None]) -> None:
+        self.tail: deque[bytes] = deque()
+        self.size = 0
+        self.lock = threading.Lock()
+        self.on_output = on_output
+        self.threads = [
+            threading.Thread(target=self._copy, args=(pipe, sink), daemon=True)
+            for pipe, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer))
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _copy(self, pipe: IO[bytes] | None, sink: IO[bytes]) -> None:
+        if pipe is None:
+            return
+        fd = pipe.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            try:
+                sink.write(chunk)
+                sink.flush()
+            except (OSError, ValueError):
+                pass
+            self.on_output()
+            with self.lock:
+                self.tail.append(chunk)
+                self.size += len(chunk)
+                while self.size > TAIL_BYTES and len(self.tail) > 1:
+                    self.size -= len(self.tail.popleft())
+
+    def text(self) -> str:
+        with self.lock:
+            return b"".join(self.tail).decode(errors="replace")
+
+    def join(self, timeout: float) -> None:
+        for thread in self.threads:
+            thread.join(timeout)
+
+
+@dataclass
+class Watched:
+    """One rank as the watcher follows it."""
+
+    process: processes.RankProcess
+    gone_at: float | None = None  # wall clock, when seen gone
+    state: str = "S"
+    samples: list[stacks.Stack] = field(default_factory=list)
+
+
+class Watcher:
+    def __init__(self, options: WatchOptions, watch_dir: Path) -> None:
+        self.options = options
+        self.dir = watch_dir
+        self.progress = Progress(time.monotonic())
+        self.ranks: dict[int, Watched] = {}
+        self.proc: subprocess.Popen | None = None
+        self.tree: processes.ProcessTree | None = None
+        self.pump: OutputPump | None = None
+        self.next_scan = self.next_sample = 0.0
+        self.failed_at: float | None = None  # when a rank was first seen to have failed
+        self.began = time.monotonic()
+        self.notes: list[str] = []
+
+    def start(self) -> None:
+        env = job_environment(os.environ, self.dir, self.options.nccl_info)
+        self.proc = subprocess.Popen(
+            self.options.command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            # Its own session: Ctrl-C reaches the watcher alone, which then ends every process of the job.
+            start_new_session=True,
+        )
+        self.tree = processes.ProcessTree(self.proc.pid)
+        # The job's first process may be the rank itself (srun's or mpirun's task), and may end before
+        # the first scan: its environment is the one given here.
+        # (No rank variable at all: a plain `python train.py` is rank 0, as the process tree says.)
+        if not processes.is_launcher(self.options.command):
+            rank = agent.rank_of(env) or 0
+            self.ranks[rank] = Watched(processes.RankProcess(rank, self.proc.pid, self.tree.host))
+        self.pump = OutputPump(self.proc, lambda: self.progress.output(time.monotonic()))
+
+    # ------------------------------------------------------------ the loop
+    def watch(self) -> str:
+        """Until the job ends ('ended'), a rank fails and the job goes on ('crash'), or it hangs ('hang')."""
+        while True:
+            event = self.step()
+            if event == "failed":
+                event = (
+                    "crash"
+                    if self.failed_at is not None and time.monotonic() - self.failed_at >= LAUNCHER_GRACE_S
+                    else None
+                )
+            if event is not None:
+                return event
+            time.sleep(TICK_S)
+
+    def step(self) -> str | None:
+        """One look: 'ended', 'failed' (a rank failed, the job goes on), 'hang', or None."""
+        assert self.proc is not None
+        now = time.monotonic()
+        if self.proc.poll() is not None:
+            self._note_gone()
+            return "ended"
+        if now >= self.next_scan:
+            self._scan()
+            self.next_scan = now + SCAN_S
+        if self._note_gone() and self.failed_at is None and self._a_rank_failed():
+            self.failed_at = now
+        if (
+            self.ranks
+            and self.progress.wants_sample(now, self.options.hang_after)
+            and now >= self.next_sample
+        ):
+            self._sample(blocking=False)
+            self.next_sample = time.monotonic() + sample_interval(self.options.hang_after)
+        if self.progress.silent_for(time.monotonic()) >= self.options.hang_after and self._stalled():
+            return "failed" if self.failed_at is not None else "hang"
+        return "failed" if self.failed_at is not None else None
+
+    def _stalled(self) -> bool:
+        """Evidence that no rank moves: each live rank stopped, or its stack unchanged over half a window.
+
+        A rank whose stack could not be read (py-spy failing on a process still starting) is no evidence.
+        """
+        now = time.monotonic()
+        live = [(rank, w) for rank, w in self.ranks.items() if w.gone_at is None]
+        return bool(live) and all(
+            processes.state(w.process.pid) in ("T", "t")
+            or (
+                (self.progress.unchanged_for(rank, now) or 0.0) >= self.options.hang_after / 2
+                # Loading a module (libtorch's shared objects take seconds on a busy node) is start-up.
+                and not (w.samples and stacks.importing(w.samples[-1]))
+            )
+            for rank, w in live
+        )
+
+    def _scan(self) -> None:
+        assert self.tree is not None
+        for rank, found in self.tree.ranks().items():
+            known = self.ranks.get(rank)
+            if known is None or (
+                known.process.pid != found.pid
+                and (known.gone_at is not None or self.tree.guessed(known.process.pid))
+            ):
+                self.ranks[rank] = Watched(found)
+                self.progress.ranks_changed(time.monotonic())
+
+    def _note_gone(self) -> bool:
+        """Read every rank's state; True when one is newly gone."""
+        newly = False
+        for watched in self.ranks.values():
+            if watched.gone_at is not None:
+                continue
+            watched.state = processes.state(watched.process.pid)
+            if watched.state in ("gone", "Z", "X"):
+                watched.gone_at = time.time()
+                newly = True
+                self.progress.ranks_changed(time.monotonic())
+        return newly
+
+    def _a_rank_failed(self) -> bool:
+        views = self.views(with_exits=True)
+        first, _ = judge.first_failure(views)
+        return first is not None and first.exit is not None and not first.exit.secondary
+
+    def _sample(self, blocking: bool) -> None:
+        for rank, watched in self.ranks.items():
+            if watched.gone_at is not None or processes.state(watched.process.pid) in ("T", "t"):
+                continue  # a stopped process is not read: its stack cannot change
+            stack = stacks.dump(watched.process.pid, blocking=blocking)
+            if stack is not None:
+                watched.samples = [*watched.samples[-3:], stack]
+                self.progress.sample(rank, stack, time.monotonic())
+            else:
+                self.progress.forget(rank)  # unreadable now (ending, starting): no evidence either way
+
+    # ------------------------------------------------------------ what was seen
+    def views(self, with_exits: bool) -> list[RankView]:
+        launcher_said = judge.launcher_exit_codes(self.pump.text()) if self.pump and with_exits else {}
+        now = time.monotonic()
+        found = []
+        for rank, watched in sorted(self.ranks.items()):
+            pid = watched.process.pid
+            exit = None
+            if with_exits and watched.gone_at is not None:
+                code = self.proc.returncode if self.proc is not None and pid == self.proc.pid else None
+                exit = exit_of(
+                    self.dir, pid, watched.gone_at, code if code is not None else launcher_said.get(rank)
+                )
+            found.append(
+                RankView(
+                    rank,
+                    watched.process.host,
+                    pid,
+                    state="gone" if watched.gone_at is not None else processes.state(pid),
+                    stack=watched.samples[-1] if watched.samples else None,
+                    unchanged_s=self.progress.unchanged_for(rank, now),
+                    exit=exit,
+                    samples=list(watched.samples),
+                )
+            )
+        return found
+
+    def request_dumps(self) -> list[str]:
+        """Ask every live rank for its flight-recorder dump; the dumps that came, by path."""
+        (self.dir / agent.DUMP_REQUEST).touch()
+        live = [
+            w
+            for w in self.ranks.values()
+            if w.gone_at is None and processes.state(w.process.pid) not in ("T", "t")
+        ]
+        wanted = [self.dir / f"{agent.DUMP_PREFIX}{w.process.rank}" for w in live]
+        deadline = time.monotonic() + DUMP_WAIT_S
+        while time.monotonic() < deadline and not all(p.exists() for p in wanted):
+            time.sleep(0.1)
+        return sorted(
+            str(p) for p in self.dir.glob(f"{agent.DUMP_PREFIX}*") if not p.name.endswith(".partial")
+        )
+
+    def evidence(self, decision: str) -> list[RankView]:
+        """What the verdict rests on, taken now: on a hang, every rank's stack (paused, consistent) and its
+        flight-recorder dump, then the job ended unless --keep; on a crash, the job ended, every exit read."""
+        if decision == "hang":
+            self._sample(blocking=True)
+            views = self.views(with_exits=True)
+            dumps = self.request_dumps()
+            if dumps:
+                self.notes.append(
+                    f"flight-recorder dumps of {len(dumps)} ranks: ddpcheck postmortem {self.dir}"
+                )
+            if self.options.keep:
+                self.notes.append("--keep: the job was left running; end it yourself (Ctrl-C ends it)")
+            else:
+                self.notes.append(f"the job's {self.end()} processes were ended (SIGTERM, then SIGKILL)")
+            return views
+        if decision == "crash" and self.proc is not None and self.proc.poll() is None:
+            self.end()
+        assert self.proc is not None
+        self.proc.wait()
+        self._note_gone()
+        if self.pump is not None:
+            self.pump.join(TERM_GRACE_S)
+        return self.views(with_exits=True)
+
+    def verdict(self, decision: str, views: list[RankView], output: str) -> Report:
+        if decision == "hang":
+            report = judge.judge_hang(
+                views, self.progress.silent_for(time.monotonic()), self.options.hang_after
+            )
+            traces = find_dumps(self.dir).traces
+            return judge.with_flight_recorders(report, traces, {v.rank: v.host for v in views}, len(views))
+        code = self.proc.returncode if self.proc is not None else None
+        if decision == "ended" and code == 0:
+            return judge.judge_success(views, time.monotonic() - self.began)
+        return judge.judge_crash(views, output, code)
+
+    def end(self) -> int:
+        """SIGTERM every process of the job, SIGKILL what is left after TERM_GRACE_S; how many there were."""
+        assert self.proc is not None and self.tree is not None
+        everyone = self.tree.descendants()
+        for proc in everyone:
+            for sig in (signal.SIGTERM, signal.SIGCONT):  # a stopped process acts on SIGTERM once continued
+                with contextlib.suppress(psutil.Error):
+                    proc.send_signal(sig)
+        _, alive = psutil.wait_procs(everyone, timeout=TERM_GRACE_S)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(alive, timeout=TERM_GRACE_S)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=TERM_GRACE_S)
+        return len(everyone)
+
+
+def run(options: WatchOptions) -> Report:
+    from ddpcheck.checks.watch import team
+
+    began = time.monotonic()
+    task = team.task_of(os.environ)
+    watch_dir, fresh = make_watch_dir(options.dir)
+    print(
+        f"ddpcheck watch: diagnostics (flight-recorder dumps, tracebacks) go to {watch_dir}", file=sys.stderr
+    )
+    watcher = Watcher(options, watch_dir)
+    try:
+        store = team.connect(task) if task is not None else None  # before the job: task 0 is ready
+        watcher.start()
+        if task is None:
+            decision = watcher.watch()
+            report = watcher.verdict(decision, watcher.evidence(decision), watcher.pump.text())  # type: ignore[union-attr]
+        else:
+            decision, found = team.run_team(watcher, task, store)
+            report = found if found is not None else _follower_report(decision, task.index)
+    except KeyboardInterrupt:
+        if watcher.proc is not None:
+            watcher.end()
+        _remove(watch_dir, fresh)
+        raise
+    report.elapsed_s = time.monotonic() - began
+    report.options = {
+        "command": list(options.command),
+        "hang_after": options.hang_after,
+        "keep": options.keep,
+    }
+    report.notes += watcher.notes
+    if report.verdict.exit_code == 0:
+        _remove(watch_dir, fresh)
+    else:
+        report.log_dir = str(watch_dir)
+    if options.keep and decision == "hang":
+        _hand_over_output(watcher)
+    return report
+
+
+def _follower_report(decision: str, index: int) -> Report:
+    """The one line of a watcher that is not task 0: task 0 writes the report."""
+    status = Status.PASS if decision == "ended" else Status.ERROR
+    words = {
+        "ended": "the job ran to completion",
+        "hang": "the job hung",
+        "crash": "a rank of the job failed",
+    }
+    detail = f"{words.get(decision, decision)}; the report is task 0's (this is task {index})"
+    return Report(command="watch", checks=[Check("watch", status, detail)], world={"report_on": 0})
+
+
+def _hand_over_output(watcher: Watcher) -> None:
+    """--keep: the report goes out now; a process of its own passes the job's output on until it ends.
+
+    Forked: it copies the two pipes to this terminal until the job closes them, then exits. (Its
+    copy and this process's threads may each take a chunk in the moment before this one exits.)
+    """
+    assert watcher.proc is not None
+    pipes = [p.fileno() for p in (watcher.proc.stdout, watcher.proc.stderr) if p is not None]
+    if os.fork() != 0:
+        return
+    os.setsid()
+    sinks = {pipes[0]: sys.stdout.fileno(), pipes[-1]: sys.stderr.fileno()}
+    while pipes:
+        ready, _, _ = select.select(pipes, [], [])
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                pipes.remove(fd)
+                continue
+            with contextlib.suppress(OSError):
+                os.write(sinks[fd], chunk)
+    os._exit(0)
+
+
+def _remove(watch_dir: Path, fresh: bool) -> None:
+    if fresh:
+        shutil.rmtree(watch_dir, ignore_errors=True)

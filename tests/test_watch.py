@@ -1,0 +1,329 @@
+"""`ddpcheck watch`: the user's own job (tests/support/train_job.py) under torchrun, with faults planted.
+
+Each fault must be named exactly (rank, function, file:line), and every process of the job gone
+within --hang-after + 30 s of the fault. Bad input is exit 2 with one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import assert_usage_error
+
+# Every test here runs a real job under watch (torchrun, srun, mpirun or plain python).
+pytestmark = pytest.mark.integration
+
+TRAIN_JOB = str(Path(__file__).resolve().parent / "support" / "train_job.py")
+HANG_AFTER = 5  # seconds: a hang is named this long after the last progress
+BOUND_S = HANG_AFTER + 30
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"]
+TORCHRUN += ["--shutdown-timeout", "5", TRAIN_JOB]
+
+
+def line_of(text: str) -> int:
+    """The line of train_job.py that holds `text` (so that the tests follow edits of the job)."""
+    lines = Path(TRAIN_JOB).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+@dataclass
+class Watched:
+    code: int
+    out: str
+    err: str
+    report: dict | None
+    pids: set[int] = field(default_factory=set)
+    fault_at: float = 0.0
+    ended_at: float = 0.0
+
+    def check(self) -> dict:
+        assert self.report is not None, self.err[-3000:]
+        (failing,) = [c for c in self.report["checks"] if c["status"] == "ERROR"]
+        return failing
+
+
+def rank_pid(root: int, rank: int) -> int | None:
+    try:
+        children = psutil.Process(root).children(recursive=True)
+    except psutil.Error:
+        return None
+    for proc in children:
+        try:  # any process may end while we look (a py-spy of watch's, say): look at the others
+            if proc.environ().get("RANK") == str(rank) and "train_job" in " ".join(proc.cmdline()):
+                return proc.pid
+        except psutil.Error:
+            continue
+    return None
+
+
+def watch(tmp_path: Path, job: list[str], fault: str = "", strike: signal.Signals | None = None,
+          steps: int = 4, extra: tuple[str, ...] = (), interrupt: bool = False,
+          more_env: dict[str, str] | None = None) -> Watched:  # fmt: skip
+    """Run `ddpcheck watch` over the job; with `strike`, send it to rank 2 once rank 2 printed step 1
+    (with `interrupt`, SIGINT to the watcher itself, as Ctrl-C would)."""
+    report = tmp_path / "report.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200", "TMPDIR": str(tmp_path),
+           "TRAIN_JOB_FAULT": fault, "TRAIN_JOB_STEPS": str(steps), **(more_env or {})}  # fmt: skip
+    argv = [sys.executable, "-m", "ddpcheck", "watch", "--hang-after", str(HANG_AFTER), "--json", str(report)]
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen([*argv, *extra, "--", *job], env=env, stdout=pipe, stderr=pipe, text=True,
+                            start_new_session=True)  # fmt: skip
+    out: list[str] = []
+    last_line = [time.monotonic()]
+    started = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.append(line)
+            last_line[0] = time.monotonic()
+            if line.startswith("rank 2 step 1 "):
+                started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    err_reader: list[str] = []
+    err_thread = threading.Thread(target=lambda: err_reader.extend(proc.stderr or []), daemon=True)
+    err_thread.start()
+    pids: set[int] = set()
+    fault_at = 0.0
+    try:
+        while proc.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                pids.update(p.pid for p in psutil.Process(proc.pid).children(recursive=True))
+            if interrupt and started.is_set() and not fault_at:
+                proc.send_signal(signal.SIGINT)
+                fault_at = time.monotonic()
+            if strike is not None and started.is_set() and not fault_at:
+                pid = rank_pid(proc.pid, 2)
+                if pid is not None:
+                    os.kill(pid, strike)
+                    fault_at = time.monotonic()
+            time.sleep(0.1)
+            assert time.monotonic() - last_line[0] < 120, "no progress of the test's own for 120 s"
+        ended = time.monotonic()
+        assert fault_at or (strike is None and not interrupt), "the job ended before the signal was sent"
+        reader.join(10)
+        err_thread.join(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    loaded = json.loads(report.read_text()) if report.exists() else None
+    return Watched(
+        proc.returncode, "".join(out), "".join(err_reader), loaded, pids, fault_at or last_line[0], ended
+    )
+
+
+def assert_all_gone(run: Watched) -> None:
+    left = [pid for pid in run.pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    assert left == [], left
+    assert run.ended_at - run.fault_at <= BOUND_S, run.ended_at - run.fault_at
+
+
+def test_a_healthy_job_passes_with_one_line_and_its_output_untouched(tmp_path) -> None:
+    run = watch(tmp_path, TORCHRUN, steps=3)
+    assert run.code == 0, run.err[-3000:]
+    for rank in range(3):
+        assert f"rank {rank} step 2 loss" in run.out
+    (line,) = [line for line in run.out.splitlines() if "ddpcheck watch" in line]
+    assert re.search(r"PASS\s+ddpcheck watch \(3 ranks\): 1 pass in [\d.]+ s", line), run.err
+    assert run.out.splitlines()[-1] == line  # one line, no tables, after the job's output
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("ddpcheck-watch")] == []
+    assert_all_gone(run)
+
+
+def test_a_rank_asleep_in_its_data_loading_is_named_and_the_job_ended(tmp_path) -> None:
+    run = watch(tmp_path, TORCHRUN, fault="sleep@2:step2", steps=6)
+    assert run.code == 3, run.err[-3000:]
+    check = run.check()
+    assert (check["name"], check["ranks"]) == ("hang", [2]), check
+    assert f"is in load_batch ({os.path.relpath(TRAIN_JOB)}:{line_of('time.sleep(3600)')})" in check["detail"]
+    assert "ranks 0, 1 were waiting in backward" in check["detail"]
+    # The flight recorder's dumps are in the watch directory, for `ddpcheck postmortem`.
+    watch_dir = Path(run.report["log_dir"])
+    assert sorted(p.name for p in watch_dir.glob("nccl_trace_rank_*")) == [
+        f"nccl_trace_rank_{r}" for r in range(3)
+    ]
+    assert_all_gone(run)
+
+
+def test_a_rank_that_raises_is_named_with_its_traceback(tmp_path) -> None:
+    run = watch(tmp_path, TORCHRUN, fault="raise@1:step2", steps=6)
+    assert run.code == 3, run.err[-3000:]
+    check = run.check()
+    assert (check["name"], check["ranks"]) == ("crash", [1]), check
+    where = f"in train_step ({os.path.relpath(TRAIN_JOB)}:{line_of('planted failure at step')})"
+    assert f"failed first: ValueError: planted failure at step 2, {where}" in check["detail"]
+    assert run.report["tables"]["traceback"][0]["function"] == "train_step"
+    assert_all_gone(run)
+
+
+def test_a_rank_with_a_differently_sized_collective_is_named_as_a_mismatch(tmp_path) -> None:
+    run = watch(tmp_path, TORCHRUN, fault="mismatch@1:step2", steps=6)
+    assert run.code == 3, run.err[-3000:]
+    check = run.check()
+    assert (check["name"], check["ranks"]) == ("collective mismatch", [1]), check
+    assert (
+        f"all_reduce at train_step ({os.path.relpath(TRAIN_JOB)}:{line_of('dist.all_reduce(logged)')})"
+        in (check["detail"])
+    )
+    assert_all_gone(run)
+
+
+def test_a_rank_killed_from_outside_is_named_and_its_peers_not_blamed(tmp_path) -> None:
+    run = watch(tmp_path, TORCHRUN, strike=signal.SIGKILL, steps=200)
+    assert run.code == 3, run.err[-3000:]
+    check = run.check()
+    assert (check["name"], check["ranks"]) == ("crash", [2]), check
+    assert "killed by SIGKILL" in check["detail"]
+    assert_all_gone(run)
+
+
+def test_a_rank_stopped_from_outside_is_named(tmp_path) -> None:
+    run = watch(tmp_path, TORCHRUN, strike=signal.SIGSTOP, steps=200)
+    assert run.code == 3, run.err[-3000:]
+    check = run.check()
+    assert (check["name"], check["ranks"]) == ("hang", [2]), check
+    assert "is stopped (state T" in check["detail"]
+    assert_all_gone(run)
+
+
+def test_ctrl_c_ends_the_whole_job_with_one_line_and_exit_130(tmp_path) -> None:
+    run = watch(tmp_path, TORCHRUN, interrupt=True, steps=200)
+    assert run.code == 130, run.err[-3000:]
+    assert [line for line in run.err.splitlines() if line.startswith("ddpcheck: ")] == [
+        "ddpcheck: interrupted; every rank was stopped"
+    ], run.err[-3000:]
+    assert "ddpcheck/" not in run.err  # no traceback of its own (torchrun's, on SIGTERM, is the job's)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("ddpcheck-watch")] == []
+    assert_all_gone(run)
+
+
+RAISES = "def load():\n    raise ValueError('bad batch')\nload()"
+
+
+@pytest.mark.parametrize(("code", "words"), [
+    (RAISES, "failed first: ValueError: bad batch, in load (<string>:2)"),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "failed first: killed by SIGKILL"),
+])  # fmt: skip
+def test_a_plain_python_job_is_rank_0_and_its_end_is_read_exactly(ddpcheck, tmp_path, code, words) -> None:
+    report = tmp_path / "plain.json"
+    run = ddpcheck("watch", "--json", str(report), "--", sys.executable, "-c", code)
+    assert run.code == 3, run.stderr
+    (check,) = [c for c in json.loads(report.read_text())["checks"] if c["status"] == "ERROR"]
+    assert (check["name"], check["ranks"]) == ("crash", [0]) and words in check["detail"], check
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["--", "no-such-command-here"],
+    ["--hang-after", "0", "--", sys.executable, "-c", "pass"],
+    ["--dir", "FILE", "--", sys.executable, "-c", "pass"],
+])  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2(ddpcheck, scratch, tmp_path, args) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    run = ddpcheck("watch", *[str(a_file) if a == "FILE" else a for a in args])
+    assert_usage_error(run, scratch)
+
+
+# ------------------------------------------------------------------ one watcher per task: srun and mpirun
+def _free_port() -> str:
+    from tests.support.netns import free_port
+
+    return str(free_port())
+
+
+PLAIN_JOB = [sys.executable, TRAIN_JOB]
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3"]
+MPIRUN += [arg for name in ("PYTHONPATH", "TMPDIR", "OMP_NUM_THREADS", "TRAIN_JOB_FAULT", "TRAIN_JOB_STEPS",
+                            "MASTER_ADDR", "MASTER_PORT") for arg in ("-x", name)]  # fmt: skip
+
+
+def watch_per_task(tmp_path: Path, launcher: list[str], fault: str, env: dict[str, str]) -> Watched:
+    """`LAUNCHER ddpcheck watch -- python train_job.py`: one watcher per task; task 0 writes the report."""
+    report = tmp_path / "report.json"
+    full = {**os.environ, **env, "OMP_NUM_THREADS": "1", "COLUMNS": "200", "TMPDIR": str(tmp_path),
+            "TRAIN_JOB_FAULT": fault, "TRAIN_JOB_STEPS": "6", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": _free_port()}  # fmt: skip
+    argv = [*launcher, sys.executable, "-m", "ddpcheck", "watch", "--hang-after", str(HANG_AFTER)]
+    argv += ["--json", str(report), "--", *PLAIN_JOB]
+    began = time.monotonic()
+    proc = subprocess.run(argv, env=full, capture_output=True, text=True, timeout=240)
+    loaded = json.loads(report.read_text()) if report.exists() else None
+    return Watched(proc.returncode, proc.stdout, proc.stderr, loaded, set(), began, time.monotonic())
+
+
+def _left_jobs(tmp_path: Path) -> list[int]:
+    """This test's job processes still running (its TMPDIR tells them from any other run's)."""
+    left = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if TRAIN_JOB in " ".join(proc.info["cmdline"] or []) and proc.environ().get("TMPDIR") == str(
+                tmp_path
+            ):
+                left.append(proc.pid)
+    return left
+
+
+@pytest.mark.parametrize(("fault", "name", "words"), [
+    ("sleep@2:step2", "hang", "is in load_batch"),
+    ("raise@1:step2", "crash", "failed first: ValueError: planted failure at step 2"),
+])  # fmt: skip
+def test_srun_one_watcher_per_task_names_the_rank(slurm, tmp_path, fault, name, words) -> None:
+    run = watch_per_task(tmp_path, ["srun", "-K", "-n", "3"], fault, slurm)
+    assert run.report is not None, run.out[-2000:] + run.err[-3000:]
+    check = run.check()
+    culprit = int(fault.split("@")[1][0])
+    assert (check["name"], check["ranks"]) == (name, [culprit]), check
+    assert words in check["detail"]
+    assert run.report["world"]["size"] == 3
+    assert _left_jobs(tmp_path) == []
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Debian's openmpi-bin) is not installed")
+@pytest.mark.parametrize(("fault", "name", "words"), [
+    ("sleep@2:step2", "hang", "is in load_batch"),
+    ("raise@1:step2", "crash", "failed first: ValueError: planted failure at step 2"),
+])  # fmt: skip
+def test_mpirun_one_watcher_per_task_names_the_rank(tmp_path, fault, name, words) -> None:
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                          *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+    run = watch_per_task(tmp_path, MPIRUN, fault, env)
+    assert run.report is not None, run.out[-2000:] + run.err[-3000:]
+    check = run.check()
+    culprit = int(fault.split("@")[1][0])
+    assert (check["name"], check["ranks"]) == (name, [culprit]), check
+    assert words in check["detail"]
+    assert _left_jobs(tmp_path) == []
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Debian's openmpi-bin) is not installed")
+def test_watch_around_mpirun_names_the_rank_that_raises(tmp_path) -> None:
+    """`ddpcheck watch -- mpirun -np 3 python train.py`: mpirun's ranks are found under it."""
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": _free_port(),
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    }
+    run = watch(tmp_path, [*MPIRUN, *PLAIN_JOB], fault="raise@1:step2", steps=6, more_env=env)
+    assert run.code == 3, run.err[-3000:]
+    check = run.check()
+    assert (check["name"], check["ranks"]) == ("crash", [1]), check
+    assert "failed first: ValueError: planted failure at step 2" in check["detail"]
+    assert_all_gone(run)
