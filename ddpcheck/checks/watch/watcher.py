@@ -109,6 +109,8 @@ class Watcher:
         self.pump: OutputPump | None = None
         self.next_scan = self.next_sample = 0.0
         self.failed_at: float | None = None  # when a rank was first seen to have failed
+        # How long no rank had made progress when the hang was declared (ending the job is progress).
+        self.silent_s = 0.0
         self.began = time.monotonic()
         self.notes: list[str] = []
 
@@ -166,7 +168,8 @@ class Watcher:
         ):
             self._sample(blocking=False)
             self.next_sample = time.monotonic() + sample_interval(self.options.hang_after)
-        if self.progress.silent_for(time.monotonic()) >= self.options.hang_after and self._stalled():
+        self.silent_s = self.progress.silent_for(time.monotonic())
+        if self.silent_s >= self.options.hang_after and self._stalled():
             return "failed" if self.failed_at is not None else "hang"
         return "failed" if self.failed_at is not None else None
 
@@ -297,9 +300,7 @@ class Watcher:
 
     def verdict(self, decision: str, views: list[RankView], output: str) -> Report:
         if decision == "hang":
-            report = judge.judge_hang(
-                views, self.progress.silent_for(time.monotonic()), self.options.hang_after
-            )
+            report = judge.judge_hang(views, self.silent_s, self.options.hang_after)
             traces = find_dumps(self.dir).traces
             return judge.with_flight_recorders(report, traces, {v.rank: v.host for v in views}, len(views))
         code = self.proc.returncode if self.proc is not None else None
