@@ -10,14 +10,19 @@ subgroups. The judging is pure and runs on rank 0 (collective/judge.py).
 
 from __future__ import annotations
 
+import functools
+import math
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ddpcheck.checks.collective.budget import Fit, fit_sweep
 from ddpcheck.checks.collective.ops.base import Collective, Team
 from ddpcheck.checks.collective.pattern import ITEM_SIZE
 from ddpcheck.report.units import human_bytes
 
 if TYPE_CHECKING:
+    from ddpcheck.rank.budget import Budget
     from ddpcheck.rank.context import RankContext
 
 
@@ -32,9 +37,19 @@ def time_collective(ctx: RankContext, call: Callable[[], None], warmup: int, ite
 
 
 def measure_op(
-    ctx: RankContext, op: Collective, sizes: list[int], dtype_name: str, warmup: int, iters: int
+    ctx: RankContext,
+    op: Collective,
+    sizes: list[int],
+    dtype_name: str,
+    warmup: int,
+    iters: int,
+    budget: Budget | None = None,
 ) -> dict[str, Any]:
-    """This rank's account of one collective over the sweep: per size, time and wrong elements."""
+    """This rank's account of one collective over the sweep: per size, time and wrong elements.
+
+    With a budget, the timing and the sizes after each one are cut to fit (collective/budget.py);
+    the data check of every size that runs is whole.
+    """
     import torch
 
     n = ctx.world_size
@@ -49,6 +64,7 @@ def measure_op(
     dtype, item = getattr(torch, dtype_name), ITEM_SIZE[dtype_name]
     world = Team(tuple(range(n)), ctx.rank)
     rows = []
+    asked = {"warmup": warmup, "iters": iters}
     for index, size in enumerate(sizes):
         count = op.count(size, item, n)
         label = human_bytes(count * item)
@@ -57,6 +73,7 @@ def measure_op(
         buffers = op.buffers(count, dtype, ctx.device, n)
         variants = op.variants(n, index)
         wrong, by_sender = 0, {}
+        began = time.perf_counter()
         for variant in variants:
             op.load(buffers, world, variant, dtype_name, ctx.faults)
             op.run(buffers, world, variant)
@@ -64,8 +81,20 @@ def measure_op(
             wrong += received.wrong
             for sender, elements in received.by_sender.items():
                 by_sender[sender] = by_sender.get(sender, 0) + elements
+        check_s = time.perf_counter() - began
         op.clear(buffers)
-        seconds = time_collective(ctx, lambda b=buffers: op.run(b, world, op.timed_variant()), warmup, iters)
+        call = functools.partial(op.run, buffers, world, op.timed_variant())
+        fit = None
+        if budget is not None:
+            # One call, untimed in the figures, says what each timed call of this size will cost.
+            began = time.perf_counter()
+            call()
+            ctx.sync()
+            call_s = time.perf_counter() - began
+            # From what was asked, at every size: an early, pessimistic projection cuts nothing for good.
+            fit = agreed_fit(ctx, budget, sizes[index:], check_s, call_s, **asked)
+        timing = {"warmup": fit.warmup, "iters": fit.iters} if fit else asked
+        seconds = time_collective(ctx, call, **timing)
         rows.append(
             {
                 "size_bytes": count * item,
@@ -74,10 +103,18 @@ def measure_op(
                 "wrong": wrong,
                 "wrong_from": by_sender,
                 "variants": variants,
+                **timing,
             }
         )
         del buffers
+        if fit is not None and fit.sizes == 1:
+            break
     ctx.progress(len(sizes), len(sizes), "done")
+    trimmed = (
+        {"budget_s": budget.seconds, "sizes_asked": sizes, **{f"{k}_asked": v for k, v in asked.items()}}
+        if budget is not None
+        else None
+    )
     culprits: list[int] | None = []
     if op.reduces:
         # Every rank must take the same decision and localise at the same size (a reduce's
@@ -93,7 +130,28 @@ def measure_op(
         "sizes": rows,
         "culprits": culprits or [],
         "unlocalised": culprits is None,
+        **({"budget": trimmed} if trimmed else {}),
     }
+
+
+def agreed_fit(
+    ctx: RankContext,
+    budget: Budget,
+    sizes_left: list[int],
+    check_s: float,
+    call_s: float,
+    warmup: int,
+    iters: int,
+) -> Fit:
+    """fit_sweep from what every rank agrees on (the slowest rank's times, the least time left).
+
+    Every rank must take the same decision, or one would wait for a collective the others
+    skipped: one all_reduce of three integers, then the same pure function everywhere.
+    """
+    slowest_check, slowest_call, least_left = ctx.agree_max(
+        [math.ceil(check_s * 1e6), math.ceil(call_s * 1e6), -math.floor(budget.measure_left() * 1e3)]
+    )
+    return fit_sweep(sizes_left, slowest_check / 1e6, slowest_call / 1e6, warmup, iters, -least_left / 1e3)
 
 
 # How backends refuse a collective or a dtype they lack (gloo: "... is not supported"), as
