@@ -210,6 +210,7 @@ def run_ranked(
     baseline.validate()
     budget_options = budget_options or BudgetOptions()
     budget_options.validate()
+    starting = budget_options.watch_starting()
     from ddpcheck.report import assemble
     from ddpcheck.report.baseline import load_baseline
 
@@ -241,6 +242,8 @@ def run_ranked(
         )
     options = options.for_device(plan.device) if hasattr(options, "for_device") else options
     # The last thing before the ranks start: what starting ddpcheck and torch took is spent.
+    if starting is not None:
+        starting.stop()
     plan.budget = budget_options.start()
     plan.timeout = bounded_timeout(plan.timeout, plan.budget)
     global _budgeted

@@ -161,6 +161,13 @@ def test_a_budget_out_of_range_is_one_line_and_exit_2(ddpcheck, scratch) -> None
     BudgetOptions().validate()
 
 
+def test_a_budget_that_runs_out_before_any_rank_starts_is_one_line_and_exit_2(ddpcheck, scratch) -> None:
+    """Starting Python and torch alone takes more than a second: the budget ends it, not the import."""
+    run = ddpcheck("allreduce", "--nproc", "2", "--budget", "1")
+    assert_usage_error(run, scratch)
+    assert "--budget 1: it ran out while ddpcheck and torch were still starting" in run.stderr
+
+
 def test_budget_is_only_for_the_commands_that_size_their_work_by_it() -> None:
     from ddpcheck.cli import _declared
     from ddpcheck.commands import COMMANDS
@@ -174,7 +181,7 @@ def test_a_budgeted_sweep_passes_and_says_what_it_cut(ddpcheck, scratch) -> None
 
     The wall time is measured in tests/perf/bench_budget.py, not asserted here (a busy host).
     """
-    run = ddpcheck("allreduce", "--nproc", "2", "--budget", "25", "--sizes", "1K:64K", "--iters", "100000")
+    run = ddpcheck("allreduce", "--nproc", "2", "--budget", "20", "--sizes", "1K:64K", "--iters", "100000")
     assert run.code == 0, run.stdout + run.stderr
     checks = {c["name"]: c for c in run.report["checks"]}
     assert checks["data integrity"]["status"] == "PASS"

@@ -12,13 +12,16 @@ Torch-free: the CLI validates it before anything starts.
 from __future__ import annotations
 
 import math
+import os
+import sys
+import threading
 import time
 from dataclasses import dataclass
 
 from ddpcheck.command import option
-from ddpcheck.errors import UsageError
+from ddpcheck.errors import EXIT_USAGE, UsageError
 from ddpcheck.launcher.options import MAX_TIMEOUT_S
-from ddpcheck.rank.budget import TAIL_S, Budget
+from ddpcheck.rank.budget import EXIT_S, TAIL_S, Budget
 from ddpcheck.report.fleet import FLEET
 
 # Below this, less than a second is left to measure once the report's tail is set aside.
@@ -41,6 +44,9 @@ class BudgetOptions:
         if self.budget is not None and not 0 < self.budget <= MAX_TIMEOUT_S:
             raise UsageError(f"--budget must be in (0, {MAX_TIMEOUT_S:.0f}] seconds, got {self.budget:g}")
 
+    def watch_starting(self) -> StartingWatch | None:
+        return StartingWatch(self.budget) if self.budget is not None else None
+
     def start(self, now: float | None = None) -> Budget | None:
         """The budget from this process's start; exit 2 when too little is left to measure anything."""
         if self.budget is None:
@@ -50,6 +56,37 @@ class BudgetOptions:
         budget = Budget(self.budget, began + self.budget)
         refuse_if_spent(budget, now)
         return budget
+
+
+class StartingWatch:
+    """Ends this process (exit 2) at the budget's end while ddpcheck and torch are still starting.
+
+    Importing torch takes seconds, twenty on a host loaded with other work (measured here):
+    until the ranks start, and the launcher's watchdog watches the end, this timer does.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.began = process_start()
+        wait = max(0.0, self.began + seconds - EXIT_S - time.time())
+        self.timer = threading.Timer(wait, self._ran_out)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _ran_out(self) -> None:
+        spent = time.time() - self.began
+        # Exit 2, as a budget refused after the start: nothing was launched, the budget cannot hold it.
+        print(
+            f"ddpcheck: error: --budget {self.seconds:g}: it ran out while ddpcheck and torch were still "
+            f"starting ({spent:.1f} s); nothing was launched: give a larger budget",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(EXIT_USAGE)
+
+    def stop(self) -> None:
+        """The ranks are about to start: the launcher (or the ranks' own bound) takes over."""
+        self.timer.cancel()
 
 
 def process_start() -> float:

@@ -71,7 +71,7 @@ class Watchdog(threading.Thread):
         self.flight: dict[
             int, RankTrace
         ] = {}  # rank -> its flight-recorder dump, taken before a stall's kill
-        self.out_of_budget = False  # --budget ran out before the ranks were done: the stall is the budget's
+        self.out_of_budget = False  # --budget ran out before rank 0 reported: this watchdog ended the run
         self._stop_event = threading.Event()
 
     def run(self) -> None:
