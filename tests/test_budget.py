@@ -186,8 +186,8 @@ def test_a_budgeted_sweep_passes_and_says_what_it_cut(ddpcheck, scratch) -> None
     checks = {c["name"]: c for c in run.report["checks"]}
     assert checks["data integrity"]["status"] == "PASS"
     assert checks["budget"]["status"] == "PASS" and "(cut to fit)" in checks["budget"]["detail"]
-    (row,) = run.report["tables"]["budget"]["rows"]
+    (row,) = run.report["tables"]["budget"]
     assert row["iters_asked"] == 100_000 and 1 <= row["iters_least"] < 100_000
-    assert 1 <= row["sizes_run"] == len(run.report["tables"]["bandwidth"]["rows"]) <= 7
+    assert 1 <= row["sizes_run"] == len(run.report["tables"]["bandwidth"]) <= 7
     assert f"{row['iters_least']}" in checks["budget"]["detail"]
     assert_nothing_left(scratch, run)
