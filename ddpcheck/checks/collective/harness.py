@@ -86,11 +86,7 @@ def measure_op(
         call = functools.partial(op.run, buffers, world, op.timed_variant())
         fit = None
         if budget is not None:
-            # One call, untimed in the figures, says what each timed call of this size will cost.
-            began = time.perf_counter()
-            call()
-            ctx.sync()
-            call_s = time.perf_counter() - began
+            call_s = probe_call(ctx, call)
             # From what was asked, at every size: an early, pessimistic projection cuts nothing for good.
             fit = agreed_fit(ctx, budget, sizes[index:], check_s, call_s, **asked)
         timing = {"warmup": fit.warmup, "iters": fit.iters} if fit else asked
@@ -132,6 +128,34 @@ def measure_op(
         "unlocalised": culprits is None,
         **({"budget": trimmed} if trimmed else {}),
     }
+
+
+# One call costs what it costs while every rank is hot; in a loop, on CPUs shared with other
+# work, each can cost far more (seen under torchrun on a loaded host: one 1K all_reduce
+# promised about 15 us, the timed loop then took 2.2 ms a call). So the probe runs calls in
+# growing batches until a batch lasts PROBE_S, as the timed loop will.
+PROBE_S = 0.1
+PROBE_MAX_CALLS = 4096
+
+
+def probe_call(ctx: RankContext, call: Callable[[], object]) -> float:
+    """Seconds per call on this rank, from a batch long enough to show what a timed loop sees.
+
+    Untimed in the figures. Every rank runs the same batches: they agree after each whether
+    any rank's batch lasted PROBE_S.
+    """
+    calls = 1
+    while True:
+        began = time.perf_counter()
+        for _ in range(calls):
+            call()
+            ctx.tick()
+        ctx.sync()
+        took = time.perf_counter() - began
+        (enough,) = ctx.agree_max([int(took >= PROBE_S or calls >= PROBE_MAX_CALLS)])
+        if enough:
+            return took / calls
+        calls *= 4
 
 
 def agreed_fit(
