@@ -210,6 +210,8 @@ def run_ranked(
     baseline.validate()
     budget_options = budget_options or BudgetOptions()
     budget_options.validate()
+    global _budgeted
+    _budgeted = budget_options.budget is not None
     starting = budget_options.watch_starting()
     from ddpcheck.report import assemble
     from ddpcheck.report.baseline import load_baseline
@@ -246,8 +248,6 @@ def run_ranked(
         starting.stop()
     plan.budget = budget_options.start()
     plan.timeout = bounded_timeout(plan.timeout, plan.budget)
-    global _budgeted
-    _budgeted = plan.budget is not None
     if known_good is not None:
         from ddpcheck.report.baseline import check_setup, planned_setup
 
@@ -394,4 +394,6 @@ def _misplaced_option(exc: Exception, args: list[str]) -> str | None:
 def _usage_exit(message: str) -> None:
     line = " ".join(message.split())
     print(f"ddpcheck: error: {line}", file=sys.stderr)
+    if _budgeted:
+        _leave(EXIT_USAGE)  # a budget refused after torch was imported: its teardown takes seconds
     sys.exit(EXIT_USAGE)
