@@ -21,6 +21,7 @@ from ddpcheck import __version__
 from ddpcheck.command import Command, Parameter, build_options, options_to_dict, parameters
 from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from ddpcheck.launcher.budget import BudgetOptions
 from ddpcheck.launcher.options import LaunchOptions
 from ddpcheck.report.compare import BaselineOptions
 from ddpcheck.report.fleet import FleetOptions
@@ -130,6 +131,7 @@ def _declared(command: Command) -> list[Parameter]:
             *([BaselineOptions] if command.measures else []),
             OutputOptions,
             FleetOptions,
+            *([BudgetOptions] if command.budgeted else []),
         ]
     return [p for cls in (command.options, *shared) for p in parameters(cls)]
 
@@ -145,7 +147,8 @@ def _register(command: Command) -> None:
             launch = build_options(LaunchOptions, values)
             baseline = build_options(BaselineOptions, values)
             fleet = build_options(FleetOptions, values)
-            run_ranked(command, options, launch, output, baseline, fleet)
+            budget = build_options(BudgetOptions, values)
+            run_ranked(command, options, launch, output, baseline, fleet, budget)
         else:
             run_plain(command, options, output)
 
@@ -172,6 +175,9 @@ for _command in COMMANDS.values():
 
 
 # ---------------------------------------------------------------- running a command
+_budgeted = False  # this run has a --budget: it ends without the interpreter's teardown (main)
+
+
 def run_plain(command: Command, options: Any, output: OutputOptions) -> None:
     """A command that starts no ranks: validate, run, render, exit with the verdict's code."""
     options.validate()
@@ -196,6 +202,7 @@ def run_ranked(
     output: OutputOptions,
     baseline: BaselineOptions,
     fleet: FleetOptions | None = None,
+    budget_options: BudgetOptions | None = None,
 ) -> None:
     """Validate, launch (or run as a rank), render, and exit with the verdict's code."""
     from ddpcheck.launcher import slurm
@@ -210,6 +217,11 @@ def run_ranked(
     fleet = fleet or FleetOptions()
     fleet.check(injected=bool(faults))
     baseline.validate()
+    budget_options = budget_options or BudgetOptions()
+    budget_options.validate()
+    global _budgeted
+    _budgeted = budget_options.budget is not None
+    starting = budget_options.watch_starting()
     from ddpcheck.report import assemble
     from ddpcheck.report.baseline import load_baseline
 
@@ -219,6 +231,7 @@ def run_ranked(
     launch.quiet_torch_cpp_logs()
     console = _console(output)
     from ddpcheck.launcher import plan as planning
+    from ddpcheck.launcher.budget import bounded_timeout
 
     inline = planning.detect_inline(launch_options)
     from ddpcheck.checks.env.preflight import backend_without_torch
@@ -239,6 +252,11 @@ def run_ranked(
             f"give --nproc {least} (CPU ranks where GPUs are too few), --gpus or --nnodes"
         )
     options = options.for_device(plan.device) if hasattr(options, "for_device") else options
+    # The last thing before the ranks start: what starting ddpcheck and torch took is spent.
+    if starting is not None:
+        starting.stop()
+    plan.budget = budget_options.start()
+    plan.timeout = bounded_timeout(plan.timeout, plan.budget)
     if known_good is not None:
         from ddpcheck.report.baseline import check_setup, planned_setup
 
@@ -341,6 +359,10 @@ def main() -> None:
         _leave(code)
     from ddpcheck.torch_compat import process_group_left_open  # here: --help imports no more than it needs
 
+    if _budgeted:
+        # Within --budget: the interpreter's teardown of torch takes seconds on a busy host (3.6 s
+        # measured here), and an agent the budget cut short may still be returning.
+        _leave(code)
     if process_group_left_open():
         # Interpreter teardown would destroy it, and could deadlock as destroy_process_group can.
         _leave(code)
@@ -381,4 +403,6 @@ def _misplaced_option(exc: Exception, args: list[str]) -> str | None:
 def _usage_exit(message: str) -> None:
     line = " ".join(message.split())
     print(f"ddpcheck: error: {line}", file=sys.stderr)
+    if _budgeted:
+        _leave(EXIT_USAGE)  # a budget refused after torch was imported: its teardown takes seconds
     sys.exit(EXIT_USAGE)

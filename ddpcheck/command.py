@@ -154,6 +154,8 @@ class Command:
     # compare a run with a saved one of its family (allreduce with collectives, say).
     family: str | None = None
     figures: str | None = None  # "module:function", report dict -> list[Figure]
+    # Whether its work is sized by the time left: it takes --budget (launcher/budget.py).
+    budgeted: bool = False
 
     @property
     def measures(self) -> bool:

@@ -215,3 +215,6 @@ def test_the_readme_usage_block_lists_every_command_and_option() -> None:
             following = block[block.index(section) :]
             for p in parameters(options):
                 assert spelling(p) in following, (group, spelling(p))
+        if command.budgeted:  # --budget: listed in FLEET, naming the commands that take it
+            fleet = block[block.index("FLEET:") :]
+            assert "--budget SECONDS" in fleet and name in fleet.split("--budget SECONDS")[1], name

@@ -27,7 +27,6 @@ from ddpcheck.launcher.plan import LaunchPlan
 from ddpcheck.launcher.presence import Presence, StoreUnreachable
 from ddpcheck.launcher.rendezvous import advertised_address, check_rendezvous_port, hosts_store
 from ddpcheck.launcher.watchdog import (
-    ABANDON_AFTER_S,
     POLL_S,
     ProgressCallback,
     Watchdog,
@@ -59,6 +58,8 @@ def make_spec(command: str, options: dict[str, Any], faults: list[Fault], plan: 
         timeout=plan.timeout,
         faults=faults,
         device_index=plan.device_index,
+        budget_s=plan.budget.seconds if plan.budget else None,
+        budget_end=plan.budget.end if plan.budget else None,
     )
 
 
@@ -92,7 +93,7 @@ def launch(
     finally:
         watchdog.stop()
         kill_workers()
-        agent.join(ABANDON_AFTER_S)
+        agent.join(watchdog.abandon_after)
         signal.signal(signal.SIGTERM, previous_sigterm)
     if agent.error is not None:
         failures, launch_error, signalled = _classify_agent_error(agent.error, plan, _missing_nodes(agent))
@@ -102,6 +103,14 @@ def launch(
             f"the launch did not complete within {plan.timeout:g} s: the agent was still waiting on the "
             f"rendezvous store ({plan.rdzv_endpoint or 'local'}); is every node reachable at the "
             "address it advertises?"
+        )
+    if watchdog.out_of_budget and plan.budget is not None:
+        # The ranks this launcher ended are not culprits: the budget ran out on them.
+        failures = {}
+        launch_error = (
+            f"--budget {plan.budget.seconds:g} s ran out before the ranks were done "
+            f"(furthest stage reached: {_furthest_stage(run_dir)}); the ranks were ended so that "
+            "ddpcheck ends in time: give a larger budget"
         )
     if interrupted:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -139,6 +148,14 @@ def launch(
     return assemble.after_launch(
         report, time.monotonic() - started, options, str(kept) if kept else None, _as_given(faults)
     )
+
+
+def _furthest_stage(run_dir: Path) -> str:
+    statuses = read_statuses(run_dir)
+    if not statuses:
+        return "no rank had started"
+    furthest = max(statuses.values(), key=lambda s: s["seq"])
+    return f"'{furthest['stage']}', rank {furthest['rank']}"
 
 
 def _as_given(faults: list[Fault]) -> list[str]:

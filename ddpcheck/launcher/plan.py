@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ddpcheck.errors import UsageError
 from ddpcheck.launcher import mpi, slurm
 from ddpcheck.launcher.options import LaunchOptions
+from ddpcheck.rank.budget import Budget
 
 
 @dataclass
@@ -23,6 +24,7 @@ class LaunchPlan:
     timeout: float = 60.0  # --timeout: the bound on every wait
     notes: list[str] = field(default_factory=list)  # said before the launch, not part of the report
     device_index: int | None = None  # the GPU of this rank when not its local rank (inline runs)
+    budget: Budget | None = None  # --budget, from this process's start
 
     @property
     def world_size(self) -> int:

@@ -24,6 +24,7 @@ import psutil
 from ddpcheck.checks.postmortem.flight import RankTrace, find_dumps
 from ddpcheck.launcher.postmortem import judge_stall
 from ddpcheck.rank import rundir, stages
+from ddpcheck.rank.budget import EXIT_S
 from ddpcheck.rank.status import FROZEN_AFTER_S, Stall, read_statuses
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ STARTUP_ALLOWANCE_S = 120.0
 FLIGHT_WAIT_S = 2.0
 # After a stall was declared and the workers killed, how long the agent may take to return.
 ABANDON_AFTER_S = 5.0
+# When --budget ran out: the workers are killed; the agent's own return is not worth the budget.
+BUDGET_ABANDON_AFTER_S = 0.5
 
 
 class Watchdog(threading.Thread):
@@ -68,6 +71,7 @@ class Watchdog(threading.Thread):
         self.flight: dict[
             int, RankTrace
         ] = {}  # rank -> its flight-recorder dump, taken before a stall's kill
+        self.out_of_budget = False  # --budget ran out before rank 0 reported: this watchdog ended the run
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -96,6 +100,12 @@ class Watchdog(threading.Thread):
                     self.snapshot = self.world_statuses(annotate(statuses))
                     self._give_up()
                     return
+            if self._budget_spent():
+                # --budget's end comes whatever the ranks do, even while they still start: no time
+                # is left for their stacks, and being slow is not a hang (launch.py says it ran out).
+                self.out_of_budget = True
+                self._give_up()
+                return
             # A crash within its grace is a crash, not a stall, even if the bound runs out meanwhile.
             if crash_seen_at is None and now - last_change > self._bound(statuses):
                 self.stall = Stall(
@@ -122,6 +132,16 @@ class Watchdog(threading.Thread):
         )
         return max(self.plan.timeout, STARTUP_ALLOWANCE_S) if starting and not frozen else self.plan.timeout
 
+    def _budget_spent(self) -> bool:
+        """Whether --budget's end is near enough that the launcher must end the run to end in time."""
+        budget = self.plan.budget
+        # Once rank 0 wrote its report the run is done but for its teardown: that verdict stands.
+        return (
+            budget is not None
+            and time.time() >= budget.end - EXIT_S
+            and rundir.read_rank0_report(self.run_dir) is None
+        )
+
     def _give_up(self) -> None:
         self.gave_up_at = time.time()
         self.killed |= kill_workers()
@@ -147,9 +167,14 @@ class Watchdog(threading.Thread):
         except Exception:
             return local
 
+    @property
+    def abandon_after(self) -> float:
+        """How long the agent may take to return once the watchdog gave up."""
+        return BUDGET_ABANDON_AFTER_S if self.out_of_budget else ABANDON_AFTER_S
+
     def abandoned(self) -> bool:
         """The watchdog gave up long enough ago that the agent should have returned."""
-        return self.gave_up_at is not None and time.time() - self.gave_up_at > ABANDON_AFTER_S
+        return self.gave_up_at is not None and time.time() - self.gave_up_at > self.abandon_after
 
     def stop(self) -> None:
         self._stop_event.set()

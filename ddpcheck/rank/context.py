@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ddpcheck.rank.budget import Budget
 from ddpcheck.rank.faults import Faults
 from ddpcheck.rank.status import StatusWriter
 
@@ -26,6 +27,7 @@ class RankContext:
     host: str
     faults: Faults
     status: StatusWriter | NullStatus
+    budget: Budget | None = None  # --budget: the end every rank sizes its work by
 
     def stage(self, name: str) -> None:
         self.status.stage(name)

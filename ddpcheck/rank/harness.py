@@ -109,6 +109,7 @@ def run_rank(spec: RunSpec, run_dir: str | None) -> int:
             host=identity["host"],
             faults=faults,
             status=status or NullStatus(),
+            budget=spec.budget,
         )
         _stage(status, faults, stages.MEASURE)
         data = check.measure(ctx, options)

@@ -2,7 +2,8 @@
 
 Every file name is here, with what writes and what reads it:
 
-- `spec.json`: the RunSpec, written by the launcher, read by every rank;
+- `spec.json`: the RunSpec, written by the launcher, read by every rank (with --budget, the
+  wall-clock end the ranks size their work by);
 - `status/rank-R.json`: each rank's RankStatus (rank/status.py), read by the watchdog;
 - `report.json`: rank 0's Report, in transport form, read by the launcher;
 - `verdict`: the verdict rank 0 shared with every node, for a node without rank 0;
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddpcheck.rank.budget import Budget
 from ddpcheck.rank.faults import Fault
 from ddpcheck.report.model import Report, Verdict
 
@@ -67,11 +69,19 @@ class RunSpec:
     device_index: int | None = None  # this rank's GPU when not its local rank (inline runs)
     inline: bool = False  # torchrun, srun or mpirun started the ranks: no ddpcheck launcher watches
     launcher: str | None = None  # which one, when inline
+    budget_s: float | None = None  # --budget
+    budget_end: float | None = None  # when it runs out, on the wall clock (rank/budget.py)
 
     @property
     def collective_timeout(self) -> float:
         """The process group's timeout: past the launcher's bound, or the bound itself when none watches."""
         return self.timeout if self.inline else self.timeout + COLLECTIVE_GRACE_S
+
+    @property
+    def budget(self) -> Budget | None:
+        if self.budget_s is None or self.budget_end is None:
+            return None
+        return Budget(self.budget_s, self.budget_end)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -23,7 +23,8 @@ COMMAND = Command(
     """,
     epilog=(
         "Examples: ddpcheck allreduce --gpus 8 | ddpcheck allreduce --nproc 4 --sizes 1K:64M "
-        "| ddpcheck allreduce --dtype bfloat16 --min-busbw 300 --json report.json"
+        "| ddpcheck allreduce --dtype bfloat16 --min-busbw 300 --json report.json "
+        "| ddpcheck allreduce --gpus 8 --budget 20 --drain (a health check)"
     ),
     options=AllreduceOptions,
     implementation="ddpcheck.checks.allreduce.check",
@@ -32,4 +33,5 @@ COMMAND = Command(
     html_charts=("bandwidth",),
     family="bandwidth",
     figures="ddpcheck.checks.collective.figures:bandwidth_figures",
+    budgeted=True,
 )

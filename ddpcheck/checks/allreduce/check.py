@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.allreduce import AllreduceOptions
 from ddpcheck.checks.collective import harness
+from ddpcheck.checks.collective.budget import budget_findings
 from ddpcheck.checks.collective.judge import (
     bandwidth_rows,
     bandwidth_table,
@@ -37,7 +38,7 @@ def measure(ctx: RankContext, opts: AllreduceOptions) -> dict[str, Any]:
     ctx.stage("measure: classic all_reduce of ones * rank")
     classic = _classic(ctx)
     sizes = sweep_sizes(opts.min_bytes, opts.max_bytes, opts.dtype, opts.step_factor)
-    swept = harness.measure_op(ctx, ALL_REDUCE, sizes, opts.dtype, opts.warmup, opts.iters)
+    swept = harness.measure_op(ctx, ALL_REDUCE, sizes, opts.dtype, opts.warmup, opts.iters, ctx.budget)
     if not swept["culprits"] and not swept["unlocalised"]:
         # The sweep was right everywhere; a wrong classic sum alone still needs its culprit.
         (classic_wrong,) = ctx.agree_max([int(classic["got"] != classic["expected"])])
@@ -74,11 +75,16 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Al
     else:
         report.checks.append(judge_data("data integrity", ALL_REDUCE.name, rows, data, identities))
         report.checks.append(judge_bandwidth("bandwidth", rows, n, opts.min_busbw))
+    budget = budget_findings([data[0]])
+    if budget:
+        report.checks.append(budget[0])
     report.tables.append(_classic_table(data, identities))
     report.tables.append(rank_map_table(identities))
     if rows:
         title = f"all_reduce bandwidth ({opts.dtype}, {n} ranks, slowest rank's time)"
         report.tables.append(bandwidth_table("bandwidth", title, rows))
+    if budget:
+        report.tables.append(budget[1])
     return report
 
 

@@ -10,15 +10,20 @@ subgroups. The judging is pure and runs on rank 0 (collective/judge.py).
 
 from __future__ import annotations
 
+import functools
+import math
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.collective.bisection import bisect
+from ddpcheck.checks.collective.budget import Fit, fit_sweep
 from ddpcheck.checks.collective.ops.base import Collective, Team
 from ddpcheck.checks.collective.pattern import ITEM_SIZE
 from ddpcheck.report.units import human_bytes
 
 if TYPE_CHECKING:
+    from ddpcheck.rank.budget import Budget
     from ddpcheck.rank.context import RankContext
 
 
@@ -33,9 +38,19 @@ def time_collective(ctx: RankContext, call: Callable[[], None], warmup: int, ite
 
 
 def measure_op(
-    ctx: RankContext, op: Collective, sizes: list[int], dtype_name: str, warmup: int, iters: int
+    ctx: RankContext,
+    op: Collective,
+    sizes: list[int],
+    dtype_name: str,
+    warmup: int,
+    iters: int,
+    budget: Budget | None = None,
 ) -> dict[str, Any]:
-    """This rank's account of one collective over the sweep: per size, time and wrong elements."""
+    """This rank's account of one collective over the sweep: per size, time and wrong elements.
+
+    With a budget, the timing and the sizes after each one are cut to fit (collective/budget.py);
+    the data check of every size that runs is whole.
+    """
     import torch
 
     n = ctx.world_size
@@ -50,6 +65,7 @@ def measure_op(
     dtype, item = getattr(torch, dtype_name), ITEM_SIZE[dtype_name]
     world = Team(tuple(range(n)), ctx.rank)
     rows = []
+    asked = {"warmup": warmup, "iters": iters}
     for index, size in enumerate(sizes):
         count = op.count(size, item, n)
         label = human_bytes(count * item)
@@ -58,6 +74,7 @@ def measure_op(
         buffers = op.buffers(count, dtype, ctx.device, n)
         variants = op.variants(n, index)
         wrong, by_sender = 0, {}
+        began = time.perf_counter()
         for variant in variants:
             op.load(buffers, world, variant, dtype_name, ctx.faults)
             op.run(buffers, world, variant)
@@ -65,8 +82,16 @@ def measure_op(
             wrong += received.wrong
             for sender, elements in received.by_sender.items():
                 by_sender[sender] = by_sender.get(sender, 0) + elements
+        check_s = time.perf_counter() - began
         op.clear(buffers)
-        seconds = time_collective(ctx, lambda b=buffers: op.run(b, world, op.timed_variant()), warmup, iters)
+        call = functools.partial(op.run, buffers, world, op.timed_variant())
+        fit = None
+        if budget is not None:
+            call_s = probe_call(ctx, call)
+            # From what was asked, at every size: an early, pessimistic projection cuts nothing for good.
+            fit = agreed_fit(ctx, budget, sizes[index:], check_s, call_s, **asked)
+        timing = {"warmup": fit.warmup, "iters": fit.iters} if fit else asked
+        seconds = time_collective(ctx, call, **timing)
         rows.append(
             {
                 "size_bytes": count * item,
@@ -75,10 +100,18 @@ def measure_op(
                 "wrong": wrong,
                 "wrong_from": by_sender,
                 "variants": variants,
+                **timing,
             }
         )
         del buffers
+        if fit is not None and fit.sizes == 1:
+            break
     ctx.progress(len(sizes), len(sizes), "done")
+    trimmed = (
+        {"budget_s": budget.seconds, "sizes_asked": sizes, **{f"{k}_asked": v for k, v in asked.items()}}
+        if budget is not None
+        else None
+    )
     culprits: list[int] | None = []
     if op.reduces:
         # Every rank must take the same decision and localise at the same size (a reduce's
@@ -94,7 +127,56 @@ def measure_op(
         "sizes": rows,
         "culprits": culprits or [],
         "unlocalised": culprits is None,
+        **({"budget": trimmed} if trimmed else {}),
     }
+
+
+# One call costs what it costs while every rank is hot; in a loop, on CPUs shared with other
+# work, each can cost far more (seen under torchrun on a loaded host: one 1K all_reduce
+# promised about 15 us, the timed loop then took 2.2 ms a call). So the probe runs calls in
+# growing batches until a batch lasts PROBE_S, as the timed loop will.
+PROBE_S = 0.1
+PROBE_MAX_CALLS = 4096
+
+
+def probe_call(ctx: RankContext, call: Callable[[], object]) -> float:
+    """Seconds per call on this rank, from a batch long enough to show what a timed loop sees.
+
+    Untimed in the figures. Every rank runs the same batches: they agree after each whether
+    any rank's batch lasted PROBE_S.
+    """
+    calls = 1
+    while True:
+        began = time.perf_counter()
+        for _ in range(calls):
+            call()
+            ctx.tick()
+        ctx.sync()
+        took = time.perf_counter() - began
+        (enough,) = ctx.agree_max([int(took >= PROBE_S or calls >= PROBE_MAX_CALLS)])
+        if enough:
+            return took / calls
+        calls *= 4
+
+
+def agreed_fit(
+    ctx: RankContext,
+    budget: Budget,
+    sizes_left: list[int],
+    check_s: float,
+    call_s: float,
+    warmup: int,
+    iters: int,
+) -> Fit:
+    """fit_sweep from what every rank agrees on (the slowest rank's times, the least time left).
+
+    Every rank must take the same decision, or one would wait for a collective the others
+    skipped: one all_reduce of three integers, then the same pure function everywhere.
+    """
+    slowest_check, slowest_call, least_left = ctx.agree_max(
+        [math.ceil(check_s * 1e6), math.ceil(call_s * 1e6), -math.floor(budget.measure_left() * 1e3)]
+    )
+    return fit_sweep(sizes_left, slowest_check / 1e6, slowest_call / 1e6, warmup, iters, -least_left / 1e3)
 
 
 # How backends refuse a collective or a dtype they lack (gloo: "... is not supported"), as

@@ -85,4 +85,5 @@ COMMAND = Command(
     html_charts=("bandwidth",),
     family="bandwidth",
     figures="ddpcheck.checks.collective.figures:bandwidth_figures",
+    budgeted=True,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.collective import harness
+from ddpcheck.checks.collective.budget import budget_findings
 from ddpcheck.checks.collective.judge import (
     bandwidth_rows,
     bandwidth_table,
@@ -30,12 +31,12 @@ if TYPE_CHECKING:
 
 def measure(ctx: RankContext, opts: CollectivesOptions) -> dict[str, Any]:
     sizes = sweep_sizes(opts.min_bytes, opts.max_bytes, opts.dtype, opts.step_factor)
-    return {
-        "ops": [
-            harness.measure_op(ctx, OPS[name], sizes, opts.dtype, opts.warmup, opts.iters)
-            for name in opts.ops
-        ]
-    }
+    accounts = []
+    for index, name in enumerate(opts.ops):
+        # Each collective gets an equal share of what the ones before it left.
+        share = ctx.budget.share(len(opts.ops) - index) if ctx.budget else None
+        accounts.append(harness.measure_op(ctx, OPS[name], sizes, opts.dtype, opts.warmup, opts.iters, share))
+    return {"ops": accounts}
 
 
 def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: CollectivesOptions) -> Report:
@@ -78,6 +79,10 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Co
         "status": "status",
     }
     report.tables.append(Table("summary", "Peak bus bandwidth of every collective", columns, peaks))
+    budget = budget_findings(data[0]["ops"])
+    if budget:
+        report.checks.append(budget[0])
+        report.tables.append(budget[1])
     return report
 
 

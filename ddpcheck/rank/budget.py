@@ -1,0 +1,44 @@
+"""--budget on the rank side: the wall-clock end every rank sizes its work by.
+
+The launcher (or, under torchrun, srun and mpirun, each rank's own command line) turns
+`--budget SECONDS` into an end on the wall clock, counted from the start of the `ddpcheck`
+process itself, so that starting Python and torch, launching the ranks and joining the
+group all count. The ranks stop measuring TAIL_S before that end: the gather, the judge,
+the teardown and the report need it. A launcher that watches ends the run EXIT_S before
+the end whatever the ranks are doing (launcher/watchdog.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+# What a run needs after its last measurement: gather to rank 0, judge, share the verdict,
+# destroy the process group, write and show the report. Measured here on 2-4 CPU ranks:
+# under a second on a busy machine (tests/perf/bench_budget.py); NCCL's teardown on 8 GPUs
+# takes longer, hence the margin.
+TAIL_S = 3.0
+# What the launcher needs after it gave up on its ranks: kill them, write the report, show it.
+EXIT_S = 1.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """`seconds` of budget ending at `end` (time.time()); measurement stops TAIL_S before it."""
+
+    seconds: float
+    end: float
+
+    @property
+    def measure_end(self) -> float:
+        return self.end - TAIL_S
+
+    def measure_left(self, now: float | None = None) -> float:
+        """Seconds this rank may still spend measuring (negative once past)."""
+        return self.measure_end - (time.time() if now is None else now)
+
+    def share(self, parts: int, now: float | None = None) -> Budget:
+        """The next of `parts` equal shares of the measuring time left (one collective of several)."""
+        now = time.time() if now is None else now
+        left = max(0.0, self.measure_left(now))
+        return Budget(self.seconds, now + left / max(1, parts) + TAIL_S)
