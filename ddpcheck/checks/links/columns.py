@@ -49,6 +49,7 @@ class LinkColumns:
     wrong: np.ndarray
     ratio: np.ndarray = field(default_factory=lambda: np.empty(0))
     status: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int8))
+    _orders: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # by_value's sorts
 
     def __len__(self) -> int:
         return len(self.src)
@@ -98,6 +99,12 @@ class LinkColumns:
             status=np.array([STATUSES.index(r.get("status", "PASS")) for r in rows], dtype=np.int8),
         )
 
+    def by_value(self, name: str) -> np.ndarray:
+        """The links in ascending order of column `name` (what group_medians takes), sorted once."""
+        if name not in self._orders:
+            self._orders[name] = np.argsort(getattr(self, name))
+        return self._orders[name]
+
     def kind(self, i: int) -> str:
         return INTER if self.inter[i] else INTRA
 
@@ -140,23 +147,26 @@ def smallest(keys: np.ndarray, count: int) -> np.ndarray:
     return candidates[np.argsort(keys[candidates], kind="stable")][:count]
 
 
-def group_medians(groups: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
-    """statistics.median of the values of each group 0..size-1 (NaN where none), by one sort.
+def group_medians(
+    groups: np.ndarray, values: np.ndarray, size: int, order: np.ndarray | None = None
+) -> np.ndarray:
+    """statistics.median of the values of each group 0..size-1 (NaN where none).
 
-    The values sorted once, then stably by group: a radix sort when the groups fit 16 bits.
+    `order`: the entries to take, in ascending order of value (default: all, sorted here); one
+    sort of the values serves every grouping, and each grouping is then a stable radix sort.
     """
     out = np.full(size, np.nan)
-    if len(values) == 0:
+    order = np.argsort(values) if order is None else order  # equal values are interchangeable
+    if len(order) == 0:
         return out
-    by_value = np.argsort(values)  # equal values are interchangeable: no need for a stable sort
-    ordered = by_value[stable_order(groups[by_value], size)]
-    counts = np.bincount(groups, minlength=size)
+    grouped = groups[order]
+    ordered = order[stable_order(grouped, size)]
+    counts = np.bincount(grouped, minlength=size)
     starts = np.cumsum(counts) - counts
     present = counts > 0
     low = starts[present] + (counts[present] - 1) // 2
     high = starts[present] + counts[present] // 2
-    sorted_values = values[ordered]
-    out[present] = (sorted_values[low] + sorted_values[high]) / 2
+    out[present] = (values[ordered[low]] + values[ordered[high]]) / 2
     return out
 
 

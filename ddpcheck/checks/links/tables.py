@@ -178,11 +178,11 @@ def heat_map_rows(links: Links, identities: list[dict[str, Any]]) -> list[dict[s
 def _grid(links: LinkColumns, block_of_rank: np.ndarray, blocks: int) -> list[list[float | None]]:
     """blocks x blocks: on the diagonal the median ratio of a block's own links, off it the least."""
     measured = ~np.isnan(links.ratio)
-    cell = block_of_rank[links.src[measured]] * blocks + block_of_rank[links.dst[measured]]
-    ratio = links.ratio[measured]
+    src, dst = block_of_rank[links.src[measured]], block_of_rank[links.dst[measured]]
+    cell, ratio = src * blocks + dst, links.ratio[measured]
     least = group_minimum(cell, ratio, blocks * blocks)
     diagonal = np.arange(blocks) * (blocks + 1)
-    own = np.isin(cell, diagonal)
+    own = src == dst
     medians = group_medians(cell[own], ratio[own], blocks * blocks)
     least[diagonal] = medians[diagonal]
     return [[None if np.isnan(v) else v for v in row] for row in least.reshape(blocks, blocks).tolist()]
@@ -236,16 +236,23 @@ def rank_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]
     links = _columns(links)
     world = len(identities)
     kind_of = links.inter.astype(np.int64)
-    out = group_medians(links.src * 2 + kind_of, links.gbps, 2 * world).reshape(world, 2)
-    into = group_medians(links.dst * 2 + kind_of, links.gbps, 2 * world).reshape(world, 2)
+    by_gbps = links.by_value("gbps")
+    out = group_medians(links.src * 2 + kind_of, links.gbps, 2 * world, by_gbps).reshape(world, 2)
+    into = group_medians(links.dst * 2 + kind_of, links.gbps, 2 * world, by_gbps).reshape(world, 2)
     columns = {
         f"{INTRA}_out_gbps": _rounded(out[:, 0], 4),
         f"{INTRA}_in_gbps": _rounded(into[:, 0], 4),
         f"{INTER}_out_gbps": _rounded(out[:, 1], 4),
         f"{INTER}_in_gbps": _rounded(into[:, 1], 4),
     }
+    # Each link counts for both its ends: the links twice over, each one's two copies side by side.
+    by_latency = links.by_value("latency_us")
+    both = np.stack([by_latency, by_latency + len(links)], axis=1).ravel()
     latency = group_medians(
-        np.concatenate([links.src, links.dst]), np.concatenate([links.latency_us, links.latency_us]), world
+        np.concatenate([links.src, links.dst]),
+        np.concatenate([links.latency_us, links.latency_us]),
+        world,
+        both,
     )
     latency_us = _rounded(latency, 1)
     least = _nan_min(
@@ -284,9 +291,11 @@ def host_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]
         members[int(nodes.of_rank[ident["rank"]])].append(ident["rank"])
     src_node, dst_node = nodes.of_rank[links.src], nodes.of_rank[links.dst]
     # Intra-node links have both ends in one node (a node's own); inter-node ones, out of and into it.
-    intra = _rounded(group_medians(src_node[~links.inter], links.gbps[~links.inter], nodes.count), 4)
-    out = _rounded(group_medians(src_node[links.inter], links.gbps[links.inter], nodes.count), 4)
-    into = _rounded(group_medians(dst_node[links.inter], links.gbps[links.inter], nodes.count), 4)
+    by_gbps = links.by_value("gbps")
+    intra, inter = by_gbps[~links.inter[by_gbps]], by_gbps[links.inter[by_gbps]]
+    own = _rounded(group_medians(src_node, links.gbps, nodes.count, intra), 4)
+    out = _rounded(group_medians(src_node, links.gbps, nodes.count, inter), 4)
+    into = _rounded(group_medians(dst_node, links.gbps, nodes.count, inter), 4)
     least = _nan_min(
         group_minimum(src_node, links.ratio, nodes.count), group_minimum(dst_node, links.ratio, nodes.count)
     )
@@ -294,7 +303,7 @@ def host_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]
         {
             "host": nodes.labels[n],
             "ranks": span(ranks),
-            "intra_gbps": intra[n],
+            "intra_gbps": own[n],
             "inter_out_gbps": out[n],
             "inter_in_gbps": into[n],
             "min_ratio": least[n],
