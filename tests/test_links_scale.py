@@ -10,8 +10,10 @@ rules (tests/support/outliers_oracle.py) name, with the same numbers.
 
 from __future__ import annotations
 
+import json
 import random
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,9 @@ from ddpcheck.checks.links.tables import NODE_GRID_MAX, REPORTED_LINKS
 from ddpcheck.checks.peers import EXACT_UP_TO
 from ddpcheck.report.model import Report, Status
 from tests.support import outliers_oracle, scale_data
+from tests.test_links import idents, noisy, synthetic
+
+GOLDEN = Path(__file__).parent / "golden" / "links_judge.json"
 
 OPTS = LinksOptions(size=64 * 2**20, iters=20, warmup=5, threshold=0.5)
 NODES, GPUS = 128, 4
@@ -170,3 +175,26 @@ def test_either_side_of_one_shared_reference_the_same_names(n: int) -> None:
     # take seconds there: one seed); beyond, one reference serves all.
     values = _mesh(n, 1)
     assert find_slow(values, 0.5) == outliers_oracle.find_slow(values, 0.5)
+
+
+def test_small_runs_judge_and_tabulate_as_the_per_link_judge_did() -> None:
+    # tests/golden/links_judge.json: these two runs' checks and tables as the per-link judge (plain
+    # Python, a dict per link) wrote them; the numpy judge must write them byte for byte.
+    ids = idents(["a", "b", "c"], 4)
+    base = noisy(7)
+    data = synthetic(
+        ids,
+        lambda s, d: base(s, d) * (4.0 if s // 4 == d // 4 else 1.0) * (0.05 if 6 in (s, d) else 1.0),
+        latency_us=lambda s, d: 50.0 * base(d, s),
+        wrong=lambda s, d: 3 if (s, d) == (1, 9) else 0,
+    )
+    options = LinksOptions(size=1 << 20, iters=1, warmup=0, threshold=0.2, min_gbps=0.5)
+    runs = {"slow rank, 3 hosts x 4": judge(data, ids, options).to_dict()}
+    ids = idents([f"n{i}" for i in range(9)], 1)
+    base = noisy(8)
+    data = synthetic(ids, lambda s, d: base(s, d) * (0.02 if (s, d) == (3, 7) else 1.0))
+    runs["slow link, 9 hosts"] = judge(
+        data, ids, LinksOptions(size=1 << 20, iters=1, warmup=0, threshold=0.5)
+    ).to_dict()
+    got = {name: {k: report[k] for k in ("checks", "tables", "table_meta")} for name, report in runs.items()}
+    assert json.dumps(got, indent=1, ensure_ascii=False) + "\n" == GOLDEN.read_text()
