@@ -236,23 +236,17 @@ def rank_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]
     links = _columns(links)
     world = len(identities)
     kind_of = links.inter.astype(np.int64)
-    by_gbps = links.by_value("gbps")
-    out = group_medians(links.src * 2 + kind_of, links.gbps, 2 * world, by_gbps).reshape(world, 2)
-    into = group_medians(links.dst * 2 + kind_of, links.gbps, 2 * world, by_gbps).reshape(world, 2)
+    out = group_medians(links.src * 2 + kind_of, links.gbps, 2 * world).reshape(world, 2)
+    into = group_medians(links.dst * 2 + kind_of, links.gbps, 2 * world).reshape(world, 2)
     columns = {
         f"{INTRA}_out_gbps": _rounded(out[:, 0], 4),
         f"{INTRA}_in_gbps": _rounded(into[:, 0], 4),
         f"{INTER}_out_gbps": _rounded(out[:, 1], 4),
         f"{INTER}_in_gbps": _rounded(into[:, 1], 4),
     }
-    # Each link counts for both its ends: the links twice over, each one's two copies side by side.
-    by_latency = links.by_value("latency_us")
-    both = np.stack([by_latency, by_latency + len(links)], axis=1).ravel()
+    # Each link counts for both its ends.
     latency = group_medians(
-        np.concatenate([links.src, links.dst]),
-        np.concatenate([links.latency_us, links.latency_us]),
-        world,
-        both,
+        np.concatenate([links.src, links.dst]), np.concatenate([links.latency_us, links.latency_us]), world
     )
     latency_us = _rounded(latency, 1)
     least = _nan_min(
@@ -291,11 +285,10 @@ def host_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]
         members[int(nodes.of_rank[ident["rank"]])].append(ident["rank"])
     src_node, dst_node = nodes.of_rank[links.src], nodes.of_rank[links.dst]
     # Intra-node links have both ends in one node (a node's own); inter-node ones, out of and into it.
-    by_gbps = links.by_value("gbps")
-    intra, inter = by_gbps[~links.inter[by_gbps]], by_gbps[links.inter[by_gbps]]
-    own = _rounded(group_medians(src_node, links.gbps, nodes.count, intra), 4)
-    out = _rounded(group_medians(src_node, links.gbps, nodes.count, inter), 4)
-    into = _rounded(group_medians(dst_node, links.gbps, nodes.count, inter), 4)
+    intra, inter = ~links.inter, links.inter
+    own = _rounded(group_medians(src_node[intra], links.gbps[intra], nodes.count), 4)
+    out = _rounded(group_medians(src_node[inter], links.gbps[inter], nodes.count), 4)
+    into = _rounded(group_medians(dst_node[inter], links.gbps[inter], nodes.count), 4)
     least = _nan_min(
         group_minimum(src_node, links.ratio, nodes.count), group_minimum(dst_node, links.ratio, nodes.count)
     )
