@@ -79,7 +79,7 @@ def find_slow_links(
     suspects: list[SlowRank] = []
     named = np.zeros(links.size, dtype=bool)
     while True:
-        found = _slow_ranks(links, named, threshold)
+        found, shared = _slow_ranks(links, named, threshold)
         if not found:
             break
         if len(links.ranks) <= EXACT_UP_TO:
@@ -88,7 +88,8 @@ def find_slow_links(
         named[[s.rank for s in found]] = True
     alive = links.alive(named)
     clean = value[alive]
-    reference = reference_of(clean, threshold)
+    # Beyond EXACT_UP_TO ranks the last look for slow ranks left out the same ranks: its reference.
+    reference = shared if shared is not None else reference_of(clean, threshold)
     slow_links = []
     if reference is not None and clean.size >= 3:  # two links (one pair) compare with nothing
         slow = alive & _is_slow(value, reference, threshold)
@@ -125,22 +126,27 @@ class _Links:
     def out_of(self, rank: int) -> np.ndarray:
         return np.arange(self.out_starts[rank], self.out_starts[rank + 1])
 
+    def two_peers(self, rank: int, alive: np.ndarray) -> bool:
+        """Whether this rank's live links reach two peers or more: a rank with one peer is
+        indistinguishable from that one link."""
+        out, into = self.out_of(rank), self.into(rank)
+        peers = np.concatenate([self.dst[out[alive[out]]], self.src[into[alive[into]]]])
+        return bool(len(peers) and np.any(peers != peers[0]))
+
     def into(self, rank: int) -> np.ndarray:
         return self.by_dst[self.in_starts[rank] : self.in_starts[rank + 1]]
 
 
-def _slow_ranks(links: _Links, named: np.ndarray, threshold: float) -> list[SlowRank]:
-    """Ranks (not yet named) most of whose links in one direction are slow, the worst first."""
+def _slow_ranks(
+    links: _Links, named: np.ndarray, threshold: float
+) -> tuple[list[SlowRank], Reference | None]:
+    """Ranks (not yet named) most of whose links in one direction are slow, the worst first; and
+    the reference they were all held to (beyond EXACT_UP_TO ranks; None up to it)."""
     src, dst, value, size = links.src, links.dst, links.value, links.size
     alive = links.alive(named)
     exact = len(links.ranks) <= EXACT_UP_TO
-    # Whether each rank has two peers or more (a rank with one peer is indistinguishable from that
-    # one link): any one of its peers, then whether another one differs from it.
-    ends, peers = np.concatenate([src[alive], dst[alive]]), np.concatenate([dst[alive], src[alive]])
-    some_peer = np.full(size, -1, dtype=np.int64)
-    some_peer[ends] = peers
-    two_peers = np.bincount(ends, weights=peers != some_peer[ends], minlength=size) > 0
     candidates: list[SlowRank] = []
+    shared = None
     if exact:
         for rank in links.ranks.tolist():
             if named[rank]:
@@ -148,7 +154,7 @@ def _slow_ranks(links: _Links, named: np.ndarray, threshold: float) -> list[Slow
             reference = reference_of(value[alive & (src != rank) & (dst != rank)], threshold)
             if reference is None:
                 continue  # nothing measured without this rank: nothing to compare it with
-            if two_peers[rank]:
+            if links.two_peers(rank, alive):
                 found = _judge_rank(links, rank, alive, reference, threshold)
                 candidates += [found] if found is not None else []
     else:
@@ -161,11 +167,13 @@ def _slow_ranks(links: _Links, named: np.ndarray, threshold: float) -> list[Slow
             s_out, s_in = np.bincount(src[below], minlength=size), np.bincount(dst[below], minlength=size)
             named_now = (2 * (s_out + s_in) > n_out + n_in) | ((n_out >= 2) & (s_out == n_out))
             named_now |= (n_in >= 2) & (s_in == n_in)
-            for rank in np.flatnonzero(named_now & two_peers & ~named).tolist():
+            for rank in np.flatnonzero(named_now & ~named).tolist():
+                if not links.two_peers(rank, alive):
+                    continue
                 found = _judge_rank(links, rank, alive, shared, threshold)
                 candidates += [found] if found is not None else []
     candidates.sort(key=lambda c: c.median / c.reference)
-    return candidates
+    return candidates, shared
 
 
 def _judge_rank(
