@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 
 from ddpcheck.checks.links import LinksOptions
 from ddpcheck.checks.links.check import judge
+from ddpcheck.checks.links.columns import group_medians
 from ddpcheck.checks.links.outliers import Pair, find_slow
 from ddpcheck.checks.links.schedule import link_plan, nodes_of
 from ddpcheck.checks.links.tables import NODE_GRID_MAX, REPORTED_LINKS
@@ -198,3 +200,24 @@ def test_small_runs_judge_and_tabulate_as_the_per_link_judge_did() -> None:
     ).to_dict()
     got = {name: {k: report[k] for k in ("checks", "tables", "table_meta")} for name, report in runs.items()}
     assert json.dumps(got, indent=1, ensure_ascii=False) + "\n" == GOLDEN.read_text()
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    [
+        [1, 2, 3, 4, 0, 7],  # a few lengths: each group's row partitioned at its middle
+        list(range(1, 40)),  # many lengths: the rows sorted
+        [1, 1, 1, 3000],  # one group far longer than the others: one sort of everything
+    ],
+)
+def test_group_medians_are_statistics_median(lengths: list[int]) -> None:
+    rng = random.Random(len(lengths))
+    groups = [g for g, n in enumerate(lengths) for _ in range(n)]
+    rng.shuffle(groups)
+    values = [rng.choice([0.1, 0.7, 1.0, 1.3, rng.random()]) for _ in groups]
+    got = group_medians(np.array(groups), np.array(values), len(lengths) + 1).tolist()
+    by_group = {
+        g: [v for h, v in zip(groups, values, strict=True) if h == g] for g in range(len(lengths) + 1)
+    }
+    want = [statistics.median(by_group[g]) if by_group[g] else None for g in range(len(lengths) + 1)]
+    assert [None if np.isnan(x) else x for x in got] == want
