@@ -8,8 +8,10 @@ absolute deviation of the values that are not slow), so a noisy but healthy run 
 
 from __future__ import annotations
 
-import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 # How many robust standard deviations below the reference a single slow link must also be.
 # Two: on CPU ranks here healthy links usually spread by about 30% (sigma), so 2 sigma stays
@@ -35,15 +37,18 @@ class Reference:
         return value < threshold * self.median
 
 
-def reference_of(values: list[float], threshold: float) -> Reference | None:
+def reference_of(values: Sequence[float] | np.ndarray, threshold: float) -> Reference | None:
     """The median of `values` and their noise: the MAD of those at or above threshold x median.
 
     The slow links themselves are left out of the spread: with two slow hosts of eight, a
     third of the links are slow, and their distance from the median would pass for noise.
+    numpy's median is statistics.median's to the last bit (the middle value, or the two middle
+    ones' sum halved), in linear time: millions of links at a thousand nodes.
     """
-    if not values:
+    array = np.asarray(values, dtype=np.float64)
+    if array.size == 0:
         return None
-    median = statistics.median(values)
-    healthy = [v for v in values if v >= threshold * median]
-    mad = statistics.median(abs(v - median) for v in healthy)
+    median = float(np.median(array))
+    healthy = array[array >= threshold * median]
+    mad = float(np.median(np.abs(healthy - median)))
     return Reference(median, MAD_TO_SIGMA * mad)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ddpcheck.checks.links.schedule import link_plan, nodes_of
+import numpy as np
+
+from ddpcheck.checks.links.schedule import nodes_of, round_robin
 
 
 def hosts_of_fleet(nodes: int) -> list[str]:
@@ -180,41 +182,53 @@ def links_data(
     slow_hosts: set[str] | frozenset[str] = frozenset(),
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Every rank's links as measure_plan returns them, over the real plan (link_plan) for this layout.
+    """Every rank's links as measure_plan returns them (columns), over the plan's links for this layout.
 
-    Healthy links near 150 GB/s inside a node and 23 GB/s between nodes; every link out of a
-    host in `slow_hosts` at a tenth of that.
+    The plan's links (link_plan): every pair inside a node, and rail-aligned pairs between nodes
+    (local rank i with local rank i), built here as arrays: link_plan's tuples take seconds at a
+    thousand nodes. Healthy links near 150 GB/s inside a node and 23 GB/s between nodes; every
+    link out of a host in `slow_hosts` at a tenth of that.
     """
-    rng = random.Random(seed)
+    rng = np.random.default_rng(seed)
     layout = [(i["host"], i.get("node", 0), i["local_rank"]) for i in identities]
-    rounds = link_plan(nodes_of(layout))
-    per_rank: list[list[dict[str, Any]]] = [[] for _ in identities]
-    for rnd in rounds:
-        gbps = 150.0 if rnd.kind == "intra" else 23.0
-        latency = 8e-6 if rnd.kind == "intra" else 14e-6
-        for a, b in rnd.pairs:
-            for src, dst in ((a, b), (b, a)):
-                speed = gbps * rng.uniform(0.95, 1.03)
-                if identities[src]["host"] in slow_hosts:
-                    speed /= 10
-                seconds = size / (speed * 1e9)
-                per_rank[dst].append(
+    nodes = nodes_of(layout)
+    rounds = max((len(round_robin(len(ranks))) for ranks in nodes), default=0) + len(round_robin(len(nodes)))
+    # rail[i]: the rank of local rank i on every node (-1 where a node has fewer ranks).
+    width = max((len(ranks) for ranks in nodes), default=0)
+    rail = np.full((len(nodes), width), -1, dtype=np.int64)
+    for n, ranks in enumerate(nodes):
+        rail[n, : len(ranks)] = ranks
+    slow = np.array([i["host"] in slow_hosts for i in identities], dtype=bool)
+    out = []
+    for n, ranks in enumerate(nodes):
+        for local, dst in enumerate(ranks):
+            intra = np.array([r for r in ranks if r != dst], dtype=np.int64)
+            inter = np.delete(rail[:, local], n)
+            inter = inter[inter >= 0]
+            peer = np.concatenate([intra, inter])
+            is_inter = np.concatenate([np.zeros(len(intra), bool), np.ones(len(inter), bool)])
+            order = np.argsort(peer)
+            peer, is_inter = peer[order], is_inter[order]
+            speed = np.where(is_inter, 23.0, 150.0) * rng.uniform(0.95, 1.03, len(peer))
+            speed = np.where(slow[peer], speed / 10, speed)
+            seconds = size / (speed * 1e9)
+            latency = np.where(is_inter, 14e-6, 8e-6) * rng.uniform(0.9, 1.1, len(peer))
+            out.append(
+                (
+                    dst,
                     {
-                        "peer": src,
-                        "kind": rnd.kind,
-                        "recv_s": seconds,
-                        "best_pass_recv_s": seconds * 0.98,
-                        "exchange_s": seconds * 1.01,
-                        "latency_s": latency * rng.uniform(0.9, 1.1),
-                        "wrong": 0,
-                    }
+                        "size_bytes": size,
+                        "rounds": rounds,
+                        "passes": 1,
+                        "links": {
+                            "peer": peer,
+                            "inter": is_inter,
+                            "recv_s": seconds,
+                            "best_pass_recv_s": seconds * 0.98,
+                            "latency_s": latency,
+                            "wrong": np.zeros(len(peer), dtype=np.int64),
+                        },
+                    },
                 )
-    return [
-        {
-            "size_bytes": size,
-            "rounds": len(rounds),
-            "passes": 1,
-            "links": sorted(links, key=lambda x: x["peer"]),
-        }
-        for links in per_rank
-    ]
+            )
+    return [data for _, data in sorted(out, key=lambda x: x[0])]

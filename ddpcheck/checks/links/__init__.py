@@ -1,7 +1,8 @@
 """`ddpcheck links`: every pair of ranks measured, the slow one named (check.py measures and judges).
 
-check.py measures and judges; schedule.py plans the round robin, outliers.py judges each
-link against its peers, tables.py lays out what the terminal and the JSON show.
+check.py measures and judges; schedule.py plans the round robin, columns.py holds every link
+as numpy arrays (millions at a thousand nodes), outliers.py judges each link against its
+peers, tables.py lays out what the terminal and the JSON show.
 """
 
 from __future__ import annotations

@@ -17,8 +17,11 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ddpcheck.checks.links import LinksOptions
-from ddpcheck.checks.links.outliers import Findings, SlowLink, SlowRank, find_slow
+from ddpcheck.checks.links.columns import FAIL, PASS, STATUSES, LinkColumns, rank_columns
+from ddpcheck.checks.links.outliers import Findings, SlowLink, SlowRank, find_slow_links
 from ddpcheck.checks.links.schedule import INTER, INTRA, Round, link_plan, nodes_of
 from ddpcheck.checks.links.tables import link_tables
 from ddpcheck.checks.rankmap import judge_rank_map
@@ -108,13 +111,14 @@ def measure_plan(ctx: RankContext, rounds: list[Round], opts: LinksOptions, pass
             "kind": link["kind"],
             "recv_s": statistics.median(link["recv"]),
             "best_pass_recv_s": min(link["passes"]),
-            "exchange_s": statistics.median(link["exchange"]),
             "latency_s": min(link["trips"]),
             "wrong": link["wrong"],
         }
         for peer, link in sorted(samples.items())
     ]
-    return {"size_bytes": opts.size, "rounds": len(rounds), "passes": passes, "links": links}
+    # Columns, not a dict per link: at a thousand nodes each rank has a thousand links, and rank 0
+    # receives 8 million of them.
+    return {"size_bytes": opts.size, "rounds": len(rounds), "passes": passes, "links": rank_columns(links)}
 
 
 def _ops(peer: int, send: Any, recv: Any) -> list[Any]:
@@ -209,67 +213,36 @@ def _time_round_trip(ctx: RankContext, peer: int, ping: Any, iters: int) -> floa
 
 
 # ---------------------------------------------------------------- judge
-def directed_links(data: list[dict[str, Any]], identities: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every measured link and direction, as the rank that received measured it."""
-    rows = []
-    for dst, rank_data in enumerate(data):
-        size = rank_data["size_bytes"]
-        for link in rank_data["links"]:
-            src = link["peer"]
-            rows.append(
-                {
-                    "src": src,
-                    "dst": dst,
-                    "src_host": identities[src]["host"],
-                    "dst_host": identities[dst]["host"],
-                    "kind": link["kind"],
-                    "gbps": _gbps(size, link["recv_s"]),
-                    "best_gbps": _gbps(size, link.get("best_pass_recv_s", link["recv_s"])),
-                    "latency_us": link["latency_s"] * 1e6,
-                    "wrong": link["wrong"],
-                }
-            )
-    rows.sort(key=lambda r: (r["src"], r["dst"]))
-    return rows
-
-
-def _gbps(size: int, seconds: float) -> float:
-    return size / seconds / 1e9 if seconds > 0 else 0.0
-
-
 def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: LinksOptions) -> Report:
     assert opts.threshold is not None
-    links = directed_links(data, identities)
-    kinds = [k for k in (INTRA, INTER) if any(r["kind"] == k for r in links)]
+    links = LinkColumns.from_rank_data(data)
+    kinds = {k: links.inter == (k == INTER) for k in (INTRA, INTER)}
+    kinds = {k: mask for k, mask in kinds.items() if mask.any()}
     # A single link is named only when even its fastest pass was slow: a burst of load that
     # starved one pair for a moment does not last through three passes; a slow cable does.
     bandwidth = {
-        k: find_slow(
-            {(r["src"], r["dst"]): r["gbps"] for r in links if r["kind"] == k},
-            opts.threshold,
-            {(r["src"], r["dst"]): r["best_gbps"] for r in links if r["kind"] == k},
-        )
-        for k in kinds
+        k: find_slow_links(links.src[m], links.dst[m], links.gbps[m], opts.threshold, links.best_gbps[m])
+        for k, m in kinds.items()
     }
+    speed = 1 / np.maximum(links.latency_us, 1e-3)
     latency = {
-        k: find_slow(
-            {(r["src"], r["dst"]): 1 / max(r["latency_us"], 1e-3) for r in links if r["kind"] == k},
-            opts.threshold,
-        )
-        for k in kinds
+        k: find_slow_links(links.src[m], links.dst[m], speed[m], opts.threshold) for k, m in kinds.items()
     }
+    counts = {k: int(m.sum()) for k, m in kinds.items()}
     report = Report(command="links")
     report.checks.append(judge_rank_map(identities))
     report.checks.append(_judge_data(links, identities))
-    report.checks.append(_judge_speed("link bandwidth", bandwidth, links, identities, opts.threshold, "gbps"))
-    latency_check = _judge_speed("link latency", latency, links, identities, opts.threshold, "latency")
+    report.checks.append(
+        _judge_speed("link bandwidth", bandwidth, counts, identities, opts.threshold, "gbps")
+    )
+    latency_check = _judge_speed("link latency", latency, counts, identities, opts.threshold, "latency")
     if latency_check.status == Status.FAIL and all(i.get("device", "cpu") == "cpu" for i in identities):
         # On CPU ranks a 4-byte round trip is mostly the scheduler waking a rank: on the loaded
         # 2-core development machine, 2 healthy runs of 20 (4 ranks) had a pair whose shortest
         # round trip was 0.4-0.7 ms against a median of 60 us. Worth a look, not a failed run.
         latency_check = replace(latency_check, status=Status.WARN)
     report.checks.append(latency_check)
-    _annotate(links, bandwidth, latency, latency_check.status)
+    _annotate(links, kinds, bandwidth, latency, latency_check.status, len(identities))
     if opts.min_gbps is not None:
         report.checks.append(_judge_floor(links, identities, opts.min_gbps))
     size = data[0]["size_bytes"]
@@ -282,43 +255,42 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Li
 
 
 def _annotate(
-    links: list[dict[str, Any]],
+    links: LinkColumns,
+    kinds: dict[str, np.ndarray],
     bandwidth: dict[str, Findings],
     latency: dict[str, Findings],
     latency_status: Status,
+    world: int,
 ) -> None:
     """Each link's ratio to its kind's reference median, and the verdict of the findings that name it."""
-    references: dict[str, float] = {}
+    links.ratio = np.full(len(links), np.nan)
     for kind, found in bandwidth.items():
+        mask = kinds[kind]
         # With one pair only there is no reference: compare with the median of everything measured.
-        references[kind] = (
-            found.reference.median
-            if found.reference
-            else statistics.median(r["gbps"] for r in links if r["kind"] == kind)
-        )
-    slow_bandwidth = set().union(*(_blamed(f) for f in bandwidth.values()))
-    slow_latency = set().union(*(_blamed(f) for f in latency.values()))
-    for row in links:
-        reference = references[row["kind"]]
-        row["ratio"] = round(row["gbps"] / reference, 3) if reference > 0 else None
-        pair = (row["src"], row["dst"])
-        if pair in slow_bandwidth or row["wrong"]:
-            row["status"] = Status.FAIL.value
-        elif pair in slow_latency:
-            row["status"] = latency_status.value
-        else:
-            row["status"] = Status.PASS.value
-        row["gbps"] = round(row["gbps"], 4)
-        row["best_gbps"] = round(row["best_gbps"], 4)
-        row["latency_us"] = round(row["latency_us"], 1)
+        reference = found.reference.median if found.reference else float(np.median(links.gbps[mask]))
+        if reference > 0:
+            links.ratio[mask] = np.round(links.gbps[mask] / reference, 3)
+    links.status = np.full(len(links), PASS, dtype=np.int8)
+    slow_latency = sorted(set().union(*(_blamed(f) for f in latency.values())))
+    if slow_latency:  # then the latency check failed (or warns, on CPU ranks)
+        links.status[links.index_of(slow_latency, world)] = STATUSES.index(latency_status.value)
+    slow_bandwidth = sorted(set().union(*(_blamed(f) for f in bandwidth.values())))
+    links.status[links.index_of(slow_bandwidth, world)] = FAIL
+    links.status[links.wrong != 0] = FAIL
+    links.gbps = np.round(links.gbps, 4)
+    links.best_gbps = np.round(links.best_gbps, 4)
+    links.latency_us = np.round(links.latency_us, 1)
 
 
 def _blamed(found: Findings) -> set[tuple[int, int]]:
     return {p for s in found.ranks for p in s.slow} | {(link.src, link.dst) for link in found.links}
 
 
-def _judge_data(links: list[dict[str, Any]], identities: list[dict[str, Any]]) -> Check:
-    bad = [r for r in links if r["wrong"]]
+def _judge_data(links: LinkColumns, identities: list[dict[str, Any]]) -> Check:
+    bad = [
+        {"src": int(links.src[i]), "dst": int(links.dst[i]), "wrong": int(links.wrong[i])}
+        for i in np.flatnonzero(links.wrong)
+    ]
     if not bad:
         return Check(
             "link data", Status.PASS, f"every byte of {counted(len(links), 'transfer')} arrived intact"
@@ -346,7 +318,7 @@ def _fmt(value: float, measure: str) -> str:
 def _judge_speed(
     name: str,
     findings: dict[str, Findings],
-    links: list[dict[str, Any]],
+    counts: dict[str, int],
     identities: list[dict[str, Any]],
     threshold: float,
     measure: str,
@@ -368,7 +340,7 @@ def _judge_speed(
         return Check(name, Status.FAIL, shown, ranks, hosts, pairs)
     summary = []
     for kind, found in findings.items():
-        count = sum(1 for r in links if r["kind"] == kind)
+        count = counts[kind]
         if found.reference is None or count < 3:
             summary.append(
                 f"{kind}-node: one pair of ranks, nothing to compare it with (--min-gbps sets a floor)"
@@ -380,9 +352,7 @@ def _judge_speed(
             f"(spread {spread:.0%}), none {'below' if measure == 'gbps' else 'above'} "
             f"{threshold if measure == 'gbps' else 1 / threshold:.3g} x the median"
         )
-    comparable = any(
-        f.reference is not None and sum(1 for r in links if r["kind"] == k) >= 3 for k, f in findings.items()
-    )
+    comparable = any(f.reference is not None and counts[k] >= 3 for k, f in findings.items())
     return Check(name, Status.PASS if comparable else Status.SKIP, "; ".join(summary))
 
 
@@ -447,29 +417,29 @@ def _link_findings(
     return parts
 
 
-def _judge_floor(links: list[dict[str, Any]], identities: list[dict[str, Any]], floor: float) -> Check:
-    low = [r for r in links if r["gbps"] < floor]
-    if not low:
-        slowest = min(links, key=lambda r: r["gbps"])
+def _judge_floor(links: LinkColumns, identities: list[dict[str, Any]], floor: float) -> Check:
+    below = np.flatnonzero(links.gbps < floor)
+    if not len(below):
+        slowest = links.row(int(np.argmin(links.gbps)), identities)
         return Check(
             "bandwidth floor",
             Status.PASS,
             f"every link >= --min-gbps {floor:g} (slowest {slowest['gbps']:.3g} GB/s, "
             f"{slowest['src']} → {slowest['dst']})",
         )
-    low.sort(key=lambda r: r["gbps"])
+    below = below[np.argsort(links.gbps[below], kind="stable")]
+    low = [links.row(i, identities) for i in below[:FINDINGS_SHOWN]]
     text = ", ".join(
-        f"{r['src']} → {r['dst']} ({r['src_host']} → {r['dst_host']}) {r['gbps']:.3g} GB/s"
-        for r in low[:FINDINGS_SHOWN]
+        f"{r['src']} → {r['dst']} ({r['src_host']} → {r['dst_host']}) {r['gbps']:.3g} GB/s" for r in low
     )
-    more = f" and {len(low) - FINDINGS_SHOWN} more" if len(low) > FINDINGS_SHOWN else ""
-    ranks = sorted({x for r in low for x in (r["src"], r["dst"])})
+    more = f" and {len(below) - FINDINGS_SHOWN} more" if len(below) > FINDINGS_SHOWN else ""
+    ranks = np.union1d(links.src[below], links.dst[below]).tolist()
     named = describe_ranks(ranks, identities) if len(ranks) <= FINDINGS_SHOWN else counted(len(ranks), "rank")
     return Check(
         "bandwidth floor",
         Status.FAIL,
-        f"{counted(len(low), 'link')} below --min-gbps {floor:g}: {text}{more} (touching {named})",
+        f"{counted(len(below), 'link')} below --min-gbps {floor:g}: {text}{more} (touching {named})",
         ranks,
         list(dict.fromkeys(identities[r]["host"] for r in ranks)),
-        [[r["src"], r["dst"]] for r in low],
+        [[int(links.src[i]), int(links.dst[i])] for i in below],
     )

@@ -2,7 +2,9 @@
 
 Reads the table `links` (rows: `src`, `dst`, `src_host`, `dst_host`, `gbps`, `latency_us`,
 `ratio` = gbps / the median of comparable links). A link is slow below the run's `--threshold`
-(the report's options), or when its row says so (`status` FAIL or WARN).
+(the report's options), or when its row says so (`status` FAIL or WARN). Beyond 64 ranks the
+report has `link_nodes` (node × node, or blocks of nodes, each cell the slowest rail's ratio):
+the page draws that, and the table of the slowest links.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ def slow_links(report: Report, rows: list[dict[str, Any]]) -> list[dict[str, Any
 
 
 def charts(report: Report) -> list[Chart]:
+    grid = report.table("link_nodes")
+    if grid is not None and grid.rows:
+        return [_node_chart(report, grid)]
     table = report.table("links")
     rows = [
         r
@@ -131,3 +136,61 @@ def charts(report: Report) -> list[Chart]:
         notes = ["no link is slower than the threshold"]
     title = f"Link bandwidth, {n} × {n} ranks, as a fraction of the median"
     return [Chart(title, chart_svg, table, notes)]
+
+
+def _node_chart(report: Report, grid: Table) -> Chart:
+    """Node × node (or blocks of nodes): a slow host is a red row and column, a bad cable a red cell."""
+    import numpy as np
+    from matplotlib.colors import Normalize
+
+    labels = [str(r.get("label")) for r in grid.rows]
+    n = len(labels)
+    ratio = np.array(
+        [
+            [number(v) for v in r.get("ratios", [])] + [math.nan] * (n - len(r.get("ratios", [])))
+            for r in grid.rows
+        ]
+    )
+    table = report.table("links")
+    rows = [
+        r
+        for r in (table.rows if table else [])
+        if isinstance(r.get("src"), int) and isinstance(r.get("dst"), int)
+    ]
+    slow = sorted(slow_links(report, rows), key=lambda r: number(r.get("ratio")))
+    blocks = any(number(r.get("nodes")) > 1 for r in grid.rows)
+    with svg.figure(8.2, 7.0) as fig:
+        ax = fig.add_subplot()
+        ax.grid(False)
+        # An image: matplotlib resamples it to the figure's pixels, so 1,024 nodes weigh what 64 do.
+        image = ax.imshow(
+            ratio, cmap="RdYlGn", norm=Normalize(0.0, 1.0), interpolation="nearest", origin="upper"
+        )
+        bar = fig.colorbar(image, ax=ax, shrink=0.8)
+        bar.set_label("slowest rail ÷ median link")
+        what = "block of nodes" if blocks else "node"
+        ax.set_xlabel(f"destination {what}")
+        ax.set_ylabel(f"source {what}")
+        if n <= 32:
+            ax.set_xticks(range(n), labels, rotation=90, fontsize=6)
+            ax.set_yticks(range(n), labels, fontsize=6)
+        chart_svg = svg.to_svg(fig, {})
+    worst = sorted(rows, key=lambda r: number(r.get("ratio")))[:MATRIX_RANKS]
+    columns = {k: k.replace("_", " ") for k in ("src", "dst", "src_host", "dst_host", "gbps", "ratio")}
+    chart_table = Table(
+        "chart_links",
+        f"The {len(worst)} slowest of the {len(rows):,} links in the report (GB/s)",
+        columns,
+        worst,
+    )
+    notes = [f"slow: {_describe(r)}" for r in slow[:MATRIX_RANKS]]
+    if len(slow) > MATRIX_RANKS:
+        notes.append(f"and {len(slow) - MATRIX_RANKS:,} more slow links (in the JSON report)")
+    if not notes:
+        notes = ["no link is slower than the threshold"]
+    if blocks:
+        per_block = int(number(grid.rows[0].get("nodes")))
+        notes.append(f"each cell is a block of {per_block} consecutive nodes: its slowest rail")
+    axis = "blocks of nodes" if blocks else "nodes"
+    title = f"Link bandwidth, {n} × {n} {axis}, the slowest rail as a fraction of the median"
+    return Chart(title, chart_svg, chart_table, notes)
