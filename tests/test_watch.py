@@ -327,3 +327,27 @@ def test_watch_around_mpirun_names_the_rank_that_raises(tmp_path) -> None:
     assert (check["name"], check["ranks"]) == ("crash", [1]), check
     assert "failed first: ValueError: planted failure at step 2" in check["detail"]
     assert_all_gone(run)
+
+
+def test_keep_reports_the_hang_and_leaves_the_job_running_with_its_output_passed_through(tmp_path) -> None:
+    marker = f"kept-{os.getpid()}-{time.monotonic_ns()}"
+    code = f"import time\nprint('{marker} started', flush=True)\ntime.sleep(60)\nprint('{marker} done')"
+    report = tmp_path / "keep.json"
+    argv = [sys.executable, "-m", "ddpcheck", "watch", "--keep", "--hang-after", "2", "--json", str(report)]
+    # Files, not pipes: the process that goes on passing the job's output holds them open.
+    out, err = tmp_path / "out", tmp_path / "err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        done = subprocess.run([*argv, "--", sys.executable, "-c", code], stdout=stdout, stderr=stderr,
+                              timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)})  # fmt: skip
+    said = out.read_text() + err.read_text()
+    assert done.returncode == 3 and f"{marker} started" in said, said
+    assert "--keep: the job was left running" in said
+    (check,) = [c for c in json.loads(report.read_text())["checks"] if c["status"] == "ERROR"]
+    assert (check["name"], check["ranks"]) == ("hang", [0]), check
+    kept = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+    job = [p for p in kept if "ddpcheck" not in " ".join(p.info["cmdline"])]
+    assert len(job) == 1 and job[0].pid == json.loads(report.read_text())["ranks"][0]["pid"], kept
+    assert job[0].status() != psutil.STATUS_ZOMBIE  # still running after watch has exited
+    job[0].kill()  # the job's end ends what passes its output through, too
+    _, alive = psutil.wait_procs(kept, timeout=10)
+    assert alive == [], alive
