@@ -341,3 +341,44 @@ def test_one_rank_passes_the_floor_and_says_why_its_bandwidth_is_zero() -> None:
     check = judge_bandwidth("all_gather", [{"size": "1K", "busbw_gbps": 0.0}], 1, 5.0)
     assert check.status == Status.PASS
     assert check.detail == "peak busbw 0.000 GB/s at 1K (one rank: no traffic, busbw is 0)"
+
+
+# ------------------------------------------------------------------ what the mutants showed unpinned
+def test_bandwidths_keep_their_units_exactly() -> None:
+    # A petabyte in a second: 1e6 GB/s to the third decimal pins the divisor; one second is 1e6 us.
+    (row,) = bandwidth_rows("sendrecv", timed([1.0, 0.5], [0, 0], size_bytes=10**15), "float32")
+    assert (row["time_us"], row["algbw_gbps"], row["busbw_gbps"]) == (1_000_000.0, 1_000_000.0, 1_000_000.0)
+    (row,) = bandwidth_rows("sendrecv", timed([1e-3, 1e-3], [0, 0], size_bytes=1_234_567), "float32")
+    assert row["algbw_gbps"] == 1.235
+
+
+def test_a_row_without_variants_or_per_sender_counts_reads_as_root_0_with_nothing_wrong() -> None:
+    data = op_data("broadcast", 3, {(0, 1): 2, (0, 2): 2})
+    for rank in data:
+        for row in rank["sizes"]:
+            del row["variants"]
+    found = attribute("broadcast", data)
+    assert (found.senders, found.links) == ([0], [])  # root 0 sent to 1 and 2: both saw it wrong
+    for rank in data:
+        for row in rank["sizes"]:
+            del row["wrong_from"]
+    assert attribute("broadcast", data) == Attribution()
+
+
+def test_two_ranks_wrong_in_every_block_blame_the_collective() -> None:
+    wrong = dict.fromkeys(observed_pairs("all_gather", 2), 1)
+    assert attribute("all_gather", op_data("all_gather", 2, wrong)).everywhere
+
+
+def test_every_verdict_carries_its_check_name_and_a_reduction_keeps_its_sizes() -> None:
+    assert judge_data("gather", "all_gather", [], op_data("all_gather", 2), identities(2)).name == "gather"
+    assert judge_bandwidth("ring", [{"size": "1K", "busbw_gbps": 0.0}], 1, None).name == "ring"
+    data = op_data("all_reduce", 2, {(0, 1): 2})
+    data[0]["culprits"] = [1]
+    check = judge_data(
+        "sum", "all_reduce", bandwidth_rows("all_reduce", data, "float32"), data, identities(2)
+    )
+    assert check.name == "sum" and check.detail == (
+        "wrong elements after all_reduce (1K: 2 wrong, 2K: 2 wrong); "
+        "localised by re-running on subgroups: rank 1 on host h0 makes the sum wrong"
+    )
