@@ -30,6 +30,9 @@ pytestmark = pytest.mark.integration
 TRAIN_JOB = str(Path(__file__).resolve().parent / "support" / "train_job.py")
 HANG_AFTER = 5  # seconds: a hang is named this long after the last progress
 BOUND_S = HANG_AFTER + 30
+# A job the test strikes must outlive the strike: on an idle machine 200 steps took about a second
+# and ended before the test found rank 2's pid (seen in CI). The strike ends it long before.
+STRIKE_STEPS = 3000
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"]
 TORCHRUN += ["--shutdown-timeout", "5", TRAIN_JOB]
 
@@ -186,7 +189,7 @@ def test_a_rank_with_a_differently_sized_collective_is_named_as_a_mismatch(tmp_p
 
 
 def test_a_rank_killed_from_outside_is_named_and_its_peers_not_blamed(tmp_path) -> None:
-    run = watch(tmp_path, TORCHRUN, strike=signal.SIGKILL, steps=200)
+    run = watch(tmp_path, TORCHRUN, strike=signal.SIGKILL, steps=STRIKE_STEPS)
     assert run.code == 3, run.err[-3000:]
     check = run.check()
     assert (check["name"], check["ranks"]) == ("crash", [2]), check
@@ -195,7 +198,7 @@ def test_a_rank_killed_from_outside_is_named_and_its_peers_not_blamed(tmp_path) 
 
 
 def test_a_rank_stopped_from_outside_is_named(tmp_path) -> None:
-    run = watch(tmp_path, TORCHRUN, strike=signal.SIGSTOP, steps=200)
+    run = watch(tmp_path, TORCHRUN, strike=signal.SIGSTOP, steps=STRIKE_STEPS)
     assert run.code == 3, run.err[-3000:]
     check = run.check()
     assert (check["name"], check["ranks"]) == ("hang", [2]), check

@@ -34,8 +34,8 @@ CASES: dict[str, tuple[str, signal.Signals | None, int, str, int | None]] = {
     "asleep in data loading": ("sleep@2:step2", None, 6, "hang", 2),
     "raises": ("raise@1:step2", None, 6, "crash", 1),
     "differently sized collective": ("mismatch@1:step2", None, 6, "collective mismatch", 1),
-    "SIGKILL from outside": ("", signal.SIGKILL, 200, "crash", 2),
-    "SIGSTOP from outside": ("", signal.SIGSTOP, 200, "hang", 2),
+    "SIGKILL from outside": ("", signal.SIGKILL, 3000, "crash", 2),
+    "SIGSTOP from outside": ("", signal.SIGSTOP, 3000, "hang", 2),
 }
 
 
