@@ -246,7 +246,9 @@ def run_collectives(ddpcheck, world: int, *extra: str):
     )
 
 
-@pytest.mark.parametrize("world", [2, 3, 4])
+# Real launches cost seconds each: two worlds pass, two corrupted runs name their rank; the worlds and
+# culprits the judge can meet are covered without processes (the bisection and judge tests above).
+@pytest.mark.parametrize("world", [2, 3])
 def test_real_ranks_pass_every_collective(ddpcheck, scratch, world: int) -> None:
     verbose = world != 2  # the per-collective tables only with -v: one run without it
     run = run_collectives(ddpcheck, world, *(["-v"] if verbose else []))
@@ -282,7 +284,7 @@ def test_real_ranks_pass_every_collective(ddpcheck, scratch, world: int) -> None
     assert_nothing_left(scratch, run)
 
 
-@pytest.mark.parametrize(("world", "culprit"), [(3, 1), (4, 0), (4, 3)])
+@pytest.mark.parametrize(("world", "culprit"), [(3, 1), (4, 0)])
 def test_a_corrupt_rank_is_named_exactly_by_every_collective(
     ddpcheck, scratch, world: int, culprit: int
 ) -> None:

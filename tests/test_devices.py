@@ -282,11 +282,11 @@ def _named(run: Run) -> dict[str, list[int]]:
     return {c["name"]: c["ranks"] for c in run.failing()}
 
 
-def test_four_healthy_cpu_ranks_pass(ddpcheck: Any, scratch: Path) -> None:
-    run = ddpcheck("devices", "--nproc", "4", *SMALL)
+def test_three_healthy_cpu_ranks_pass(ddpcheck: Any, scratch: Path) -> None:
+    run = ddpcheck("devices", "--nproc", "3", *SMALL)
     assert run.code == 0, run.stdout + run.stderr
     rows = run.table("devices")
-    assert [r["rank"] for r in rows] == [0, 1, 2, 3] and len({r["checksum"] for r in rows}) == 1
+    assert [r["rank"] for r in rows] == [0, 1, 2] and len({r["checksum"] for r in rows}) == 1
     assert all(r["gemm_tflops"] > 0 and r["copy_gbps"] > 0 for r in rows)
     for name in ("compute", "memory", "results agree"):
         assert run.check(name)["status"] == "PASS", run.check(name)
@@ -295,7 +295,9 @@ def test_four_healthy_cpu_ranks_pass(ddpcheck: Any, scratch: Path) -> None:
     assert_nothing_left(scratch, run)
 
 
-@pytest.mark.parametrize(("nproc", "slow", "corrupt"), [(3, 1, 2), (4, 3, 0)])
+# One launch (each costs seconds here): the corrupting rank is rank 0, whose results the others' are
+# not to be judged against; any culprit of any world is the pure judge tests' above.
+@pytest.mark.parametrize(("nproc", "slow", "corrupt"), [(4, 3, 0)])
 def test_a_slow_and_a_corrupting_rank_are_each_named_exactly(
     ddpcheck: Any, scratch: Path, nproc: int, slow: int, corrupt: int
 ) -> None:

@@ -245,7 +245,9 @@ def _named(run) -> dict[str, list[int]]:
     return {c["name"]: c["ranks"] for c in run.failing()}
 
 
-@pytest.mark.parametrize("nproc", [3, 5])
+# Real launches cost seconds each here: an odd world passes, rank 0 (the one that reports) is slowed;
+# any world and culprit is the pure judge tests' above and test_properties.py's.
+@pytest.mark.parametrize("nproc", [3])
 def test_healthy_links_pass(ddpcheck, scratch, nproc: int) -> None:
     run = ddpcheck("links", "--nproc", str(nproc), "--size", "256K")
     assert run.code == 0, run.stdout + run.stderr
@@ -262,7 +264,7 @@ def test_healthy_links_pass(ddpcheck, scratch, nproc: int) -> None:
     assert_nothing_left(scratch, run)
 
 
-@pytest.mark.parametrize(("nproc", "rank"), [(4, 0), (4, 3)])
+@pytest.mark.parametrize(("nproc", "rank"), [(4, 0)])
 def test_a_slowed_rank_is_named_exactly(ddpcheck, scratch, nproc: int, rank: int) -> None:
     run = ddpcheck("links", "--nproc", str(nproc), "--inject", f"slowlink@{rank}")  # the defaults
     assert run.code == 1, run.stdout + run.stderr

@@ -148,7 +148,10 @@ def test_rank_map_catches_two_ranks_on_one_gpu() -> None:
 # ------------------------------------------------------------------ real runs
 @pytest.mark.integration
 @pytest.mark.parametrize(
-    ("fault", "code", "one_task_per_node"), [(None, 0, False), ("corrupt@3", 1, False), (None, 0, True)]
+    # Two launches of two launchers each (seconds each here): a healthy world, and the sbatch recipe's
+    # with a corrupt rank on the second node.
+    ("fault", "code", "one_task_per_node"),
+    [(None, 0, False), ("corrupt@3", 1, True)],
 )
 def test_two_launchers_make_one_world(
     scratch, tmp_path: Path, fault: str | None, code: int, one_task_per_node: bool
@@ -273,8 +276,9 @@ def test_a_host_pointed_where_nobody_listens(two_hosts, scratch, tmp_path: Path)
 @pytest.mark.parametrize(
     ("fault", "check", "words"),
     [
+        # A crash that says nothing (SIGKILL) is the hard one to carry across; a raised one is carried
+        # by the same status record (test_failures.py names it on one node).
         ("hang@1", "hang", "is behind"),
-        ("crash@1", "rank crashed", "injected crash"),
         ("kill@1", "rank crashed", "killed by SIGKILL"),
     ],
 )

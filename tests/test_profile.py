@@ -276,7 +276,9 @@ def test_two_ranks_profile(ddpcheck, scratch) -> None:
     assert_nothing_left(scratch, run)
 
 
-@pytest.mark.parametrize(("nproc", "culprit"), [(2, 0), (2, 1), (4, 3)])
+# Rank 0 of two (the rank that reports) and the last of four; any culprit of any world is the pure
+# straggler tests' above (real launches cost seconds each here).
+@pytest.mark.parametrize(("nproc", "culprit"), [(2, 0), (4, 3)])
 def test_slow_rank_is_named_exactly(ddpcheck, scratch, nproc: int, culprit: int) -> None:
     # Four ranks share this machine's two cores: a healthy rank is now and then 1.2x the
     # others (seen once), which is the machine, not a straggler. The slow rank is ~20x.

@@ -309,9 +309,11 @@ def test_classic_default_run_passes_on_two_ranks(ddpcheck, scratch) -> None:
     assert_nothing_left(scratch, run)
 
 
-@pytest.mark.parametrize("extra", [[], ["--optimizer", "sgd", "--lr", "0.5", "--steps", "3"]])
-def test_four_ranks_pass(ddpcheck, scratch, extra: list[str]) -> None:
-    run = ddpcheck("train", "--nproc", "4", "--hidden", "64", "--batch", "8", *extra)
+# Real launches cost seconds each here: the default optimizer passes on two ranks (above), SGD on four;
+# the worlds and culprits the judge can meet are the pure tests' above.
+def test_four_ranks_pass(ddpcheck, scratch) -> None:
+    sgd = ("--optimizer", "sgd", "--lr", "0.5", "--steps", "3")
+    run = ddpcheck("train", "--nproc", "4", "--hidden", "64", "--batch", "8", *sgd)
     assert run.code == 0, run.stdout + run.stderr
     assert run.report["world"]["size"] == 4
     assert all(c["status"] == "PASS" for c in run.report["checks"])
@@ -320,7 +322,7 @@ def test_four_ranks_pass(ddpcheck, scratch, extra: list[str]) -> None:
     assert_nothing_left(scratch, run)
 
 
-@pytest.mark.parametrize(("nproc", "culprit"), [(2, 1), (4, 0), (4, 3)])
+@pytest.mark.parametrize(("nproc", "culprit"), [(2, 1), (4, 0)])
 def test_diverged_rank_is_named_exactly(ddpcheck, scratch, nproc: int, culprit: int) -> None:
     run = ddpcheck("train", "--nproc", str(nproc), "--hidden", "64", "--inject", f"diverge@{culprit}")
     assert run.code == 1, run.stdout + run.stderr
@@ -334,7 +336,7 @@ def test_diverged_rank_is_named_exactly(ddpcheck, scratch, nproc: int, culprit: 
     assert_nothing_left(scratch, run)
 
 
-@pytest.mark.parametrize(("nproc", "culprit"), [(2, 1), (4, 2)])
+@pytest.mark.parametrize(("nproc", "culprit"), [(4, 2)])
 def test_nan_rank_is_named_exactly(ddpcheck, scratch, nproc: int, culprit: int) -> None:
     run = ddpcheck("train", "--nproc", str(nproc), "--hidden", "64", "--inject", f"nan@{culprit}")
     assert run.code == 1, run.stdout + run.stderr
