@@ -218,16 +218,14 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Li
     links = LinkColumns.from_rank_data(data)
     kinds = {k: links.inter == (k == INTER) for k in (INTRA, INTER)}
     kinds = {k: mask for k, mask in kinds.items() if mask.any()}
-    # A single link is named only when even its fastest pass was slow: a burst of load that
-    # starved one pair for a moment does not last through three passes; a slow cable does.
-    bandwidth = {
-        k: find_slow_links(links.src[m], links.dst[m], links.gbps[m], opts.threshold, links.best_gbps[m])
-        for k, m in kinds.items()
-    }
     speed = 1 / np.maximum(links.latency_us, 1e-3)
-    latency = {
-        k: find_slow_links(links.src[m], links.dst[m], speed[m], opts.threshold) for k, m in kinds.items()
-    }
+    bandwidth, latency = {}, {}
+    for kind, mask in kinds.items():
+        src, dst = links.src[mask], links.dst[mask]
+        # A single link is named only when even its fastest pass was slow: a burst of load that
+        # starved one pair for a moment does not last through three passes; a slow cable does.
+        bandwidth[kind] = find_slow_links(src, dst, links.gbps[mask], opts.threshold, links.best_gbps[mask])
+        latency[kind] = find_slow_links(src, dst, speed[mask], opts.threshold)
     counts = {k: int(m.sum()) for k, m in kinds.items()}
     report = Report(command="links")
     report.checks.append(judge_rank_map(identities))
@@ -277,9 +275,7 @@ def _annotate(
     slow_bandwidth = sorted(set().union(*(_blamed(f) for f in bandwidth.values())))
     links.status[links.index_of(slow_bandwidth, world)] = FAIL
     links.status[links.wrong != 0] = FAIL
-    links.gbps = np.round(links.gbps, 4)
-    links.best_gbps = np.round(links.best_gbps, 4)
-    links.latency_us = np.round(links.latency_us, 1)
+    links.round_figures()
 
 
 def _blamed(found: Findings) -> set[tuple[int, int]]:
