@@ -273,7 +273,8 @@ def _annotate(
     if slow_latency:  # then the latency check failed (or warns, on CPU ranks)
         links.status[links.index_of(slow_latency, world)] = STATUSES.index(latency_status.value)
     slow_bandwidth = sorted(set().union(*(_blamed(f) for f in bandwidth.values())))
-    links.status[links.index_of(slow_bandwidth, world)] = FAIL
+    if slow_bandwidth:
+        links.status[links.index_of(slow_bandwidth, world)] = FAIL
     links.status[links.wrong != 0] = FAIL
     links.round_figures()
 
