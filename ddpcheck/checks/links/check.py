@@ -361,13 +361,14 @@ def _annotate(
     world: int,
 ) -> None:
     """Each link's ratio to its kind's reference median, and the verdict of the findings that name it."""
-    links.ratio = np.full(len(links), np.nan)
+    references = {INTRA: np.nan, INTER: np.nan}
     for kind, found in bandwidth.items():
-        mask = kinds[kind]
         # With one pair only there is no reference: compare with the median of everything measured.
-        reference = found.reference.median if found.reference else float(np.median(links.gbps[mask]))
-        if reference > 0:
-            links.ratio[mask] = np.round(links.gbps[mask] / reference, 3)
+        reference = found.reference.median if found.reference else float(np.median(links.gbps[kinds[kind]]))
+        references[kind] = reference if reference > 0 else np.nan
+    # Each link against its kind's reference, every link at once (NaN where there is none).
+    reference_of_link = np.where(links.inter, references[INTER], references[INTRA])
+    links.ratio = np.round(links.gbps / reference_of_link, 3)
     links.status = np.full(len(links), PASS, dtype=np.int8)
     slow_latency = sorted(set().union(*(_blamed(f) for f in latency.values())))
     if slow_latency:  # then the latency check failed (or warns, on CPU ranks)

@@ -62,6 +62,7 @@ class LinkColumns:
     # The same links in (dst, src) order, as the ranks sent them; made from the above when needed.
     received: Received | None = field(default=None, repr=False)
     rounded: bool = False  # round_figures() done
+    least: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)  # (ratio, least_ratio)
 
     def __len__(self) -> int:
         return len(self.src)
@@ -74,6 +75,14 @@ class LinkColumns:
                 self.dst[order], self.inter[order], self.gbps[order], self.latency_us[order]
             )
         return self.received
+
+    def least_ratio(self, world: int) -> np.ndarray:
+        """Each rank's slowest link's ratio, out or in (NaN where none): the per-rank and per-host
+        tables both need it, computed once for the ratios they see."""
+        if self.least is None or self.least[0] is not self.ratio:
+            out = group_minimum(self.src, self.ratio, world)
+            self.least = (self.ratio, np.fmin(out, group_minimum(self.dst, self.ratio, world)))
+        return self.least[1]
 
     def round_figures(self) -> None:
         """Bandwidth to 4 decimals and latency to 1, as the report keeps them (the received ones too;
@@ -299,7 +308,11 @@ def group_minimum(groups: np.ndarray, values: np.ndarray, size: int) -> np.ndarr
         present = np.flatnonzero(counts)
         if len(present):
             out[present] = np.fmin.reduceat(values, (np.cumsum(counts) - counts)[present])
-    else:
+    elif len(groups):
+        runs = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+        if len(runs) * 4 < len(groups):
+            # Runs of one group (a rank's links to one block of nodes): each run's least first.
+            groups, values = groups[runs], np.fmin.reduceat(values, runs)
         np.minimum.at(out, groups, np.where(np.isnan(values), np.inf, values))
     out[np.isinf(out)] = np.nan
     return out

@@ -237,11 +237,6 @@ def _rounded(values: np.ndarray, digits: int) -> list[float | None]:
     return [None if np.isnan(v) else round(v, digits) for v in values.tolist()]
 
 
-def _least_ratio(links: LinkColumns, world: int) -> np.ndarray:
-    """Each rank's slowest link's ratio, out or in (NaN where none)."""
-    return np.fmin(group_minimum(links.src, links.ratio, world), group_minimum(links.dst, links.ratio, world))
-
-
 def rank_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]) -> list[dict[str, Any]]:
     """Per rank: the median of its links out and in, per kind; its slowest link's ratio; named or not."""
     links = _columns(links)
@@ -260,7 +255,7 @@ def rank_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]
         scratch=True,
     )
     latency_us = _rounded(latency, 1)
-    least = [None if np.isnan(v) else v for v in _least_ratio(links, world).tolist()]
+    least = [None if np.isnan(v) else v for v in links.least_ratio(world).tolist()]
     rows = []
     for ident in identities:
         rank = ident["rank"]
@@ -304,7 +299,7 @@ def host_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]
     # A node's slowest link is its ranks' slowest.
     least = [
         None if np.isnan(v) else v
-        for v in group_minimum(nodes.of_rank, _least_ratio(links, len(identities)), nodes.count).tolist()
+        for v in group_minimum(nodes.of_rank, links.least_ratio(len(identities)), nodes.count).tolist()
     ]
     return [
         {
