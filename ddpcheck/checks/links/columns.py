@@ -86,14 +86,14 @@ class LinkColumns:
 
     def round_figures(self) -> None:
         """Bandwidth to 4 decimals and latency to 1, as the report keeps them (the received ones too;
-        best_gbps as each row is made: only the report's rows show it)."""
-        self.gbps, self.latency_us = np.round(self.gbps, 4), np.round(self.latency_us, 1)
-        self.rounded = True
+        best_gbps as each row is made: only the report's rows show it). In place: the columns are
+        this object's own, and fresh copies of 8 million would cost their allocation again."""
+        np.round(self.gbps, 4, out=self.gbps)
+        np.round(self.latency_us, 1, out=self.latency_us)
         if self.received is not None:
-            received = self.received
-            self.received = Received(
-                received.dst, received.inter, np.round(received.gbps, 4), np.round(received.latency_us, 1)
-            )
+            np.round(self.received.gbps, 4, out=self.received.gbps)
+            np.round(self.received.latency_us, 1, out=self.received.latency_us)
+        self.rounded = True
 
     @classmethod
     def from_rank_data(cls, data: list[dict[str, Any]]) -> LinkColumns:
@@ -194,7 +194,9 @@ def _gbps(size: np.ndarray | float, seconds: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         gbps = np.divide(size, seconds)
         gbps /= 1e9  # in place: 8 million of them
-    gbps[~(seconds > 0)] = 0.0
+    measured = seconds > 0
+    if not measured.all():
+        gbps[~measured] = 0.0
     return gbps
 
 
