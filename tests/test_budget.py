@@ -1,4 +1,5 @@
-"""--budget: the sweep sized to the time left (pure), its bad input, its bounds, and one real run."""
+"""--budget: the sweep, the links' rounds and the devices' passes sized to the time left (pure), its bad
+input, its bounds, and real runs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddpcheck.checks.collective.budget import MIN_ITERS, Fit, budget_findings, fit_sweep
+from ddpcheck.checks.devices import budget as devices_budget
+from ddpcheck.checks.links import budget as links_budget
+from ddpcheck.checks.links.budget import StepCost, StepFit, fit_step
 from ddpcheck.errors import UsageError
 from ddpcheck.launcher.budget import MIN_LEFT_S, BudgetOptions, bounded_timeout, refuse_if_spent
 from ddpcheck.rank.budget import EXIT_S, TAIL_S, Budget
@@ -74,6 +78,115 @@ def test_the_fit_never_asks_more_than_given_and_fits_unless_nothing_can(
     assert 0 <= fit.warmup <= warmup and 1 <= fit.iters <= iters
     last_resort = fit.sizes == 1 and fit.warmup == 0 and fit.iters <= MIN_ITERS
     assert last_resort or projected(sizes, check_s, call_s, fit) <= left * (1 + 1e-9)
+
+
+# ---------------------------------------------------------------- links: the rounds, pure
+COST = StepCost(exchange_s=0.01, trip_s=0.001, fixed_s=0.002)
+
+
+def step_cost(steps: int, cost: StepCost, fit: StepFit, warmup: int) -> float:
+    """What fit_step's choice costs by its own model: this round (warmed up), then each later one whole."""
+    one = fit.iters * cost.exchange_s + fit.trips * cost.trip_s + cost.fixed_s
+    return one + (steps - 1) * (one + fit.warmup * cost.exchange_s)
+
+
+def test_links_rounds_that_fit_run_as_asked() -> None:
+    assert fit_step(4, COST, 3, 20, 20, 60.0) == StepFit(iters=20, trips=20, warmup=3, fits=True)
+
+
+def test_links_warm_up_and_iterations_are_cut_never_a_round() -> None:
+    # As asked: 4 rounds of (3 + 20) x 10 ms... = 0.978 s, over 0.5. Warm-up 1: a round with n
+    # iterations (and n round trips) costs 0.011 n + 0.002 s (+ 0.01 s of warm-up after the
+    # first): 10 iterations (0.478 s) fit, 11 (0.522 s) do not.
+    fit = fit_step(4, COST, 3, 20, 20, 0.5)
+    assert fit == StepFit(iters=10, trips=10, warmup=1, fits=True)
+    assert step_cost(4, COST, fit, 3) <= 0.5 < step_cost(4, COST, StepFit(11, 11, 1, True), 3)
+
+
+def test_links_when_one_exchange_a_round_does_not_fit_it_says_so() -> None:
+    # The rounds still run (every link measured once); the caller runs no further pass.
+    assert fit_step(4, COST, 3, 20, 20, 0.05) == StepFit(iters=1, trips=1, warmup=1, fits=False)
+    assert fit_step(4, COST, 0, 20, 20, -1.0) == StepFit(iters=1, trips=1, warmup=0, fits=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.integers(1, 500),
+    exchange_s=st.floats(1e-7, 1),
+    trip_s=st.floats(0, 1),
+    fixed_s=st.floats(0, 1),
+    warmup=st.integers(0, 50),
+    iters=st.integers(1, 100_000),
+    trips=st.integers(1, 100_000),
+    left=st.floats(-10, 1000),
+)
+def test_links_fit_never_asks_more_than_given_and_fits_unless_it_says_not(
+    steps: int,
+    exchange_s: float,
+    trip_s: float,
+    fixed_s: float,
+    warmup: int,
+    iters: int,
+    trips: int,
+    left: float,
+) -> None:
+    cost = StepCost(exchange_s, trip_s, fixed_s)
+    fit = fit_step(steps, cost, warmup, iters, trips, left)
+    assert 1 <= fit.iters <= iters and 1 <= fit.trips <= trips and 0 <= fit.warmup <= warmup
+    if fit.fits:
+        # Round trips in proportion to the iterations, rounded up.
+        one = fit.iters * exchange_s + fit.trips * trip_s + fixed_s
+        assert one + (steps - 1) * (one + fit.warmup * exchange_s) <= left * (1 + 1e-9) + 1e-12
+    else:
+        assert (fit.iters, fit.trips, fit.warmup) == (1, 1, min(warmup, 1))
+
+
+# ---------------------------------------------------------------- devices: the passes, pure
+def test_devices_iterations_are_cut_so_that_every_pass_fits() -> None:
+    # 5 passes x 2 turns x 2 figures = 20 figures in 10 s: 0.5 s each, 50 products of 10 ms.
+    assert devices_budget.fit_iters(0.01, 2, 2, 0.15, 200, 5, 10.0) == 50
+    assert devices_budget.fit_iters(0.01, 2, 2, 0.15, 12, 5, 10.0) == 12  # as asked: it fits
+    assert devices_budget.fit_iters(0.01, 2, 2, 0.15, 200, 5, 0.0) == 1  # at least one
+    # A CPU figure lasts at least its floor: 20 figures of 0.15 s do not fit in 2 s, however few
+    # the products; fewer would not shorten it, so as asked (the passes are cut after the first).
+    assert devices_budget.fit_iters(0.001, 2, 2, 0.15, 12, 5, 2.0) == 12
+
+
+def test_devices_passes_after_the_first_are_cut_to_fit() -> None:
+    assert devices_budget.fit_passes(2.0, 4, 9.0) == 4
+    assert devices_budget.fit_passes(2.0, 4, 5.0) == 2
+    assert devices_budget.fit_passes(2.0, 4, 1.0) == 0
+    assert devices_budget.fit_passes(2.0, 4, -3.0) == 0
+
+
+def test_links_and_devices_reports_say_what_was_cut() -> None:
+    account = {
+        "budget_s": 20.0,
+        "passes_asked": 3,
+        "passes_run": 2,
+        "iters_asked": 17,
+        "iters_least": 4,
+        "iters_most": 9,
+        "warmup_asked": 3,
+        "warmup_least": 1,
+    }
+    check, table = links_budget.budget_findings(account)
+    assert check.status == Status.PASS and check.name == "budget" and table.rows == [account]
+    assert check.detail == (
+        "budget 20 s: every link, 2 of 3 passes, 4-9 timed exchanges of 17 a link a pass, "
+        "warm-up 1 of 3 (cut to fit)"
+    )
+    whole = {**account, "passes_asked": 1, "passes_run": 1, "iters_least": 17, "iters_most": 17}
+    check, _ = links_budget.budget_findings({**whole, "warmup_least": 3})
+    assert check.detail == "budget 20 s: every link, 17 timed exchanges a link"
+    assert links_budget.budget_findings(None) is None
+    devices = {"budget_s": 15.0, "passes_asked": 5, "passes_run": 3, "iters_asked": 200, "iters_run": 40}
+    check, table = devices_budget.budget_findings(devices)
+    assert check.detail == "budget 15 s: 3 of 5 passes, 40 iters of 200 a figure (cut to fit)"
+    assert table.rows == [devices]
+    check, _ = devices_budget.budget_findings({**devices, "passes_run": 5, "iters_run": 200})
+    assert check.detail == "budget 15 s: 5 passes, 200 iters a figure"
+    assert devices_budget.budget_findings(None) is None
 
 
 # ---------------------------------------------------------------- what the report says
@@ -173,7 +286,7 @@ def test_budget_is_only_for_the_commands_that_size_their_work_by_it() -> None:
     from ddpcheck.commands import COMMANDS
 
     takers = {name for name, c in COMMANDS.items() if "budget" in {p.name for p in _declared(c)}}
-    assert takers == {"allreduce", "collectives"}
+    assert takers == {"allreduce", "collectives", "links", "devices"}
 
 
 def test_a_budgeted_sweep_passes_and_says_what_it_cut(ddpcheck, scratch) -> None:
@@ -190,4 +303,30 @@ def test_a_budgeted_sweep_passes_and_says_what_it_cut(ddpcheck, scratch) -> None
     assert row["iters_asked"] == 100_000 and 1 <= row["iters_least"] < 100_000
     assert 1 <= row["sizes_run"] == len(run.report["tables"]["bandwidth"]) <= 7
     assert f"{row['iters_least']}" in checks["budget"]["detail"]
+    assert_nothing_left(scratch, run)
+
+
+def test_budgeted_links_measure_every_link_and_say_what_they_cut(ddpcheck, scratch) -> None:
+    """100,000 exchanges a link take minutes: the budget cuts them (and the passes), never a round."""
+    run = ddpcheck("links", "--nproc", "2", "--budget", "30", "--size", "64K", "--iters", "100000")
+    assert run.code == 0, run.stdout + run.stderr
+    checks = {c["name"]: c for c in run.report["checks"]}
+    assert checks["link data"]["detail"] == "every byte of 2 transfers arrived intact"
+    assert checks["budget"]["status"] == "PASS" and "(cut to fit)" in checks["budget"]["detail"]
+    (row,) = run.report["tables"]["budget"]
+    assert row["iters_asked"] == 33_334 and 1 <= row["iters_least"] <= row["iters_most"] < 33_334
+    assert 1 <= row["passes_run"] <= row["passes_asked"] == 3
+    assert f"{row['iters_least']}" in checks["budget"]["detail"]
+    assert_nothing_left(scratch, run)
+
+
+def test_budgeted_devices_that_fit_run_as_asked_and_say_so(ddpcheck, scratch) -> None:
+    """The cutting is the pure tests'; here the real ranks agree, measure as asked and account for it."""
+    run = ddpcheck("devices", "--nproc", "2", "--budget", "90", "--size", "64", "--iters", "2")
+    assert run.code == 0, run.stdout + run.stderr
+    checks = {c["name"]: c for c in run.report["checks"]}
+    assert checks["budget"]["detail"] == "budget 90 s: 5 passes, 2 iters a figure"
+    assert run.report["tables"]["budget"] == [
+        {"budget_s": 90.0, "passes_asked": 5, "passes_run": 5, "iters_asked": 2, "iters_run": 2}
+    ]
     assert_nothing_left(scratch, run)

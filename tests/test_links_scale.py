@@ -22,11 +22,18 @@ import pytest
 
 from ddpcheck.checks.links import LinksOptions
 from ddpcheck.checks.links.check import judge
-from ddpcheck.checks.links.columns import group_medians
+from ddpcheck.checks.links.columns import (
+    LinkColumns,
+    group_medians,
+    group_minimum,
+    grouped_medians,
+    merge_groups,
+    smallest,
+)
 from ddpcheck.checks.links.outliers import Pair, find_slow
 from ddpcheck.checks.links.schedule import link_plan, nodes_of
 from ddpcheck.checks.links.tables import NODE_GRID_MAX, REPORTED_LINKS
-from ddpcheck.checks.peers import EXACT_UP_TO
+from ddpcheck.checks.peers import EXACT_UP_TO, median_of
 from ddpcheck.report.model import Report, Status
 from tests.support import outliers_oracle, scale_data
 from tests.test_links import idents, noisy, synthetic
@@ -205,15 +212,18 @@ def test_small_runs_judge_and_tabulate_as_the_per_link_judge_did() -> None:
 @pytest.mark.parametrize(
     "lengths",
     [
-        [1, 2, 3, 4, 0, 7],  # a few lengths: each group's row partitioned at its middle
-        list(range(1, 40)),  # many lengths: the rows sorted
-        [1] * 8 + [5000],  # one group far longer than the others: one sort of everything
+        [1, 2, 3, 4, 0, 7],  # a few lengths: the rows of each length partitioned at their middle
+        list(range(1, 40)),  # many lengths, odd and even
+        [1] * 8 + [5000],  # one group far longer than the others
+        [6] * 9,  # every group as long: one reshape, no copy
     ],
 )
-def test_group_medians_are_statistics_median(lengths: list[int]) -> None:
+@pytest.mark.parametrize("grouped", [False, True])  # as given, or already in group order (no sort)
+def test_group_medians_are_statistics_median(lengths: list[int], grouped: bool) -> None:
     rng = random.Random(len(lengths))
     groups = [g for g, n in enumerate(lengths) for _ in range(n)]
-    rng.shuffle(groups)
+    if not grouped:
+        rng.shuffle(groups)
     values = [rng.choice([0.1, 0.7, 1.0, 1.3, rng.random()]) for _ in groups]
     got = group_medians(np.array(groups), np.array(values), len(lengths) + 1).tolist()
     by_group = {
@@ -221,3 +231,73 @@ def test_group_medians_are_statistics_median(lengths: list[int]) -> None:
     }
     want = [statistics.median(by_group[g]) if by_group[g] else None for g in range(len(lengths) + 1)]
     assert [None if np.isnan(x) else x for x in got] == want
+
+
+def test_merged_groups_are_each_groups_values_of_every_part() -> None:
+    # A rank's links out and in, for one median: grouped parts, of one length or of several, or not grouped.
+    rng = random.Random(3)
+    for lengths in ([[2, 2, 2], [3, 3, 3]], [[1, 0, 4], [2, 5, 0]]):
+        parts, want = [], [[] for _ in range(3)]
+        for part_lengths in lengths:
+            groups = [g for g, n in enumerate(part_lengths) for _ in range(n)]
+            values = [rng.random() for _ in groups]
+            for g, v in zip(groups, values, strict=True):
+                want[g].append(v)
+            parts.append((np.array(groups, dtype=np.int64), np.array(values)))
+        shuffled = np.array(rng.sample(range(len(parts[1][0])), len(parts[1][0])), dtype=np.int64)
+        for case in (parts, [parts[0], (parts[1][0][shuffled], parts[1][1][shuffled])]):
+            values, counts = merge_groups(case, 3)
+            assert counts.tolist() == [len(w) for w in want]
+            starts = np.cumsum(counts) - counts
+            got = [sorted(values[a : a + n].tolist()) for a, n in zip(starts, counts, strict=True)]
+            assert got == [sorted(w) for w in want]
+            medians = grouped_medians(values.copy(), counts, scratch=True)
+            assert [None if np.isnan(m) else m for m in medians] == [
+                statistics.median(w) if w else None for w in want
+            ]
+
+
+def test_group_minimum_ignores_nan_grouped_or_not() -> None:
+    values = np.array([0.5, np.nan, 0.2, np.nan, 0.9, 0.7])
+    grouped = np.array([0, 0, 1, 2, 3, 3])
+    assert [None if np.isnan(v) else v for v in group_minimum(grouped, values, 5)] == [
+        0.5,
+        0.2,
+        None,
+        0.7,
+        None,
+    ]
+    order = np.array([4, 1, 3, 0, 5, 2])
+    scattered = group_minimum(grouped[order], values[order], 5)
+    assert [None if np.isnan(v) else v for v in scattered] == [0.5, 0.2, None, 0.7, None]
+
+
+def test_median_of_is_numpys_to_the_bit() -> None:
+    rng = random.Random(5)
+    for n in [*range(1, 12), 1000, 1001]:
+        values = np.array([rng.choice([0.1, 0.7, 1.0, rng.random(), 1e300]) for _ in range(n)])
+        assert median_of(values) == np.median(values) == statistics.median(values.tolist())
+        assert median_of(values.copy(), scratch=True) == np.median(values)
+    assert np.isnan(median_of(np.array([1.0, np.nan, 2.0])))
+
+
+def test_smallest_leaves_nan_out_and_breaks_ties_by_index() -> None:
+    keys = np.array([0.5, np.nan, 0.2, 0.5, np.nan, 0.1, 0.5])
+    assert smallest(keys, 4).tolist() == [5, 2, 0, 3]
+    assert smallest(keys, 10).tolist() == [5, 2, 0, 3, 6]
+    assert smallest(keys, 0).tolist() == []
+
+
+def test_links_sent_out_of_rank_order_are_judged_alike() -> None:
+    # measure() sends each rank's links in peer order, and rank 0 keeps them so for the links in;
+    # in any other order they are sorted for it: the same tables.
+    ids, healthy = _fleet(4, 2)
+    reversed_data = []
+    for rank_data in healthy:
+        links = {k: np.asarray(v)[::-1] for k, v in rank_data["links"].items()}
+        reversed_data.append({**rank_data, "links": links})
+    assert LinkColumns.from_rank_data(reversed_data).received is None
+    assert LinkColumns.from_rank_data(healthy).received is not None
+    assert (
+        judge(reversed_data, ids, OPTS).to_dict()["tables"] == judge(healthy, ids, OPTS).to_dict()["tables"]
+    )

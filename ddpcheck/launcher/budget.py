@@ -1,7 +1,8 @@
 """`--budget SECONDS`: the whole command, launch included, within a time box (a job prolog's).
 
 Declared once here, taken by the commands whose work can be sized by time (Command.budgeted:
-`allreduce` and `collectives`, whose sweeps shrink to fit). The clock starts with the
+`allreduce` and `collectives`, whose sweeps shrink to fit; `links` and `devices`, whose
+iterations and passes do). The clock starts with the
 `ddpcheck` process itself; what is left when the ranks are about to start bounds
 `--timeout`, and the end crosses to the ranks in the RunSpec (rank/budget.py), or, under
 torchrun, srun and mpirun, each rank's command line starts its own clock.
@@ -34,8 +35,8 @@ class BudgetOptions:
 
     budget: float | None = option(
         None,
-        help="End within SECONDS, launch included (a job prolog's time box): the sweep's sizes and "
-        "iterations are cut to fit, never its data check; --timeout is bounded by what is left.",
+        help="End within SECONDS, launch included (a job prolog's time box): iterations, then sizes "
+        "or passes are cut to fit, never a data check; --timeout is bounded by what is left.",
         panel=FLEET,
         metavar="SECONDS",
     )

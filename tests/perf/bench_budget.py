@@ -1,8 +1,9 @@
 """--budget: the wall time of each budgeted command against its budget (not collected by pytest).
 
-    python tests/perf/bench_budget.py [--reps 3] [--nproc 2] [--budgets 15,30]
+    python tests/perf/bench_budget.py [--reps 3] [--nproc 2] [--budgets 15,30] [--only links,devices]
 
-Each command runs with far more work than any budget holds (100,000 iterations a size), so
+Each command runs with far more work than any budget holds (100,000 iterations a size, a link
+or a pass), so
 that the budget, not the work, sets its end: the wall time from before the process starts to
 after it ends, the exit code, and what the report says was cut. The figures quoted in
 docs/fleet.md come from here. Exits 1 when a run ended after its budget.
@@ -23,6 +24,8 @@ from pathlib import Path
 WORK = {
     "allreduce": ["--sizes", "1K:1M", "--iters", "100000"],
     "collectives": ["--ops", "all_reduce,all_gather,broadcast", "--sizes", "1K:256K", "--iters", "100000"],
+    "links": ["--size", "64K", "--iters", "100000"],
+    "devices": ["--iters", "100000"],
 }
 
 
@@ -51,6 +54,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--budgets", default="15,30")
+    parser.add_argument("--only", help="comma-separated commands (default: all)")
     args = parser.parse_args()
     budgets = [float(b) for b in args.budgets.split(",")]
     load = os.getloadavg()[0]
@@ -58,7 +62,7 @@ def main() -> int:
     header = f"{'command':<12} {'budget':>7} {'wall (median, max)':>20}  exit codes"
     print(f"{header}   what the report said (last run)")
     late = False
-    for command in WORK:
+    for command in args.only.split(",") if args.only else WORK:
         for budget in budgets:
             walls, codes, said = [], [], ""
             for _ in range(args.reps):

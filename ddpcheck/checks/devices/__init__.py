@@ -76,7 +76,7 @@ COMMAND = Command(
     epilog=(
         "Examples: ddpcheck devices --gpus 8 | ddpcheck devices --nproc 4 "
         "| ddpcheck devices --gpus 8 --size 16384 --json devices.json "
-        "| ddpcheck devices --nproc 3 --inject slowgpu@1"
+        "| ddpcheck devices --nproc 3 --inject slowgpu@1 | ddpcheck devices --gpus 8 --budget 15 (a prolog)"
     ),
     options=DevicesOptions,
     implementation="ddpcheck.checks.devices.check",
@@ -85,4 +85,5 @@ COMMAND = Command(
     html_charts=("devices",),
     family="devices",
     figures="ddpcheck.checks.devices.figures:device_figures",
+    budgeted=True,
 )

@@ -12,7 +12,9 @@ the rank's topology follow. judge() on rank 0 compares plain numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import math
 import platform
 import time
 from collections import Counter
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.devices import DevicesOptions, health, topology
 from ddpcheck.checks.devices import expected as expectations
+from ddpcheck.checks.devices.budget import budget_findings, fit_iters, fit_passes
 from ddpcheck.checks.peers import EXACT_UP_TO, reference_of
 from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table, counted
@@ -53,10 +56,26 @@ def measure(ctx: RankContext, opts: DevicesOptions) -> dict[str, Any]:
     ctx.stage("measure: the same seeded products on every rank")
     # Made once: at 8192 x 8192 the seeded CPU generator takes about a second per matrix.
     operands = {dtype: _matrices(opts.size, dtype, ctx.device) for dtype in DTYPES[kind]}
+    began = time.perf_counter()
     checksums = {dtype: product_checksum(ctx, *operands[dtype], dtype) for dtype in DTYPES[kind]}
+    # One product per dtype and its digest: what a timed call costs, at most (--budget's yardstick).
+    call_s = (time.perf_counter() - began) / len(DTYPES[kind])
     passes: list[dict[str, Any]] = []
+    passes_asked, iters_asked = opts.passes, opts.iters
+    iters = iters_asked
+    turns = 1 if kind == "cuda" else ctx.world_size
+    if ctx.budget:
+        slowest, least_left = ctx.agree_max(
+            [math.ceil(call_s * 1e6), -math.floor(ctx.budget.measure_left() * 1e3)]
+        )
+        figures = len(DTYPES[kind]) + len(COPIES[kind])
+        floor_s = 0.0 if kind == "cuda" else CPU_PASS_S
+        iters = fit_iters(slowest / 1e6, figures, turns, floor_s, iters, passes_asked, -least_left / 1e3)
+        opts = dataclasses.replace(opts, iters=iters)
     ctx.stage("measure: compute and copy rates")
-    for number in range(opts.passes):
+    number, planned = 0, passes_asked
+    while number < planned:
+        began = time.perf_counter()
         if kind == "cuda":
             ctx.barrier()
             passes.append(measure_pass(ctx, opts, operands))
@@ -65,14 +84,29 @@ def measure(ctx: RankContext, opts: DevicesOptions) -> dict[str, Any]:
                 ctx.barrier()
                 if turn == ctx.rank:
                     passes.append(measure_pass(ctx, opts, operands))
-        ctx.progress(number + 1, opts.passes, "devices: passes")
+        number += 1
+        ctx.progress(number, planned, "devices: passes")
+        if ctx.budget and number < planned:
+            # Every rank must stop after the same pass: the slowest pass, the least time left.
+            pass_us, least_left = ctx.agree_max(
+                [math.ceil((time.perf_counter() - began) * 1e6), -math.floor(ctx.budget.measure_left() * 1e3)]
+            )
+            planned = number + fit_passes(pass_us / 1e6, planned - number, -least_left / 1e3)
     ctx.barrier()
+    account = ctx.budget and {
+        "budget_s": ctx.budget.seconds,
+        "passes_asked": passes_asked,
+        "passes_run": number,
+        "iters_asked": iters_asked,
+        "iters_run": iters,
+    }
     return {
         "model": device_model(ctx.device),
         "checksums": checksums,
         "passes": passes,
         "health": health.read(ctx.device) if kind == "cuda" else None,
         "topology": topology.read(ctx.device) if kind == "cuda" else None,
+        **({"budget": account} if account else {}),
     }
 
 
@@ -227,6 +261,10 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: De
         row["status"] = "FAIL" if row["rank"] in blamed else "PASS"
     report.tables.insert(0, devices_table(rows, kind, opts))
     report.tables.append(rank_map_table(identities))
+    budget = budget_findings(data[0].get("budget"))
+    if budget:
+        report.checks.append(budget[0])
+        report.tables.append(budget[1])
     return report
 
 

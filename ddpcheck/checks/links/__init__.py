@@ -85,7 +85,7 @@ COMMAND = Command(
     epilog=(
         "Examples: ddpcheck links --gpus 8 | ddpcheck links --nproc 4 --size 4M "
         "| ddpcheck links --nnodes 16 --rdzv-endpoint node01:29400 --gpus 8 --json links.json "
-        "| ddpcheck links --nproc 4 --inject slowlink@2"
+        "| ddpcheck links --nproc 4 --inject slowlink@2 | ddpcheck links --gpus 8 --budget 20 (a prolog)"
     ),
     options=LinksOptions,
     implementation="ddpcheck.checks.links.check",
@@ -94,4 +94,5 @@ COMMAND = Command(
     html_charts=("links",),
     family="links",
     figures="ddpcheck.checks.links.figures:link_figures",
+    budgeted=True,
 )

@@ -10,6 +10,7 @@ its peers (outliers.py): intra-node links with intra-node links, inter-node with
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ddpcheck.checks.links import LinksOptions
+from ddpcheck.checks.links.budget import StepCost, budget_findings, fit_step
 from ddpcheck.checks.links.columns import FAIL, PASS, STATUSES, LinkColumns, rank_columns
 from ddpcheck.checks.links.outliers import Findings, SlowLink, SlowRank, find_slow_links
 from ddpcheck.checks.links.schedule import INTER, INTRA, Round, link_plan, nodes_of
@@ -68,7 +70,11 @@ def measure(ctx: RankContext, opts: LinksOptions) -> dict[str, Any]:
 
 
 def measure_plan(ctx: RankContext, rounds: list[Round], opts: LinksOptions, passes: int) -> dict[str, Any]:
-    """This rank's links, measured round by round (`passes` times over), as judge() reads them."""
+    """This rank's links, measured round by round (`passes` times over), as judge() reads them.
+
+    With --budget the later rounds' warm-up, each round's iterations and round trips, and the
+    passes after the first are cut to fit (budget.py); every round runs: every link is measured.
+    """
     import torch
 
     assert opts.size is not None and opts.iters is not None and opts.warmup is not None
@@ -77,9 +83,20 @@ def measure_plan(ctx: RankContext, rounds: list[Round], opts: LinksOptions, pass
     ping = torch.zeros(LATENCY_BYTES // 4, dtype=torch.float32, device=ctx.device)
     iters = -(-opts.iters // passes)  # per pass, rounded up: at least --iters in all
     trips = -(-max(opts.iters, LATENCY_TRIPS) // passes)
+    # With a budget the warm-up's last exchange is what each round is projected from: at least one.
+    warmup = max(opts.warmup, 1) if ctx.budget else opts.warmup
+    if ctx.budget:
+        # Round trips beyond LATENCY_TRIPS a link only sharpen the least of them, and a round trip
+        # on a busy host costs a wake-up or two, far more than a hot exchange foretells (measured
+        # here at load 11: a first round planned 1,451 of them from its warm-up and ran late).
+        trips = min(trips, -(-LATENCY_TRIPS // passes))
+    pacer = _Pacer(ctx, warmup, iters, trips) if ctx.budget else None
     samples: dict[int, dict[str, Any]] = {}
     steps = passes * len(rounds)
-    for step in range(steps):
+    step = 0
+    while step < steps:
+        if pacer and step and step % len(rounds) == 0 and not pacer.next_pass_fits:
+            break  # another pass does not fit: every link has been measured at least once
         rnd = rounds[step % len(rounds)]
         label = f"round {step % len(rounds) + 1}/{len(rounds)}: {rnd.kind}-node links"
         if passes > 1:
@@ -87,13 +104,20 @@ def measure_plan(ctx: RankContext, rounds: list[Round], opts: LinksOptions, pass
         ctx.stage(f"measure: links {label}")
         ctx.progress(step, steps, label)  # after the stage, which clears the previous progress
         peer = rnd.partner(ctx.rank)
+        began = time.perf_counter()
         # Three phases, each begun together by every rank, so that the pairs of a round
         # run at the same time and one pair's warm-up never overlaps another's timing.
         ctx.barrier()
-        hint = _warm_up(ctx, peer, send, recv, opts.warmup) if peer is not None else 0.0
+        warm = pacer.warmup if pacer else warmup
+        hint = _warm_up(ctx, peer, send, recv, warm) if peer is not None else 0.0
+        left = (steps - step, len(rounds) - step % len(rounds), len(rounds))
+        step_iters, step_trips = pacer.fit(*left, hint) if pacer else (iters, trips)
         ctx.barrier()
-        timed = _time_exchange(ctx, peer, send, recv, iters, hint) if peer is not None else None
+        timing = time.perf_counter()
+        timed = _time_exchange(ctx, peer, send, recv, step_iters, hint) if peer is not None else None
+        exchanges_s = time.perf_counter() - timing
         ctx.barrier()
+        tripping = time.perf_counter()
         if peer is not None and timed is not None:
             link = samples.setdefault(
                 peer, {"kind": rnd.kind, "recv": [], "passes": [], "exchange": [], "trips": [], "wrong": 0}
@@ -101,8 +125,12 @@ def measure_plan(ctx: RankContext, rounds: list[Round], opts: LinksOptions, pass
             link["recv"] += timed[0]
             link["passes"].append(statistics.median(timed[0]))
             link["exchange"] += timed[1]
-            link["trips"].append(_time_round_trip(ctx, peer, ping, trips))
+            link["trips"].append(_time_round_trip(ctx, peer, ping, step_trips))
             link["wrong"] += int((recv != peer % 251).sum().item())
+        if pacer:
+            done = time.perf_counter()
+            pacer.spent(done - began, warm * hint, exchanges_s, done - tripping, step_iters, step_trips)
+        step += 1
     ctx.barrier()
     ctx.progress(steps, steps, "done")
     links = [
@@ -116,9 +144,89 @@ def measure_plan(ctx: RankContext, rounds: list[Round], opts: LinksOptions, pass
         }
         for peer, link in sorted(samples.items())
     ]
+    passes_run = -(-step // len(rounds)) if rounds else passes
     # Columns, not a dict per link: at a thousand nodes each rank has a thousand links, and rank 0
     # receives 8 million of them.
-    return {"size_bytes": opts.size, "rounds": len(rounds), "passes": passes, "links": rank_columns(links)}
+    return {
+        "size_bytes": opts.size,
+        "rounds": len(rounds),
+        "passes": passes_run,
+        "links": rank_columns(links),
+        **({"budget": pacer.account(passes, passes_run, opts.warmup)} if pacer else {}),
+    }
+
+
+# The share of the time left that the rounds left are planned to fill, each round: on a busy host
+# a round costs more than the one before it, and the gather after the last waits for a core too
+# (measured here at load 11, 2 ranks, --budget 30: planned to fill all of it, or 0.8 of it, the
+# last round ended about a second late and the launcher ended the run with rank 0 gathering).
+BUDGET_SPENT = 0.6
+
+
+class _Pacer:
+    """--budget in measure_plan: what each round may spend, from what the rounds before it cost.
+
+    Every rank must run the same iterations (a pair's two ranks exchange in lockstep) and stop
+    after the same pass: the costs and the time left are agreed (one all_reduce a round, the
+    slowest rank's costs, the least time left), then the same pure function runs everywhere.
+    """
+
+    def __init__(self, ctx: RankContext, warmup: int, iters: int, trips: int) -> None:
+        self.ctx, self.asked = ctx, (warmup, iters, trips)
+        self.warmup, self.next_pass_fits = warmup, True
+        # Until a round has run: a round trip as dear as an exchange, nothing else (cautious).
+        self.trip_s: float | None = None
+        self.exchange_s = self.fixed_s = 0.0
+        self.iters_run: list[int] = []
+        self.warmups_run: list[int] = []
+
+    def fit(self, steps_left: int, pass_left: int, rounds: int, exchange_s: float) -> tuple[int, int]:
+        """This round's timed exchanges and round trips; the next rounds' warm-up; whether one
+        more pass fits. `steps_left`, `pass_left`: the rounds left in all, in this pass (this one
+        included); `exchange_s`: this round's last warm-up exchange."""
+        assert self.ctx.budget is not None
+        # The dearer of this round's warm-up and the last round's timed exchanges: rounds alternate
+        # between links inside a node and links between nodes.
+        exchange_s = max(exchange_s, self.exchange_s)
+        trip_s = exchange_s if self.trip_s is None else self.trip_s
+        agreed = self.ctx.agree_max(
+            [
+                math.ceil(exchange_s * 1e6),
+                math.ceil(trip_s * 1e6),
+                math.ceil(self.fixed_s * 1e6),
+                -math.floor(self.ctx.budget.measure_left() * 1e3),
+            ]
+        )
+        cost = StepCost(agreed[0] / 1e6, agreed[1] / 1e6, agreed[2] / 1e6)
+        warmup, iters, trips = self.asked
+        left = -agreed[3] / 1e3 * BUDGET_SPENT
+        fit = fit_step(steps_left, cost, warmup, iters, trips, left)
+        self.warmups_run.append(self.warmup)
+        self.warmup = fit.warmup
+        self.next_pass_fits = fit_step(pass_left + rounds, cost, warmup, iters, trips, left).fits
+        self.iters_run.append(fit.iters)
+        return fit.iters, fit.trips
+
+    def spent(
+        self, step_s: float, warm_s: float, timed_s: float, trips_s: float, iters: int, trips: int
+    ) -> None:
+        """What the round just run cost this rank: per exchange, per round trip, and the rest."""
+        self.exchange_s = timed_s / iters
+        self.trip_s = trips_s / (trips + 1)  # the first round trip is a warm-up
+        self.fixed_s = max(0.0, step_s - warm_s - timed_s - trips_s)
+
+    def account(self, passes_asked: int, passes_run: int, warmup_asked: int) -> dict[str, Any]:
+        assert self.ctx.budget is not None
+        return {
+            "budget_s": self.ctx.budget.seconds,
+            "passes_asked": passes_asked,
+            "passes_run": passes_run,
+            "iters_asked": self.asked[1],
+            "iters_least": min(self.iters_run, default=self.asked[1]),
+            "iters_most": max(self.iters_run, default=self.asked[1]),
+            "warmup_asked": warmup_asked,
+            "warmup_least": min(self.warmups_run, default=warmup_asked),
+        }
 
 
 def _ops(peer: int, send: Any, recv: Any) -> list[Any]:
@@ -218,16 +326,14 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Li
     links = LinkColumns.from_rank_data(data)
     kinds = {k: links.inter == (k == INTER) for k in (INTRA, INTER)}
     kinds = {k: mask for k, mask in kinds.items() if mask.any()}
-    # A single link is named only when even its fastest pass was slow: a burst of load that
-    # starved one pair for a moment does not last through three passes; a slow cable does.
-    bandwidth = {
-        k: find_slow_links(links.src[m], links.dst[m], links.gbps[m], opts.threshold, links.best_gbps[m])
-        for k, m in kinds.items()
-    }
     speed = 1 / np.maximum(links.latency_us, 1e-3)
-    latency = {
-        k: find_slow_links(links.src[m], links.dst[m], speed[m], opts.threshold) for k, m in kinds.items()
-    }
+    bandwidth, latency = {}, {}
+    for kind, mask in kinds.items():
+        src, dst = links.src[mask], links.dst[mask]
+        # A single link is named only when even its fastest pass was slow: a burst of load that
+        # starved one pair for a moment does not last through three passes; a slow cable does.
+        bandwidth[kind] = find_slow_links(src, dst, links.gbps[mask], opts.threshold, links.best_gbps[mask])
+        latency[kind] = find_slow_links(src, dst, speed[mask], opts.threshold)
     counts = {k: int(m.sum()) for k, m in kinds.items()}
     report = Report(command="links")
     report.checks.append(judge_rank_map(identities))
@@ -251,6 +357,10 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Li
         f" x {data[0]['passes']} passes" if data[0].get("passes", 1) > 1 else ""
     )
     report.tables += link_tables(links, identities, size, rounds, culprits)
+    budget = budget_findings(data[0].get("budget"))
+    if budget:
+        report.checks.append(budget[0])
+        report.tables.append(budget[1])
     return report
 
 
@@ -263,23 +373,23 @@ def _annotate(
     world: int,
 ) -> None:
     """Each link's ratio to its kind's reference median, and the verdict of the findings that name it."""
-    links.ratio = np.full(len(links), np.nan)
+    references = {INTRA: np.nan, INTER: np.nan}
     for kind, found in bandwidth.items():
-        mask = kinds[kind]
         # With one pair only there is no reference: compare with the median of everything measured.
-        reference = found.reference.median if found.reference else float(np.median(links.gbps[mask]))
-        if reference > 0:
-            links.ratio[mask] = np.round(links.gbps[mask] / reference, 3)
+        reference = found.reference.median if found.reference else float(np.median(links.gbps[kinds[kind]]))
+        references[kind] = reference if reference > 0 else np.nan
+    # Each link against its kind's reference, every link at once (NaN where there is none).
+    reference_of_link = np.where(links.inter, references[INTER], references[INTRA])
+    links.ratio = np.round(links.gbps / reference_of_link, 3)
     links.status = np.full(len(links), PASS, dtype=np.int8)
     slow_latency = sorted(set().union(*(_blamed(f) for f in latency.values())))
     if slow_latency:  # then the latency check failed (or warns, on CPU ranks)
         links.status[links.index_of(slow_latency, world)] = STATUSES.index(latency_status.value)
     slow_bandwidth = sorted(set().union(*(_blamed(f) for f in bandwidth.values())))
-    links.status[links.index_of(slow_bandwidth, world)] = FAIL
+    if slow_bandwidth:
+        links.status[links.index_of(slow_bandwidth, world)] = FAIL
     links.status[links.wrong != 0] = FAIL
-    links.gbps = np.round(links.gbps, 4)
-    links.best_gbps = np.round(links.best_gbps, 4)
-    links.latency_us = np.round(links.latency_us, 1)
+    links.round_figures()
 
 
 def _blamed(found: Findings) -> set[tuple[int, int]]:

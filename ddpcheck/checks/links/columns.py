@@ -36,6 +36,16 @@ def rank_columns(links: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
     }
 
 
+@dataclass(frozen=True)
+class Received:
+    """Links in (dst, src) order: each rank's links in, one slice each (rank 0 gets them so)."""
+
+    dst: np.ndarray
+    inter: np.ndarray
+    gbps: np.ndarray
+    latency_us: np.ndarray
+
+
 @dataclass
 class LinkColumns:
     """Every directed link, sorted by (src, dst); ratio NaN where none; status codes of STATUSES."""
@@ -49,9 +59,41 @@ class LinkColumns:
     wrong: np.ndarray
     ratio: np.ndarray = field(default_factory=lambda: np.empty(0))
     status: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int8))
+    # The same links in (dst, src) order, as the ranks sent them; made from the above when needed.
+    received: Received | None = field(default=None, repr=False)
+    rounded: bool = False  # round_figures() done
+    least: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)  # (ratio, least_ratio)
 
     def __len__(self) -> int:
         return len(self.src)
+
+    def incoming(self) -> Received:
+        """Each rank's links in, one slice each: (dst, src) order."""
+        if self.received is None:
+            order = stable_order(self.dst, int(self.dst.max(initial=-1)) + 1)
+            self.received = Received(
+                self.dst[order], self.inter[order], self.gbps[order], self.latency_us[order]
+            )
+        return self.received
+
+    def least_ratio(self, world: int) -> np.ndarray:
+        """Each rank's slowest link's ratio, out or in (NaN where none): the per-rank and per-host
+        tables both need it, computed once for the ratios they see."""
+        if self.least is None or self.least[0] is not self.ratio:
+            out = group_minimum(self.src, self.ratio, world)
+            self.least = (self.ratio, np.fmin(out, group_minimum(self.dst, self.ratio, world)))
+        return self.least[1]
+
+    def round_figures(self) -> None:
+        """Bandwidth to 4 decimals and latency to 1, as the report keeps them (the received ones too;
+        best_gbps as each row is made: only the report's rows show it). In place: the columns are
+        this object's own, and fresh copies of 8 million would cost their allocation again."""
+        np.round(self.gbps, 4, out=self.gbps)
+        np.round(self.latency_us, 1, out=self.latency_us)
+        if self.received is not None:
+            np.round(self.received.gbps, 4, out=self.received.gbps)
+            np.round(self.received.latency_us, 1, out=self.received.latency_us)
+        self.rounded = True
 
     @classmethod
     def from_rank_data(cls, data: list[dict[str, Any]]) -> LinkColumns:
@@ -68,18 +110,29 @@ class LinkColumns:
                 [np.asarray(c[name], dtype=dtype) for _, _, c in parts] or [np.empty(0, dtype)]
             )
 
-        size = np.repeat(np.array([s for _, s, _ in parts], dtype=np.float64), count)
+        sizes = {s for _, s, _ in parts}
+        # One size (every run): a scalar, not a column of 8 million copies of it.
+        size = (
+            float(sizes.pop())
+            if len(sizes) == 1
+            else np.repeat(np.array([s for _, s, _ in parts], dtype=np.float64), count)
+        )
         src, dst = joined("peer", np.int64), np.repeat(np.arange(len(data), dtype=np.int64), count)
         order = stable_order(src, len(data))  # each rank's links come in rank order: (src, dst) order
         recv, best = joined("recv_s", np.float64), joined("best_pass_recv_s", np.float64)
+        inter, gbps, wrong = joined("inter", bool), _gbps(size, recv), joined("wrong", np.int64)
+        latency_us = joined("latency_s", np.float64) * 1e6
+        # As the ranks sent them, the links are in (dst, src) order: what each rank's links in need.
+        received = Received(dst, inter, gbps, latency_us) if _in_rank_order(dst, src) else None
         return cls(
-            src=src[order],
+            src=_sorted(src, len(data)),
             dst=dst[order],
-            inter=joined("inter", bool)[order],
-            gbps=_gbps(size, recv)[order],
+            inter=inter[order],
+            gbps=gbps[order],
             best_gbps=_gbps(size, best)[order],
-            latency_us=joined("latency_s", np.float64)[order] * 1e6,
-            wrong=joined("wrong", np.int64)[order],
+            latency_us=latency_us[order],
+            wrong=wrong[order] if wrong.any() else np.zeros(len(wrong), dtype=np.int64),
+            received=received,
         )
 
     @classmethod
@@ -112,7 +165,7 @@ class LinkColumns:
             "dst_host": identities[dst]["host"],
             "kind": self.kind(i),
             "gbps": float(self.gbps[i]),
-            "best_gbps": float(self.best_gbps[i]),
+            "best_gbps": float(np.round(self.best_gbps[i], 4) if self.rounded else self.best_gbps[i]),
             "latency_us": float(self.latency_us[i]),
             "wrong": int(self.wrong[i]),
             "ratio": None if np.isnan(ratio) else ratio,
@@ -126,56 +179,122 @@ class LinkColumns:
         return np.searchsorted(keys, wanted)
 
 
-def _gbps(size: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+def _sorted(keys: np.ndarray, size: int) -> np.ndarray:
+    """np.sort(keys) for keys from 0: each key as many times as it occurs (a count, not a sort)."""
+    counts = np.bincount(keys, minlength=size)
+    return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+
+
+def _in_rank_order(dst: np.ndarray, src: np.ndarray) -> bool:
+    """Whether each rank's links came in increasing peer order (measure() sends them so)."""
+    return bool(np.all((src[1:] > src[:-1]) | (dst[1:] != dst[:-1])))
+
+
+def _gbps(size: np.ndarray | float, seconds: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(seconds > 0, size / seconds / 1e9, 0.0)
+        gbps = np.divide(size, seconds)
+        gbps /= 1e9  # in place: 8 million of them
+    measured = seconds > 0
+    if not measured.all():
+        gbps[~measured] = 0.0
+    return gbps
 
 
 def smallest(keys: np.ndarray, count: int) -> np.ndarray:
     """Indices of the `count` smallest keys (NaN never), smallest first, ties in index order."""
-    candidates = np.flatnonzero(~np.isnan(keys))
-    if len(candidates) > count > 0:
-        kth = np.partition(keys[candidates], count - 1)[count - 1]
-        candidates = candidates[keys[candidates] <= kth]
+    if count <= 0:
+        return np.empty(0, dtype=np.int64)
+    measured = ~np.isnan(keys)
+    if np.count_nonzero(measured) > count:
+        # Only the keys up to the count-th smallest need sorting: a partition finds it (NaN last).
+        kth = np.partition(keys, count - 1)[count - 1]
+        candidates = np.flatnonzero(keys <= kth)
+    else:
+        candidates = np.flatnonzero(measured)
     return candidates[np.argsort(keys[candidates], kind="stable")][:count]
 
 
-def group_medians(groups: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+def group_medians(groups: np.ndarray, values: np.ndarray, size: int, scratch: bool = False) -> np.ndarray:
     """statistics.median of the values of each group 0..size-1 (NaN where none): the same middle values.
 
-    Grouped by a stable radix sort, then each group's values put in a row of their own (a
-    group's links are a rank's or a node's: rows of similar length, padded with infinity) and
-    the rows partitioned at their middle positions, where one sort of 8 million values by
-    (group, value) would take several times as long; a global sort when one group is much
-    longer than the others.
+    Values already grouped (groups in increasing order: a rank's links out in (src, dst) order)
+    are taken as they are; others are grouped first by a stable radix sort. `scratch`: the
+    values are the caller's copy, free to reorder (a copy of millions saved).
     """
-    out = np.full(size, np.nan)
-    if len(values) == 0:
-        return out
     counts = np.bincount(groups, minlength=size)
+    if not is_sorted(groups):
+        values, scratch = values[stable_order(groups, size)], True
+    return grouped_medians(values, counts, scratch)
+
+
+def grouped_medians(values: np.ndarray, counts: np.ndarray, scratch: bool = False) -> np.ndarray:
+    """The median of each run of values: counts[0] values of group 0, then counts[1] of group 1...
+
+    Groups of one length are rows of a matrix (a reshape when they all are: a fleet's ranks
+    mostly have as many links each), each row partitioned at its middle: linear in the
+    values, where one sort of 8 million values would take several times as long. Rows of
+    odd length take the middle value; of even length the two middle ones' sum halved, the
+    lower one the largest before the middle (a partition at two positions costs ten times one).
+    """
+    out = np.full(len(counts), np.nan)
     starts = np.cumsum(counts) - counts
     present = np.flatnonzero(counts)
-    count = counts[present]
-    low, high = (count - 1) // 2, count // 2
-    width = int(counts.max())
-    order = stable_order(groups, size)
-    if size * width <= 4 * len(values) + 4096:
-        grouped = groups[order]
-        rows = np.full((size, width), np.inf)
-        rows[grouped, np.arange(len(order)) - starts[grouped]] = values[order]
-        # Only the middle positions need their sorted values: a partition at those (few: groups
-        # of a fleet are mostly of one or two lengths) puts them in place, in linear time.
-        middles = np.unique(np.concatenate([low, high]))
-        if len(middles) <= 8:
-            rows.partition(middles, axis=1)
+    lengths = np.unique(counts[present])
+    for length in lengths.tolist():
+        members = present[counts[present] == length]
+        if len(members) * length == len(values):
+            rows = values.reshape(len(members), length)  # every group this long: no copy
+            out[members] = _row_medians(rows, scratch)
         else:
-            rows.sort(axis=1)
-        out[present] = (rows[present, low] + rows[present, high]) / 2
-        return out
-    by_value = np.argsort(values)
-    ordered = by_value[stable_order(groups[by_value], size)]
-    out[present] = (values[ordered[starts[present] + low]] + values[ordered[starts[present] + high]]) / 2
+            out[members] = _row_medians(values[starts[members][:, None] + np.arange(length)], True)
     return out
+
+
+def _row_medians(rows: np.ndarray, scratch: bool) -> np.ndarray:
+    middle = rows.shape[1] // 2
+    if scratch:
+        rows.partition(middle, axis=1)
+        ordered = rows
+    else:
+        ordered = np.partition(rows, middle, axis=1)
+    high = ordered[:, middle]
+    if rows.shape[1] % 2:
+        return high
+    return (ordered[:, :middle].max(axis=1) + high) / 2
+
+
+def merge_groups(parts: list[tuple[np.ndarray, np.ndarray]], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Several (groups, values) as one, grouped: (values, counts).
+
+    A rank's links out and its links in, for one median of both: parts already grouped (groups
+    increasing) merge in linear time, where a stable sort of the 16 million (group, value) pairs
+    of a thousand nodes takes seconds.
+    """
+    parts = [_grouped(groups, values, size) for groups, values in parts]
+    counts = [np.bincount(groups, minlength=size) for groups, _ in parts]
+    total = np.sum(counts, axis=0)
+    if size and all(count.min() == count.max() for count in counts):
+        # As many of each part in every group (a fleet's ranks): side by side, row by row.
+        rows = [values.reshape(size, -1) for _, values in parts]
+        return np.concatenate(rows, axis=1).ravel(), total
+    merged = np.empty(int(total.sum()), dtype=np.result_type(*(values for _, values in parts)))
+    offset = np.cumsum(total) - total  # where each group's values from the next part go
+    for (groups, values), count in zip(parts, counts, strict=True):
+        within = np.arange(len(groups)) - (np.cumsum(count) - count)[groups]
+        merged[offset[groups] + within] = values
+        offset += count
+    return merged, total
+
+
+def _grouped(groups: np.ndarray, values: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    if is_sorted(groups):
+        return groups, values
+    order = stable_order(groups, size)
+    return groups[order], values[order]
+
+
+def is_sorted(keys: np.ndarray) -> bool:
+    return bool(np.all(keys[1:] >= keys[:-1]))
 
 
 def stable_order(keys: np.ndarray, size: int) -> np.ndarray:
@@ -186,6 +305,16 @@ def stable_order(keys: np.ndarray, size: int) -> np.ndarray:
 def group_minimum(groups: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     """The least value of each group (NaN where none, NaN values ignored)."""
     out = np.full(size, np.inf)
-    np.minimum.at(out, groups, np.where(np.isnan(values), np.inf, values))
+    if is_sorted(groups):  # each group one slice: a reduction per slice, no scattered updates
+        counts = np.bincount(groups, minlength=size)
+        present = np.flatnonzero(counts)
+        if len(present):
+            out[present] = np.fmin.reduceat(values, (np.cumsum(counts) - counts)[present])
+    elif len(groups):
+        runs = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+        if len(runs) * 4 < len(groups):
+            # Runs of one group (a rank's links to one block of nodes): each run's least first.
+            groups, values = groups[runs], np.fmin.reduceat(values, runs)
+        np.minimum.at(out, groups, np.where(np.isnan(values), np.inf, values))
     out[np.isinf(out)] = np.nan
     return out

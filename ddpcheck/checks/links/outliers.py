@@ -87,11 +87,10 @@ def find_slow_links(
         suspects += found
         named[[s.rank for s in found]] = True
     alive = links.alive(named)
-    clean = value[alive]
     # Beyond EXACT_UP_TO ranks the last look for slow ranks left out the same ranks: its reference.
-    reference = shared if shared is not None else reference_of(clean, threshold)
+    reference = shared if shared is not None else reference_of(value[alive], threshold)
     slow_links = []
-    if reference is not None and clean.size >= 3:  # two links (one pair) compare with nothing
+    if reference is not None and np.count_nonzero(alive) >= 3:  # two links (one pair) compare with nothing
         slow = alive & _is_slow(value, reference, threshold)
         if best is not None:
             slow &= _is_slow(best, reference, threshold)
@@ -116,11 +115,21 @@ class _Links:
         self.ranks = np.flatnonzero(
             np.bincount(src, minlength=self.size) + np.bincount(dst, minlength=self.size)
         )
-        self.by_dst = stable_order(dst, self.size)  # within a rank, in (src, dst) order
         self.out_starts = np.searchsorted(src, np.arange(self.size + 1))
-        self.in_starts = np.searchsorted(dst[self.by_dst], np.arange(self.size + 1))
+        self._by_dst: np.ndarray | None = None  # sorted when first needed: a healthy fleet never does
+        self.in_starts = np.empty(0, dtype=np.int64)
+
+    @property
+    def by_dst(self) -> np.ndarray:
+        """The links in (dst, src) order (within a rank, in (src, dst) order)."""
+        if self._by_dst is None:
+            self._by_dst = stable_order(self.dst, self.size)
+            self.in_starts = np.searchsorted(self.dst[self._by_dst], np.arange(self.size + 1))
+        return self._by_dst
 
     def alive(self, named: np.ndarray) -> np.ndarray:
+        if not named.any():
+            return np.ones(len(self.src), dtype=bool)
         return ~named[self.src] & ~named[self.dst]
 
     def out_of(self, rank: int) -> np.ndarray:
@@ -134,7 +143,8 @@ class _Links:
         return bool(len(peers) and np.any(peers != peers[0]))
 
     def into(self, rank: int) -> np.ndarray:
-        return self.by_dst[self.in_starts[rank] : self.in_starts[rank + 1]]
+        by_dst = self.by_dst
+        return by_dst[self.in_starts[rank] : self.in_starts[rank + 1]]
 
 
 def _slow_ranks(
@@ -158,12 +168,18 @@ def _slow_ranks(
                 found = _judge_rank(links, rank, alive, reference, threshold)
                 candidates += [found] if found is not None else []
     else:
-        shared = reference_of(value[alive], threshold)
+        # Before any rank is named every link is alive: no copies of millions of them.
+        everyone = not named.any()
+        shared = reference_of(value if everyone else value[alive], threshold)
         if shared is not None:
             # One reference for all: count every rank's links and slow links at once, and look
             # closer only at the ranks whose counts name them.
-            below = alive & (value < threshold * shared.median)
-            n_out, n_in = np.bincount(src[alive], minlength=size), np.bincount(dst[alive], minlength=size)
+            below = value < threshold * shared.median
+            if not everyone:
+                below &= alive
+                src, dst = src[alive], dst[alive]
+            n_out, n_in = np.bincount(src, minlength=size), np.bincount(dst, minlength=size)
+            src, dst = links.src, links.dst
             s_out, s_in = np.bincount(src[below], minlength=size), np.bincount(dst[below], minlength=size)
             named_now = (2 * (s_out + s_in) > n_out + n_in) | ((n_out >= 2) & (s_out == n_out))
             named_now |= (n_in >= 2) & (s_in == n_in)

@@ -13,7 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from ddpcheck.checks.links.columns import PASS, LinkColumns, group_medians, group_minimum, smallest
+from ddpcheck.checks.links.columns import (
+    PASS,
+    LinkColumns,
+    group_medians,
+    group_minimum,
+    grouped_medians,
+    merge_groups,
+    smallest,
+)
 from ddpcheck.checks.links.schedule import INTER, INTRA
 from ddpcheck.report.model import Table
 from ddpcheck.report.naming import node_labels, node_of, span
@@ -177,9 +185,12 @@ def heat_map_rows(links: Links, identities: list[dict[str, Any]]) -> list[dict[s
 
 def _grid(links: LinkColumns, block_of_rank: np.ndarray, blocks: int) -> list[list[float | None]]:
     """blocks x blocks: on the diagonal the median ratio of a block's own links, off it the least."""
-    measured = ~np.isnan(links.ratio)
-    src, dst = block_of_rank[links.src[measured]], block_of_rank[links.dst[measured]]
-    cell, ratio = src * blocks + dst, links.ratio[measured]
+    src, dst, ratio = links.src, links.dst, links.ratio
+    measured = ~np.isnan(ratio)
+    if not measured.all():
+        src, dst, ratio = src[measured], dst[measured], ratio[measured]
+    src, dst = block_of_rank[src], block_of_rank[dst]
+    cell = src * blocks + dst
     least = group_minimum(cell, ratio, blocks * blocks)
     diagonal = np.arange(blocks) * (blocks + 1)
     own = src == dst
@@ -226,32 +237,25 @@ def _rounded(values: np.ndarray, digits: int) -> list[float | None]:
     return [None if np.isnan(v) else round(v, digits) for v in values.tolist()]
 
 
-def _nan_min(*arrays: np.ndarray) -> list[float | None]:
-    least = np.fmin.reduce(np.vstack(arrays), axis=0)
-    return [None if np.isnan(v) else v for v in least.tolist()]
-
-
 def rank_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]) -> list[dict[str, Any]]:
     """Per rank: the median of its links out and in, per kind; its slowest link's ratio; named or not."""
     links = _columns(links)
     world = len(identities)
-    kind_of = links.inter.astype(np.int64)
-    out = group_medians(links.src * 2 + kind_of, links.gbps, 2 * world).reshape(world, 2)
-    into = group_medians(links.dst * 2 + kind_of, links.gbps, 2 * world).reshape(world, 2)
-    columns = {
-        f"{INTRA}_out_gbps": _rounded(out[:, 0], 4),
-        f"{INTRA}_in_gbps": _rounded(into[:, 0], 4),
-        f"{INTER}_out_gbps": _rounded(out[:, 1], 4),
-        f"{INTER}_in_gbps": _rounded(into[:, 1], 4),
-    }
+    into_rank = links.incoming()
+    columns = {}
+    for kind, inter in ((INTRA, False), (INTER, True)):
+        # A rank's links out are one slice in (src, dst) order, its links in one in (dst, src) order.
+        mine, theirs = links.inter == inter, into_rank.inter == inter
+        out = group_medians(links.src[mine], links.gbps[mine], world, scratch=True)
+        into = group_medians(into_rank.dst[theirs], into_rank.gbps[theirs], world, scratch=True)
+        columns |= {f"{kind}_out_gbps": _rounded(out, 4), f"{kind}_in_gbps": _rounded(into, 4)}
     # Each link counts for both its ends.
-    latency = group_medians(
-        np.concatenate([links.src, links.dst]), np.concatenate([links.latency_us, links.latency_us]), world
+    latency = grouped_medians(
+        *merge_groups([(links.src, links.latency_us), (into_rank.dst, into_rank.latency_us)], world),
+        scratch=True,
     )
     latency_us = _rounded(latency, 1)
-    least = _nan_min(
-        group_minimum(links.src, links.ratio, world), group_minimum(links.dst, links.ratio, world)
-    )
+    least = [None if np.isnan(v) else v for v in links.least_ratio(world).tolist()]
     rows = []
     for ident in identities:
         rank = ident["rank"]
@@ -283,15 +287,20 @@ def host_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]
     members: list[list[int]] = [[] for _ in range(nodes.count)]
     for ident in identities:
         members[int(nodes.of_rank[ident["rank"]])].append(ident["rank"])
-    src_node, dst_node = nodes.of_rank[links.src], nodes.of_rank[links.dst]
-    # Intra-node links have both ends in one node (a node's own); inter-node ones, out of and into it.
-    intra, inter = ~links.inter, links.inter
-    own = _rounded(group_medians(src_node[intra], links.gbps[intra], nodes.count), 4)
-    out = _rounded(group_medians(src_node[inter], links.gbps[inter], nodes.count), 4)
-    into = _rounded(group_medians(dst_node[inter], links.gbps[inter], nodes.count), 4)
-    least = _nan_min(
-        group_minimum(src_node, links.ratio, nodes.count), group_minimum(dst_node, links.ratio, nodes.count)
-    )
+    into_rank = links.incoming()
+    src_node = nodes.of_rank[links.src]
+    # Intra-node links have both ends in one node (a node's own); inter-node ones, out of and into it:
+    # a node's links out are slices in (src, dst) order, its links in in (dst, src) order.
+    intra, inter, inter_in = ~links.inter, links.inter, into_rank.inter
+    own = _rounded(group_medians(src_node[intra], links.gbps[intra], nodes.count, scratch=True), 4)
+    out = _rounded(group_medians(src_node[inter], links.gbps[inter], nodes.count, scratch=True), 4)
+    into_node = nodes.of_rank[into_rank.dst[inter_in]]
+    into = _rounded(group_medians(into_node, into_rank.gbps[inter_in], nodes.count, scratch=True), 4)
+    # A node's slowest link is its ranks' slowest.
+    least = [
+        None if np.isnan(v) else v
+        for v in group_minimum(nodes.of_rank, links.least_ratio(len(identities)), nodes.count).tolist()
+    ]
     return [
         {
             "host": nodes.labels[n],
