@@ -51,7 +51,7 @@ def test_a_host_with_most_but_not_all_of_its_links_slow_is_named_as_the_host() -
     ids = idents(["a", "b", "c", "d", "e", "f"], 1)
     check = by_name(links.judge(synthetic(ids, _most_slow), ids, LINKS_OPTS))["link bandwidth"]
     assert (check.status, check.ranks, check.hosts) == (Status.FAIL, [2], ["c"])
-    assert check.detail.startswith("most link of host c: 0.05 GB/s against a median of 1 GB/s")
+    assert check.detail.startswith("most links of host c: 0.05 GB/s against a median of 1 GB/s")
 
 
 def test_half_of_a_hosts_links_slow_is_links_not_the_host() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
 
 import pytest
@@ -11,7 +12,8 @@ from ddpcheck.checks.links import LinksOptions
 from ddpcheck.checks.links import check as links
 from ddpcheck.checks.links.schedule import INTER, INTRA, link_plan, nodes_of, round_robin
 from ddpcheck.report.model import Check, Report, Status
-from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu
+from tests.conftest import Run, assert_nothing_left, assert_usage_error, needs_gpu
+from tests.support.saved_reports import Saved, saved_reports_fixture  # noqa: F401 (the fixture `saved_reports`)
 
 SIZE = 1_000_000
 OPTS = LinksOptions(size=SIZE, iters=10, warmup=2, threshold=0.5)
@@ -245,8 +247,8 @@ def _named(run) -> dict[str, list[int]]:
     return {c["name"]: c["ranks"] for c in run.failing()}
 
 
-# Real launches cost seconds each here: an odd world passes, rank 0 (the one that reports) is slowed;
-# any world and culprit is the pure judge tests' above and test_properties.py's.
+# Real launches cost seconds each here: an odd world passes, and the shared run of the HTML tests names
+# its slowed rank; any world and culprit is the pure judge tests' above and test_properties.py's.
 @pytest.mark.parametrize("nproc", [3])
 def test_healthy_links_pass(ddpcheck, scratch, nproc: int) -> None:
     run = ddpcheck("links", "--nproc", str(nproc), "--size", "256K")
@@ -264,9 +266,11 @@ def test_healthy_links_pass(ddpcheck, scratch, nproc: int) -> None:
     assert_nothing_left(scratch, run)
 
 
-@pytest.mark.parametrize(("nproc", "rank"), [(4, 0)])
-def test_a_slowed_rank_is_named_exactly(ddpcheck, scratch, nproc: int, rank: int) -> None:
-    run = ddpcheck("links", "--nproc", str(nproc), "--inject", f"slowlink@{rank}")  # the defaults
+def test_a_slowed_rank_is_named_exactly(saved_reports: dict[str, Saved]) -> None:
+    """The shared real run (tests/support/saved_reports.py): 3 ranks, rank 1's links slowed."""
+    saved = saved_reports["links"]
+    nproc, rank = 3, 1
+    run = Run(saved.code, saved.stdout, saved.stderr, json.loads(saved.json.read_text()), seconds=0.0)
     assert run.code == 1, run.stdout + run.stderr
     assert _named(run)["link bandwidth"] == [rank]
     bandwidth = run.check("link bandwidth")
@@ -274,7 +278,6 @@ def test_a_slowed_rank_is_named_exactly(ddpcheck, scratch, nproc: int, rank: int
     assert all(rank in pair for pair in bandwidth["links"]) and len(bandwidth["links"]) >= nproc - 1
     slowest = run.table("slowest_links")[: 2 * (nproc - 1)]  # rank R's links, both ways, come first
     assert all(rank in (r["src"], r["dst"]) and r["status"] == "FAIL" for r in slowest), slowest
-    assert_nothing_left(scratch, run)
 
 
 def test_two_ranks_have_one_link_and_a_floor(ddpcheck, scratch) -> None:

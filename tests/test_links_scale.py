@@ -90,7 +90,7 @@ def test_a_thousand_ranks_name_the_slow_host_the_slow_rank_and_the_slow_link() -
     # The host as a whole, inside it and out of it (its rank on the slow rank's rail also receives slowly).
     assert "every intra-node link of host gpu-a006 (ranks 20-23)" in bandwidth.detail
     assert (
-        "; most link of host gpu-a006 (ranks 20-23): 2.27 GB/s against a median of 22.8" in bandwidth.detail
+        "; most links of host gpu-a006 (ranks 20-23): 2.27 GB/s against a median of 22.8" in bandwidth.detail
     )
     assert (
         f"rank {rank} on host gpu-a010: 254 of its 254 inter-node links slow (both ways)" in bandwidth.detail

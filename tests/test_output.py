@@ -126,10 +126,13 @@ def test_quiet_fail_prints_the_failing_checks_then_the_verdict(scratch: Path, tm
     proc = run_piped(args, clean_env(scratch))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert ESC not in proc.stdout + proc.stderr
-    failing = [c["name"] for c in json.loads(report_path.read_text())["checks"] if c["status"] == "FAIL"]
+    report = json.loads(report_path.read_text())
+    assert report["injected"] == ["corrupt@1"]
+    failing = [c["name"] for c in report["checks"] if c["status"] == "FAIL"]
     *failures, injected, verdict = lines_of(proc.stdout)
     assert [line.split(":")[0] for line in failures] == [f"FAIL {name}" for name in failing]
-    assert injected.startswith("injected faults: corrupt@1")  # a planted fault says so, quiet too
+    # A planted fault says so, quiet too.
+    assert injected.startswith("injected faults: corrupt@1 (planted with --inject: not a hardware fault)")
     assert all("rank 1" in line for line in failures)
     assert verdict.startswith("FAIL  ddpcheck allreduce (2 ranks, gloo, cpu)")
     assert "classic all_reduce: rank 1" in verdict

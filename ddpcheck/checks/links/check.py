@@ -488,9 +488,10 @@ def _rank_findings(
             who = f"host {node_label(node, identities)}"
             if len(found) > 1:
                 who += f" ({span([s.rank for s in found])})"
-            every = "every" if all(len(s.slow) == s.total for s in found) else "most"
+            every = "every " if all(len(s.slow) == s.total for s in found) else "most "
+            links = "link" if every == "every " else "links"
             parts.append(
-                f"{every} {kind_words}link {way} {who}: {_fmt(median, measure)} against a median of "
+                f"{every}{kind_words}{links} {way} {who}: {_fmt(median, measure)} against a median of "
                 f"{_fmt(reference, measure)}: {CAUSE[(kind, 'host')]}"
             )
             continue
