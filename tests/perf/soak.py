@@ -16,7 +16,7 @@ it, the soak counts what it must never see:
   but torchrun's own log directories (torchelastic_*, which torchrun keeps, healthy runs too).
 
     python tests/perf/soak.py --runs 100 [--launchers own,torchrun] [--commands allreduce,links]
-        [--kinds healthy,ctrl-c,ctrl-c-twice] [--nproc 3]
+        [--kinds healthy,ctrl-c,ctrl-c-twice] [--at mixed] [--healthy-rounds N] [--nproc 3]
 
 Prints one table row per (command, launcher, kind): runs, exit codes seen, problems, and the
 moments at which each problem struck; `--show-failures` prints each failing run's stderr.
@@ -270,6 +270,12 @@ def main() -> None:
         "--at", default="mixed", help=f"when Ctrl-C comes: {', '.join(MOMENTS)}, or mixed (each in turn)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--healthy-rounds",
+        type=int,
+        default=None,
+        help="healthy runs in the first N rounds only (default: all)",
+    )
     parser.add_argument("--show-failures", action="store_true", help="print each failing run's stderr")
     args = parser.parse_args()
     # Started in the background by a shell without job control, this process and its children
@@ -278,6 +284,7 @@ def main() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(HERE)]))
     rng = random.Random(args.seed)
     commands, launchers, kinds = (s.split(",") for s in (args.commands, args.launchers, args.kinds))
+    healthy_rounds = args.runs if args.healthy_rounds is None else args.healthy_rounds
     horizon: dict[tuple[str, str], float] = {}
     outcomes: list[Outcome] = []
     began = time.monotonic()
@@ -286,6 +293,8 @@ def main() -> None:
         for command in commands:
             for launcher in launchers if command not in ("env", "watch") else ["own"]:
                 for kind in kinds:
+                    if kind == "healthy" and attempt >= healthy_rounds:
+                        continue
                     # A Ctrl-C lands anywhere in a healthy run's length (measured, or a first guess).
                     span = horizon.get((command, launcher), 15.0)
                     at = MOMENTS[len(outcomes) % len(MOMENTS)] if args.at == "mixed" else args.at
