@@ -18,8 +18,9 @@ it, the soak counts what it must never see:
     python tests/perf/soak.py --runs 100 [--launchers own,torchrun] [--commands allreduce,links]
         [--kinds healthy,ctrl-c,ctrl-c-twice] [--at mixed] [--healthy-rounds N] [--nproc 3]
 
-Prints one table row per (command, launcher, kind): runs, exit codes seen, problems, and the
-moments at which each problem struck; `--show-failures` prints each failing run's stderr.
+Prints one table row per (command, launcher, kind): runs, exit codes seen, how many Ctrl-Cs came
+while Python itself was starting (before ddpcheck's first line: Python's to handle, shown apart),
+problems, and the moments at which each problem struck; `--show-failures` prints each failing run's stderr.
 """
 
 from __future__ import annotations
@@ -78,7 +79,18 @@ class Outcome:
     procs: list[str] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
 
+    def in_python_start(self) -> bool:
+        """The Ctrl-C came while Python itself started (site, the .pth files), before ddpcheck's first
+        line: Python's to handle (death by SIGINT, or exit 1 and 'Fatal Python error'), not ddpcheck's."""
+        if self.kind == "healthy" or self.ended_first or self.launcher != "own":
+            return False
+        tracebacks = self.stderr.split("Traceback (most recent call last)")[1:]
+        ours = any(f"{os.sep}ddpcheck{os.sep}" in block for block in tracebacks)
+        return not ours and self.code in (1, -2) and LINE not in self.stderr
+
     def problems(self) -> list[str]:
+        if self.in_python_start():
+            return []
         found = []
         interrupted = self.kind != "healthy" and not self.ended_first
         lines = self.stderr.count(LINE)
@@ -144,12 +156,12 @@ def stage_of(tmp: Path) -> str:
 def wait_for_moment(proc: subprocess.Popen, tmp: Path, at: str, horizon: float, rng: random.Random) -> str:
     """Wait until the run reaches the moment `at`; return where it stood, or '' if it ended first.
 
-    start: within the first second (imports); launch: the run directory exists, no rank reported
-    yet; measure: a rank measures; end: the run directory came and went (the report is out, the
-    process is ending); random: anywhere in a healthy run's length.
+    start: within the first 3 s (Python's start-up, ddpcheck's and torch's imports); launch: the
+    run directory exists, no rank reported yet; measure: a rank measures; end: the run directory
+    came and went (the report is out, the process is ending); random: anywhere in a healthy run.
     """
     began = time.monotonic()
-    fire_at = began + (rng.uniform(0.05, 1.0) if at == "start" else rng.uniform(0, horizon))
+    fire_at = began + (rng.uniform(0.05, 3.0) if at == "start" else rng.uniform(0, horizon))
     seen = False
     while proc.poll() is None:
         stage = stage_of(tmp)
@@ -236,7 +248,9 @@ def table(outcomes: list[Outcome]) -> str:
     groups: dict[tuple[str, str, str], list[Outcome]] = collections.defaultdict(list)
     for o in outcomes:
         groups[(o.command, o.launcher, o.kind)].append(o)
-    rows = [("command", "launcher", "kind", "runs", "exit codes", "bad", "problems (moment)")]
+    rows = [
+        ("command", "launcher", "kind", "runs", "exit codes", "in Python's start", "bad", "problems (moment)")
+    ]
     for (command, launcher, kind), runs in groups.items():
         codes = collections.Counter(str(o.code) for o in runs)
         bad = [o for o in runs if o.problems()]
@@ -249,6 +263,7 @@ def table(outcomes: list[Outcome]) -> str:
                 kind,
                 str(len(runs)),
                 " ".join(f"{c}×{n}" for c, n in sorted(codes.items())),
+                str(sum(o.in_python_start() for o in runs)),
                 str(len(bad)),
                 ", ".join(f"{p}×{n}" for p, n in problems.items()) + (f" [{where}]" if where else ""),
             )
@@ -304,7 +319,9 @@ def main() -> None:
                     if kind == "healthy" and outcome.code == 0:
                         horizon[(command, launcher)] = outcome.seconds
                     outcomes.append(outcome)
-                    mark = ", ".join(outcome.problems()) or "ok"
+                    mark = ", ".join(outcome.problems()) or (
+                        "in Python's start" if outcome.in_python_start() else "ok"
+                    )
                     print(
                         f"[{attempt + 1}/{args.runs}] {command} {launcher} {kind}: exit {outcome.code} "
                         f"in {outcome.seconds:.1f} s {outcome.moment} {mark}",
