@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -84,8 +85,7 @@ class Outcome:
         line: Python's to handle (death by SIGINT, or exit 1 and 'Fatal Python error'), not ddpcheck's."""
         if self.kind == "healthy" or self.ended_first or self.launcher != "own":
             return False
-        tracebacks = self.stderr.split("Traceback (most recent call last)")[1:]
-        ours = any(f"{os.sep}ddpcheck{os.sep}" in block for block in tracebacks)
+        ours = through_ddpcheck(self.stderr)
         return not ours and self.code in (1, -2) and LINE not in self.stderr
 
     def problems(self) -> list[str]:
@@ -102,8 +102,7 @@ class Outcome:
             found.append(f"{lines} lines")
         if "terminate called" in self.stderr:
             found.append("terminate called")
-        tracebacks = self.stderr.split("Traceback (most recent call last)")[1:]
-        if any(f"{os.sep}ddpcheck{os.sep}" in block for block in tracebacks):
+        if through_ddpcheck(self.stderr):
             found.append("traceback")
         if self.procs:
             found.append("processes left")
@@ -112,6 +111,12 @@ class Outcome:
         if [d for d in self.dirs if not d.startswith("torchelastic_")]:
             found.append("files left")
         return found
+
+
+def through_ddpcheck(stderr: str) -> bool:
+    """Whether a traceback passes through ddpcheck's code (torchrun's own, of its Ctrl-C, does not)."""
+    frames = re.findall(r'File "([^"]+)"', stderr)
+    return any(f"{os.sep}ddpcheck{os.sep}" in f and f"{os.sep}torch{os.sep}" not in f for f in frames)
 
 
 def argv_of(command: str, launcher: str, nproc: int) -> list[str]:
