@@ -6,8 +6,8 @@ Python's default, a KeyboardInterrupt raised wherever the main thread happens to
 each of these behind (measured by tests/perf/soak.py): a traceback and death by SIGINT (in
 an import, or in teardown after the report), exit 130 without a word (Typer turns a
 KeyboardInterrupt into a silent exit 130), an internal error (a thread joined before it had
-started) with the run directory left, and std::terminate (SIGABRT) when the interpreter tore
-down torch with the agent's native threads still running. So ddpcheck decides instead:
+started) with the run directory left; and, seen once in 608 CI runs, std::terminate (SIGABRT)
+with torch's native threads still running at the end. So ddpcheck decides instead:
 
 - by default (`install`, the first thing the entry point does) the process leaves at once:
   what it owes flushed, the paths given to `remove_on_leave` removed, one line, exit 130,
