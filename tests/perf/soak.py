@@ -13,7 +13,8 @@ it, the soak counts what it must never see:
 - a healthy run that does not exit 0;
 - a run that had not ended 60 s after the Ctrl-C;
 - any process of the run still alive 5 s after it ended, or anything left in its TMPDIR
-  but torchrun's own log directories (torchelastic_*, which torchrun keeps, healthy runs too).
+  but torchrun's own log directories (torchelastic_*, which torchrun keeps, healthy runs too)
+  and, under `watch`, the user's job's compile cache (torchinductor_*).
 
     python tests/perf/soak.py --runs 100 [--launchers own,torchrun] [--commands allreduce,links]
         [--kinds healthy,ctrl-c,ctrl-c-twice] [--at mixed] [--healthy-rounds N] [--nproc 3]
@@ -106,9 +107,10 @@ class Outcome:
             found.append("traceback")
         if self.procs:
             found.append("processes left")
-        # torchrun keeps its own log directory (torchelastic_*) in TMPDIR, healthy runs too: not
-        # ddpcheck's to remove, and not counted.
-        if [d for d in self.dirs if not d.startswith("torchelastic_")]:
+        # torchrun keeps its own log directory (torchelastic_*) in TMPDIR, healthy runs too, and the
+        # job that `watch` runs its compile cache (torchinductor_*): not ddpcheck's, not counted.
+        theirs = ("torchelastic_", "torchinductor_") if self.command == "watch" else ("torchelastic_",)
+        if [d for d in self.dirs if not d.startswith(theirs)]:
             found.append("files left")
         return found
 
