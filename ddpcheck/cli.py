@@ -14,7 +14,7 @@ import os
 import sys
 import typing
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -345,7 +345,7 @@ def main() -> None:
             # Bare `ddpcheck`: the whole help, as readable as `--help` (Typer's convention for
             # no_args_is_help: on stderr, exit 2; help that was asked for is stdout and exit 0).
             print(exc.format_message(), file=sys.stderr)  # type: ignore[attr-defined]
-            sys.exit(EXIT_USAGE)
+            _exit(EXIT_USAGE)
         # Typer's bundled Click raises its own usage errors; they carry exit_code 2.
         if getattr(exc, "exit_code", None) == EXIT_USAGE and hasattr(exc, "format_message"):
             _usage_exit(_misplaced_option(exc, sys.argv[1:]) or exc.format_message())
@@ -364,16 +364,15 @@ def main() -> None:
     _exit(code)
 
 
-def _exit(code: int) -> None:
-    """Exit with `code`; once torch is in, without the interpreter's teardown (flushed first).
+def _exit(code: int) -> NoReturn:
+    """Exit with `code` without the interpreter's teardown, what this process owes flushed first.
 
-    That teardown takes seconds on a busy host (3.6 s measured here); a Ctrl-C in it finds no
-    Python left to handle it (death by SIGINT); and it destroys torch's native threads (the
-    agent's store, a process group left open inline) un-joined, which calls std::terminate
-    (SIGABRT), or deadlocks as destroy_process_group can.
+    With torch imported that teardown takes seconds on a busy host (3.6 s measured here) and
+    destroys torch's native threads (the agent's store, a process group left open inline)
+    un-joined, which calls std::terminate (SIGABRT), or deadlocks as destroy_process_group can;
+    and in any teardown a Ctrl-C finds no Python left to handle it: the process dies of SIGINT
+    (seen with `watch`, which imports no torch).
     """
-    if "torch" not in sys.modules:
-        sys.exit(code)
     for stream in (sys.stdout, sys.stderr):
         # `ddpcheck ... | head`: what the reader did not want is dropped.
         with contextlib.suppress(BrokenPipeError):

@@ -84,7 +84,7 @@ class Outcome:
     def in_python_start(self) -> bool:
         """The Ctrl-C came while Python itself started (site, the .pth files), before ddpcheck's first
         line: Python's to handle (death by SIGINT, or exit 1 and 'Fatal Python error'), not ddpcheck's."""
-        if self.kind == "healthy" or self.ended_first or self.launcher != "own":
+        if self.kind == "healthy" or not self.moment.startswith("starting") or self.launcher != "own":
             return False
         ours = through_ddpcheck(self.stderr)
         return not ours and self.code in (1, -2) and LINE not in self.stderr
@@ -106,12 +106,12 @@ class Outcome:
         if through_ddpcheck(self.stderr):
             found.append("traceback")
         if self.procs:
-            found.append("processes left")
+            found.append(f"processes left: {'; '.join(self.procs)}")
         # torchrun keeps its own log directory (torchelastic_*) in TMPDIR, healthy runs too, and the
         # job that `watch` runs its compile cache (torchinductor_*): not ddpcheck's, not counted.
         theirs = ("torchelastic_", "torchinductor_") if self.command == "watch" else ("torchelastic_",)
-        if [d for d in self.dirs if not d.startswith(theirs)]:
-            found.append("files left")
+        if left := [d for d in self.dirs if not d.startswith(theirs)]:
+            found.append(f"files left: {' '.join(left)}")
         return found
 
 
@@ -261,7 +261,7 @@ def table(outcomes: list[Outcome]) -> str:
     for (command, launcher, kind), runs in groups.items():
         codes = collections.Counter(str(o.code) for o in runs)
         bad = [o for o in runs if o.problems()]
-        problems = collections.Counter(p for o in bad for p in o.problems())
+        problems = collections.Counter(p.split(":")[0] for o in bad for p in o.problems())
         where = "; ".join(f"{', '.join(o.problems())} @ {o.moment or 'healthy'}" for o in bad[:4])
         rows.append(
             (
