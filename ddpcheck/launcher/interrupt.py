@@ -25,6 +25,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -82,11 +83,21 @@ def leave(code: int = EXIT_INTERRUPTED) -> NoReturn:
         with contextlib.suppress(Exception):
             stream.flush()
     for path in _State.removals:
-        shutil.rmtree(path, ignore_errors=True)
+        _remove(path)
     if _State.say:
         with contextlib.suppress(OSError):
             os.write(2, f"{LINE}\n".encode())
     os._exit(code)
+
+
+def _remove(path: Path) -> None:
+    """Remove a directory that a thread of this process (an inline rank's heartbeat) may still be
+    writing a status file into: a file that appears mid-removal is taken by the next pass."""
+    for _ in range(50):
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            return
+        time.sleep(0.01)
 
 
 def interrupted() -> bool:
