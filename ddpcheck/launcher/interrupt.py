@@ -42,6 +42,7 @@ class _State:
     stopped: ClassVar[threading.Event] = threading.Event()  # a signal came; set for the rest of the process
     removals: ClassVar[list[Path]] = []
     say: ClassVar[bool] = True  # False on an inline rank other than 0: one line per run, rank 0's
+    leaving: ClassVar[threading.Lock] = threading.Lock()
 
 
 def install() -> None:
@@ -77,7 +78,11 @@ def leave(code: int = EXIT_INTERRUPTED) -> NoReturn:
 
     os._exit: the interpreter's teardown would destroy torch's native threads (the agent's
     store, gloo's) un-joined, which calls std::terminate, and could block on dead sockets.
+    Called from the main thread's handler and `act_from_a_thread`'s at once, one of them leaves.
     """
+    if not _State.leaving.acquire(blocking=False):
+        while True:  # the other caller is leaving; this one waits for the process to end
+            time.sleep(1)
     for stream in (sys.stdout, sys.stderr):
         # The signal may have come in the middle of a write to this very stream (a reentrant call).
         with contextlib.suppress(Exception):
@@ -98,6 +103,31 @@ def _remove(path: Path) -> None:
         if not path.exists():
             return
         time.sleep(0.01)
+
+
+def act_from_a_thread() -> None:
+    """A rank under torchrun, srun or mpirun: act on SIGINT even while the main thread waits in
+    native code (joining the process group, a collective whose peers are gone).
+
+    No Python handler runs there until that wait returns, and torchrun kills a rank that took
+    30 s (its run directory left behind). The C-level handler writes each signal to the wakeup
+    pipe at once: a thread reads it and leaves. Chained: the bytes go on to the pipe that was
+    set before (inline.SigtermWatch's, which acts on SIGTERM the same way).
+    """
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while data := os.read(read, 64):
+            if previous != -1:
+                with contextlib.suppress(OSError):
+                    os.write(previous, data)
+            if signal.SIGINT in data and signal.getsignal(signal.SIGINT) is _on_signal:
+                _State.stopped.set()
+                leave()
+
+    threading.Thread(target=watch, name="ddpcheck-sigint", daemon=True).start()
 
 
 def interrupted() -> bool:

@@ -455,6 +455,7 @@ def run_inline(
     # even mid-collective: name the rank that stopped beating, remove the run directory, exit 3.
     sigterm = inline.SigtermWatch(lambda: on_inline_sigterm(spec, run_dir))
     sigterm.start()
+    interrupt.act_from_a_thread()  # and on SIGINT (torchrun passes Ctrl-C on so), after it
     try:
         os.environ.update(compile_cache_env(run_dir))
         code = run_rank(spec, str(run_dir))
