@@ -191,6 +191,14 @@ def wait_for_moment(proc: subprocess.Popen, tmp: Path, at: str, horizon: float, 
     return f"{stage} {time.monotonic() - began:.1f}s"
 
 
+def exited(pid: int) -> bool:
+    """Whether the process has exited (a zombie): a signal sent now reaches nothing."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
 def run_of(tmp: Path) -> list[psutil.Process]:
     """Every process on this machine that carries this run's TMPDIR."""
     found = []
@@ -224,7 +232,8 @@ def one(
     outcome = Outcome(command, launcher, kind, None, 0.0)
     if kind != "healthy":
         outcome.moment = wait_for_moment(proc, tmp, at, horizon, rng)
-        outcome.ended_first = not outcome.moment
+        # Exited already (a zombie not yet reaped takes a signal without a word): not interrupted.
+        outcome.ended_first = not outcome.moment or proc.poll() is not None or exited(proc.pid)
         if not outcome.ended_first:
             os.killpg(proc.pid, signal.SIGINT)
             if kind == "ctrl-c-twice":
