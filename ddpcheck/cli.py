@@ -7,13 +7,14 @@ torch at module level: `ddpcheck --help` stays instant.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import os
 import sys
 import typing
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -21,6 +22,7 @@ from ddpcheck import __version__
 from ddpcheck.command import Command, Parameter, build_options, options_to_dict, parameters
 from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from ddpcheck.launcher import interrupt
 from ddpcheck.launcher.budget import BudgetOptions
 from ddpcheck.launcher.options import LaunchOptions
 from ddpcheck.report.compare import BaselineOptions
@@ -175,19 +177,17 @@ for _command in COMMANDS.values():
 
 
 # ---------------------------------------------------------------- running a command
-_budgeted = False  # this run has a --budget: it ends without the interpreter's teardown (main)
-
-
 def run_plain(command: Command, options: Any, output: OutputOptions) -> None:
     """A command that starts no ranks: validate, run, render, exit with the verdict's code."""
     options.validate()
     output.check()
     console = _console(output)
     try:
-        report = command.module().run(options)
-    except KeyboardInterrupt:  # `watch`: the job it ran was ended first
-        print("ddpcheck: interrupted; every rank was stopped", file=sys.stderr)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        # `watch`: a Ctrl-C is one KeyboardInterrupt in its loop, which ends the job it ran first.
+        with interrupt.deferred(raise_once=True, sigterm=False):
+            report = command.module().run(options)
+    except KeyboardInterrupt:
+        interrupt.leave()
     if command.terse_pass and report.verdict.exit_code == 0:
         output = dataclasses.replace(output, quiet=True)
     if report.world.get("report_on") is not None:  # another process (task 0) writes the report's files
@@ -219,8 +219,6 @@ def run_ranked(
     baseline.validate()
     budget_options = budget_options or BudgetOptions()
     budget_options.validate()
-    global _budgeted
-    _budgeted = budget_options.budget is not None
     starting = budget_options.watch_starting()
     from ddpcheck.report import assemble
     from ddpcheck.report.baseline import load_baseline
@@ -234,6 +232,8 @@ def run_ranked(
     from ddpcheck.launcher.budget import bounded_timeout
 
     inline = planning.detect_inline(launch_options)
+    # One line per interrupted run: under torchrun, srun or mpirun, rank 0's.
+    interrupt.speak(not inline or os.environ.get("RANK") == "0")
     from ddpcheck.checks.env.preflight import backend_without_torch
 
     # A host-wide setting that every rank would fail on is env's finding, not a crash of each
@@ -276,15 +276,19 @@ def run_ranked(
             for note in plan.notes:
                 render.say(console, note, "dim")
         try:
-            # On stderr: `ddpcheck allreduce | tee log` still shows it; the report goes down the pipe.
-            progress_console = render.make_console(stderr=True)
-            with render.LaunchProgress(
-                progress_console, enabled=not output.quiet, ranks=plan.nproc
-            ) as progress:
-                report = launch.launch(command.name, options_to_dict(options), faults, plan, progress.update)
+            # A Ctrl-C while the progress display is up: one KeyboardInterrupt, so that the display
+            # gives the terminal back (its cursor) before the line; launch() ends the ranks first.
+            with interrupt.deferred(raise_once=True, sigterm=False):
+                # On stderr: `ddpcheck allreduce | tee log` still shows it; the report goes down the pipe.
+                progress_console = render.make_console(stderr=True)
+                with render.LaunchProgress(
+                    progress_console, enabled=not output.quiet, ranks=plan.nproc
+                ) as progress:
+                    report = launch.launch(
+                        command.name, options_to_dict(options), faults, plan, progress.update
+                    )
         except KeyboardInterrupt:
-            print("ddpcheck: interrupted; every rank was stopped", file=sys.stderr)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            interrupt.leave()
     assemble.judge_speed(report, known_good, baseline)
     finish(report, console, output, fleet)
 
@@ -327,21 +331,21 @@ def finish(
 
 def main() -> None:
     """Entry point: every usage problem ends as one line and exit 2, never a traceback."""
+    interrupt.install()  # ddpcheck/__main__.py did already, before the imports; not every caller does
     try:
         # "ddpcheck" even as `python -m ddpcheck`: the name in usage lines, and the one
         # that shell completion (_DDPCHECK_COMPLETE) and --install-completion key on.
         code = app(prog_name="ddpcheck", standalone_mode=False)
     except UsageError as exc:
         _usage_exit(str(exc))
-    except KeyboardInterrupt:
-        print("ddpcheck: interrupted; every rank was stopped", file=sys.stderr)
-        _leave(EXIT_INTERRUPTED)
+    except KeyboardInterrupt:  # from a `deferred(raise_once=True)` that nobody caught
+        interrupt.leave()
     except Exception as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":
             # Bare `ddpcheck`: the whole help, as readable as `--help` (Typer's convention for
             # no_args_is_help: on stderr, exit 2; help that was asked for is stdout and exit 0).
             print(exc.format_message(), file=sys.stderr)  # type: ignore[attr-defined]
-            sys.exit(EXIT_USAGE)
+            _exit(EXIT_USAGE)
         # Typer's bundled Click raises its own usage errors; they carry exit_code 2.
         if getattr(exc, "exit_code", None) == EXIT_USAGE and hasattr(exc, "format_message"):
             _usage_exit(_misplaced_option(exc, sys.argv[1:]) or exc.format_message())
@@ -353,31 +357,26 @@ def main() -> None:
             "(rerun with DDPCHECK_DEBUG=1 for the traceback, and please report it)",
             file=sys.stderr,
         )
-        sys.exit(EXIT_COULD_NOT_COMPLETE)
+        _exit(EXIT_COULD_NOT_COMPLETE)
     code = code if isinstance(code, int) else 0
-    if code == EXIT_INTERRUPTED:
-        _leave(code)
-    from ddpcheck.torch_compat import process_group_left_open  # here: --help imports no more than it needs
-
-    if _budgeted:
-        # Within --budget: the interpreter's teardown of torch takes seconds on a busy host (3.6 s
-        # measured here), and an agent the budget cut short may still be returning.
-        _leave(code)
-    if process_group_left_open():
-        # Interpreter teardown would destroy it, and could deadlock as destroy_process_group can.
-        _leave(code)
-    sys.exit(code)
+    if code == EXIT_INTERRUPTED:  # Typer's word for a KeyboardInterrupt: say it, and leave
+        interrupt.leave()
+    _exit(code)
 
 
-def _leave(code: int) -> None:
-    """Exit without the interpreter's teardown, after flushing what this process owes.
+def _exit(code: int) -> NoReturn:
+    """Exit with `code` without the interpreter's teardown, what this process owes flushed first.
 
-    After Ctrl-C the ranks are gone, but the elastic agent's thread may still hold native
-    threads (its store's): destroyed un-joined at teardown they call std::terminate, and the
-    process dies of SIGABRT ("terminate called without an active exception") instead of 130.
+    With torch imported that teardown takes seconds on a busy host (3.6 s measured here) and
+    destroys torch's native threads (the agent's store, a process group left open inline)
+    un-joined, which calls std::terminate (SIGABRT), or deadlocks as destroy_process_group can;
+    and in any teardown a Ctrl-C finds no Python left to handle it: the process dies of SIGINT
+    (seen with `watch`, which imports no torch).
     """
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        # `ddpcheck ... | head`: what the reader did not want is dropped.
+        with contextlib.suppress(BrokenPipeError):
+            stream.flush()
     os._exit(code)
 
 
@@ -403,6 +402,4 @@ def _misplaced_option(exc: Exception, args: list[str]) -> str | None:
 def _usage_exit(message: str) -> None:
     line = " ".join(message.split())
     print(f"ddpcheck: error: {line}", file=sys.stderr)
-    if _budgeted:
-        _leave(EXIT_USAGE)  # a budget refused after torch was imported: its teardown takes seconds
-    sys.exit(EXIT_USAGE)
+    _exit(EXIT_USAGE)

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ddpcheck.launcher import postmortem
+from ddpcheck.launcher import interrupt, postmortem
 from ddpcheck.launcher.plan import LaunchPlan
 from ddpcheck.launcher.presence import Presence, StoreUnreachable
 from ddpcheck.launcher.rendezvous import advertised_address, check_rendezvous_port, hosts_store
@@ -70,31 +70,25 @@ def launch(
     plan: LaunchPlan,
     on_progress: ProgressCallback | None = None,
 ) -> Report:
-    """Start the ranks of this node, wait for them (bounded), and return the run's Report."""
+    """Start the ranks of this node, wait for them (bounded), and return the run's Report.
+
+    Interrupted (Ctrl-C, or a scheduler's SIGTERM), it ends the ranks, removes the run
+    directory and raises KeyboardInterrupt.
+    """
     check_rendezvous_port(plan)
     started = time.monotonic()
-    run_dir = rundir.create()
-    rundir.write_spec(run_dir, make_spec(command, options, faults, plan))
-    agent = AgentThread(plan, run_dir)
-    watchdog = Watchdog(run_dir, plan, on_progress, presence=lambda: agent.presence)
+    # From the run directory's creation to the ranks' end, a signal is only noted (and acted on
+    # here, after the ranks are gone); after that, one leaves at once, removing the directory.
+    with interrupt.deferred() as stop:
+        run_dir = rundir.create()
+        interrupt.remove_on_leave(run_dir)
+        rundir.write_spec(run_dir, make_spec(command, options, faults, plan))
+        agent = AgentThread(plan, run_dir)
+        watchdog = Watchdog(run_dir, plan, on_progress, presence=lambda: agent.presence)
+        _run_until_done(agent, watchdog, stop)
     failures: dict[int, Any] = {}
     launch_error: str | None = None
-    interrupted = False
-    previous_sigterm = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        watchdog.start()
-        agent.start()
-        # The agent may block in native code (a store connect to an unreachable host) for
-        # minutes; the main thread only waits while the watchdog says the run is live.
-        while agent.is_alive() and not watchdog.abandoned():
-            agent.join(POLL_S)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        watchdog.stop()
-        kill_workers()
-        agent.join(watchdog.abandon_after)
-        signal.signal(signal.SIGTERM, previous_sigterm)
+    interrupted = stop.is_set()
     if agent.error is not None:
         failures, launch_error, signalled = _classify_agent_error(agent.error, plan, _missing_nodes(agent))
         interrupted = interrupted or signalled
@@ -114,6 +108,7 @@ def launch(
         )
     if interrupted:
         shutil.rmtree(run_dir, ignore_errors=True)
+        interrupt.forget(run_dir)
         raise KeyboardInterrupt
     report = rundir.read_rank0_report(run_dir)
     shared = rundir.read_verdict(run_dir)
@@ -145,9 +140,38 @@ def launch(
     kept = rundir.keep_logs(run_dir) if report.verdict == Verdict.ERROR else None
     if kept is None:
         shutil.rmtree(run_dir, ignore_errors=True)
+    interrupt.forget(run_dir)
     return assemble.after_launch(
         report, time.monotonic() - started, options, str(kept) if kept else None, _as_given(faults)
     )
+
+
+# After a Ctrl-C and the workers' kill, how long the agent may take to return.
+INTERRUPTED_ABANDON_AFTER_S = 1.0
+
+
+def _run_until_done(agent: AgentThread, watchdog: Watchdog, stop: threading.Event) -> None:
+    """Start the watchdog and the agent; wait until the ranks are done, abandoned, or a signal came.
+
+    Whatever ended the wait, every worker is killed and the agent given a bounded time to return.
+    """
+    try:
+        if not stop.is_set():
+            watchdog.start()
+            agent.start()
+        # The agent may block in native code (a store connect to an unreachable host) for
+        # minutes; the main thread only waits while the watchdog says the run is live.
+        while agent.is_alive() and not watchdog.abandoned() and not stop.is_set():
+            agent.join(POLL_S)
+    finally:
+        watchdog.stop()
+        kill_workers()
+        if agent.ident is not None:  # started
+            # Interrupted, the agent's own return is not worth waiting for: the process leaves.
+            agent.join(INTERRUPTED_ABANDON_AFTER_S if stop.is_set() else watchdog.abandon_after)
+        if stop.is_set():
+            # An agent still starting ranks when the first kill came may have started one since.
+            kill_workers()
 
 
 def _furthest_stage(run_dir: Path) -> str:
@@ -175,6 +199,8 @@ class AgentThread(threading.Thread):
         self.presence: Presence | None = None
 
     def run(self) -> None:
+        # Signals go to the main thread, not to this one or the native threads torch starts from it.
+        interrupt.block_in_this_thread()
         try:
             if self.plan.nnodes > 1 and self.plan.rdzv_endpoint:
                 self.presence = Presence(
@@ -187,11 +213,6 @@ class AgentThread(threading.Thread):
             _run_agent(self.plan, self.run_dir)
         except BaseException as exc:  # handed to the main thread, which reports it
             self.error = exc
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    # SIGTERM from a scheduler: tear down like Ctrl-C.
-    raise KeyboardInterrupt
 
 
 def launch_config(plan: LaunchPlan, run_dir: Path) -> Any:
@@ -425,6 +446,7 @@ def run_inline(
 
     started = time.monotonic()
     run_dir = rundir.create_inline()
+    interrupt.remove_on_leave(run_dir)  # a Ctrl-C (SIGINT from torchrun, srun, mpirun) leaves at once
     spec = make_spec(command, options, faults, plan)
     # No launcher watches: the ranks' own timeout is the bound (RunSpec.collective_timeout).
     spec.inline = True
@@ -433,6 +455,7 @@ def run_inline(
     # even mid-collective: name the rank that stopped beating, remove the run directory, exit 3.
     sigterm = inline.SigtermWatch(lambda: on_inline_sigterm(spec, run_dir))
     sigterm.start()
+    interrupt.act_from_a_thread()  # and on SIGINT (torchrun passes Ctrl-C on so), after it
     try:
         os.environ.update(compile_cache_env(run_dir))
         code = run_rank(spec, str(run_dir))
@@ -449,3 +472,4 @@ def run_inline(
         # interpreter teardown, where Python restores the default handler of the ones it set.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         rundir.remove(run_dir)
+        interrupt.forget(run_dir)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from ddpcheck.checks.postmortem.flight import RankTrace, find_dumps
+from ddpcheck.launcher import interrupt
 from ddpcheck.launcher.postmortem import judge_stall
 from ddpcheck.rank import rundir, stages
 from ddpcheck.rank.budget import EXIT_S
@@ -75,6 +76,7 @@ class Watchdog(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
+        interrupt.block_in_this_thread()  # signals are the main thread's to handle
         started = last_change = last_publish = time.monotonic()
         last_seen: tuple[Any, ...] = ()
         crash_seen_at: float | None = None

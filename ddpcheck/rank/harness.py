@@ -370,6 +370,8 @@ def _die_with_parent() -> None:
 
 
 def main() -> None:
+    # Started from the launcher's agent thread, which keeps SIGINT and SIGTERM off itself.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     _die_with_parent()
     run_dir = sys.argv[1]
     code = run_rank(rundir.read_spec(run_dir), run_dir)

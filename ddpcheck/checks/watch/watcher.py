@@ -31,6 +31,7 @@ from ddpcheck.checks.watch.environment import job_environment, make_watch_dir
 from ddpcheck.checks.watch.judge import RankView
 from ddpcheck.checks.watch.progress import Progress, sample_interval
 from ddpcheck.checks.watch.records import exit_of
+from ddpcheck.launcher import interrupt
 from ddpcheck.report.model import Check, Report, Status
 
 TICK_S = 0.1  # how often the ranks' liveness is read (/proc, one file per rank)
@@ -331,14 +332,23 @@ def run(options: WatchOptions) -> Report:
 
     began = time.monotonic()
     task = team.task_of(os.environ)
-    watch_dir, fresh = make_watch_dir(options.dir)
+    with interrupt.deferred(sigterm=False):  # made and registered as one step
+        watch_dir, fresh = make_watch_dir(options.dir)
+        if fresh:
+            interrupt.remove_on_leave(watch_dir)
+    if interrupt.interrupted():
+        raise KeyboardInterrupt
     print(
         f"ddpcheck watch: diagnostics (flight-recorder dumps, tracebacks) go to {watch_dir}", file=sys.stderr
     )
     watcher = Watcher(options, watch_dir)
     try:
         store = team.connect(task) if task is not None else None  # before the job: task 0 is ready
-        watcher.start()
+        # The job starts whole, its process and the tree that ends it: a Ctrl-C is acted on after.
+        with interrupt.deferred(sigterm=False):
+            watcher.start()
+        if interrupt.interrupted():
+            raise KeyboardInterrupt
         if task is None:
             decision = watcher.watch()
             report = watcher.verdict(decision, watcher.evidence(decision), watcher.pump.text())  # type: ignore[union-attr]
@@ -346,7 +356,7 @@ def run(options: WatchOptions) -> Report:
             decision, found = team.run_team(watcher, task, store)
             report = found if found is not None else _follower_report(decision, task.index)
     except KeyboardInterrupt:
-        if watcher.proc is not None:
+        if watcher.tree is not None:
             watcher.end()
         _remove(watch_dir, fresh)
         raise
@@ -361,6 +371,7 @@ def run(options: WatchOptions) -> Report:
         _remove(watch_dir, fresh)
     else:
         report.log_dir = str(watch_dir)
+    interrupt.forget(watch_dir)
     if options.keep and decision == "hang":
         _hand_over_output(watcher)
     return report

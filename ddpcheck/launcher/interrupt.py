@@ -1,0 +1,198 @@
+"""How Ctrl-C (SIGINT), and a scheduler's SIGTERM while ranks run, end a ddpcheck process.
+
+A terminal's Ctrl-C comes at any moment: while Python imports ddpcheck or torch, while the
+agent starts ranks, while the report is written, during the interpreter's own teardown.
+Python's default, a KeyboardInterrupt raised wherever the main thread happens to be, left
+each of these behind (measured by tests/perf/soak.py): a traceback and death by SIGINT (in
+an import, or in teardown after the report), exit 130 without a word (Typer turns a
+KeyboardInterrupt into a silent exit 130), an internal error (a thread joined before it had
+started) with the run directory left; and, seen once in 608 CI runs, std::terminate (SIGABRT)
+with torch's native threads still running at the end. So ddpcheck decides instead:
+
+- by default (`install`, the first thing the entry point does) the process leaves at once:
+  what it owes flushed, the paths given to `remove_on_leave` removed, one line, exit 130,
+  through os._exit: nothing half-done runs on, and no interpreter teardown;
+- while ranks or a user's job run (`deferred`), the signal is only noted: the code that
+  started them polls the event, or gets one KeyboardInterrupt (`raise_once`), ends them,
+  and then leaves the same way. Later signals are ignored: that teardown is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import ClassVar, NoReturn
+
+from ddpcheck.errors import EXIT_INTERRUPTED
+
+LINE = "ddpcheck: interrupted; every rank was stopped"
+LEAVE, NOTE, RAISE_ONCE = "leave", "note", "raise once"
+
+
+class _State:
+    mode: ClassVar[str] = LEAVE
+    stopped: ClassVar[threading.Event] = threading.Event()  # a signal came; set for the rest of the process
+    removals: ClassVar[list[Path]] = []
+    say: ClassVar[bool] = True  # False on an inline rank other than 0: one line per run, rank 0's
+    leaving: ClassVar[threading.Lock] = threading.Lock()
+
+
+def install() -> None:
+    """From here on a Ctrl-C ends this process at once and cleanly (see `leave`).
+
+    A SIGINT that is ignored stays ignored: a shell starts background jobs so, and Ctrl-C
+    is not meant for them.
+    """
+    speak(_first_rank(os.environ))
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _on_signal)
+
+
+def speak(say: bool) -> None:
+    """Whether this process says the line when interrupted: under torchrun, srun or mpirun rank 0 does."""
+    _State.say = say
+
+
+# The rank variables of torchrun, mpirun (Open MPI, MPICH) and an srun step.
+_RANKS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def _first_rank(environ: os._Environ[str] | dict[str, str]) -> bool:
+    """Before the CLI knows whether it runs as a rank: not a rank other than 0 of a launch."""
+    ranks = [environ[name] for name in _RANKS if name in environ]
+    if "SLURM_STEP_ID" in environ and "SLURM_PROCID" in environ:
+        ranks.append(environ["SLURM_PROCID"])
+    return all(rank == "0" for rank in ranks)
+
+
+def leave(code: int = EXIT_INTERRUPTED) -> NoReturn:
+    """End an interrupted process: flush what it owes, remove its temp paths, say so once, exit 130.
+
+    os._exit: the interpreter's teardown would destroy torch's native threads (the agent's
+    store, gloo's) un-joined, which calls std::terminate, and could block on dead sockets.
+    Called from the main thread's handler and `act_from_a_thread`'s at once, one of them leaves.
+    """
+    if not _State.leaving.acquire(blocking=False):
+        while True:  # the other caller is leaving; this one waits for the process to end
+            time.sleep(1)
+    for stream in (sys.stdout, sys.stderr):
+        # The signal may have come in the middle of a write to this very stream (a reentrant call).
+        with contextlib.suppress(Exception):
+            stream.flush()
+    for path in _State.removals:
+        _remove(path)
+    if _State.say:
+        with contextlib.suppress(OSError):
+            os.write(2, f"{LINE}\n".encode())
+    os._exit(code)
+
+
+def _remove(path: Path) -> None:
+    """Remove a directory that a thread of this process (an inline rank's heartbeat) may still be
+    writing a status file into: a file that appears mid-removal is taken by the next pass."""
+    for _ in range(50):
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            return
+        time.sleep(0.01)
+
+
+def act_from_a_thread() -> None:
+    """A rank under torchrun, srun or mpirun: act on SIGINT even while the main thread waits in
+    native code (joining the process group, a collective whose peers are gone).
+
+    No Python handler runs there until that wait returns, and torchrun kills a rank that took
+    30 s (its run directory left behind). The C-level handler writes each signal to the wakeup
+    pipe at once: a thread reads it and leaves. Chained: the bytes go on to the pipe that was
+    set before (inline.SigtermWatch's, which acts on SIGTERM the same way).
+    """
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while data := os.read(read, 64):
+            if previous != -1:
+                with contextlib.suppress(OSError):
+                    os.write(previous, data)
+            if signal.SIGINT in data and signal.getsignal(signal.SIGINT) is _on_signal:
+                _State.stopped.set()
+                leave()
+
+    threading.Thread(target=watch, name="ddpcheck-sigint", daemon=True).start()
+
+
+def interrupted() -> bool:
+    """Whether a Ctrl-C (or, while ranks ran, a SIGTERM) came."""
+    return _State.stopped.is_set()
+
+
+def remove_on_leave(path: Path) -> None:
+    """A temp path that an interrupted process removes before it leaves."""
+    _State.removals.append(path)
+
+
+def forget(path: Path) -> None:
+    """The path is removed or handed over (a kept log directory): leaving no longer removes it."""
+    with contextlib.suppress(ValueError):
+        _State.removals.remove(path)
+
+
+@contextlib.contextmanager
+def deferred(raise_once: bool = False, sigterm: bool = True) -> Iterator[threading.Event]:
+    """While ranks run: a Ctrl-C (and a SIGTERM, with `sigterm`) is noted, not acted on at once.
+
+    Yields the event that a signal sets; the caller polls it, or with `raise_once` gets one
+    KeyboardInterrupt in its main thread, ends what it started, and leaves. Off the main
+    thread (a test calling in) the signals keep whatever handlers they have.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield _State.stopped
+        return
+    wanted = [signal.SIGINT, *([signal.SIGTERM] if sigterm else [])]
+    previous_mode = _State.mode
+    previous = {sig: signal.getsignal(sig) for sig in wanted}
+    _State.mode = RAISE_ONCE if raise_once else NOTE
+    for sig in wanted:
+        if previous[sig] is not signal.SIG_IGN:
+            signal.signal(sig, _on_signal)
+    try:
+        yield _State.stopped
+    finally:
+        _State.mode = previous_mode
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    if _State.mode == LEAVE:
+        _State.stopped.set()
+        leave()
+    first = not _State.stopped.is_set()
+    _State.stopped.set()
+    if first and _State.mode == RAISE_ONCE:
+        raise KeyboardInterrupt
+
+
+def block_in_this_thread() -> None:
+    """Keep SIGINT and SIGTERM off this (helper) thread and the native threads it starts.
+
+    A process-wide signal goes to any thread that does not block it; one delivered to a
+    thread inside torch's native code (the agent's store, a socket wait) interrupts that
+    code's system call there. Blocked here, both reach only the main thread, where ddpcheck
+    handles them. Processes started from this thread inherit the mask (ranks unblock them).
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def unblock() -> None:
+    """A rank started from a helper thread: take SIGINT and SIGTERM again."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})

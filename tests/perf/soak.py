@@ -1,0 +1,353 @@
+"""Every command back to back, healthy and Ctrl-C'd, under each launcher: does every run end clean?
+
+A Ctrl-C is what a terminal sends: SIGINT to the whole foreground process group (ddpcheck, its
+ranks, torchrun), at a random moment of the run (from 0 to a healthy run's length: before the
+ranks start, in rendezvous, mid-measure, in teardown). Each run has a TMPDIR of its own; after
+it, the soak counts what it must never see:
+
+- an interrupted run that does not exit 130 (a negative code: it died of that signal), or
+  that prints the line `ddpcheck: interrupted; every rank was stopped` other than once
+  (under torchrun: at most once, by rank 0; torchrun's own exit code is torchrun's);
+- `terminate called` (a C++ std::terminate: SIGABRT at teardown) or a Python traceback through
+  ddpcheck's code (torchrun's own, of its Ctrl-C, is torchrun's);
+- a healthy run that does not exit 0;
+- a run that had not ended 60 s after the Ctrl-C;
+- any process of the run still alive 5 s after it ended, or anything left in its TMPDIR
+  but torchrun's own log directories (torchelastic_*, which torchrun keeps, healthy runs too)
+  and, under `watch`, the user's job's compile cache (torchinductor_*).
+
+    python tests/perf/soak.py --runs 100 [--launchers own,torchrun] [--commands allreduce,links]
+        [--kinds healthy,ctrl-c,ctrl-c-twice] [--at mixed] [--healthy-rounds N] [--nproc 3]
+
+Prints one table row per (command, launcher, kind): runs, exit codes seen, how many Ctrl-Cs came
+while Python itself was starting (before ddpcheck's first line: Python's to handle, shown apart),
+problems, and the moments at which each problem struck; `--show-failures` prints each failing run's stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from ddpcheck.rank import rundir
+
+HERE = Path(__file__).resolve().parents[2]
+TRAIN_JOB = HERE / "tests" / "support" / "train_job.py"
+LINE = "ddpcheck: interrupted; every rank was stopped"
+COMMANDS = ("allreduce", "collectives", "train", "profile", "links", "devices", "env", "watch")
+# Small, fast settings: the soak is about how runs end, not what they measure.
+ARGS: dict[str, tuple[str, ...]] = {
+    "allreduce": ("--sizes", "1K:64K", "--iters", "5"),
+    "collectives": ("--sizes", "1K:16K", "--iters", "3"),
+    "train": ("--steps", "5", "--hidden", "256"),
+    "profile": ("--hidden", "256", "--steps", "4", "--warmup", "1"),
+    "links": ("--size", "64K", "--iters", "3"),
+    "devices": ("--size", "128", "--iters", "3"),
+    "env": (),
+}
+LAUNCHERS = ("own", "torchrun")
+KINDS = ("healthy", "ctrl-c", "ctrl-c-twice")
+ENDED_WITHIN_S = 60.0
+LEFTOVER_GRACE_S = 5.0
+
+
+@dataclass
+class Outcome:
+    command: str
+    launcher: str
+    kind: str
+    code: int | None
+    seconds: float
+    moment: str = ""  # where the run was when the Ctrl-C came
+    stderr: str = ""
+    ended_first: bool = False  # the run was over before the Ctrl-C was sent
+    procs: list[str] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
+
+    def in_python_start(self) -> bool:
+        """The Ctrl-C came while Python itself started (site, the .pth files), before ddpcheck's first
+        line: Python's to handle (death by SIGINT, or exit 1 and 'Fatal Python error'), not ddpcheck's."""
+        if self.kind == "healthy" or not self.moment.startswith("starting") or self.launcher != "own":
+            return False
+        ours = through_ddpcheck(self.stderr)
+        return not ours and self.code in (1, -2) and LINE not in self.stderr
+
+    def problems(self) -> list[str]:
+        if self.in_python_start():
+            return []
+        found = []
+        interrupted = self.kind != "healthy" and not self.ended_first
+        lines = self.stderr.count(LINE)
+        if self.code is None:
+            found.append("hung")
+        elif self.code != (130 if interrupted else 0) and not (interrupted and self.launcher == "torchrun"):
+            found.append(f"exit {self.code}")
+        if interrupted and (lines > 1 or (self.launcher == "own" and lines != 1)):
+            found.append(f"{lines} lines")
+        if "terminate called" in self.stderr:
+            found.append("terminate called")
+        if through_ddpcheck(self.stderr):
+            found.append("traceback")
+        if self.procs:
+            found.append(f"processes left: {'; '.join(self.procs)}")
+        # torchrun keeps its own log directory (torchelastic_*) in TMPDIR, healthy runs too, and the
+        # job that `watch` runs its compile cache (torchinductor_*): not ddpcheck's, not counted.
+        theirs = ("torchelastic_", "torchinductor_") if self.command == "watch" else ("torchelastic_",)
+        if left := [d for d in self.dirs if not d.startswith(theirs)]:
+            found.append(f"files left: {' '.join(left)}")
+        return found
+
+
+def through_ddpcheck(stderr: str) -> bool:
+    """Whether a traceback passes through ddpcheck's code (torchrun's own, of its Ctrl-C, does not)."""
+    frames = re.findall(r'File "([^"]+)"', stderr)
+    return any(f"{os.sep}ddpcheck{os.sep}" in f and f"{os.sep}torch{os.sep}" not in f for f in frames)
+
+
+def argv_of(command: str, launcher: str, nproc: int) -> list[str]:
+    if command == "watch":
+        job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+        return [sys.executable, "-m", "ddpcheck", "watch", "--hang-after", "20", "--", *job, str(TRAIN_JOB)]
+    ddpcheck = [sys.executable, "-m", "ddpcheck", command, *ARGS[command]]
+    if command == "env":
+        return ddpcheck
+    if launcher == "torchrun":
+        torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+        return [sys.executable, *torchrun, "-m", "ddpcheck", command, *ARGS[command]]
+    return [*ddpcheck, "--nproc", str(nproc)]
+
+
+STAGES = ("launched", "device", "join", "measure", "gather", "done")
+MOMENTS = ("random", "start", "launch", "measure", "end")
+
+
+def stage_of(tmp: Path) -> str:
+    """Where a run stands: starting, launching, the slowest rank's stage, teardown, or ended.
+
+    From what it keeps in its TMPDIR: the run directory (own launcher) or a rank's inline one
+    (torchrun), the ranks' status files (own launcher), rank 0's report.
+    """
+    runs = sorted(tmp.glob(f"{rundir.PREFIX}*"))
+    if not runs:
+        return "starting"
+    if any((run / rundir.REPORT_FILE).exists() for run in runs):
+        return "teardown"
+    stages = []
+    for path in runs[0].glob("status/rank-*.json"):
+        try:
+            stages.append(json.loads(path.read_text())["stage"].split(":")[0])
+        except (OSError, ValueError, KeyError):
+            continue
+    if not stages:
+        return "launching"
+    return min(stages, key=lambda s: STAGES.index(s) if s in STAGES else len(STAGES))
+
+
+def wait_for_moment(proc: subprocess.Popen, tmp: Path, at: str, horizon: float, rng: random.Random) -> str:
+    """Wait until the run reaches the moment `at`; return where it stood, or '' if it ended first.
+
+    start: within the first 3 s (Python's start-up, ddpcheck's and torch's imports); launch: the
+    run directory exists, no rank reported yet; measure: a rank measures; end: the run directory
+    came and went (the report is out, the process is ending); random: anywhere in a healthy run.
+    """
+    began = time.monotonic()
+    fire_at = began + (rng.uniform(0.05, 3.0) if at == "start" else rng.uniform(0, horizon))
+    seen = False
+    while proc.poll() is None:
+        stage = stage_of(tmp)
+        seen = seen or stage != "starting"
+        now = time.monotonic()
+        if at in ("start", "random") and now >= fire_at:
+            break
+        if at == "launch" and stage == "launching":
+            break
+        if at == "measure" and stage in ("measure", "gather"):
+            break
+        if at == "end" and seen and stage == "starting":
+            stage = "ended"
+            break
+        if now - began > ENDED_WITHIN_S * 3:
+            break
+        time.sleep(0.02)
+    else:
+        return ""
+    return f"{stage} {time.monotonic() - began:.1f}s"
+
+
+def exited(pid: int) -> bool:
+    """Whether the process has exited (a zombie): a signal sent now reaches nothing."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def run_of(tmp: Path) -> list[psutil.Process]:
+    """Every process on this machine that carries this run's TMPDIR."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("TMPDIR") == str(tmp):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def one(
+    command: str, launcher: str, kind: str, at: str, nproc: int, horizon: float, rng: random.Random
+) -> Outcome:
+    tmp = Path(tempfile.mkdtemp(prefix="soak-"))
+    env = {**os.environ, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    if command == "watch":
+        env |= {"TRAIN_JOB_STEPS": "400", "TRAIN_JOB_STEP_S": "0.02"}
+    began = time.monotonic()
+    # A session of its own: the run's process group is what a terminal's foreground job is.
+    proc = subprocess.Popen(
+        argv_of(command, launcher, nproc),
+        env=env,
+        cwd=tmp.parent,  # not a checkout: `python -m ddpcheck` takes ddpcheck from PYTHONPATH
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    outcome = Outcome(command, launcher, kind, None, 0.0)
+    if kind != "healthy":
+        outcome.moment = wait_for_moment(proc, tmp, at, horizon, rng)
+        # Exited already (a zombie not yet reaped takes a signal without a word): not interrupted.
+        outcome.ended_first = not outcome.moment or proc.poll() is not None or exited(proc.pid)
+        if not outcome.ended_first:
+            os.killpg(proc.pid, signal.SIGINT)
+            if kind == "ctrl-c-twice":
+                time.sleep(rng.uniform(0.05, 1.0))
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=ENDED_WITHIN_S + (0 if kind != "healthy" else 240))
+        outcome.code = proc.returncode
+    except subprocess.TimeoutExpired:
+        for p in run_of(tmp):
+            p.kill()
+        _, err = proc.communicate()
+    outcome.seconds = time.monotonic() - began
+    outcome.stderr = err
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while (left := run_of(tmp)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    outcome.procs = [" ".join(p.cmdline()[:6]) for p in left if p.is_running()]
+    for p in left:
+        p.kill()
+    outcome.dirs = sorted(p.name for p in tmp.iterdir())
+    shutil.rmtree(tmp, ignore_errors=True)
+    return outcome
+
+
+def table(outcomes: list[Outcome]) -> str:
+    groups: dict[tuple[str, str, str], list[Outcome]] = collections.defaultdict(list)
+    for o in outcomes:
+        groups[(o.command, o.launcher, o.kind)].append(o)
+    rows = [
+        ("command", "launcher", "kind", "runs", "exit codes", "in Python's start", "bad", "problems (moment)")
+    ]
+    for (command, launcher, kind), runs in groups.items():
+        codes = collections.Counter(str(o.code) for o in runs)
+        bad = [o for o in runs if o.problems()]
+        problems = collections.Counter(p.split(":")[0] for o in bad for p in o.problems())
+        where = "; ".join(f"{', '.join(o.problems())} @ {o.moment or 'healthy'}" for o in bad[:4])
+        rows.append(
+            (
+                command,
+                launcher,
+                kind,
+                str(len(runs)),
+                " ".join(f"{c}×{n}" for c, n in sorted(codes.items())),
+                str(sum(o.in_python_start() for o in runs)),
+                str(len(bad)),
+                ", ".join(f"{p}×{n}" for p, n in problems.items()) + (f" [{where}]" if where else ""),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs of each kind per command and launcher")
+    parser.add_argument("--commands", default=",".join(COMMANDS))
+    parser.add_argument("--launchers", default=",".join(LAUNCHERS), help="own, torchrun")
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--nproc", type=int, default=3)
+    parser.add_argument(
+        "--at", default="mixed", help=f"when Ctrl-C comes: {', '.join(MOMENTS)}, or mixed (each in turn)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--healthy-rounds",
+        type=int,
+        default=None,
+        help="healthy runs in the first N rounds only (default: all)",
+    )
+    parser.add_argument("--show-failures", action="store_true", help="print each failing run's stderr")
+    args = parser.parse_args()
+    # Started in the background by a shell without job control, this process and its children
+    # would ignore SIGINT (and a Ctrl-C would do nothing): the runs get the default back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(HERE)]))
+    rng = random.Random(args.seed)
+    commands, launchers, kinds = (s.split(",") for s in (args.commands, args.launchers, args.kinds))
+    healthy_rounds = args.runs if args.healthy_rounds is None else args.healthy_rounds
+    horizon: dict[tuple[str, str], float] = {}
+    outcomes: list[Outcome] = []
+    began = time.monotonic()
+    print(f"load before: {os.getloadavg()[0]:.2f} (1-min), {os.cpu_count()} cores", flush=True)
+    for attempt in range(args.runs):
+        for command in commands:
+            for launcher in launchers if command not in ("env", "watch") else ["own"]:
+                for kind in kinds:
+                    if kind == "healthy" and attempt >= healthy_rounds:
+                        continue
+                    # A Ctrl-C lands anywhere in a healthy run's length (measured, or a first guess).
+                    span = horizon.get((command, launcher), 15.0)
+                    at = MOMENTS[len(outcomes) % len(MOMENTS)] if args.at == "mixed" else args.at
+                    if launcher == "torchrun" and at in ("launch", "measure"):
+                        at = "random"  # inline ranks keep their stages in the store, not in files
+                    outcome = one(command, launcher, kind, at, args.nproc, span, rng)
+                    if kind == "healthy" and outcome.code == 0:
+                        horizon[(command, launcher)] = outcome.seconds
+                    outcomes.append(outcome)
+                    mark = ", ".join(outcome.problems()) or (
+                        "in Python's start" if outcome.in_python_start() else "ok"
+                    )
+                    print(
+                        f"[{attempt + 1}/{args.runs}] {command} {launcher} {kind}: exit {outcome.code} "
+                        f"in {outcome.seconds:.1f} s {outcome.moment} {mark}",
+                        flush=True,
+                    )
+                    if args.show_failures and outcome.problems():
+                        print("    " + outcome.stderr.strip().replace("\n", "\n    "), flush=True)
+    print(f"\n{len(outcomes)} runs in {time.monotonic() - began:.0f} s; load after: {os.getloadavg()[0]:.2f}")
+    print(table(outcomes))
+
+
+if __name__ == "__main__":
+    main()
