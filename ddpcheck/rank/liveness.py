@@ -31,21 +31,28 @@ class BeatTracker:
         self._last: dict[int, Counters] = {}
         self._first_beats: dict[int, int] = {}
         self._peers_when_moved: dict[int, dict[int, int]] = {}
+        self._moved: set[int] = set()
 
     def see(self, counters: Mapping[int, Counters]) -> None:
         """One observation: every rank's (beats, stage seq) read now; ranks absent are unchanged."""
-        beats = {rank: c[0] for rank, c in {**self._last, **counters}.items()}
+        beats = {rank: c[0] for rank, c in {**self._last, **counters}.items()}  # one per observation,
+        self._moved = set()  # shared by the ranks that moved in it: linear in the ranks, not quadratic
         for rank, now in counters.items():
             self._first_beats.setdefault(rank, now[0])
-        for rank, now in counters.items():
             if self._last.get(rank) != now:
-                self._peers_when_moved[rank] = dict(beats)
+                self._peers_when_moved[rank] = beats
+                self._moved.add(rank)
         self._last.update(counters)
 
     def missed(self) -> dict[int, int]:
         """Per rank, the most beats any one peer made since the rank's own counters last moved."""
-        return {rank: missed_beats(rank, self.beats(), self._peers_when_moved[rank], self._first_beats)
-                for rank in self._last}  # fmt: skip
+        beats = self.beats()
+        return {
+            rank: 0
+            if rank in self._moved
+            else missed_beats(rank, beats, self._peers_when_moved[rank], self._first_beats)
+            for rank in self._last
+        }
 
     def beats(self) -> dict[int, int]:
         return {rank: c[0] for rank, c in self._last.items()}
