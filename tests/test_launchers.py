@@ -129,6 +129,21 @@ def test_rank_0_ages_heartbeats_by_its_own_clock_and_counts_what_peers_beat(tmp_
         watch.stop()
 
 
+def test_a_rank_whose_store_has_gone_does_not_wait_for_beats(monkeypatch) -> None:
+    """Rank 0 (the store's host) has left: the rank giving up says so at once, not after SAMPLE_S."""
+    from torch.distributed import TCPStore
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(server.port))
+    session = inline.Session(rank=1, world_size=2)
+    session.store.set(f"{inline.KEY}0", "{}")  # connected while rank 0 was there
+    del server
+    began = time.monotonic()
+    assert session.observe(inline.SAMPLE_S) == {}
+    assert time.monotonic() - began < 1.0
+
+
 # ------------------------------------------------------------------ pure: mpirun's variables
 OMPI = {
     "OMPI_COMM_WORLD_RANK": "1",

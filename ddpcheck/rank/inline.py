@@ -223,6 +223,8 @@ class Session:
             return {}
         began = time.monotonic()
         first = read_records(self.store, self.world_size)
+        if not first and not _answers(self.store):
+            return {}  # connected earlier, but its host has gone since: nothing to wait for
         first_view = _read_view(self.store)
         sampled = BeatTracker()  # this rank's own count, for when rank 0 does not watch
         sampled.see(counters(first))
@@ -284,6 +286,14 @@ def _has(store: Any, key: str) -> bool:
         return store_has(store, key)
     except Exception:
         return False
+
+
+def _answers(store: Any) -> bool:
+    try:
+        store_has(store, VIEW_KEY)
+    except Exception:
+        return False
+    return True
 
 
 def _read_view(store: Any) -> dict[str, Any] | None:
