@@ -216,8 +216,11 @@ def _gone(pid: int) -> bool:
 
 
 def strike(argv: list[str], scratch: Path, tmp_path: Path, fault: signal.Signals, env: dict | None = None,
-           also_sigterm_rank0: bool = False) -> Outcome:  # fmt: skip
-    """Launch, send `fault` to rank 2 mid-sweep, and wait (bounded) for every process to end."""
+           also_sigterm_rank0: bool = False, retry_start: bool = False) -> Outcome:  # fmt: skip
+    """Launch, send `fault` to rank 2 mid-sweep, and wait (bounded) for every process to end.
+
+    `retry_start`: mpirun only (see below); every other launch that never reaches the sweep fails.
+    """
     report = tmp_path / "report.json"
     full_env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1", "COLUMNS": "200", **(env or {})}
 
@@ -236,6 +239,8 @@ def strike(argv: list[str], scratch: Path, tmp_path: Path, fault: signal.Signals
         try:
             pids = _rank_pids(scratch, time.monotonic() + 60, proc)
         except AssertionError as exc:
+            if not retry_start:
+                raise
             # What is tested starts mid-sweep; a launcher that never got its ranks there (seen
             # once in CI under mpirun, not reproduced) is retried once, and said, not hidden.
             os.killpg(proc.pid, signal.SIGKILL)
@@ -348,7 +353,7 @@ MPIRUN += [sys.executable, "-m", "ddpcheck", *SWEEP]
     (signal.SIGKILL, "rank lost", "lost: its process ended", 128 + signal.SIGKILL),
 ])  # fmt: skip
 def test_mpirun_names_a_stopped_or_killed_rank(scratch, tmp_path, fault, name, words, code) -> None:
-    outcome = strike(MPIRUN, scratch, tmp_path, fault, env={"PYTHONPATH": _pythonpath()})
+    outcome = strike(MPIRUN, scratch, tmp_path, fault, env={"PYTHONPATH": _pythonpath()}, retry_start=True)
     assert outcome.code == code, outcome.err  # mpirun: the first rank's exit 3, or the SIGKILL it saw
     assert outcome.report["world"]["size"] == 3
     assert_named(outcome, name, words)
