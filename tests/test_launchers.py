@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,10 @@ from ddpcheck.errors import UsageError
 from ddpcheck.launcher import mpi
 from ddpcheck.launcher.postmortem import judge_inline
 from ddpcheck.rank import inline, rundir
-from ddpcheck.rank.status import FROZEN_AFTER_S, Stall, StatusWriter, StoreTransport
+from ddpcheck.rank.liveness import STOPPED_AFTER_BEATS
+from ddpcheck.rank.status import HEARTBEAT_INTERVAL_S, Stall, StatusWriter, StoreTransport
 from tests.conftest import assert_usage_error
+from tests.support.load import busy_cores
 
 TIMEOUT = 8
 BOUND_S = TIMEOUT + 20  # the issue's bound: from the fault to the last process gone
@@ -86,32 +89,59 @@ def test_inline_says_every_rank_is_stuck_only_when_every_heartbeat_is_fresh() ->
 
 
 # ------------------------------------------------------------------ the store transport, in-process
-def test_rank_0_ages_heartbeats_by_its_own_clock(tmp_path: Path) -> None:
-    """Beats travel through a real TCPStore; their age comes from rank 0's clock, not the sender's."""
+def test_rank_0_ages_heartbeats_by_its_own_clock_and_counts_what_peers_beat(tmp_path: Path) -> None:
+    """Beats travel through a real TCPStore; their age comes from rank 0's clock, not the sender's,
+    and a rank stopped beating once a peer beat STOPPED_AFTER_BEATS times without it."""
     from torch.distributed import TCPStore
 
     server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     client = lambda: TCPStore("127.0.0.1", server.port, is_master=False)  # noqa: E731
-    # The sender's clock is an hour behind: its wall-clock heartbeat must not matter.
-    identity = {"rank": 1, "local_rank": 0, "node": 1, "host": "elsewhere", "address": None, "pid": 1}
-    writer = StatusWriter(tmp_path, identity)
-    writer.add_transport(StoreTransport(client(), f"{inline.KEY}1"))
+    writers = []
+    for rank in (0, 1):
+        identity = {
+            "rank": rank,
+            "local_rank": 0,
+            "node": rank,
+            "host": f"h{rank}",
+            "address": None,
+            "pid": 1,
+        }
+        writers.append(StatusWriter(tmp_path / str(rank), identity))
+        writers[-1].add_transport(StoreTransport(client(), f"{inline.KEY}{rank}"))
     watch = inline.Watch(client(), world_size=2)
     watch.start()
     try:
         time.sleep(2.0)
-        records, ages = watch.snapshot()
-        assert records[1]["beats"] >= 2 and ages[1] < 1.5
+        records, ages, missed = watch.snapshot()
+        assert records[1]["beats"] >= 2 and ages[1] < 1.5 and missed == {0: 0, 1: 0}
+        # Rank 1's clock an hour behind: its wall-clock heartbeat must not matter.
         skewed = {1: {**records[1], "heartbeat": records[1]["heartbeat"] - 3600}}
-        assert inline.annotate(skewed, ages)[1]["heartbeat_age_s"] < 1.5
-        writer.close()  # the rank freezes: its beats stop
-        time.sleep(FROZEN_AFTER_S + 1.0)
-        records, ages = watch.snapshot()
-        frozen = inline.annotate(records, ages)[1]
-        assert frozen["heartbeat_age_s"] > FROZEN_AFTER_S and inline.is_culprit(frozen)
+        assert inline.annotate(skewed, ages, missed)[1]["heartbeat_age_s"] < 1.5
+        writers[1].close()  # rank 1 freezes: its beats stop, rank 0's go on
+        time.sleep(STOPPED_AFTER_BEATS * HEARTBEAT_INTERVAL_S + 1.5)
+        records, ages, missed = watch.snapshot()
+        frozen = inline.annotate(records, ages, missed)
+        assert frozen[1]["missed_beats"] >= STOPPED_AFTER_BEATS and inline.is_culprit(frozen[1])
+        assert frozen[0]["missed_beats"] == 0 and not inline.is_culprit(frozen[0])
     finally:
-        writer.close()
+        for writer in writers:
+            writer.close()
         watch.stop()
+
+
+def test_a_rank_whose_store_has_gone_does_not_wait_for_beats(monkeypatch) -> None:
+    """Rank 0 (the store's host) has left: the rank giving up says so at once, not after SAMPLE_S."""
+    from torch.distributed import TCPStore
+
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(server.port))
+    session = inline.Session(rank=1, world_size=2)
+    session.store.set(f"{inline.KEY}0", "{}")  # connected while rank 0 was there
+    del server
+    began = time.monotonic()
+    assert session.observe(inline.SAMPLE_S) == {}
+    assert time.monotonic() - began < 1.0
 
 
 # ------------------------------------------------------------------ pure: mpirun's variables
@@ -186,8 +216,11 @@ def _gone(pid: int) -> bool:
 
 
 def strike(argv: list[str], scratch: Path, tmp_path: Path, fault: signal.Signals, env: dict | None = None,
-           also_sigterm_rank0: bool = False) -> Outcome:  # fmt: skip
-    """Launch, send `fault` to rank 2 mid-sweep, and wait (bounded) for every process to end."""
+           also_sigterm_rank0: bool = False, retry_start: bool = False) -> Outcome:  # fmt: skip
+    """Launch, send `fault` to rank 2 mid-sweep, and wait (bounded) for every process to end.
+
+    `retry_start`: mpirun only (see below); every other launch that never reaches the sweep fails.
+    """
     report = tmp_path / "report.json"
     full_env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1", "COLUMNS": "200", **(env or {})}
 
@@ -206,6 +239,8 @@ def strike(argv: list[str], scratch: Path, tmp_path: Path, fault: signal.Signals
         try:
             pids = _rank_pids(scratch, time.monotonic() + 60, proc)
         except AssertionError as exc:
+            if not retry_start:
+                raise
             # What is tested starts mid-sweep; a launcher that never got its ranks there (seen
             # once in CI under mpirun, not reproduced) is retried once, and said, not hidden.
             os.killpg(proc.pid, signal.SIGKILL)
@@ -318,7 +353,7 @@ MPIRUN += [sys.executable, "-m", "ddpcheck", *SWEEP]
     (signal.SIGKILL, "rank lost", "lost: its process ended", 128 + signal.SIGKILL),
 ])  # fmt: skip
 def test_mpirun_names_a_stopped_or_killed_rank(scratch, tmp_path, fault, name, words, code) -> None:
-    outcome = strike(MPIRUN, scratch, tmp_path, fault, env={"PYTHONPATH": _pythonpath()})
+    outcome = strike(MPIRUN, scratch, tmp_path, fault, env={"PYTHONPATH": _pythonpath()}, retry_start=True)
     assert outcome.code == code, outcome.err  # mpirun: the first rank's exit 3, or the SIGKILL it saw
     assert outcome.report["world"]["size"] == 3
     assert_named(outcome, name, words)
@@ -334,11 +369,22 @@ def _pythonpath() -> str:
 SRUN = ["srun", "-n", "3", "--kill-on-bad-exit=1", sys.executable, "-m", "ddpcheck", *SWEEP]
 
 
+@pytest.fixture
+def busy_machine() -> Iterator[list[int]]:
+    """One process spinning on each core beside the test: every heartbeat is late."""
+    with busy_cores() as spinners:
+        yield spinners
+
+
 @pytest.mark.parametrize(("fault", "name", "words"), [
     (signal.SIGSTOP, "hang", "stopped (SIGSTOP): no heartbeat for"),
     (signal.SIGKILL, "rank lost", "lost: its process ended"),
 ])  # fmt: skip
-def test_srun_names_a_stopped_or_killed_rank(slurm, scratch, tmp_path, fault, name, words) -> None:
+def test_srun_names_a_stopped_or_killed_rank_on_a_busy_machine(
+    slurm, busy_machine, scratch, tmp_path, fault, name, words
+) -> None:
+    """srun -K ends every task once one exits: rank 0's report is out before, its waiters not blamed
+    although every heartbeat is late (one spinning process per core)."""
     outcome = strike(SRUN, scratch, tmp_path, fault, env=slurm)
     exits = re.findall(r"srun: error: \S+: (tasks? [\d,-]+): (.*)", outcome.err)
     # Every task that was not killed from outside exits 3 (the stopped one too, once srun ends the step).

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.postmortem.flight import RankTrace
 from ddpcheck.checks.postmortem.judge import with_last_collectives
+from ddpcheck.rank.liveness import stopped_beating
 from ddpcheck.rank.stages import DONE, PRE_JOIN
 from ddpcheck.rank.status import FROZEN_AFTER_S, Stall
 from ddpcheck.report.model import Check, Report, Status, Table, Verdict
@@ -185,10 +186,8 @@ def judge_stall(stall: Stall) -> Check:
     for r in sorted(frozen):
         s = statuses[r]
         state = "stopped (SIGSTOP)" if s.get("proc_state") == "stopped" else "frozen"
-        parts.append(
-            f"{_who(r, s)} is {state}: no heartbeat for {s.get('heartbeat_age_s', 0):.0f} s, "
-            f"last seen at stage '{s['stage']}'"
-        )
+        silence = _silence({"heartbeat_age_s": 0, **s})
+        parts.append(f"{_who(r, s)} is {state}: {silence}, last seen at stage '{s['stage']}'")
     for r in sorted(behind):
         s = statuses[r]
         if s["stage"] in PRE_JOIN:
@@ -235,7 +234,14 @@ def judge_stall(stall: Stall) -> Check:
 
 
 def _frozen(status: dict[str, Any]) -> bool:
-    return status.get("proc_state") == "stopped" or status.get("heartbeat_age_s", 0) > FROZEN_AFTER_S
+    return status.get("proc_state") == "stopped" or _beat_stopped(status)
+
+
+def _beat_stopped(status: dict[str, Any]) -> bool:
+    """Against its peers where a watcher counted their beats (inline runs: `missed_beats`), else by age."""
+    if "missed_beats" in status:
+        return stopped_beating(status["missed_beats"])
+    return status.get("heartbeat_age_s", 0) > FROZEN_AFTER_S
 
 
 def stages_table(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]]) -> Table:
@@ -331,10 +337,7 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
             state = "lost (its process died or its host is unreachable)"
         else:
             state = "frozen"
-        parts.append(
-            f"{_who(r, s)} is {state}: no heartbeat for {s['heartbeat_age_s']:.0f} s, "
-            f"last seen at stage '{s['stage']}'"
-        )
+        parts.append(f"{_who(r, s)} is {state}: {_silence(s)}, last seen at stage '{s['stage']}'")
     waiting = sorted(r for r, s in statuses.items() if r not in culprits and s["proc_state"] != "exited")
     if waiting:
         stages = sorted({statuses[r]["stage"] for r in waiting})
@@ -359,9 +362,20 @@ def _ended_mid_run(status: dict[str, Any]) -> bool:
 
 
 def _stopped_beating(status: dict[str, Any]) -> bool:
-    return status["proc_state"] == "stopped" or (
-        status["proc_state"] != "exited" and status.get("heartbeat_age_s", 0) > FROZEN_AFTER_S
-    )
+    """Stopped, or frozen; a rank that said why its beats end (it gave up, or finished) is neither."""
+    if status["proc_state"] == "stopped":
+        return True
+    if status["proc_state"] == "exited" or status.get("error") or status.get("stage") == DONE:
+        return False
+    return _beat_stopped(status)
+
+
+def _silence(status: dict[str, Any]) -> str:
+    """'no heartbeat for N s', and what its peers did meanwhile when that was counted."""
+    said = f"no heartbeat for {status['heartbeat_age_s']:.0f} s"
+    if status.get("missed_beats"):
+        said += f" (a peer beat {status['missed_beats']} times meanwhile)"
+    return said
 
 
 def inline_report(spec: RunSpec, stall: Stall, message: str, me: int = 0) -> Report:

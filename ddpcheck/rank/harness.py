@@ -218,6 +218,9 @@ def _inline_gave_up(
             check = postmortem.judge_inline(stall, message, rank)
             inline.say(f"ddpcheck: rank {rank} failed ({headline}): {check.detail}")
             session.said()
+            if spec.launcher in ("srun", "mpirun"):
+                # The first task to exit starts the launcher's teardown: rank 0, which reports, leaves first.
+                session.wait_for_rank0(inline.RANK0_LEAVES_S)
             return
         inline.say(f"ddpcheck: rank 0 failed: {headline}")
         report = postmortem.inline_report(spec, stall, message)
@@ -241,6 +244,12 @@ def on_inline_sigterm(spec: RunSpec, run_dir: Path) -> None:
     Runs on inline.SigtermWatch's thread while the main thread may be blocked in a collective.
     """
     rank = int(os.environ["RANK"])
+    # slurmstepd's SIGKILL follows only after KillWait: rank 0's main thread, which writes the report,
+    # gives up within its collective's timeout (at once when the peer's connection dropped).
+    srun_rank0 = rank == 0 and spec.launcher == "srun" and inline.current is not None
+    if srun_rank0 and inline.gave_up.wait(spec.collective_timeout + inline.SIGTERM_GRACE_S):
+        time.sleep(inline.SIGTERM_GRACE_S)  # it is rendering the report, then exits by itself
+        os._exit(3)
     claimed = inline.claim()
     if rank != 0 or claimed:
         # The launcher may follow with SIGKILL within a second (mpirun does): clean up first.
@@ -258,7 +267,7 @@ def on_inline_sigterm(spec: RunSpec, run_dir: Path) -> None:
     def look() -> None:
         if session is None:
             return
-        statuses = session.observe(inline.SIGTERM_LOOK_S, connect_s=inline.SIGTERM_LOOK_S)
+        statuses = session.observe(look_s, connect_s=look_s)
         end_stopped = spec.launcher == "torchrun" and rank == 0
         inline.reap(statuses, end_stopped=end_stopped, store=session.store)
         world = int(os.environ["WORLD_SIZE"])
@@ -268,9 +277,10 @@ def on_inline_sigterm(spec: RunSpec, run_dir: Path) -> None:
             found.append("; the store the ranks shared is gone: the others had ended already")
 
     # Bounded: mpirun's SIGKILL follows its SIGTERM by a second; the line must be out before it.
+    look_s = inline.sigterm_look_s(spec.launcher)
     looking = threading.Thread(target=_quietly, args=(look,), daemon=True)
     looking.start()
-    looking.join(inline.SIGTERM_LOOK_S)
+    looking.join(look_s)
     line += found[0] if found else "; the others' heartbeats could not be read in time"
     inline.say(line)
     if session is not None and rank != 0:

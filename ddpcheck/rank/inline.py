@@ -4,9 +4,15 @@ After joining, every rank publishes its status record (stage and heartbeat) to a
 store every rank already shares (MASTER_ADDR:MASTER_PORT), over a connection of its own so
 that a collective blocked on the default store never holds up a beat. Rank 0 watches every
 rank's beat counter and notes, on its own monotonic clock, when each last changed: an age
-that never mixes two hosts' clocks. It publishes those ages for the other ranks. The rank
-that gives up (its collective timed out, or a peer's connection dropped) then reads who
-stopped beating: `observe()` returns annotated statuses for postmortem.judge_inline.
+that never mixes two hosts' clocks, and how many beats the others made meanwhile: a rank stopped
+beating when its counter stood still while a peer's went on (rank/liveness.py), whatever the
+clock says on a busy machine. It publishes that view for the other ranks. The rank that gives
+up (its collective timed out, or a peer's connection dropped) then reads who stopped beating:
+`observe()` returns annotated statuses for postmortem.judge_inline.
+
+Under srun and mpirun, rank 0's process hosts the store and writes the report: the other ranks
+leave only after it (`wait_for_rank0`), so that the launcher's teardown, which begins when the
+first task exits, finds rank 0's account already out.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from typing import Any
 import psutil
 
 from ddpcheck.rank import rundir, stages
-from ddpcheck.rank.status import FROZEN_AFTER_S, HEARTBEAT_INTERVAL_S, StoreTransport
+from ddpcheck.rank.liveness import STOPPED_AFTER_BEATS, BeatTracker, stopped_beating
+from ddpcheck.rank.status import HEARTBEAT_INTERVAL_S, StoreTransport
 from ddpcheck.torch_compat import store_has
 
 HEARTBEAT_SWITCH = "DDPCHECK_INLINE_HEARTBEAT"
@@ -39,13 +46,18 @@ ENDED_KEY = "ddpcheck/rank/inline/ended/"
 SAID_KEY = "ddpcheck/rank/inline/said/"
 # One store operation's bound: a store whose host froze must not hold up the rank giving up.
 STORE_OP_TIMEOUT_S = 3.0
-# How long a rank without a fresh view from rank 0 samples beats before it judges (three missed beats more).
-SAMPLE_S = FROZEN_AFTER_S + 0.5
+# How long a rank without a fresh view from rank 0 samples beats before it judges: long enough for a
+# peer to beat STOPPED_AFTER_BEATS times, and a second more.
+SAMPLE_S = STOPPED_AFTER_BEATS * HEARTBEAT_INTERVAL_S + 1.0
 # A rank stopped by SIGTERM while it was already giving up: how long its report may still take.
 SIGTERM_GRACE_S = 5.0
 # How long a rank stopped by SIGTERM looks for the peer that stopped beating: mpirun sends SIGKILL
-# about a second after its SIGTERM, torchrun after --shutdown-timeout.
+# about a second after its SIGTERM, torchrun after --shutdown-timeout; srun's slurmstepd only after
+# Slurm's KillWait (30 s unless the cluster sets it; measured: SIGTERM at once, SIGKILL 30 s later).
 SIGTERM_LOOK_S = 0.6
+SRUN_SIGTERM_LOOK_S = 3.0
+# How long a rank other than 0, done, waits for rank 0 to leave first (under srun and mpirun).
+RANK0_LEAVES_S = 15.0
 
 # One process is one rank: its session, and who speaks for it when it fails (the rank giving up,
 # or the SIGTERM thread; whichever comes first, once).
@@ -83,6 +95,16 @@ def launcher_of(environ: dict[str, str] | os._Environ[str]) -> str:
     return "launcher"
 
 
+def sigterm_look_s(launcher: str | None) -> float:
+    """How long a rank stopped by `launcher`'s SIGTERM may look for the culprit before it must speak."""
+    return SRUN_SIGTERM_LOOK_S if launcher == "srun" else SIGTERM_LOOK_S
+
+
+def counters(records: dict[int, dict[str, Any]]) -> dict[int, tuple[int, int]]:
+    """What liveness compares of each record: its beat and stage counters."""
+    return {rank: (record["beats"], record["seq"]) for rank, record in records.items()}
+
+
 def read_records(store: Any, world_size: int) -> dict[int, dict[str, Any]]:
     """Every rank's last published record; stops at the first failure (the store is gone or frozen)."""
     records: dict[int, dict[str, Any]] = {}
@@ -97,7 +119,8 @@ def read_records(store: Any, world_size: int) -> dict[int, dict[str, Any]]:
 
 
 class Watch(threading.Thread):
-    """Rank 0's watch: when it last saw each rank's beat counter change, by its own clock."""
+    """Rank 0's watch: when it last saw each rank's beat counter change, by its own clock, and how
+    many beats the others made since."""
 
     def __init__(self, store: Any, world_size: int) -> None:
         """`store`: the store, or a function that connects to it (called on this thread)."""
@@ -106,6 +129,7 @@ class Watch(threading.Thread):
         self._lock = threading.Lock()
         self._records: dict[int, dict[str, Any]] = {}
         self._changed: dict[int, float] = {}
+        self._beats = BeatTracker()
         self._stopped = threading.Event()
         self._published = 0
 
@@ -124,16 +148,20 @@ class Watch(threading.Thread):
                     if old is None or (old["beats"], old["seq"]) != (record["beats"], record["seq"]):
                         self._changed[rank] = now
                     self._records[rank] = record
+                self._beats.see(counters(records))
                 ages = {rank: now - t for rank, t in self._changed.items()}
+                missed = self._beats.missed()
             self._published += 1
-            view = {"n": self._published, "ages": ages}
+            view = {"n": self._published, "ages": ages, "missed": missed}
             with contextlib.suppress(Exception):
                 self._store.set(VIEW_KEY, json.dumps(view))
 
-    def snapshot(self) -> tuple[dict[int, dict[str, Any]], dict[int, float]]:
+    def snapshot(self) -> tuple[dict[int, dict[str, Any]], dict[int, float], dict[int, int]]:
+        """Every rank's last record, its heartbeat's age and the beats its peers made since."""
         now = time.monotonic()
         with self._lock:
-            return dict(self._records), {rank: now - t for rank, t in self._changed.items()}
+            ages = {rank: now - t for rank, t in self._changed.items()}
+            return dict(self._records), ages, self._beats.missed()
 
     def stop(self) -> None:
         self._stopped.set()
@@ -195,23 +223,31 @@ class Session:
             return {}
         began = time.monotonic()
         first = read_records(self.store, self.world_size)
+        if not first and not _answers(self.store):
+            return {}  # connected earlier, but its host has gone since: nothing to wait for
         first_view = _read_view(self.store)
+        sampled = BeatTracker()  # this rank's own count, for when rank 0 does not watch
+        sampled.see(counters(first))
         while True:
             if self.watch is not None:
-                records, ages = self.watch.snapshot()
+                records, ages, missed = self.watch.snapshot()
                 records = {**records, **read_records(self.store, self.world_size)}
             else:
                 records = read_records(self.store, self.world_size) or first
+                sampled.see(counters(records))
                 view = _read_view(self.store)
                 if view and first_view and view["n"] != first_view["n"]:
-                    ages = {int(r): a for r, a in view["ages"].items()}  # rank 0 is alive and watching
+                    # Rank 0 is alive and watching, and has watched since the start.
+                    ages = {int(r): a for r, a in view["ages"].items()}
+                    missed = {int(r): m for r, m in view.get("missed", {}).items()}
                 else:
                     waited = time.monotonic() - began
                     ages = {
                         r: waited if first.get(r, {}).get("beats") == s["beats"] else 0.0
                         for r, s in records.items()
                     }
-            statuses = annotate(records, ages)
+                    missed = sampled.missed()
+            statuses = annotate(records, ages, missed)
             for rank, status in statuses.items():
                 if status["proc_state"] == "exited" and _has(self.store, f"{ENDED_KEY}{rank}"):
                     status.update(proc_state="stopped", ended_by_ddpcheck=True)
@@ -226,6 +262,20 @@ class Session:
         with contextlib.suppress(Exception):
             self.store.set(f"{SAID_KEY}{self.rank}", "1")
 
+    def wait_for_rank0(self, bound_s: float) -> None:
+        """Done, and said: stay until rank 0 has left (its store closes with it), within a bound.
+
+        Under srun and mpirun the first task to exit starts the launcher's teardown (SIGTERM);
+        rank 0 writes the report, so it leaves first and nothing ends it mid-report.
+        """
+        deadline = time.monotonic() + bound_s
+        while time.monotonic() < deadline:
+            try:
+                store_has(self.store, f"{SAID_KEY}{self.rank}")
+            except Exception:
+                return  # the store is gone: rank 0 has left
+            time.sleep(HEARTBEAT_INTERVAL_S / 2)
+
     def close(self) -> None:
         if self.watch is not None:
             self.watch.stop()
@@ -238,6 +288,14 @@ def _has(store: Any, key: str) -> bool:
         return False
 
 
+def _answers(store: Any) -> bool:
+    try:
+        store_has(store, VIEW_KEY)
+    except Exception:
+        return False
+    return True
+
+
 def _read_view(store: Any) -> dict[str, Any] | None:
     try:
         return json.loads(store.get(VIEW_KEY)) if store_has(store, VIEW_KEY) else None
@@ -245,12 +303,17 @@ def _read_view(store: Any) -> dict[str, Any] | None:
         return None
 
 
-def annotate(records: dict[int, dict[str, Any]], ages: dict[int, float]) -> dict[int, dict[str, Any]]:
-    """Records plus process state and heartbeat age, as postmortem reads them.
+def annotate(
+    records: dict[int, dict[str, Any]], ages: dict[int, float], missed: dict[int, int] | None = None
+) -> dict[int, dict[str, Any]]:
+    """Records plus process state, heartbeat age and missed beats, as postmortem reads them.
 
     A rank on this host is looked at directly (its process, and its heartbeat against this
-    host's own clock); one elsewhere by the age rank 0 (or this rank, sampling) measured.
+    host's own clock); one elsewhere by the age rank 0 (or this rank, sampling) measured. The
+    age is what a report says; whether a rank stopped beating is `missed_beats`: how many
+    beats a peer made since this rank's counters last moved (rank/liveness.py).
     """
+    missed = missed or {}
     here, now = socket.gethostname(), time.time()
     annotated = {}
     for rank, record in records.items():
@@ -260,6 +323,7 @@ def annotate(records: dict[int, dict[str, Any]], ages: dict[int, float]) -> dict
             **record,
             "proc_state": process_state(record["pid"]) if same_host else "running",
             "heartbeat_age_s": round(max(age, 0.0), 1),
+            "missed_beats": missed.get(rank, 0),
             "in_stage_s": round(now - record["stage_since"], 1) if same_host else None,
             "same_host": same_host,
         }
@@ -279,10 +343,14 @@ def process_state(pid: int) -> str:
 
 
 def is_culprit(status: dict[str, Any]) -> bool:
-    """Stopped beating: dead (its process is gone mid-run, without an error of its own), stopped, frozen."""
+    """Stopped beating: dead (its process is gone mid-run, without an error of its own), stopped,
+    or frozen (a peer beat STOPPED_AFTER_BEATS times while it beat none, and it never said why)."""
     if status["proc_state"] == "exited":
         return not status.get("error") and status.get("stage") != stages.DONE
-    return status["proc_state"] == "stopped" or status["heartbeat_age_s"] > FROZEN_AFTER_S
+    if status["proc_state"] == "stopped":
+        return True
+    left = status.get("error") or status.get("stage") == stages.DONE  # it said why its beats end
+    return not left and stopped_beating(status.get("missed_beats", 0))
 
 
 def reap(statuses: dict[int, dict[str, Any]], end_stopped: bool, store: Any = None) -> list[int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -46,10 +47,21 @@ SwitchType=switch/none
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 ReturnToService=2
+FirstJobId={first_job}
 SlurmdParameters=config_overrides
 NodeName={host} CPUs=8 State=UNKNOWN
 PartitionName=ddpcheck Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
+
+
+def first_job_id() -> int:
+    """Where this cluster's job ids start: apart from those of another test cluster on the machine.
+
+    An srun step's ranks derive their store's port from the job id (launcher/slurm.py): two
+    clusters that both start at job 1 would hand their steps the same port, and one step's
+    ranks would join the other's store.
+    """
+    return random.randrange(1_000, 1_000_000)
 
 
 class SlurmUnavailable(Exception):
@@ -75,7 +87,12 @@ def slurm_daemons() -> Iterator[dict[str, str]]:
     host = socket.gethostname()
     conf.write_text(
         SLURM_CONF.format(
-            tag=os.getpid(), host=host, ctld_port=free_port(), d_port=free_port(), dir=directory
+            tag=os.getpid(),
+            host=host,
+            ctld_port=free_port(),
+            d_port=free_port(),
+            dir=directory,
+            first_job=first_job_id(),
         )
     )
     env = {**os.environ, "SLURM_CONF": str(conf)}

@@ -1,0 +1,80 @@
+"""Pure: which rank stopped beating, judged against its peers' beats rather than the clock.
+
+On a busy machine every heartbeat is late, and a watcher that was itself held up sees every
+rank's beat as old at once. What tells a stopped rank from a slow machine is that its beat
+counter stood still while its peers' counters went on: a rank is stopped when a peer beat
+`STOPPED_AFTER_BEATS` times since its own counter last moved. Nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# Six beats of a peer (3 s at one beat per 0.5 s) with none of its own: long enough that a rank
+# whose threads wait a moment for a core is not blamed, short enough to be known well before
+# any --timeout ends the collective.
+STOPPED_AFTER_BEATS = 6
+
+# What a watcher reads of one rank: its beat counter and its stage counter (a change of
+# either is a sign of life).
+Counters = tuple[int, int]
+
+
+class BeatTracker:
+    """Every rank's counters as a watcher saw them, one observation after another.
+
+    For each rank it keeps the peers' beat counters at the last observation where that rank's
+    own counters had moved: what a peer beat since then is what the rank missed.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[int, Counters] = {}
+        self._first_beats: dict[int, int] = {}
+        self._peers_when_moved: dict[int, dict[int, int]] = {}
+        self._moved: set[int] = set()
+
+    def see(self, counters: Mapping[int, Counters]) -> None:
+        """One observation: every rank's (beats, stage seq) read now; ranks absent are unchanged."""
+        beats = {rank: c[0] for rank, c in {**self._last, **counters}.items()}  # one per observation,
+        self._moved = set()  # shared by the ranks that moved in it: linear in the ranks, not quadratic
+        for rank, now in counters.items():
+            self._first_beats.setdefault(rank, now[0])
+            if self._last.get(rank) != now:
+                self._peers_when_moved[rank] = beats
+                self._moved.add(rank)
+        self._last.update(counters)
+
+    def missed(self) -> dict[int, int]:
+        """Per rank, the most beats any one peer made since the rank's own counters last moved."""
+        beats = self.beats()
+        return {
+            rank: 0
+            if rank in self._moved
+            else missed_beats(rank, beats, self._peers_when_moved[rank], self._first_beats)
+            for rank in self._last
+        }
+
+    def beats(self) -> dict[int, int]:
+        return {rank: c[0] for rank, c in self._last.items()}
+
+
+def missed_beats(
+    rank: int, beats_now: Mapping[int, int], beats_then: Mapping[int, int], first_beats: Mapping[int, int]
+) -> int:
+    """The most beats one peer of `rank` made between `beats_then` (when `rank` last moved) and now.
+
+    A peer first seen after that moment counts from the counter it was first seen with.
+    """
+    return max(
+        (
+            now - beats_then.get(peer, first_beats.get(peer, now))
+            for peer, now in beats_now.items()
+            if peer != rank
+        ),
+        default=0,
+    )
+
+
+def stopped_beating(missed: int) -> bool:
+    """A peer beat STOPPED_AFTER_BEATS times while this rank beat none."""
+    return missed >= STOPPED_AFTER_BEATS
