@@ -289,11 +289,13 @@ def _left_jobs(tmp_path: Path) -> list[int]:
     return left
 
 
-# One launch per launcher (each costs many seconds here): srun's watchers name a hang, mpirun's a crash;
-# both kinds are judged by the same code under torchrun above.
-@pytest.mark.parametrize(("fault", "name", "words"), [
+PER_TASK_FAULTS = [
     ("sleep@2:step2", "hang", "is in load_batch"),
-])  # fmt: skip
+    ("raise@1:step2", "crash", "failed first: ValueError: planted failure at step 2"),
+]
+
+
+@pytest.mark.parametrize(("fault", "name", "words"), PER_TASK_FAULTS)
 def test_srun_one_watcher_per_task_names_the_rank(slurm, tmp_path, fault, name, words) -> None:
     run = watch_per_task(tmp_path, ["srun", "-K", "-n", "3"], fault, slurm)
     assert run.report is not None, run.out[-2000:] + run.err[-3000:]
@@ -306,9 +308,7 @@ def test_srun_one_watcher_per_task_names_the_rank(slurm, tmp_path, fault, name, 
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Debian's openmpi-bin) is not installed")
-@pytest.mark.parametrize(("fault", "name", "words"), [
-    ("raise@1:step2", "crash", "failed first: ValueError: planted failure at step 2"),
-])  # fmt: skip
+@pytest.mark.parametrize(("fault", "name", "words"), PER_TASK_FAULTS)
 def test_mpirun_one_watcher_per_task_names_the_rank(tmp_path, fault, name, words) -> None:
     env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                           *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
