@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import assert_nothing_left
 from tests.support.netns import free_port, ip, on_host
 
-HOSTS = 4
+HOSTS = 5  # --hostlist must name the slow host alone, not the four that exchanged with it
 SLOW = 2  # the host whose outgoing link tc limits
 RATE = "100mbit"  # 0.0125 GB/s: far below what a veth carries here (~1-2 GB/s)
 
@@ -47,7 +47,7 @@ def bridged_hosts():
             ip("-n", ns, "link", "set", dev, "up")
             ip("-n", ns, "link", "set", "lo", "up")
             hosts.append(
-                {"netns": ns, "device": dev, "address": address, "hostname": f"wt13-{tag}-{'abcd'[i]}"}
+                {"netns": ns, "device": dev, "address": address, "hostname": f"wt13-{tag}-{'abcde'[i]}"}
             )
         yield hosts
     finally:
