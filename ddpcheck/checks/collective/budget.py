@@ -15,7 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ddpcheck.report.model import Check, Status, Table
+from ddpcheck.rank.budget import budget_check
+from ddpcheck.report.model import Check, Table
 from ddpcheck.report.units import human_bytes
 
 # Fewer timed iterations than this and one late call sets the figure: trimmed sweeps give up
@@ -108,8 +109,7 @@ def budget_findings(accounts: list[dict[str, Any]]) -> tuple[Check, Table] | Non
             clauses.append(_clause(row))
             cut |= row["sizes_run"] < row["sizes_asked"] or row["iters_least"] < row["iters_asked"]
     what = "; ".join(clauses) or "nothing ran"
-    detail = f"budget {seconds:g} s: {what}" + (" (cut to fit)" if cut else "")
-    return Check("budget", Status.PASS, detail), Table("budget", "What --budget cut", {}, rows)
+    return budget_check(seconds, what, cut, rows)
 
 
 def _clause(row: dict[str, Any]) -> str:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ddpcheck.report.model import Check, Status, Table
+from ddpcheck.rank.budget import budget_check
+from ddpcheck.report.model import Check, Table
 
 
 def fit_iters(
@@ -59,5 +60,4 @@ def budget_findings(account: dict[str, Any] | None) -> tuple[Check, Table] | Non
         else f"{row['iters_asked']} iters"
     )
     cut = row["passes_run"] < row["passes_asked"] or row["iters_run"] < row["iters_asked"]
-    detail = f"budget {row['budget_s']:g} s: {passes}, {iters} a figure" + (" (cut to fit)" if cut else "")
-    return Check("budget", Status.PASS, detail), Table("budget", "What --budget cut", {}, [row])
+    return budget_check(row["budget_s"], f"{passes}, {iters} a figure", cut, [row])

@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ddpcheck.report.model import Check, Status, Table
+from ddpcheck.rank.budget import budget_check
+from ddpcheck.report.model import Check, Table
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,4 @@ def budget_findings(account: dict[str, Any] | None) -> tuple[Check, Table] | Non
     cut = (
         row["passes_run"] < row["passes_asked"] or least < asked or row["warmup_least"] < row["warmup_asked"]
     )
-    detail = (
-        f"budget {row['budget_s']:g} s: every link, " + ", ".join(parts) + (" (cut to fit)" if cut else "")
-    )
-    return Check("budget", Status.PASS, detail), Table("budget", "What --budget cut", {}, [row])
+    return budget_check(row["budget_s"], "every link, " + ", ".join(parts), cut, [row])
