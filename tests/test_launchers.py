@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,42 +215,27 @@ def _gone(pid: int) -> bool:
 
 
 def strike(argv: list[str], scratch: Path, tmp_path: Path, fault: signal.Signals, env: dict | None = None,
-           also_sigterm_rank0: bool = False, retry_start: bool = False) -> Outcome:  # fmt: skip
-    """Launch, send `fault` to rank 2 mid-sweep, and wait (bounded) for every process to end.
-
-    `retry_start`: mpirun only (see below); every other launch that never reaches the sweep fails.
-    """
+           also_sigterm_rank0: bool = False) -> Outcome:  # fmt: skip
+    """Launch, send `fault` to rank 2 mid-sweep, and wait (bounded) for every process to end."""
     report = tmp_path / "report.json"
     full_env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1", "COLUMNS": "200", **(env or {})}
-
-    def start() -> subprocess.Popen:
-        return subprocess.Popen(
-            [*argv, "--json", str(report)],
-            env=full_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-
-    proc = start()
+    proc = subprocess.Popen(
+        [*argv, "--json", str(report)],
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         try:
             pids = _rank_pids(scratch, time.monotonic() + 60, proc)
         except AssertionError as exc:
-            if not retry_start:
-                raise
-            # What is tested starts mid-sweep; a launcher that never got its ranks there (seen
-            # once in CI under mpirun, not reproduced) is retried once, and said, not hidden.
+            # A launch that never reached the sweep (seen once in CI under mpirun; 20 of 20 start-ups
+            # reached it in tests/perf/bench_mpirun_startup.py): fail with what the launcher said.
             os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
-            warnings.warn(
-                f"{exc}; retrying once; the launcher said:\n{out[-1500:]}\n{err[-3000:]}", stacklevel=1
-            )
-            for leftover in scratch.glob(f"{rundir.INLINE_PREFIX}*"):
-                shutil.rmtree(leftover, ignore_errors=True)
-            proc = start()
-            pids = _rank_pids(scratch, time.monotonic() + 60, proc)
+            raise AssertionError(f"{exc}; the launcher said:\n{out[-1500:]}\n{err[-3000:]}") from None
         time.sleep(0.5)
         os.kill(pids[2], fault)
         struck = time.monotonic()
@@ -353,7 +337,7 @@ MPIRUN += [sys.executable, "-m", "ddpcheck", *SWEEP]
     (signal.SIGKILL, "rank lost", "lost: its process ended", 128 + signal.SIGKILL),
 ])  # fmt: skip
 def test_mpirun_names_a_stopped_or_killed_rank(scratch, tmp_path, fault, name, words, code) -> None:
-    outcome = strike(MPIRUN, scratch, tmp_path, fault, env={"PYTHONPATH": _pythonpath()}, retry_start=True)
+    outcome = strike(MPIRUN, scratch, tmp_path, fault, env={"PYTHONPATH": _pythonpath()})
     assert outcome.code == code, outcome.err  # mpirun: the first rank's exit 3, or the SIGKILL it saw
     assert outcome.report["world"]["size"] == 3
     assert_named(outcome, name, words)
