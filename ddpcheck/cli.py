@@ -265,7 +265,9 @@ def run_ranked(
         )
         check_setup(known_good, command.name, planned, str(baseline.path))
     if inline:
-        outcome = launch.run_inline(command.name, options_to_dict(options), faults, plan)
+        outcome = launch.run_inline(
+            command.name, options_to_dict(options), faults, plan, lambda r: _write_files(r, output, fleet)
+        )
         from ddpcheck.report.model import Verdict
 
         if isinstance(outcome, Verdict):
@@ -308,21 +310,27 @@ def _console(output: OutputOptions) -> Console:
     return render.make_console(stderr=output.to_stdout)
 
 
+def _write_files(report: Report, output: OutputOptions, fleet: FleetOptions | None) -> list[str]:
+    """The report's files, and the fleet's (hostlist, metrics); one line for each, saying where."""
+    wrote = output.write(report)
+    # A node that is not rank 0's holds a one-line stand-in: the hostlist, metrics and drains are rank 0's.
+    if fleet is not None and not report.world.get("report_on"):
+        wrote += fleet.write(report)
+    return wrote
+
+
 def finish(
     report: Report, console: Console, output: OutputOptions, fleet: FleetOptions | None = None
 ) -> None:
     from ddpcheck.report import terminal as render
 
     # The files first, so that the verdict line, last of all, comes after the lines saying where they went.
-    wrote = output.write(report)
+    wrote = _write_files(report, output, fleet)
     actions: list[str] = []
-    # A node that is not rank 0's holds a one-line stand-in: the hostlist, metrics and drains are rank 0's.
-    if fleet is not None and not report.world.get("report_on"):
-        wrote += fleet.write(report)
-        if fleet.drain:
-            from ddpcheck.launcher.drain import act_on
+    if fleet is not None and fleet.drain and not report.world.get("report_on"):
+        from ddpcheck.launcher.drain import act_on
 
-            actions = act_on(report)
+        actions = act_on(report)
     render.render_report(
         report, console, quiet=output.quiet, verbose=output.verbose, wrote=wrote, actions=actions
     )

@@ -257,25 +257,19 @@ def strike(argv: list[str], scratch: Path, tmp_path: Path, fault: signal.Signals
     return Outcome(proc.returncode, out, err, loaded, gone, pids)
 
 
-def assert_named(outcome: Outcome, name: str, words: str, sigterm_first: bool = False) -> None:
+def assert_named(outcome: Outcome, name: str, words: str) -> None:
     """Rank 0's report and rank 1's one line name rank 2 alone; its waiters are not blamed.
 
-    With `sigterm_first` (torchrun, a rank killed) the launcher may stop rank 0 before its own
-    collective fails; then rank 0's one line, not its report, names rank 2.
-
-    Rank 1 either gave up itself ("failed") or was stopped by its launcher's SIGTERM first
-    (torchrun, srun and mpirun end every rank once one failed): either way its line names rank 2.
+    Rank 0 writes the report whether its own collective failed first or its launcher's SIGTERM
+    came first (torchrun and mpirun end every rank once one failed; mpirun's SIGKILL follows a
+    second later). Rank 1 either gave up itself ("failed") or was stopped by that SIGTERM: either
+    way its line names rank 2.
     """
     who = f"rank 2 (host {socket.gethostname()}, pid {outcome.pids[2]}) is {words}"
-    if outcome.report is None and sigterm_first:
-        # torchrun stopped rank 0 before its collective failed: its one line names the culprit.
-        (line,) = [line for line in outcome.err.splitlines() if line.startswith("ddpcheck: rank 0 stopped")]
-        assert who in line and "ranks 0, 1 were waiting for it" in line, outcome.err
-    else:
-        assert outcome.report is not None, outcome.err
-        (failing,) = [c for c in outcome.report["checks"] if c["status"] == "ERROR"]
-        assert (failing["name"], failing["ranks"]) == (name, [2]), (failing, outcome.err)
-        assert who in failing["detail"] and "ranks 0, 1 were waiting for it" in failing["detail"]
+    assert outcome.report is not None, outcome.err
+    (failing,) = [c for c in outcome.report["checks"] if c["status"] == "ERROR"]
+    assert (failing["name"], failing["ranks"]) == (name, [2]), (failing, outcome.err)
+    assert who in failing["detail"] and "ranks 0, 1 were waiting for it" in failing["detail"]
     (line,) = [line for line in outcome.err.splitlines() if line.startswith("ddpcheck: rank 1 ")]
     assert who.split(" is ")[0] in line, outcome.err
     assert "every rank is alive and stuck" not in outcome.out + outcome.err
@@ -308,18 +302,25 @@ def _torchrun_rank0_exit(err: str) -> int | None:
 def test_torchrun_names_a_stopped_or_killed_rank(scratch, tmp_path, fault, name, words) -> None:
     outcome = strike(TORCHRUN, scratch, tmp_path, fault)
     assert outcome.code != 0 and _torchrun_rank0_exit(outcome.err) == 3, outcome.err
-    assert_named(outcome, name, words, sigterm_first=fault == signal.SIGKILL)
+    assert_named(outcome, name, words)
     assert_bounded_and_clean(outcome, scratch)
 
 
 @pytest.mark.integration
 def test_torchrun_sigterm_still_names_the_rank_that_stopped_beating(scratch, tmp_path) -> None:
-    """Rank 0, stopped by SIGTERM mid-collective, says at once who stopped beating, and exits 3."""
+    """Rank 0, stopped by SIGTERM mid-collective, names at once who stopped beating: line and report."""
     outcome = strike(TORCHRUN, scratch, tmp_path, signal.SIGSTOP, also_sigterm_rank0=True)
     (line,) = [
         line for line in outcome.err.splitlines() if line.startswith("ddpcheck: rank 0 stopped by SIGTERM")
     ]
     assert f"rank 2 (host {socket.gethostname()}, pid {outcome.pids[2]}) is stopped (SIGSTOP)" in line
+    # Its collective never failed: the report comes from the SIGTERM's look, and says where it went.
+    assert_named(outcome, "hang", "stopped (SIGSTOP): no heartbeat for")
+    (failing,) = [c for c in outcome.report["checks"] if c["status"] == "ERROR"]
+    assert failing["detail"].endswith(
+        "rank 0 was stopped by SIGTERM (its launcher ends every rank once one failed)"
+    )
+    assert f"ddpcheck: wrote the JSON report to {tmp_path / 'report.json'}" in outcome.err
     assert _torchrun_rank0_exit(outcome.err) == 3, outcome.err
     assert outcome.fault_to_gone_s < TIMEOUT  # nobody waited for the collective's timeout
     assert_bounded_and_clean(outcome, scratch)

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -435,11 +436,17 @@ class _environment:
 
 
 def run_inline(
-    command: str, options: dict[str, Any], faults: list[Fault], plan: LaunchPlan
+    command: str,
+    options: dict[str, Any],
+    faults: list[Fault],
+    plan: LaunchPlan,
+    write_files: Callable[[Report], list[str]] | None = None,
 ) -> Report | Verdict:
-    """Already launched by torchrun or srun: run as this rank, spawn nothing.
+    """Already launched by torchrun, srun or mpirun: run as this rank, spawn nothing.
 
-    Rank 0 returns the Report; every other rank returns the shared verdict.
+    Rank 0 returns the Report; every other rank returns the shared verdict. `write_files` writes
+    a report's files (--json, --junit, --html ...) and says where: rank 0 calls it itself when its
+    launcher stops it (SIGTERM) before it could return the report.
     """
     from ddpcheck.rank import inline
     from ddpcheck.rank.harness import on_inline_sigterm
@@ -451,9 +458,16 @@ def run_inline(
     # No launcher watches: the ranks' own timeout is the bound (RunSpec.collective_timeout).
     spec.inline = True
     spec.launcher = inline.launcher_of(os.environ)
+
     # torchrun, srun and mpirun stop a rank with SIGTERM once another failed; act on it at once,
     # even mid-collective: name the rank that stopped beating, remove the run directory, exit 3.
-    sigterm = inline.SigtermWatch(lambda: on_inline_sigterm(spec, run_dir))
+    def write_stopped(report: Report) -> list[str]:
+        if write_files is None:
+            return []
+        elapsed = time.monotonic() - started
+        return write_files(assemble.after_launch(report, elapsed, options, None, _as_given(faults)))
+
+    sigterm = inline.SigtermWatch(lambda: on_inline_sigterm(spec, run_dir, write_stopped))
     sigterm.start()
     interrupt.act_from_a_thread()  # and on SIGINT (torchrun passes Ctrl-C on so), after it
     try:

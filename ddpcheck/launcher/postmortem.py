@@ -380,11 +380,25 @@ def _silence(status: dict[str, Any]) -> str:
 
 def inline_report(spec: RunSpec, stall: Stall, message: str, me: int = 0) -> Report:
     """Rank 0's report when it gave up waiting under torchrun, srun or mpirun, from the ranks' records."""
+    after = "" if connection_dropped(message) else f" after {stall.waited_s:g} s"
+    return _inline_report(spec, stall, message, f"rank {me} gave up{after}: {_one_line(message)}", me)
+
+
+def sigterm_report(spec: RunSpec, stall: Stall) -> Report:
+    """Rank 0's report when its launcher's SIGTERM came before its own collective failed.
+
+    mpirun sends SIGKILL a second later, torchrun after its shutdown timeout: the report is all
+    that is left of the run, so it names the culprit from the records read in that second.
+    """
+    how = "rank 0 was stopped by SIGTERM (its launcher ends every rank once one failed)"
+    return _inline_report(spec, stall, "SIGTERM", how, 0)
+
+
+def _inline_report(spec: RunSpec, stall: Stall, message: str, how: str, me: int) -> Report:
     report = Report(command=spec.command)
     report.world = {"size": stall.world_size, "backend": spec.backend, "device": spec.device}
     check = judge_inline(stall, message, me)
-    after = "" if connection_dropped(message) else f" after {stall.waited_s:g} s"
-    check.detail += f"; rank {me} gave up{after}: {_one_line(message)}"
+    check.detail += f"; {how}"
     report.checks.append(check)
     if spec.launcher == "srun" and any(
         stall.statuses[r]["proc_state"] != "exited" for r in check.ranks if r in stall.statuses

@@ -40,6 +40,8 @@ from ddpcheck.torch_compat import takes_device_id, teardown_may_deadlock
 if TYPE_CHECKING:
     import torch
 
+    from ddpcheck.report.model import Report
+
 # How often a rank looks for the watchdog's request to dump its flight recorder.
 FLIGHT_POLL_S = 0.2
 
@@ -238,10 +240,14 @@ def _inline_gave_up(
         inline.gave_up.set()
 
 
-def on_inline_sigterm(spec: RunSpec, run_dir: Path) -> None:
+def on_inline_sigterm(
+    spec: RunSpec, run_dir: Path, write_report: Callable[[Report], list[str]] | None = None
+) -> None:
     """The launcher stops this rank (SIGTERM) because another failed: name the one that stopped beating.
 
     Runs on inline.SigtermWatch's thread while the main thread may be blocked in a collective.
+    Rank 0 also writes the report's files (`write_report`, which says where): under mpirun its
+    SIGTERM can come before its own collective fails, and a SIGKILL a second after it.
     """
     rank = int(os.environ["RANK"])
     # slurmstepd's SIGKILL follows only after KillWait: rank 0's main thread, which writes the report,
@@ -263,6 +269,7 @@ def on_inline_sigterm(spec: RunSpec, run_dir: Path) -> None:
     session = inline.current
     line = f"ddpcheck: rank {rank} stopped by SIGTERM (its launcher ends every rank once one failed)"
     found: list[str] = []
+    stalls: list[Stall] = []
 
     def look() -> None:
         if session is None:
@@ -272,7 +279,8 @@ def on_inline_sigterm(spec: RunSpec, run_dir: Path) -> None:
         inline.reap(statuses, end_stopped=end_stopped, store=session.store)
         world = int(os.environ["WORLD_SIZE"])
         if statuses:
-            found.append(": " + postmortem.judge_inline(Stall(statuses, None, world), "SIGTERM", rank).detail)
+            stalls.append(Stall(statuses, None, world))
+            found.append(": " + postmortem.judge_inline(stalls[0], "SIGTERM", rank).detail)
         else:
             found.append("; the store the ranks shared is gone: the others had ended already")
 
@@ -282,7 +290,14 @@ def on_inline_sigterm(spec: RunSpec, run_dir: Path) -> None:
     looking.start()
     looking.join(look_s)
     line += found[0] if found else "; the others' heartbeats could not be read in time"
+    wrote: list[str] = []
+    if rank == 0 and found and stalls and write_report is not None:
+        # The files first: they are what a SIGKILL would cost; each is written whole or not at all.
+        with contextlib.suppress(Exception):
+            wrote = write_report(postmortem.sigterm_report(spec, stalls[0]))
     inline.say(line)
+    for said in wrote:
+        inline.say(f"ddpcheck: {said}")
     if session is not None and rank != 0:
         _quietly(session.said)
     os._exit(3)
