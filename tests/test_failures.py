@@ -140,6 +140,49 @@ def test_raise_once_gives_one_keyboard_interrupt_and_ignores_the_next(monkeypatc
         assert interrupt.interrupted()
 
 
+ORPHAN = """
+import os, sys, time
+from pathlib import Path
+from ddpcheck.launcher import interrupt
+from ddpcheck.rank.status import StatusWriter
+run_dir, pid_file = Path(sys.argv[1]), Path(sys.argv[2])
+if os.fork():
+    while not pid_file.exists():
+        time.sleep(0.05)
+    os._exit(0)  # the launcher dies once its rank beats: the rank is left to notice
+interrupt.remove_on_leave(run_dir)
+identity = {"rank": 1, "local_rank": 1, "node": 0, "host": "h", "address": None, "pid": os.getpid()}
+StatusWriter(run_dir, identity)
+pid_file.write_text(str(os.getpid()))
+time.sleep(30)
+"""
+
+
+@pytest.mark.integration
+def test_a_rank_whose_launcher_died_removes_its_run_directory_and_leaves(tmp_path) -> None:
+    """mpirun ended by a second Ctrl-C leaves its ranks behind: each leaves within a heartbeat or two,
+    its inline run directory removed (soak: it was left in 1 run of 24 Ctrl-C'd twice)."""
+    run_dir, pid_file = tmp_path / "ddpcheck-inline-x", tmp_path / "pid"
+    run_dir.mkdir()
+    launcher = subprocess.run([sys.executable, "-c", ORPHAN, str(run_dir), str(pid_file)], timeout=30)
+    assert launcher.returncode == 0
+    deadline = time.monotonic() + 20
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    orphan = int(pid_file.read_text())
+    while not _ended(orphan) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _ended(orphan), "the orphaned rank outlived its launcher"
+    assert not run_dir.exists()
+
+
+def _ended(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
 # ------------------------------------------------------------------ real runs with faults
 @pytest.mark.parametrize(
     ("fault", "culprit", "words"),

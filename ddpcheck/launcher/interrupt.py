@@ -73,8 +73,10 @@ def _first_rank(environ: os._Environ[str] | dict[str, str]) -> bool:
     return all(rank == "0" for rank in ranks)
 
 
-def leave(code: int = EXIT_INTERRUPTED) -> NoReturn:
+def leave(code: int = EXIT_INTERRUPTED, say: bool = True) -> NoReturn:
     """End an interrupted process: flush what it owes, remove its temp paths, say so once, exit 130.
+
+    `say=False`: a process that leaves for another reason (its launcher died) says nothing here.
 
     os._exit: the interpreter's teardown would destroy torch's native threads (the agent's
     store, gloo's) un-joined, which calls std::terminate, and could block on dead sockets.
@@ -89,7 +91,7 @@ def leave(code: int = EXIT_INTERRUPTED) -> NoReturn:
             stream.flush()
     for path in _State.removals:
         _remove(path)
-    if _State.say:
+    if _State.say and say:
         with contextlib.suppress(OSError):
             os.write(2, f"{LINE}\n".encode())
     os._exit(code)

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE
+from ddpcheck.launcher import interrupt
 from ddpcheck.rank import stages
 from ddpcheck.rank.rundir import status_dir
 
@@ -194,8 +196,9 @@ class StatusWriter:
     def _beat(self) -> None:
         while not self._stopped.wait(HEARTBEAT_INTERVAL_S):
             if os.getppid() != self._parent:
-                # The launcher died without tearing us down: do not outlive it.
-                os._exit(3)
+                # The launcher died without tearing us down (mpirun after a second Ctrl-C): do not
+                # outlive it, nor leave an inline rank's run directory behind (remove_on_leave).
+                interrupt.leave(EXIT_COULD_NOT_COMPLETE, say=False)
             with self._lock:
                 self.record.beats += 1
             self._write()
