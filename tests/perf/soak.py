@@ -243,7 +243,26 @@ def one(
         text=True,
         start_new_session=True,
     )
-    outcome = Outcome(command, launcher, kind, None, 0.0)
+    try:
+        return _finish(proc, tmp, Outcome(command, launcher, kind, None, 0.0), at, horizon, rng, began)
+    except BaseException:  # the soak itself stopped mid-run: end the run, leave nothing
+        for p in run_of(tmp):
+            p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _finish(
+    proc: subprocess.Popen,
+    tmp: Path,
+    outcome: Outcome,
+    at: str,
+    horizon: float,
+    rng: random.Random,
+    began: float,
+) -> Outcome:
+    """Strike the run (Ctrl-C'd kinds), wait for it, and count what it left."""
+    kind = outcome.kind
     if kind != "healthy":
         outcome.moment = wait_for_moment(proc, tmp, at, horizon, rng)
         # Exited already (a zombie not yet reaped takes a signal without a word): not interrupted.
@@ -335,18 +354,26 @@ def main() -> None:
         if "srun" in launchers:
             # A Slurm of the soak's own (slurmctld and slurmd, as the tests start it), ended after.
             os.environ.update(stack.enter_context(slurm_daemons()))
-        outcomes = soak(args, commands, launchers, kinds, rng)
+        outcomes: list[Outcome] = []
+        try:
+            soak(args, commands, launchers, kinds, rng, outcomes)
+        except KeyboardInterrupt:  # the soak itself stopped (SIGINT to it alone): the runs so far
+            print("\nsoak stopped early", flush=True)
     print(f"\n{len(outcomes)} runs in {time.monotonic() - began:.0f} s; load after: {os.getloadavg()[0]:.2f}")
     print(table(outcomes))
 
 
 def soak(
-    args: argparse.Namespace, commands: list[str], launchers: list[str], kinds: list[str], rng: random.Random
-) -> list[Outcome]:
-    """Every command under every launcher, `args.runs` rounds; each run's outcome as it comes."""
+    args: argparse.Namespace,
+    commands: list[str],
+    launchers: list[str],
+    kinds: list[str],
+    rng: random.Random,
+    outcomes: list[Outcome],
+) -> None:
+    """Every command under every launcher, `args.runs` rounds; each run's outcome added as it comes."""
     healthy_rounds = args.runs if args.healthy_rounds is None else args.healthy_rounds
     horizon: dict[tuple[str, str], float] = {}
-    outcomes: list[Outcome] = []
     for attempt in range(args.runs):
         for command in commands:
             for launcher in launchers if command not in ("env", "watch") else ["own"]:
@@ -372,7 +399,6 @@ def soak(
                     )
                     if args.show_failures and outcome.problems():
                         print("    " + outcome.stderr.strip().replace("\n", "\n    "), flush=True)
-    return outcomes
 
 
 if __name__ == "__main__":
