@@ -25,6 +25,7 @@ from ddpcheck.launcher.postmortem import crash_culprits, judge_stall
 from ddpcheck.rank import rundir
 from ddpcheck.rank.status import Stall
 from tests.conftest import assert_nothing_left, worker_processes
+from tests.support.netns import free_port
 
 QUICK = ("--sizes", "1K", "--iters", "1")
 
@@ -140,40 +141,40 @@ def test_raise_once_gives_one_keyboard_interrupt_and_ignores_the_next(monkeypatc
         assert interrupt.interrupted()
 
 
-ORPHAN = """
-import os, sys, time
-from pathlib import Path
-from ddpcheck.launcher import interrupt
-from ddpcheck.rank.status import StatusWriter
-run_dir, pid_file = Path(sys.argv[1]), Path(sys.argv[2])
-if os.fork():
-    while not pid_file.exists():
-        time.sleep(0.05)
-    os._exit(0)  # the launcher dies once its rank beats: the rank is left to notice
-interrupt.remove_on_leave(run_dir)
-identity = {"rank": 1, "local_rank": 1, "node": 0, "host": "h", "address": None, "pid": os.getpid()}
-StatusWriter(run_dir, identity)
-pid_file.write_text(str(os.getpid()))
-time.sleep(30)
+ORPHANING_LAUNCHER = """
+import os, subprocess, sys, time
+rank = subprocess.Popen([sys.executable, "-m", "ddpcheck", "allreduce", "--timeout", "120"])
+open(sys.argv[1], "w").write(str(rank.pid))
+time.sleep(float(sys.argv[2]))
+os._exit(0)  # as mpirun does on a second Ctrl-C: gone, its rank left running
 """
 
 
 @pytest.mark.integration
-def test_a_rank_whose_launcher_died_removes_its_run_directory_and_leaves(tmp_path) -> None:
-    """mpirun ended by a second Ctrl-C leaves its ranks behind: each leaves within a heartbeat or two,
-    its inline run directory removed (soak: it was left in 1 run of 24 Ctrl-C'd twice)."""
-    run_dir, pid_file = tmp_path / "ddpcheck-inline-x", tmp_path / "pid"
-    run_dir.mkdir()
-    launcher = subprocess.run([sys.executable, "-c", ORPHAN, str(run_dir), str(pid_file)], timeout=30)
+@pytest.mark.parametrize("after_s", [0.3, 4.0])  # importing torch; waiting for the others to join
+def test_a_rank_whose_launcher_died_leaves_and_leaves_nothing(tmp_path, after_s) -> None:
+    """mpirun ended by a second Ctrl-C leaves its ranks behind: each leaves within a look or two,
+    its run directory removed (the soak saw ranks alive 5 s after mpirun, and a run directory
+    left in 1 run of 24 Ctrl-C'd twice)."""
+    scratch, pid_file = tmp_path / "tmp", tmp_path / "pid"
+    scratch.mkdir()
+    port = str(free_port())  # nobody listens there: rank 1 waits for rank 0's store
+    env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": port, "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "3",
+           "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "3"}  # fmt: skip
+    launcher = subprocess.run(
+        [sys.executable, "-c", ORPHANING_LAUNCHER, str(pid_file), str(after_s)], env=env, timeout=60
+    )
     assert launcher.returncode == 0
-    deadline = time.monotonic() + 20
-    while not pid_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    orphan = int(pid_file.read_text())
-    while not _ended(orphan) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _ended(orphan), "the orphaned rank outlived its launcher"
-    assert not run_dir.exists()
+    orphan, gone_at = int(pid_file.read_text()), time.monotonic()
+    try:
+        while not _ended(orphan) and time.monotonic() - gone_at < 30:
+            time.sleep(0.05)
+        assert _ended(orphan), "the rank outlived its launcher by 30 s"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(orphan, signal.SIGKILL)
+    assert list(scratch.iterdir()) == []
 
 
 def _ended(pid: int) -> bool:

@@ -29,9 +29,11 @@ import pytest
 
 from ddpcheck.launcher import watchdog
 from ddpcheck.launcher.plan import LaunchPlan
+from ddpcheck.launcher.postmortem import judge_stall
 from ddpcheck.launcher.watchdog import ABANDON_AFTER_S, STARTUP_ALLOWANCE_S, Watchdog, annotate, kill_workers
 from ddpcheck.rank import stages
-from ddpcheck.rank.status import FROZEN_AFTER_S, FileTransport, RankStatus, StatusWriter
+from ddpcheck.rank.liveness import STOPPED_AFTER_BEATS
+from ddpcheck.rank.status import FROZEN_AFTER_S, FileTransport, RankStatus, Stall, StatusWriter
 
 
 def write(run_dir: Path, rank: int, stage: str = "measure: 4K", **fields: Any) -> dict[str, Any]:
@@ -194,6 +196,33 @@ def test_a_frozen_rank_is_stalled_at_the_timeout_even_while_another_starts(tmp_p
     wait_for(dog, limit=10.0)  # not STARTUP_ALLOWANCE_S (120 s)
     assert dog.stall is not None and time.monotonic() - began < 10.0
     assert dog.stall.statuses[0]["heartbeat_age_s"] > FROZEN_AFTER_S
+
+
+def test_late_heartbeats_that_go_on_are_no_freeze_and_a_rank_left_behind_is(tmp_path: Path, watch) -> None:
+    """A busy machine makes every heartbeat late; a frozen rank is one whose peers beat on without it.
+
+    Ranks 0 and 1 beat with heartbeats 10 s old (as a watchdog starved of the CPU reads them);
+    rank 2 stopped beating. By age all three were frozen; by their beats only rank 2 is.
+    """
+    stale = time.time() - FROZEN_AFTER_S - 10
+    write(tmp_path, 2, heartbeat=stale, beats=3)
+    dog = watch(plan(0.3 * STOPPED_AFTER_BEATS + 0.5))
+    for beat in range(4, 4 + 2 * STOPPED_AFTER_BEATS):
+        for rank in (0, 1):
+            write(tmp_path, rank, heartbeat=stale, beats=beat)
+        time.sleep(0.15)
+    wait_for(dog)
+    stall = dog.stall
+    assert stall is not None
+    assert [r for r in range(3) if stall.statuses[r]["heartbeat_age_s"] > FROZEN_AFTER_S] == [0, 1, 2]
+    assert {r: stall.statuses[r]["missed_beats"] >= STOPPED_AFTER_BEATS for r in range(3)} == {
+        0: False, 1: False, 2: True
+    }  # fmt: skip
+    # The status files name no process of this test's: as if all three still ran.
+    running = {r: {**s, "proc_state": "running"} for r, s in stall.statuses.items()}
+    check = judge_stall(Stall(running, stall.waited_s, 3))
+    assert check.ranks == [2] and check.detail.startswith("rank 2 (host h, pid ?) is frozen: "), check.detail
+    assert "ranks 0, 1 waited" in check.detail
 
 
 @pytest.mark.parametrize("field", ["seq", "progress_seq", "ticks"])

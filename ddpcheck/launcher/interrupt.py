@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import ClassVar, NoReturn
 
-from ddpcheck.errors import EXIT_INTERRUPTED
+from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED
 
 LINE = "ddpcheck: interrupted; every rank was stopped"
 LEAVE, NOTE, RAISE_ONCE = "leave", "note", "raise once"
@@ -43,17 +43,53 @@ class _State:
     removals: ClassVar[list[Path]] = []
     say: ClassVar[bool] = True  # False on an inline rank other than 0: one line per run, rank 0's
     leaving: ClassVar[threading.Lock] = threading.Lock()
+    launcher_watched: ClassVar[bool] = False
+
+
+# How often a launcher's rank looks whether the launcher is still there.
+LAUNCHER_LOOK_S = 0.5
 
 
 def install() -> None:
     """From here on a Ctrl-C ends this process at once and cleanly (see `leave`).
 
     A SIGINT that is ignored stays ignored: a shell starts background jobs so, and Ctrl-C
-    is not meant for them.
+    is not meant for them. A rank of a launcher also leaves when the launcher is gone.
     """
     speak(_first_rank(os.environ))
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _on_signal)
+    if _is_rank(os.environ):
+        _leave_with_launcher()
+
+
+def _is_rank(environ: os._Environ[str] | dict[str, str]) -> bool:
+    return any(name in environ for name in _RANKS) or "SLURM_STEP_ID" in environ
+
+
+def _leave_with_launcher() -> None:
+    """Once the process that started this rank is gone, act as on a Ctrl-C: it was most likely one.
+
+    mpirun ended by a second Ctrl-C leaves its ranks running: one still importing torch or
+    joining the others would wait out its rendezvous timeout (the soak saw them alive 5 s
+    after mpirun), one giving up could not remove its run directory, and `watch` per task
+    would leave the user's job running. A SIGINT of its own takes each of them the way a
+    Ctrl-C does, whatever it is doing then.
+    """
+    if _State.launcher_watched:
+        return
+    _State.launcher_watched = True
+    parent = os.getppid()
+
+    def watch() -> None:
+        block_in_this_thread()
+        while os.getppid() == parent:
+            time.sleep(LAUNCHER_LOOK_S)
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            leave(EXIT_COULD_NOT_COMPLETE, say=False)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=watch, name="ddpcheck-launcher-watch", daemon=True).start()
 
 
 def speak(say: bool) -> None:

@@ -26,6 +26,7 @@ from ddpcheck.launcher import interrupt
 from ddpcheck.launcher.postmortem import judge_stall
 from ddpcheck.rank import rundir, stages
 from ddpcheck.rank.budget import EXIT_S
+from ddpcheck.rank.liveness import BeatTracker, counters
 from ddpcheck.rank.status import FROZEN_AFTER_S, Stall, read_statuses
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ class Watchdog(threading.Thread):
         ] = {}  # rank -> its flight-recorder dump, taken before a stall's kill
         self.out_of_budget = False  # --budget ran out before rank 0 reported: this watchdog ended the run
         self._stop_event = threading.Event()
+        self._beats = BeatTracker()  # what each rank missed of its peers' beats, poll after poll
 
     def run(self) -> None:
         interrupt.block_in_this_thread()  # signals are the main thread's to handle
@@ -82,6 +84,7 @@ class Watchdog(threading.Thread):
         crash_seen_at: float | None = None
         while not self._stop_event.wait(POLL_S):
             statuses = read_statuses(self.run_dir)
+            self._beats.see(counters(statuses))
             seen = tuple(sorted((r, s["seq"], s["progress_seq"], s["ticks"]) for r, s in statuses.items()))
             now = time.monotonic()
             if seen != last_seen:
@@ -99,7 +102,7 @@ class Watchdog(threading.Thread):
                     crash_seen_at = now
                     self._publish(statuses)  # other nodes learn of it now, not at the next beat
                 if now - crash_seen_at > 2.0:
-                    self.snapshot = self.world_statuses(annotate(statuses))
+                    self.snapshot = self.world_statuses(self._annotated(statuses))
                     self._give_up()
                     return
             if self._budget_spent():
@@ -111,7 +114,7 @@ class Watchdog(threading.Thread):
             # A crash within its grace is a crash, not a stall, even if the bound runs out meanwhile.
             if crash_seen_at is None and now - last_change > self._bound(statuses):
                 self.stall = Stall(
-                    statuses=self.world_statuses(annotate(statuses)),
+                    statuses=self.world_statuses(self._annotated(statuses)),
                     waited_s=now - last_change,
                     world_size=self.plan.world_size,
                     at=time.time(),
@@ -121,6 +124,19 @@ class Watchdog(threading.Thread):
                 self.stacks = _stacks_of(self.stall)
                 self._give_up()
                 return
+
+    def _annotated(self, statuses: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+        """annotate(), and with two ranks or more here, the beats each missed of its peers'.
+
+        A rank is frozen when its peers beat on without it (liveness.py), not when a busy
+        machine made every heartbeat late: measured by age, a hang of rank 1 on a loaded
+        2-core machine also named rank 0, whose beats had only come late.
+        """
+        annotated = annotate(statuses)
+        if len(statuses) < 2:
+            return annotated  # no peer to compare with: the age decides
+        missed = self._beats.missed()
+        return {rank: {**s, "missed_beats": missed.get(rank, 0)} for rank, s in annotated.items()}
 
     def _bound(self, statuses: dict[int, dict[str, Any]]) -> float:
         """--timeout, or more while ranks are still starting (importing torch, initialising CUDA).
@@ -153,7 +169,7 @@ class Watchdog(threading.Thread):
         if presence is not None:
             # The store may be gone (node 0 ended): then there is no one left to tell.
             with contextlib.suppress(Exception):
-                presence.publish(statuses if annotated else annotate(statuses))
+                presence.publish(statuses if annotated else self._annotated(statuses))
 
     def publish_final(self, statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]]) -> None:
         """How this node's ranks ended (exit codes, signals), for node 0's report."""

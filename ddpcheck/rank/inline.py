@@ -33,7 +33,7 @@ from typing import Any
 import psutil
 
 from ddpcheck.rank import rundir, stages
-from ddpcheck.rank.liveness import STOPPED_AFTER_BEATS, BeatTracker, stopped_beating
+from ddpcheck.rank.liveness import STOPPED_AFTER_BEATS, BeatTracker, counters, stopped_beating
 from ddpcheck.rank.status import HEARTBEAT_INTERVAL_S, StoreTransport
 from ddpcheck.torch_compat import store_has
 
@@ -98,11 +98,6 @@ def launcher_of(environ: dict[str, str] | os._Environ[str]) -> str:
 def sigterm_look_s(launcher: str | None) -> float:
     """How long a rank stopped by `launcher`'s SIGTERM may look for the culprit before it must speak."""
     return SRUN_SIGTERM_LOOK_S if launcher == "srun" else SIGTERM_LOOK_S
-
-
-def counters(records: dict[int, dict[str, Any]]) -> dict[int, tuple[int, int]]:
-    """What liveness compares of each record: its beat and stage counters."""
-    return {rank: (record["beats"], record["seq"]) for rank, record in records.items()}
 
 
 def read_records(store: Any, world_size: int) -> dict[int, dict[str, Any]]:

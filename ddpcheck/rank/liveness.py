@@ -9,6 +9,7 @@ counter stood still while its peers' counters went on: a rank is stopped when a 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 # Six beats of a peer (3 s at one beat per 0.5 s) with none of its own: long enough that a rank
 # whose threads wait a moment for a core is not blamed, short enough to be known well before
@@ -56,6 +57,11 @@ class BeatTracker:
 
     def beats(self) -> dict[int, int]:
         return {rank: c[0] for rank, c in self._last.items()}
+
+
+def counters(records: Mapping[int, Mapping[str, Any]]) -> dict[int, Counters]:
+    """What liveness compares of each rank's status record: its beat and stage counters."""
+    return {rank: (record["beats"], record["seq"]) for rank, record in records.items()}
 
 
 def missed_beats(
