@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import termios
 import threading
 import time
@@ -175,6 +176,20 @@ def test_a_rank_whose_launcher_died_leaves_and_leaves_nothing(tmp_path, after_s)
         with contextlib.suppress(ProcessLookupError):
             os.kill(orphan, signal.SIGKILL)
     assert list(scratch.iterdir()) == []
+
+
+def test_a_run_directory_whose_rank_was_killed_outright_is_swept_next_time(tmp_path, monkeypatch) -> None:
+    """srun ends a step with SIGKILL on a second Ctrl-C: no rank is left to remove its run directory
+    (the soak saw one left); the next inline run on the host removes it, and only it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = next(pid for pid in range(4_000_000, 3_000_000, -1) if not psutil.pid_exists(pid))
+    dead = tmp_path / f"{rundir.INLINE_PREFIX}{gone}-abc"
+    alive = tmp_path / f"{rundir.INLINE_PREFIX}{os.getppid()}-def"  # pytest's parent: still running
+    other = tmp_path / "ddpcheck-inline-notapid-x"
+    for path in (dead, alive, other):
+        (path / "status").mkdir(parents=True)
+    mine = rundir.create_inline()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name, mine.name])
 
 
 def _ended(pid: int) -> bool:

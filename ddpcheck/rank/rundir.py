@@ -97,8 +97,34 @@ def create() -> Path:
 
 
 def create_inline() -> Path:
-    """A run directory of this rank's own, under torchrun, srun or mpirun."""
+    """A run directory of this rank's own, under torchrun, srun or mpirun.
+
+    First it removes those that ranks of earlier runs on this host left when every rank was
+    killed outright (srun ends a step with SIGKILL on a second Ctrl-C): no peer was left to.
+    """
+    sweep_abandoned_inline()
     return Path(tempfile.mkdtemp(prefix=f"{INLINE_PREFIX}{os.getpid()}-"))
+
+
+def sweep_abandoned_inline() -> list[Path]:
+    """Remove the inline run directories whose rank (the pid in the name) is gone; returns them."""
+    swept = []
+    for path in Path(tempfile.gettempdir()).glob(f"{INLINE_PREFIX}*-*"):
+        pid = path.name[len(INLINE_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            swept.append(path)
+    return swept
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: its directory is not ours to judge
+    return True
 
 
 def inline_dirs_of(pid: int) -> list[Path]:

@@ -22,7 +22,9 @@ it, the soak counts what it must never see:
 
 Prints one table row per (command, launcher, kind): runs, exit codes seen, how many Ctrl-Cs came
 while Python itself was starting (before ddpcheck's first line: Python's to handle, shown apart),
-problems, and the moments at which each problem struck; `--show-failures` prints each failing run's stderr.
+how many run directories of ranks the launcher killed outright (SIGKILL: srun on a second Ctrl-C)
+the next run's sweep removed (each checked as that run would), problems, and the moments at which
+each problem struck; `--show-failures` prints each failing run's stderr.
 Under srun the soak starts a Slurm of its own on this machine (root; tests/support/slurm.py).
 """
 
@@ -85,6 +87,7 @@ class Outcome:
     ended_first: bool = False  # the run was over before the Ctrl-C was sent
     procs: list[str] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
+    swept: int = 0  # run directories of ranks the launcher killed outright, removed by the next run's sweep
 
     def in_python_start(self) -> bool:
         """The Ctrl-C came while Python itself started (site, the .pth files), before ddpcheck's first
@@ -288,9 +291,22 @@ def _finish(
     outcome.procs = [" ".join(p.cmdline()[:6]) for p in left if p.is_running()]
     for p in left:
         p.kill()
+    if outcome.code in (128 + signal.SIGKILL, -signal.SIGKILL):
+        # The launcher killed every rank outright (srun, on a second Ctrl-C): none could remove its
+        # run directory; the next inline run on this host sweeps them. Checked here, as it would.
+        outcome.swept = len(sweep_in(tmp))
     outcome.dirs = sorted(p.name for p in tmp.iterdir())
     shutil.rmtree(tmp, ignore_errors=True)
     return outcome
+
+
+def sweep_in(tmp: Path) -> list[Path]:
+    """What the next inline run, with this TMPDIR, would sweep before it starts."""
+    saved, tempfile.tempdir = tempfile.tempdir, str(tmp)
+    try:
+        return rundir.sweep_abandoned_inline()
+    finally:
+        tempfile.tempdir = saved
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -298,8 +314,9 @@ def table(outcomes: list[Outcome]) -> str:
     for o in outcomes:
         groups[(o.command, o.launcher, o.kind)].append(o)
     rows = [
-        ("command", "launcher", "kind", "runs", "exit codes", "in Python's start", "bad", "problems (moment)")
-    ]
+        ("command", "launcher", "kind", "runs", "exit codes", "in Python's start", "swept", "bad",
+         "problems (moment)")
+    ]  # fmt: skip
     for (command, launcher, kind), runs in groups.items():
         codes = collections.Counter(str(o.code) for o in runs)
         bad = [o for o in runs if o.problems()]
@@ -313,6 +330,7 @@ def table(outcomes: list[Outcome]) -> str:
                 str(len(runs)),
                 " ".join(f"{c}×{n}" for c, n in sorted(codes.items())),
                 str(sum(o.in_python_start() for o in runs)),
+                str(sum(o.swept for o in runs)),
                 str(len(bad)),
                 ", ".join(f"{p}×{n}" for p, n in problems.items()) + (f" [{where}]" if where else ""),
             )

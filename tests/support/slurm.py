@@ -151,15 +151,18 @@ def _step_daemons(conf: Path) -> list[psutil.Process]:
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[dict[str, str]]:
+    conf = ""
     try:
         with slurm_daemons() as env:
+            conf = env["SLURM_CONF"]
             yield env
     except SlurmUnavailable as exc:
         pytest.skip(str(exc))
+    # This cluster's daemons only: another cluster on the machine (a soak's, a benchmark's) is not ours.
     left = [
         p.pid
         for p in psutil.process_iter(["cmdline"])
-        if "ddpcheck-slurm-" in " ".join(p.info["cmdline"] or [])
-        or (p.info["cmdline"] or [""])[0].startswith("slurmstepd")
+        if str(Path(conf).parent) in " ".join(p.info["cmdline"] or [])
     ]
+    left += [p.pid for p in _step_daemons(Path(conf))]
     assert left == [], f"Slurm daemons left running: {left}"
