@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import inspect
 import os
 import sys
@@ -331,9 +332,16 @@ def finish(
         from ddpcheck.launcher.drain import act_on
 
         actions = act_on(report)
-    render.render_report(
-        report, console, quiet=output.quiet, verbose=output.verbose, wrote=wrote, actions=actions
-    )
+    try:
+        render.render_report(
+            report, console, quiet=output.quiet, verbose=output.verbose, wrote=wrote, actions=actions
+        )
+    except OSError as exc:
+        if exc.errno not in (errno.EPIPE, errno.EIO):
+            raise
+        # The terminal report's reader left (`ddpcheck allreduce | head`) or its terminal closed:
+        # the verdict stands, and is the exit code (Typer's own answer, exit 1, would read as FAIL).
+        _exit(report.verdict.exit_code)
     raise typer.Exit(report.verdict.exit_code)
 
 
@@ -382,8 +390,8 @@ def _exit(code: int) -> NoReturn:
     (seen with `watch`, which imports no torch).
     """
     for stream in (sys.stdout, sys.stderr):
-        # `ddpcheck ... | head`: what the reader did not want is dropped.
-        with contextlib.suppress(BrokenPipeError):
+        # `ddpcheck ... | head`, or a terminal gone: what no reader wants is dropped.
+        with contextlib.suppress(OSError):
             stream.flush()
     os._exit(code)
 

@@ -120,6 +120,21 @@ def test_quiet_pass_prints_only_the_verdict(scratch: Path) -> None:
 
 
 @pytest.mark.integration
+def test_a_reader_that_leaves_early_costs_the_rest_of_the_report_not_the_verdict(scratch: Path) -> None:
+    """`ddpcheck env | head -0`: the exit code is still the verdict's (rich's own exit 1 read as FAIL)."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line: every write meets a broken pipe
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ddpcheck", "env"], stdout=write, stderr=subprocess.PIPE,
+            env=clean_env(scratch), timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
+
+
+@pytest.mark.integration
 def test_quiet_fail_prints_the_failing_checks_then_the_verdict(scratch: Path, tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
     args = (*SMALL, "-q", "--inject", "corrupt@1", "--json", str(report_path))

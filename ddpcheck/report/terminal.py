@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import math
 import os
@@ -41,13 +42,23 @@ VERDICT_STYLE = {Verdict.PASS: "bold green", Verdict.FAIL: "bold red", Verdict.E
 CELL_STYLE = {"PASS": "green", "FAIL": "red", "WARN": "yellow", "ERROR": "magenta"}
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader left (`ddpcheck allreduce | head`): rich would exit 1, which reads as FAIL.
+
+        Quiet from here on; the caller exits with the verdict (cli.finish).
+        """
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the reader of the report left")
+
+
 def make_console(stderr: bool = False) -> Console:
     """A console that writes plain text (no escape codes) when NO_COLOR is set or output is not a terminal."""
     stream = sys.stderr if stderr else sys.stdout
     # no-color.org: set and not empty. rich's own no_color drops colours but keeps bold and
     # dim; color_system=None drops every style, so the text is plain.
     no_color = bool(os.environ.get("NO_COLOR"))
-    return Console(
+    return _Console(
         file=stream,
         no_color=no_color,
         color_system=None if no_color else "auto",
