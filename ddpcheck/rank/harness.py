@@ -257,10 +257,10 @@ def on_inline_sigterm(
         time.sleep(inline.SIGTERM_GRACE_S)  # it is rendering the report, then exits by itself
         os._exit(3)
     claimed = inline.claim()
-    if rank != 0 or claimed:
-        # The launcher may follow with SIGKILL within a second (mpirun does): clean up first.
-        # Only rank 0's report needs the run directory, and only while rank 0 is giving up.
-        rundir.remove(run_dir)
+    # The launcher may follow with SIGKILL within a second (mpirun does): clean up first. Nothing
+    # in the run directory must outlive that: rank 0's report, if its main thread is writing it
+    # now, is kept in this process too (rundir.write_rank0_report).
+    rundir.remove(run_dir)
     if not claimed:
         # This rank is already giving up: let it finish its report and line, within a bound.
         inline.gave_up.wait(inline.SIGTERM_GRACE_S)

@@ -19,6 +19,7 @@ when no rank wrote a line (a hang).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -187,16 +188,28 @@ def write_flight_dump(run_dir: str | Path, rank: int, dump: bytes) -> None:
     os.replace(tmp, path)
 
 
+# Rank 0's report, kept in its own process too: an inline rank 0 (under torchrun, srun or mpirun)
+# is also the process that prints it, and its run directory may be gone by then (its launcher's
+# SIGTERM removes it at once: mpirun's SIGKILL follows a second later).
+_kept: dict[str, str] = {}
+
+
 def write_rank0_report(run_dir: str | Path, report: Report) -> None:
-    _write(Path(run_dir) / REPORT_FILE, json.dumps(report.to_transport(), default=str))
+    text = json.dumps(report.to_transport(), default=str)
+    _kept[str(run_dir)] = text
+    with contextlib.suppress(FileNotFoundError):  # an inline run directory removed on SIGTERM
+        _write(Path(run_dir) / REPORT_FILE, text)
 
 
 def read_rank0_report(run_dir: str | Path) -> Report | None:
-    """Rank 0's report, if it wrote one."""
-    path = Path(run_dir) / REPORT_FILE
-    if not path.exists():
-        return None
-    return Report.from_transport(json.loads(path.read_text()))
+    """Rank 0's report, if it wrote one (in this process, or in a rank's, to the run directory)."""
+    text = _kept.get(str(run_dir))
+    if text is None:
+        path = Path(run_dir) / REPORT_FILE
+        if not path.exists():
+            return None
+        text = path.read_text()
+    return Report.from_transport(json.loads(text))
 
 
 def write_verdict(run_dir: str | Path, verdict: str, host: str) -> None:
