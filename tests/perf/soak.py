@@ -208,11 +208,21 @@ def wait_for_moment(proc: subprocess.Popen, tmp: Path, at: str, horizon: float, 
     return f"{stage} {time.monotonic() - began:.1f}s"
 
 
+PF_EXITING = 0x4  # the kernel's flag for a process inside exit(): signals no longer act on it
+
+
 def exited(pid: int) -> bool:
-    """Whether the process has exited (a zombie): a signal sent now reaches nothing."""
+    """Whether the process has exited, or is exiting: a signal sent now reaches nothing.
+
+    A process with torch loaded takes a moment inside exit() (unmapping its memory) before it is
+    a zombie; a Ctrl-C then found it with its report printed, exit 0 and no line.
+    """
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return True
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return bool(int(fields[6]) & PF_EXITING)
+    except (psutil.Error, OSError, IndexError, ValueError):
         return True
 
 
