@@ -16,14 +16,15 @@ import pytest
 from ddpcheck.checks.collective.bisection import bisect
 from ddpcheck.checks.env import redact
 from ddpcheck.checks.links import check as links
-from ddpcheck.checks.links.outliers import EXACT_UP_TO, find_slow
+from ddpcheck.checks.links.outliers import EXACT_UP_TO, Findings, Pair, SlowLink, find_slow
+from ddpcheck.checks.peers import SPREAD_K, reference_of
 from ddpcheck.checks.train.judge import GRAD_RTOL, judge
 from ddpcheck.report import baseline
 from ddpcheck.report.model import Status
 from tests.test_baseline import links as links_report
 from tests.test_links import OPTS as LINKS_OPTS
 from tests.test_links import idents, synthetic
-from tests.test_outliers import mesh
+from tests.test_outliers import mesh, ring, spread
 from tests.test_train import OPTS as TRAIN_OPTS
 from tests.test_train import identities, world
 
@@ -272,6 +273,15 @@ def test_a_rank_that_only_receives_is_still_judged() -> None:
     assert found.links == []
 
 
+def test_a_rank_that_only_sends_is_still_judged() -> None:
+    """Rank 3, the highest, appears only as a sender: the counts of links in are as long as those out."""
+    values = mesh(3)
+    values.update({(3, 0): 0.05, (3, 1): 0.05, (3, 2): 0.05})
+    found = find_slow(values, 0.5)
+    assert [(s.rank, s.direction, s.total) for s in found.ranks] == [(3, "both", 3)]
+    assert found.links == []
+
+
 @pytest.mark.parametrize("direction", ["out", "in"])
 def test_two_links_in_one_direction_are_enough_to_name_a_rank(direction: str) -> None:
     """3 ranks, rank 0's two links out (or in) slow, its two others healthy: half, but a whole direction."""
@@ -337,6 +347,89 @@ def test_the_worst_rank_relative_to_its_own_reference_is_named_first() -> None:
     assert found.ranks[0].median / found.ranks[0].reference < 0.10001 / statistics.median(
         v for (s, d), v in values.items() if 1 not in (s, d)
     )
+
+
+# ------------------------------------------------------------------ links: the numpy judge (issue #25)
+def test_no_links_find_nothing_and_no_reference() -> None:
+    """No links at all (nothing measured): no rank, no link, nothing to compare with, and no error."""
+    assert find_slow({}, 0.5) == Findings([], [], None)
+
+
+def test_a_single_link_exactly_at_the_judges_own_noise_bound_is_not_slow() -> None:
+    """The noise rule is strict in the vectorised judge too: a link exactly SPREAD_K sigmas below the
+    median (and below threshold x median) is within the noise; one ulp lower, it is slow."""
+    values = mesh(6, spread)
+    values[(0, 1)] = 0.5  # below 0.8 x the median: left out of the spread, below the median either way
+    ref = reference_of(list(values.values()), 0.8)
+    assert ref is not None
+    bound = ref.median - SPREAD_K * ref.sigma
+    assert 0.5 < bound < 0.7  # so the link at the bound leaves the reference as it is
+    values[(0, 1)] = bound
+    found = find_slow(values, 0.8)
+    assert (found.ranks, found.links, found.reference) == ([], [], ref)
+    values[(0, 1)] = math.nextafter(bound, 0.0)
+    assert find_slow(values, 0.8).links == [SlowLink(0, 1, values[(0, 1)], ref.median)]
+
+
+# Beyond EXACT_UP_TO ranks one shared reference counts every rank's links and slow links at once, and
+# only the ranks those counts name are judged (by the same rules): each rule at its boundary there.
+FLEET = EXACT_UP_TO + 1
+
+
+def _fleet_ring(slow: set[Pair], missing: set[Pair] = frozenset()) -> dict[Pair, float]:
+    """ring(FLEET): healthy links all different, `slow` ones at 0.05, `missing` ones not measured."""
+    links = ring(FLEET, lambda s, d: 0.05 if (s, d) in slow else 1.0 + 1e-5 * (s * FLEET + d))
+    return {pair: value for pair, value in links.items() if pair not in missing}
+
+
+@pytest.mark.parametrize("direction", ["out", "in"])
+def test_beyond_exact_up_to_two_links_in_one_direction_name_a_rank(direction: str) -> None:
+    """Rank 30 measured on only two links in `direction`, both slow, and on four healthy ones the
+    other way: 2 of 6 is not most, but a whole direction of at least two links is."""
+    two = [(30, 31), (30, 29)] if direction == "out" else [(31, 30), (29, 30)]
+    gone = {(30, 32), (30, 28)} if direction == "out" else {(32, 30), (28, 30)}
+    found = find_slow(_fleet_ring(set(two), gone), 0.5)
+    assert [(s.rank, s.direction, len(s.slow), s.total) for s in found.ranks] == [(30, direction, 2, 2)]
+    assert found.links == []
+
+
+def test_beyond_exact_up_to_most_but_not_all_in_either_direction_names_the_rank() -> None:
+    """Rank 30: 3 of its 4 links in and 2 of its 4 out slow: 5 of 8 is most, though neither direction
+    is entirely slow (and more of them are in than out)."""
+    slow = {(28, 30), (29, 30), (31, 30), (30, 31), (30, 32)}
+    found = find_slow(_fleet_ring(slow), 0.5)
+    assert [(s.rank, s.direction, sorted(s.slow), s.total) for s in found.ranks] == [
+        (30, "both", sorted(slow), 8)
+    ]
+    assert found.links == []
+
+
+def test_beyond_exact_up_to_a_named_ranks_links_leave_the_next_count_and_reference() -> None:
+    """Rank 64 (the highest) has 6 of its 8 links slow, but not those with rank 0; rank 0 has 4 of its 8
+    slow: half, not named in the first pass. Without rank 64's links, 4 of 6 are: rank 0 is named next,
+    held to the median of the links that do not touch 64, and the findings' reference leaves both out."""
+    slow = {(64, p) for p in (62, 63, 1)} | {(p, 64) for p in (62, 63, 1)}
+    slow |= {(0, 63), (63, 0), (0, 1), (0, 2)}
+    values = _fleet_ring(slow)
+    found = find_slow(values, 0.5)
+    assert [(s.rank, s.direction, s.total) for s in found.ranks] == [(64, "both", 8), (0, "both", 6)]
+    without_64 = [v for (s, d), v in values.items() if 64 not in (s, d)]
+    assert found.ranks[1].reference == statistics.median(without_64) != statistics.median(values.values())
+    rest = [v for (s, d), v in values.items() if not {0, 64} & {s, d}]
+    assert found.reference == reference_of(rest, 0.5) and found.links == []
+
+
+def test_beyond_exact_up_to_a_rank_with_one_peer_does_not_stop_the_others_being_judged() -> None:
+    """Rank 0 links only to rank 1, both ways slow: counted as most-slow, but one peer is one link (named
+    as two links); rank 31, every link slow, is judged after it all the same."""
+    values = {(s + 1, d + 1): v for (s, d), v in _fleet_ring(set()).items()}
+    for pair in values:
+        if 31 in pair:
+            values[pair] = 0.05
+    values.update({(0, 1): 0.05, (1, 0): 0.05})
+    found = find_slow(values, 0.5)
+    assert [s.rank for s in found.ranks] == [31]
+    assert [(link.src, link.dst) for link in found.links] == [(0, 1), (1, 0)]
 
 
 # ------------------------------------------------------------------ bisection, found by mutation testing

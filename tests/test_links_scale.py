@@ -33,7 +33,7 @@ from ddpcheck.checks.links.columns import (
 from ddpcheck.checks.links.outliers import Pair, find_slow
 from ddpcheck.checks.links.schedule import link_plan, nodes_of
 from ddpcheck.checks.links.tables import NODE_GRID_MAX, REPORTED_LINKS
-from ddpcheck.checks.peers import EXACT_UP_TO, median_of
+from ddpcheck.checks.peers import EXACT_UP_TO, median_of, reference_of
 from ddpcheck.report.model import Report, Status
 from tests.support import outliers_oracle, scale_data
 from tests.test_links import idents, noisy, synthetic
@@ -279,6 +279,16 @@ def test_median_of_is_numpys_to_the_bit() -> None:
         assert median_of(values) == np.median(values) == statistics.median(values.tolist())
         assert median_of(values.copy(), scratch=True) == np.median(values)
     assert np.isnan(median_of(np.array([1.0, np.nan, 2.0])))
+
+
+def test_median_of_nothing_is_nan_as_numpys() -> None:
+    """An empty array has no middle: NaN, as np.median says. reference_of reaches it when the median
+    is NaN (a NaN figure): no value is at or above NaN x threshold, so the spread is of nothing."""
+    with pytest.warns(RuntimeWarning):  # numpy's "Mean of empty slice"
+        assert np.isnan(median_of(np.array([])))
+    with pytest.warns(RuntimeWarning):
+        reference = reference_of([1.0, np.nan, 2.0], 0.5)
+    assert reference is not None and np.isnan(reference.median) and np.isnan(reference.sigma)
 
 
 def test_smallest_leaves_nan_out_and_breaks_ties_by_index() -> None:

@@ -48,6 +48,11 @@ def test_a_value_exactly_at_threshold_x_median_counts_as_healthy_for_the_spread(
     assert reference_of([], 0.5) is None
 
 
+def test_whole_number_figures_are_a_reference_too() -> None:
+    """Integers are figures as floats are (read as float64): median 3, the MAD of 2..5 about it is 1."""
+    assert reference_of([1, 2, 3, 4, 5], 0.5) == Reference(3.0, MAD_TO_SIGMA * 1.0)
+
+
 def test_is_below_is_strict_and_is_slow_also_needs_the_noise() -> None:
     ref = Reference(median=1.0, sigma=0.1)  # noise bound: 1.0 - 2 x 0.1 = 0.8
     assert SPREAD_K == 2.0
