@@ -192,6 +192,28 @@ def test_a_run_directory_whose_rank_was_killed_outright_is_swept_next_time(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name, mine.name])
 
 
+EARLY_SIGTERM = """
+import os, signal, sys, time
+from pathlib import Path
+from ddpcheck.launcher import interrupt
+interrupt.install()
+interrupt.remove_on_leave(Path(sys.argv[1]))  # as run_inline does, before its SIGTERM thread starts
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(10)
+"""
+
+
+@pytest.mark.integration
+def test_a_launchers_sigterm_before_the_run_answers_it_leaves_nothing(tmp_path) -> None:
+    """mpirun's SIGTERM (a Ctrl-C, or another rank failed) can come before the run's own answer to it
+    is in place: the rank leaves at once, its run directory removed, exit 128 + SIGTERM."""
+    run_dir = tmp_path / "ddpcheck-inline-x"
+    run_dir.mkdir()
+    env = {**os.environ, "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "3"}
+    proc = subprocess.run([sys.executable, "-c", EARLY_SIGTERM, str(run_dir)], env=env, timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM and not run_dir.exists()
+
+
 def _ended(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

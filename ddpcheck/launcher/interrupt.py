@@ -60,6 +60,11 @@ def install() -> None:
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _on_signal)
     if _is_rank(os.environ):
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            # Its launcher stops it with SIGTERM (another rank failed; mpirun on a Ctrl-C) at any
+            # moment: until the run answers it itself (inline.SigtermWatch), leave the same clean
+            # way. By default it died there, its run directory left (soak: 1 mpirun run in 60).
+            signal.signal(signal.SIGTERM, _on_signal)
         _leave_with_launcher()
 
 
@@ -213,7 +218,7 @@ def deferred(raise_once: bool = False, sigterm: bool = True) -> Iterator[threadi
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     if _State.mode == LEAVE:
         _State.stopped.set()
-        leave()
+        leave(EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum)
     first = not _State.stopped.is_set()
     _State.stopped.set()
     if first and _State.mode == RAISE_ONCE:
