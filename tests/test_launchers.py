@@ -77,6 +77,17 @@ def test_inline_names_the_rank_that_stopped_beating_not_its_waiters() -> None:
     assert (remote.name, remote.ranks) == ("rank lost", [1]) and "host is unreachable" in remote.detail
 
 
+def test_a_rank_that_gave_up_waiting_and_left_was_waiting_for_the_culprit_too() -> None:
+    """Under torchrun rank 1, whose collective timed out first, is gone when rank 0 (stopped by the
+    SIGTERM that followed) judges: it waited for rank 2 as rank 0 did; one that crashed did not."""
+    left = record(1, state="exited", error="RuntimeError: Timed out waiting 8000ms for send operation")
+    stalled = {0: record(0), 1: left, 2: record(2, state="stopped", age=8.0)}
+    check = judge_inline(Stall(stalled, None, 3), "SIGTERM", 0)
+    assert (check.name, check.ranks) == ("hang", [2]) and "ranks 0, 1 were waiting for it" in check.detail
+    ended = {**stalled, 1: record(1, state="exited", stage="done")}  # it finished: not waiting
+    assert "rank 0 was waiting for it" in judge_inline(Stall(ended, None, 3), "SIGTERM", 0).detail
+
+
 def test_inline_says_every_rank_is_stuck_only_when_every_heartbeat_is_fresh() -> None:
     alive = {r: record(r) for r in range(3)}
     check = judge_inline(Stall(alive, 8.0, 3), "Timed out", 0)

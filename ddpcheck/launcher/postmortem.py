@@ -338,7 +338,13 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
         else:
             state = "frozen"
         parts.append(f"{_who(r, s)} is {state}: {_silence(s)}, last seen at stage '{s['stage']}'")
-    waiting = sorted(r for r, s in statuses.items() if r not in culprits and s["proc_state"] != "exited")
+    # A rank that gave up waiting (its collective timed out) and has left was waiting for it too:
+    # under torchrun the one that gave up first is gone when rank 0, stopped by SIGTERM, judges.
+    waiting = sorted(
+        r
+        for r, s in statuses.items()
+        if r not in culprits and (s["proc_state"] != "exited" or (s.get("error") and _is_collateral(s, {})))
+    )
     if waiting:
         stages = sorted({statuses[r]["stage"] for r in waiting})
         parts.append(
