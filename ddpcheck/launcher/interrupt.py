@@ -60,12 +60,16 @@ def install() -> None:
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _on_signal)
     if _is_rank(os.environ):
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            # Its launcher stops it with SIGTERM (another rank failed; mpirun on a Ctrl-C) at any
-            # moment: until the run answers it itself (inline.SigtermWatch), leave the same clean
-            # way. By default it died there, its run directory left (soak: 1 mpirun run in 60).
-            signal.signal(signal.SIGTERM, _on_signal)
         _leave_with_launcher()
+
+
+def leave_on_sigterm() -> None:
+    """An inline rank about to make its run directory: a launcher's SIGTERM (another rank failed;
+    mpirun on a Ctrl-C) now leaves the same clean way, until the run answers it itself
+    (inline.SigtermWatch). By default the rank died there, its run directory left (soak: 1
+    mpirun run in 60)."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_signal)
 
 
 def _is_rank(environ: os._Environ[str] | dict[str, str]) -> bool:

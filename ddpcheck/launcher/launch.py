@@ -452,6 +452,7 @@ def run_inline(
     from ddpcheck.rank.harness import on_inline_sigterm
 
     started = time.monotonic()
+    interrupt.leave_on_sigterm()
     run_dir = rundir.create_inline()
     interrupt.remove_on_leave(run_dir)  # a Ctrl-C (SIGINT from torchrun, srun, mpirun) leaves at once
     spec = make_spec(command, options, faults, plan)
