@@ -123,7 +123,10 @@ def test_rank_0_ages_heartbeats_by_its_own_clock_and_counts_what_peers_beat(tmp_
     try:
         time.sleep(2.0)
         records, ages, missed = watch.snapshot()
-        assert records[1]["beats"] >= 2 and ages[1] < 1.5 and missed == {0: 0, 1: 0}
+        # Both beat. A snapshot taken between one rank's beat and the other's shows the later one
+        # a beat or so behind (CI saw {0: 1}); no stop, which takes STOPPED_AFTER_BEATS.
+        assert records[1]["beats"] >= 2 and ages[1] < 1.5 and max(missed.values()) < STOPPED_AFTER_BEATS
+        assert not any(inline.is_culprit(r) for r in inline.annotate(records, ages, missed).values())
         # Rank 1's clock an hour behind: its wall-clock heartbeat must not matter.
         skewed = {1: {**records[1], "heartbeat": records[1]["heartbeat"] - 3600}}
         assert inline.annotate(skewed, ages, missed)[1]["heartbeat_age_s"] < 1.5
