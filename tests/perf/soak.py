@@ -305,9 +305,18 @@ def _finish(
         # The launcher killed every rank outright (srun, on a second Ctrl-C): none could remove its
         # run directory; the next inline run on this host sweeps them. Checked here, as it would.
         outcome.swept = len(sweep_in(tmp))
-    outcome.dirs = sorted(p.name for p in tmp.iterdir())
+    # What is inside a directory left says who left it: a run directory never removed holds the
+    # spec and every status file; one recreated after its removal, only what wrote last.
+    outcome.dirs = sorted(described(p) for p in tmp.iterdir())
     shutil.rmtree(tmp, ignore_errors=True)
     return outcome
+
+
+def described(path: Path) -> str:
+    """A name left in TMPDIR, and for a directory the files in it."""
+    if not path.is_dir():
+        return path.name
+    return f"{path.name} ({', '.join(sorted(str(f.relative_to(path)) for f in path.rglob('*')))})"
 
 
 def sweep_in(tmp: Path) -> list[Path]:
