@@ -188,7 +188,7 @@ def test_a_run_directory_whose_rank_was_killed_outright_is_swept_next_time(tmp_p
     other = tmp_path / "ddpcheck-inline-notapid-x"
     for path in (dead, alive, other):
         (path / "status").mkdir(parents=True)
-    mine = rundir.create_inline()
+    mine = rundir.create_inline(rundir.new_inline_path())
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name, mine.name])
 
 
@@ -213,6 +213,49 @@ def test_a_launchers_sigterm_before_the_run_answers_it_leaves_nothing(tmp_path) 
     env = {**os.environ, "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "3"}
     proc = subprocess.run([sys.executable, "-c", EARLY_SIGTERM, str(run_dir)], env=env, timeout=30)
     assert proc.returncode == 128 + signal.SIGTERM and not run_dir.exists()
+
+
+SIGNAL_AS_IT_IS_MADE = """
+import os, signal, sys, tempfile
+from ddpcheck.launcher import interrupt, launch
+tempfile.tempdir = sys.argv[1]
+interrupt.install()
+interrupt.leave_on_sigterm()
+made = os.mkdir
+def mkdir(path, *args, **kwargs):  # the launcher's signal lands the moment the directory exists
+    made(path, *args, **kwargs)
+    os.kill(os.getpid(), getattr(signal, sys.argv[2]))
+os.mkdir = mkdir
+launch.make_inline_run_dir()
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("name", "code"), [("SIGTERM", 128 + signal.SIGTERM), ("SIGINT", 130)])
+def test_a_signal_the_moment_the_run_directory_is_made_leaves_nothing(tmp_path, name: str, code: int) -> None:
+    """Its removal is arranged before it exists. Made first (tempfile.mkdtemp) and registered
+    after, a signal between the two left it: Python runs the handler at the next bytecode."""
+    env = {**os.environ, "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "3"}
+    proc = subprocess.run(
+        [sys.executable, "-c", SIGNAL_AS_IT_IS_MADE, str(tmp_path), name], env=env, timeout=30
+    )
+    assert proc.returncode == code and list(tmp_path.iterdir()) == []
+
+
+def test_a_rank_that_begins_after_its_run_directory_was_removed_does_not_make_it_again(tmp_path) -> None:
+    """A launcher's SIGTERM removes the run directory on its own thread while the main thread goes on
+    into run_rank: the status writer it makes there once made the directory again (mkdir with
+    parents), and the rank's exit a moment later left it."""
+    from ddpcheck.rank.status import StatusWriter
+
+    run_dir = tmp_path / "ddpcheck-inline-1-x"
+    identity = {"rank": 1, "local_rank": 1, "node": 0, "host": "h", "address": None, "pid": 1}
+    writer = StatusWriter(run_dir, identity)
+    try:
+        writer.stage("join")
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        writer.close()
 
 
 def _ended(pid: int) -> bool:

@@ -435,6 +435,15 @@ class _environment:
                 os.environ[key] = value
 
 
+def make_inline_run_dir() -> Path:
+    """This rank's run directory, removed if a Ctrl-C (SIGINT from torchrun, srun, mpirun) or a
+    launcher's SIGTERM ends the process: arranged before the directory exists, so that a signal
+    just after it is made cannot leave it."""
+    run_dir = rundir.new_inline_path()
+    interrupt.remove_on_leave(run_dir)
+    return rundir.create_inline(run_dir)
+
+
 def run_inline(
     command: str,
     options: dict[str, Any],
@@ -453,8 +462,7 @@ def run_inline(
 
     started = time.monotonic()
     interrupt.leave_on_sigterm()
-    run_dir = rundir.create_inline()
-    interrupt.remove_on_leave(run_dir)  # a Ctrl-C (SIGINT from torchrun, srun, mpirun) leaves at once
+    run_dir = make_inline_run_dir()
     spec = make_spec(command, options, faults, plan)
     # No launcher watches: the ranks' own timeout is the bound (RunSpec.collective_timeout).
     spec.inline = True

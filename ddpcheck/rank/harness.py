@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ddpcheck.checks.env.agreement import rank_fingerprint
 from ddpcheck.command import options_from_dict
@@ -240,6 +240,13 @@ def _inline_gave_up(
         inline.gave_up.set()
 
 
+def _leave(run_dir: Path) -> NoReturn:
+    """Exit 3, the run directory removed once more: the main thread went on while this thread
+    looked, and what it wrote there since would outlive the rank."""
+    rundir.remove(run_dir)
+    os._exit(3)
+
+
 def on_inline_sigterm(
     spec: RunSpec, run_dir: Path, write_report: Callable[[Report], list[str]] | None = None
 ) -> None:
@@ -255,7 +262,7 @@ def on_inline_sigterm(
     srun_rank0 = rank == 0 and spec.launcher == "srun" and inline.current is not None
     if srun_rank0 and inline.gave_up.wait(spec.collective_timeout + inline.SIGTERM_GRACE_S):
         time.sleep(inline.SIGTERM_GRACE_S)  # it is rendering the report, then exits by itself
-        os._exit(3)
+        _leave(run_dir)
     claimed = inline.claim()
     # The launcher may follow with SIGKILL within a second (mpirun does): clean up first. Nothing
     # in the run directory must outlive that: rank 0's report, if its main thread is writing it
@@ -265,7 +272,7 @@ def on_inline_sigterm(
         # This rank is already giving up: let it finish its report and line, within a bound.
         inline.gave_up.wait(inline.SIGTERM_GRACE_S)
         time.sleep(inline.SIGTERM_GRACE_S)
-        os._exit(3)
+        _leave(run_dir)
     session = inline.current
     line = f"ddpcheck: rank {rank} stopped by SIGTERM (its launcher ends every rank once one failed)"
     found: list[str] = []
@@ -300,7 +307,7 @@ def on_inline_sigterm(
         inline.say(f"ddpcheck: {said}")
     if session is not None and rank != 0:
         _quietly(session.said)
-    os._exit(3)
+    _leave(run_dir)
 
 
 def _quietly(action: Callable[[], object]) -> None:

@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -97,14 +98,21 @@ def create() -> Path:
     return Path(tempfile.mkdtemp(prefix=PREFIX))
 
 
-def create_inline() -> Path:
-    """A run directory of this rank's own, under torchrun, srun or mpirun.
+def new_inline_path() -> Path:
+    """The path of a run directory of this rank's own, not made yet: the caller can arrange for its
+    removal first (a signal right after it is made must not leave it)."""
+    return Path(tempfile.gettempdir()) / f"{INLINE_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+
+
+def create_inline(path: Path) -> Path:
+    """Make the run directory `path` (new_inline_path), under torchrun, srun or mpirun.
 
     First it removes those that ranks of earlier runs on this host left when every rank was
     killed outright (srun ends a step with SIGKILL on a second Ctrl-C): no peer was left to.
     """
     sweep_abandoned_inline()
-    return Path(tempfile.mkdtemp(prefix=f"{INLINE_PREFIX}{os.getpid()}-"))
+    path.mkdir(mode=0o700)  # as mkdtemp does: this user's alone, and an error if it exists
+    return path
 
 
 def sweep_abandoned_inline() -> list[Path]:

@@ -85,7 +85,10 @@ class FileTransport:
 
     def __init__(self, run_dir: str | Path, rank: int) -> None:
         self._path = status_dir(run_dir) / f"rank-{rank}.json"
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        # Never the run directory itself: a launcher's SIGTERM may have removed it already (on
+        # another thread, just before this rank began), and made again here it would outlive the rank.
+        with contextlib.suppress(FileNotFoundError):  # then publish finds no directory: nobody to tell
+            self._path.parent.mkdir(exist_ok=True)
 
     def publish(self, record: dict[str, Any]) -> None:
         tmp = self._path.with_suffix(f".tmp{threading.get_ident()}")
