@@ -131,8 +131,13 @@ def test_rank_0_ages_heartbeats_by_its_own_clock_and_counts_what_peers_beat(tmp_
         skewed = {1: {**records[1], "heartbeat": records[1]["heartbeat"] - 3600}}
         assert inline.annotate(skewed, ages, missed)[1]["heartbeat_age_s"] < 1.5
         writers[1].close()  # rank 1 freezes: its beats stop, rank 0's go on
-        time.sleep(STOPPED_AFTER_BEATS * HEARTBEAT_INTERVAL_S + 1.5)
+        # Until the watch saw rank 0 beat STOPPED_AFTER_BEATS + 2 times more (a fixed 4.5 s sleep
+        # left no beat to spare where the watcher's looks fell badly); bounded.
         records, ages, missed = watch.snapshot()
+        beats_then, deadline = records[0]["beats"], time.monotonic() + 30
+        while records[0]["beats"] < beats_then + STOPPED_AFTER_BEATS + 2 and time.monotonic() < deadline:
+            time.sleep(HEARTBEAT_INTERVAL_S)
+            records, ages, missed = watch.snapshot()
         frozen = inline.annotate(records, ages, missed)
         assert frozen[1]["missed_beats"] >= STOPPED_AFTER_BEATS and inline.is_culprit(frozen[1])
         assert frozen[0]["missed_beats"] == 0 and not inline.is_culprit(frozen[0])

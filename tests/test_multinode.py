@@ -58,8 +58,19 @@ def test_tasks_per_node_compressed_form() -> None:
 
 def test_port_is_derived_from_the_job_id() -> None:
     assert port_for_job("123456") == port_for_job("123456")
-    assert 20000 <= port_for_job("123456") < 40000
+    assert 20000 <= port_for_job("123456") < 32768
     assert port_for_job("7") != port_for_job("8")
+
+
+def test_every_derived_port_lies_below_the_ephemeral_ports() -> None:
+    """An outgoing connection takes its local port from the ephemeral range: a job's port there could
+    be held when rank 0 binds it (EADDRINUSE). Linux's range starts at 32768 unless changed."""
+    from ddpcheck.launcher import mpi
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {port_for_job(str(job), str(step)) for job in range(0, 200_000, 7) for step in range(3)}
+    ports |= {mpi.port_for_job(f"prterun-host-{pid}@1") for pid in range(30_000)}
+    assert min(ports) == 20000 and max(ports) == 32767 and max(ports) < min(low, 49152)
 
 
 def srun_env(rank: int, ntasks: int, per_node: int, nodelist: str = "gpu[01-02]") -> dict[str, str]:

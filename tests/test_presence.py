@@ -38,6 +38,9 @@ def open_presence() -> Iterator[Callable[..., Presence]]:
     def open_one(node_rank: int, nnodes: int, timeout: float = 5.0) -> Presence:
         presence = Presence(endpoint, node_rank, nnodes, is_host=not opened, timeout=timeout)
         opened.append(presence)
+        # Its arrival is a set, which does not wait (see `published`): confirmed on its own
+        # connection, so that the others' reads after this line see it.
+        assert presence.store.check([f"{PREFIX}{node_rank}"])
         return presence
 
     yield open_one

@@ -15,7 +15,10 @@ from ddpcheck.errors import UsageError
 from ddpcheck.launcher.options import LaunchOptions
 
 PORT_BASE = 20000
-PORT_SPAN = 20000  # ports 20000..39999: above the well-known range, below most ephemeral ranges
+# Ports 20000..32767: above the well-known range and below every usual ephemeral range (Linux's
+# 32768..60999, IANA's 49152..65535). In one, an outgoing connection's local port could hold the
+# job's port when rank 0 binds it (EADDRINUSE); 20000..39999 had 37% of its ports in Linux's range.
+PORT_SPAN = 12768
 
 _GROUP_RE = re.compile(r"([^,\[]*)(?:\[([^\]]*)\])?([^,\[]*)")
 
