@@ -212,7 +212,7 @@ def test_a_rank_stopped_from_outside_is_named(tmp_path) -> None:
 
 
 def test_ctrl_c_ends_the_whole_job_with_one_line_and_exit_130(tmp_path) -> None:
-    run = watch(tmp_path, TORCHRUN, interrupt=True, steps=200)
+    run = watch(tmp_path, TORCHRUN, interrupt=True, steps=STRIKE_STEPS)
     assert run.code == 130, run.err[-3000:]
     assert [line for line in run.err.splitlines() if line.startswith("ddpcheck: ")] == [
         "ddpcheck: interrupted; every rank was stopped"
