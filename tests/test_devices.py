@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ddpcheck.checks.devices import DevicesOptions, health, topology
-from ddpcheck.checks.devices import check as devices
+from ddpcheck.checks.devices import judge as devices
 from ddpcheck.errors import UsageError
 from ddpcheck.report import baseline
 from ddpcheck.report.model import Status

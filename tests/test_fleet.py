@@ -305,7 +305,7 @@ def test_under_torchrun_rank_0_writes_the_hostlist_and_the_metrics(scratch, tmp_
 
 def test_devices_metrics_are_in_flops_and_bytes_per_second() -> None:
     from ddpcheck.checks.devices import DevicesOptions
-    from ddpcheck.checks.devices.check import judge as judge_devices
+    from ddpcheck.checks.devices.judge import judge as judge_devices
     from tests.support.scale_data import devices_data
 
     identities = rank_identities(FIVE_HOSTS, 2)

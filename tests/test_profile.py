@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ddpcheck.checks.profile import ProfileOptions
-from ddpcheck.checks.profile import check as profile
-from ddpcheck.checks.profile.check import Marks, flops, judge, known_peak, straggler_ratios
+from ddpcheck.checks.profile.check import Marks
+from ddpcheck.checks.profile.judge import SUMMARY_PHASES, flops, judge, known_peak, straggler_ratios
 from ddpcheck.errors import UsageError
 from ddpcheck.report.model import Status, Verdict
 from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu
@@ -196,7 +196,7 @@ def test_tables_for_json() -> None:
         "exposed_comm_ms",
         "update_ms",
     }
-    assert [r["phase"] for r in table(report, "summary")] == list(profile.SUMMARY_PHASES)
+    assert [r["phase"] for r in table(report, "summary")] == list(SUMMARY_PHASES)
     breakdown = table(report, "breakdown")
     assert [r["part"] for r in breakdown] == ["forward", "backward_compute", "exposed_comm", "update"]
     assert sum(r["share_pct"] for r in breakdown) == pytest.approx(100, abs=0.2)
@@ -268,7 +268,7 @@ def test_two_ranks_profile(ddpcheck, scratch) -> None:
     assert figures["grad_bytes"] == 4 * (256 * 256 + 256)
     assert figures["bus_bytes_per_step"] == figures["grad_bytes"]  # 2(n-1)/n = 1 for two ranks
     assert figures["busbw_gbps"] > 0 and figures["forward_tflops"] > 0
-    assert len(run.table("summary")) == len(profile.SUMMARY_PHASES)
+    assert len(run.table("summary")) == len(SUMMARY_PHASES)
     assert all(r["peak_memory_mib"] > 10 for r in run.table("per_rank"))
     assert "Rank 0, step by step" in run.stdout and "Where a step's time goes" in run.stdout
     assert "exposed comm" in run.stdout

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from ddpcheck.checks.devices import DevicesOptions
-from ddpcheck.checks.devices import check as devices
+from ddpcheck.checks.devices import judge as devices
 from ddpcheck.checks.profile import ProfileOptions
-from ddpcheck.checks.profile.check import _median_without, straggler_ratios
-from ddpcheck.checks.profile.check import judge as judge_profile
+from ddpcheck.checks.profile.judge import _median_without, straggler_ratios
+from ddpcheck.checks.profile.judge import judge as judge_profile
 from ddpcheck.report.model import SHOWN_ROWS, shown_rows
 from ddpcheck.report.terminal import render_report
 from tests.support import scale_data

@@ -40,11 +40,11 @@ def _cases(n: int, g: int) -> dict[str, tuple[Callable[[], list[dict[str, Any]]]
     from ddpcheck.checks.collectives import COLLECTIVES, CollectivesOptions
     from ddpcheck.checks.collectives.check import judge as collectives
     from ddpcheck.checks.devices import DevicesOptions
-    from ddpcheck.checks.devices.check import judge as devices
+    from ddpcheck.checks.devices.judge import judge as devices
     from ddpcheck.checks.links import LinksOptions
     from ddpcheck.checks.links.check import judge as links
     from ddpcheck.checks.profile import ProfileOptions
-    from ddpcheck.checks.profile.check import judge as profile
+    from ddpcheck.checks.profile.judge import judge as profile
     from ddpcheck.checks.train import TrainOptions
     from ddpcheck.checks.train.check import judge as train
 

@@ -1,4 +1,4 @@
-"""`ddpcheck profile`: where each DDP step's time goes, on every rank (check.py times and judges)."""
+"""`ddpcheck profile`: where each DDP step's time goes, on every rank (check.py times, judge.py judges)."""
 
 from __future__ import annotations
 
