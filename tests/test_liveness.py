@@ -10,14 +10,20 @@ from __future__ import annotations
 
 from ddpcheck.launcher.postmortem import judge_inline
 from ddpcheck.rank import inline
-from ddpcheck.rank.liveness import STOPPED_AFTER_BEATS, BeatTracker, missed_beats, stopped_beating
+from ddpcheck.rank.liveness import (
+    STOPPED_AFTER_BEATS,
+    BeatTracker,
+    counters,
+    missed_beats,
+    stopped_beating,
+)
 from ddpcheck.rank.status import FROZEN_AFTER_S, Stall
 
 
 def watched(*observations: dict[int, tuple[int, int]]) -> dict[int, int]:
     tracker = BeatTracker()
-    for counters in observations:
-        tracker.see(counters)
+    for observation in observations:
+        tracker.see(observation)
     return tracker.missed()
 
 
@@ -56,8 +62,27 @@ def test_a_stage_change_is_a_sign_of_life() -> None:
 
 
 def test_a_peer_first_seen_late_counts_from_its_first_count() -> None:
-    assert missed_beats(1, {0: 30, 1: 3, 2: 9}, {0: 25, 1: 3}, {2: 4}) == 5
+    """A peer known when the rank last moved counts from then, one seen later from its first count,
+    one in neither counts nothing; the most of any one peer is the answer, whichever it is."""
+    assert missed_beats(1, {0: 30, 1: 3, 2: 9}, {0: 24, 1: 3}, {2: 4}) == 6  # the peer known then
+    assert missed_beats(1, {0: 30, 1: 3, 2: 9}, {0: 27, 1: 3}, {0: 1, 2: 2}) == 7  # the late peer
+    assert missed_beats(1, {0: 30, 1: 3, 2: 9}, {1: 3}, {}) == 0  # neither: no beats to count
     assert missed_beats(0, {0: 7}, {0: 7}, {}) == 0  # alone: nobody to compare with
+
+
+def test_the_tracker_counts_a_late_peer_from_the_beat_count_it_was_first_seen_with() -> None:
+    """Rank 1 stops before rank 2 is first seen (at 20 beats, stage seq 5): what rank 1 missed is
+    rank 2's beats since then (7), more than rank 0's (3); not since zero, nor its stage seq."""
+    first = {0: (10, 5), 1: (10, 5)}
+    rank_2_appears = {0: (12, 5), 1: (10, 5), 2: (20, 5)}
+    later = {0: (13, 5), 2: (27, 5)}  # rank 1 absent from this read: unchanged
+    assert watched(first, rank_2_appears, later) == {0: 0, 1: 7, 2: 0}
+
+
+def test_counters_are_each_records_beats_and_stage_seq() -> None:
+    """What the watchdog and inline feed the tracker from the ranks' status records."""
+    records = {0: {"beats": 12, "seq": 3, "stage": "measure"}, 4: {"beats": 9, "seq": 8}}
+    assert counters(records) == {0: (12, 3), 4: (9, 8)}
 
 
 # ------------------------------------------------------------------ judge_inline reads the rule

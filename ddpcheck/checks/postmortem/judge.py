@@ -118,8 +118,9 @@ def _arrival(
         return Check(name, Status.PASS, detail)
     behind = [r for r in ranks if last[r] == bottom]
     waiting = [r for r in ranks if last[r] > bottom]
+    missed = max(bottom + 1, 1)  # a group's first collective is #1; none enqueued yet is -1
     parts = [
-        f"{span(behind)} never called {_named(pg, bottom + 1, waiting, traces)}: "
+        f"{span(behind)} never called {_named(pg, missed, waiting, traces)}: "
         f"{'its' if len(behind) == 1 else 'their'} last collective is {_named(pg, bottom, behind, traces)}"
     ]
     by_seq: dict[int, list[int]] = defaultdict(list)

@@ -232,11 +232,11 @@ def rank_place(view: RankView) -> str:
 
 
 def judge_success(views: list[RankView], elapsed_s: float) -> Report:
+    ranks = len(views) or 1  # a job that ended before any rank was seen ran one process at least
     check = Check(
         "job",
         Status.PASS,
-        f"the job ran to completion: {len(views) or 1} rank{'s' if len(views) != 1 else ''}, exit 0, "
-        f"{elapsed_s:.1f} s",
+        f"the job ran to completion: {ranks} rank{'s' if ranks != 1 else ''}, exit 0, {elapsed_s:.1f} s",
     )
     return _report(views, [check], [])
 
