@@ -613,3 +613,20 @@ def test_verdict_changes_name_ranks_and_hosts_of_what_broke_only() -> None:
     assert check.ranks == [0, 2, 5] and check.hosts == ["y", "x", "z"]
     bare = baseline.verdict_changes(checks(a="PASS"), {"checks": [{"name": "a", "status": "FAIL"}]})[0]
     assert bare.ranks == [] and bare.hosts == []
+
+
+def test_each_file_is_named_by_its_own_flag_when_refused(tmp_path: Path) -> None:
+    """--baseline, OLD and NEW: the message names the argument that holds the bad file."""
+    good = write(tmp_path / "good.json", saved_run())
+    bad = write(tmp_path / "bad.json", "[]")
+    said = "not a ddpcheck report (save one with --json)"
+    for options, flag in [
+        (CompareOptions(old=bad, new=good), "OLD"),
+        (CompareOptions(old=good, new=bad), "NEW"),
+    ]:
+        with pytest.raises(UsageError) as caught:
+            baseline.run(options)
+        assert str(caught.value) == f"{flag} {bad}: {said}"
+    with pytest.raises(UsageError) as caught:
+        baseline.load_baseline(BaselineOptions(path=bad))
+    assert str(caught.value) == f"--baseline {bad}: {said}"

@@ -264,6 +264,7 @@ def test_visible_devices_without_driver_list(value: str, visible: int, expected:
     ("value", "count", "absent", "have", "survivors"),
     [
         ("0,4,1", 4, "4", "4 GPUs (0..3)", "0"),  # 4 is one past the last
+        ("2,0,7,1", 4, "7", "4 GPUs (0..3)", "2, 0"),
         ("4", 4, "4", "4 GPUs (0..3)", "none"),
         ("1,2,0", 2, "2", "2 GPUs (0..1)", "1"),
         ("0,1", 1, "1", "1 GPU (0..0)", "0"),
@@ -506,6 +507,16 @@ def test_nccl_ifname_matching_no_usable_interface_fails(value: str, what: str) -
     )
 
 
+def test_a_host_without_interfaces_says_none() -> None:
+    var = "NCCL_SOCKET_IFNAME"
+    assert judge.judge_socket_ifname(var, "eth0", {}) == Check(
+        var,
+        Status.FAIL,
+        f"{var}=eth0 matches no interface on this host (interfaces here: none): {NCCL_WHY}. Fix: set it to "
+        f"an interface that is up on every node, e.g. {var}=eth0 ('ip -br addr' lists them), or unset it.",
+    )
+
+
 def test_nccl_ifname_with_one_entry_matching_nothing_warns_naming_it() -> None:
     var = "NCCL_SOCKET_IFNAME"
     assert judge.judge_socket_ifname(var, "eth0,eht1,wlan", INTERFACES) == Check(
@@ -607,14 +618,14 @@ def test_a_slow_resolver_warns_and_a_failed_one_fails() -> None:
         "MASTER_ADDR=m: timeout after 2 s; a slow resolver delays or times out the rendezvous. Fix: use the "
         "master's IP address, or add it to /etc/hosts on every node.",
     )
-    for master, error in [
+    for facts, error in [
         (
             {"addr": "m", "resolve_error": "Name or service not known (timeout?)"},
             "Name or service not known (timeout?)",
         ),
         ({"addr": "m", "resolved": []}, None),
     ]:
-        assert master_addr(master) == Check(
+        assert master_addr(facts) == Check(
             "MASTER_ADDR",
             Status.FAIL,
             f"MASTER_ADDR=m does not resolve ({error}): every rank fails in init_process_group. Fix: use the "
@@ -1054,3 +1065,53 @@ def test_fingerprint_table_has_a_row_per_host_and_fingerprint() -> None:
             {"host": "b", "ranks": "3", **fp(gpu="A100")},
         ],
     )
+
+
+def host_facts(env: dict[str, str], torch_gpus: int, physical: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """Facts of a host with a CUDA torch seeing `torch_gpus` GPUs, the driver listing `physical`."""
+    return {
+        "env": env,
+        "torch": {
+            "cuda_build": "12.4",
+            "gpus": [{"name": "A"}] * torch_gpus,
+            "backends": {"distributed": True, "gloo": True, "nccl": True},
+        },
+        "interfaces": INTERFACES,
+        "host": {"shm": {"total": 2 * GIB, "path": "/dev/shm"}, "memlock": None, "cpu_usable": 32},
+        "physical_gpus": physical,
+        "driver": "550.1",
+        "master": {},
+        "infiniband": [],
+    }
+
+
+def verdicts(facts: dict[str, Any]) -> dict[str, Check]:
+    return {c.name: c for c in judge.judge(facts)}
+
+
+def test_judge_holds_the_driver_and_cuda_visible_devices_against_a_torch_seeing_no_gpu() -> None:
+    """The driver's GPUs, its version and CUDA_VISIBLE_DEVICES reach the CUDA build's judge."""
+    found = verdicts(host_facts({"CUDA_VISIBLE_DEVICES": "0"}, 0, gpus(4)))["CUDA build vs GPUs"]
+    assert found.status == Status.FAIL
+    assert found.detail.startswith(
+        "torch is built with CUDA 12.4 and this host has 4 NVIDIA GPUs (driver 550.1)"
+    )
+    hidden = verdicts(host_facts({"CUDA_VISIBLE_DEVICES": ""}, 0, gpus(4)))["CUDA build vs GPUs"]
+    assert hidden.status == Status.WARN and hidden.detail.startswith(
+        "CUDA_VISIBLE_DEVICES='' hides every GPU"
+    )
+
+
+def test_judge_gives_local_rank_and_visible_devices_both_counts_of_gpus() -> None:
+    """torch's count and the driver's: LOCAL_RANK is held against torch's, else the driver's."""
+    by_driver = verdicts(host_facts({"LOCAL_RANK": "3"}, 0, gpus(4)))[LOCAL]
+    assert by_driver.detail == "LOCAL_RANK=3 indexes one of the 4 visible GPUs"
+    by_torch = verdicts(host_facts({"LOCAL_RANK": "3"}, 2, gpus(4)))[LOCAL]
+    assert by_torch.status == Status.FAIL and by_torch.detail.startswith("LOCAL_RANK=3 but 2 visible:")
+    no_driver = verdicts(host_facts({"CUDA_VISIBLE_DEVICES": "0,1"}, 1, None))["CUDA_VISIBLE_DEVICES"]
+    assert no_driver.status == Status.FAIL and "lists 2 devices but CUDA shows 1" in no_driver.detail
+
+
+def test_judge_holds_an_unset_omp_num_threads_against_the_usable_cores() -> None:
+    found = verdicts(host_facts({}, 0, None))["OMP_NUM_THREADS"]
+    assert found.status == Status.WARN and found.detail.startswith("unset with 32 usable cores")
