@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ddpcheck.checks.env import agreement, judge
+from ddpcheck.checks.env import agreement, judge, master
 from ddpcheck.report.model import Check, Status, Table
 from ddpcheck.report.units import GIB, MIB, UNLIMITED
 
@@ -1115,3 +1115,19 @@ def test_judge_gives_local_rank_and_visible_devices_both_counts_of_gpus() -> Non
 def test_judge_holds_an_unset_omp_num_threads_against_the_usable_cores() -> None:
     found = verdicts(host_facts({}, 0, None))["OMP_NUM_THREADS"]
     assert found.status == Status.WARN and found.detail.startswith("unset with 32 usable cores")
+
+
+def test_digits_int_cannot_read_are_judged_not_a_crash() -> None:
+    """'²' is a digit to str.isdigit but not to int(): a bad value is a verdict, not a ValueError."""
+    assert judge.judge_omp("²", 4).status == Status.WARN
+    assert judge.judge_local_rank({"LOCAL_RANK": "²"}, gpus(2), 2) == Check(
+        LOCAL, Status.FAIL, "LOCAL_RANK='²' is not a non-negative integer"
+    )
+    loopback = {"addr": "localhost", "resolved": ["127.0.0.1"], "local": True}
+    for env in (
+        {"SLURM_NNODES": "²"},
+        {"WORLD_SIZE": "²", "LOCAL_WORLD_SIZE": "1"},
+        {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "²"},
+    ):
+        assert master_addr(loopback, env).status == Status.PASS
+    assert master.parse_port("²") is None and master.parse_port(" 29500 ") == 29500
