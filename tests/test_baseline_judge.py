@@ -254,6 +254,8 @@ def test_setups_that_differ_in_what_no_kind_needs_are_compared_and_said(figs: No
     assert found.detail.endswith(
         "; setups differ (dtype float32 -> bf16); compared what does not depend on it"
     )
+    differing = baseline.compare(run([fig("l", 1.0, LINK)]), run([fig("l", 1.0, LINK)], dtype="bf16"), 0.2)
+    assert differing.differences == {"dtype": ("float32", "bf16")}
 
 
 def test_a_coarser_kind_stands_in_only_when_the_finer_cannot_be_compared(figs: None) -> None:
@@ -321,6 +323,25 @@ def test_setup_of_reads_the_layout_models_and_options() -> None:
         "bucket_cap_mb": 25.0,
         "matrix_size": 4096,
     }
+
+
+def test_the_layout_counts_ranks_per_host_and_node_rank() -> None:
+    """Two nodes sharing a host name (containers) are two nodes; so are two hosts both called node 1."""
+    ranks = [
+        {"host": "a", "node": 0},
+        {"host": "a", "node": 1},
+        {"host": "b", "node": 1},
+        {"host": "b", "node": 1},
+    ]
+    setup = baseline.setup_of({"command": "links", "ranks": ranks})
+    assert setup["layout"] == "1+1+2" and setup["ranks_per_host"] == "2"
+
+
+def test_a_report_without_world_is_compared_on_the_rules_for_gpus(figs: None) -> None:
+    """No device said: a size the rerun found latency-bound is still judged (only CPU ranks leave it out)."""
+    now = run([fig("a", 0.1, bound=False)])
+    del now["world"]
+    assert baseline.compare(run([fig("a", 1.0)]), now, 0.2).check.status == Status.FAIL
 
 
 def test_setup_of_an_empty_report_knows_nothing() -> None:
@@ -434,12 +455,14 @@ def test_load_report_says_what_is_wrong_with_a_file(tmp_path: Path) -> None:
     )
     good = saved_run()
     assert baseline.load_report(write(tmp_path / "good.json", good)) == good
+    bare = {"ddpcheck": "0.1.3", "command": "links", "tables": {}, "world": {}}  # just the keys it needs
+    assert baseline.load_report(write(tmp_path / "bare.json", bare)) == bare
 
 
 @pytest.mark.parametrize(
     ("version", "compatible"),
-    [(__version__, True), ("0.1.7", True), ("0.1", True), ("0.2.0", False), ("1.1.0", False), ("0", False),
-     ("", False), ("x.1", False), ("0.1rc1", False)],
+    [(__version__, True), ("0.1.7", True), ("0.1", True), ("0.1.dev3", True), ("0.2.0", False),
+     ("1.1.0", False), ("0", False), ("", False), ("x.1", False), ("0.1rc1", False)],
 )  # fmt: skip
 def test_compatible_version_while_0x_is_the_same_minor(version: str, compatible: bool) -> None:
     assert __version__.startswith("0.1.")
@@ -447,7 +470,7 @@ def test_compatible_version_while_0x_is_the_same_minor(version: str, compatible:
 
 
 def test_compatible_version_from_1_0_is_the_same_major(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(baseline, "__version__", "1.4.0")
+    monkeypatch.setattr(baseline, "__version__", "1.4.dev0")  # only major and minor are read
     assert baseline.compatible_version("1.0.2") and baseline.compatible_version("1.9")
     assert not baseline.compatible_version("2.4.0") and not baseline.compatible_version("0.4.0")
 
