@@ -624,11 +624,11 @@ def test_rank_fingerprint_is_cheap_and_real() -> None:
 
     import torch
 
-    agreement.rank_fingerprint()  # the first call may touch files for the first time
+    probe.rank_fingerprint()  # the first call may touch files for the first time
     times = []
     for _ in range(5):
         start = time.perf_counter()
-        fp = agreement.rank_fingerprint()
+        fp = probe.rank_fingerprint()
         times.append(time.perf_counter() - start)
     assert statistics.median(times) < 0.05
     assert fp["torch"] == torch.__version__ and fp["python"] == platform.python_version()
@@ -730,8 +730,8 @@ def test_gpu_host_is_seen_whole() -> None:
         topology = report.table("topology")
         assert topology is not None and topology.rows[0]["device"] == "GPU0"
     torch.cuda.set_device(0)  # as the harness does before it takes the fingerprint
-    agreement.rank_fingerprint()
+    probe.rank_fingerprint()
     start = time.perf_counter()
-    fp = agreement.rank_fingerprint()
+    fp = probe.rank_fingerprint()
     assert time.perf_counter() - start < 0.05
     assert fp["gpu"] == torch.cuda.get_device_name(0) and fp["nccl"] and fp["cuda"] == torch.version.cuda

@@ -24,7 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ddpcheck.checks.env.agreement import rank_fingerprint
+from ddpcheck.checks.env.probe import rank_fingerprint
 from ddpcheck.command import options_from_dict
 from ddpcheck.commands import COMMANDS
 from ddpcheck.launcher import postmortem

@@ -38,7 +38,7 @@ app(["--help"])
 
 FINGERPRINT_CODE = """
 import statistics, time, torch
-from ddpcheck.checks.env import agreement as env
+from ddpcheck.checks.env import probe as env
 env.rank_fingerprint()
 times = []
 for _ in range(20):

@@ -1,17 +1,14 @@
-"""Every node agrees: the fingerprint each rank takes, and the cross-rank check every command runs.
+"""Every node agrees: the cross-rank check every command runs, over each rank's fingerprint.
 
-`rank_fingerprint()` is cheap (no subprocess, no CUDA init); `judge_agreement()`
-and `fingerprint_table()` are pure, run on rank 0 over every rank's fingerprint.
+Pure: `judge_agreement()` and `fingerprint_table()` run on rank 0 over every rank's
+`probe.rank_fingerprint()` (taken on the rank itself, cheaply: no subprocess, no CUDA init).
 """
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from ddpcheck.checks.env.probe import nccl_version, nvidia_driver_version, physical_gpus
 from ddpcheck.report.model import Check, Status, Table
 
 # (key, label, status when a host differs). torch, CUDA and NCCL must match for
@@ -25,35 +22,6 @@ FINGERPRINT_FIELDS: tuple[tuple[str, str, Status], ...] = (
     ("gpu", "GPU model", Status.WARN),
     ("python", "Python", Status.WARN),
 )
-
-
-def rank_fingerprint() -> dict[str, str | None]:
-    """What must match across nodes, cheaply (no subprocess, no CUDA init): a few ms once torch is loaded.
-
-    Call it after the rank bound its device: the GPU model is then this rank's
-    own GPU; without CUDA initialised it is the host's models from /proc.
-    """
-    import torch
-
-    return {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda or getattr(torch.version, "hip", None),
-        "nccl": nccl_version(torch),
-        "driver": nvidia_driver_version(),
-        "gpu": _fingerprint_gpu(torch),
-        "python": platform.python_version(),
-    }
-
-
-def _fingerprint_gpu(torch: Any) -> str | None:
-    try:
-        if torch.cuda.is_initialized():
-            return torch.cuda.get_device_name(torch.cuda.current_device())
-    except Exception:
-        pass
-    gpus = physical_gpus(Path("/proc/driver/nvidia"))
-    models = sorted({g["model"] for g in gpus or [] if g.get("model")})
-    return ", ".join(models) or None
 
 
 def judge_agreement(

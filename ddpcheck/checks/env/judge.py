@@ -239,7 +239,7 @@ def judge_local_rank(
     if source is None:
         return Check(name, Status.SKIP, "not inside a launch (no LOCAL_RANK or SLURM_LOCALID)")
     text = env[source]
-    if not text.strip().isdigit():
+    if not text.strip().isdecimal():
         return Check(name, Status.FAIL, f"{source}={text!r} is not a non-negative integer")
     local_rank = int(text)
     cuda_visible = env.get("CUDA_VISIBLE_DEVICES")
@@ -412,10 +412,10 @@ def judge_master(master: Mapping[str, Any], env: Mapping[str, str]) -> list[Chec
 
 def _multi_node(env: Mapping[str, str]) -> bool:
     for key in ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"):
-        if env.get(key, "").isdigit() and int(env[key]) > 1:
+        if env.get(key, "").isdecimal() and int(env[key]) > 1:
             return True
     world, local = env.get("WORLD_SIZE", ""), env.get("LOCAL_WORLD_SIZE", "")
-    return world.isdigit() and local.isdigit() and int(world) > int(local)
+    return world.isdecimal() and local.isdecimal() and int(world) > int(local)
 
 
 def _judge_master_addr(master: Mapping[str, Any], env: Mapping[str, str]) -> Check:
@@ -600,7 +600,7 @@ def judge_memlock(memlock: Mapping[str, Any] | None, ports: Sequence[Mapping[str
 def judge_omp(value: str | None, cores: int | None) -> Check:
     name = "OMP_NUM_THREADS"
     if value is not None:
-        if not value.strip().isdigit() or int(value) < 1:
+        if not value.strip().isdecimal() or int(value) < 1:
             return Check(
                 name, Status.WARN, f"OMP_NUM_THREADS={value!r} is not a positive integer; OpenMP ignores it"
             )

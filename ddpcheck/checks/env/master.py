@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def parse_port(text: str | None) -> int | None:
     """A TCP port 1..65535, or None when the text is not one."""
-    if text is None or not text.strip().isdigit():
+    if text is None or not text.strip().isdecimal():
         return None
     port = int(text.strip())
     return port if 1 <= port <= 65535 else None

@@ -381,3 +381,32 @@ def _read(path: Path) -> str | None:
         return path.read_text().strip()
     except OSError:
         return None
+
+
+def rank_fingerprint() -> dict[str, str | None]:
+    """What must match across nodes, cheaply (no subprocess, no CUDA init): a few ms once torch is loaded.
+
+    Call it after the rank bound its device: the GPU model is then this rank's
+    own GPU; without CUDA initialised it is the host's models from /proc.
+    """
+    import torch
+
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or getattr(torch.version, "hip", None),
+        "nccl": nccl_version(torch),
+        "driver": nvidia_driver_version(),
+        "gpu": _fingerprint_gpu(torch),
+        "python": platform.python_version(),
+    }
+
+
+def _fingerprint_gpu(torch: Any) -> str | None:
+    try:
+        if torch.cuda.is_initialized():
+            return torch.cuda.get_device_name(torch.cuda.current_device())
+    except Exception:
+        pass
+    gpus = physical_gpus(Path("/proc/driver/nvidia"))
+    models = sorted({g["model"] for g in gpus or [] if g.get("model")})
+    return ", ".join(models) or None
