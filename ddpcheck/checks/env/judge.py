@@ -220,8 +220,7 @@ def judge_visible_devices(
             Status.FAIL if not entries else Status.WARN,
             f"CUDA_VISIBLE_DEVICES={value}: {stopped}. {fix}",
         )
-    if not entries:
-        return Check(name, Status.WARN, f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU: ranks run on CPU")
+    # No entries come only with a reason (parse_visible_devices): `stopped` has said it above.
     return Check(name, Status.PASS, f"CUDA_VISIBLE_DEVICES={value}: {len(entries)} of {count} GPUs visible")
 
 
