@@ -13,7 +13,7 @@ import statistics
 
 import pytest
 
-from ddpcheck.checks.collective.bisection import bisect
+from ddpcheck.checks.collective.bisection import bisect, max_rounds
 from ddpcheck.checks.env import redact
 from ddpcheck.checks.links import check as links
 from ddpcheck.checks.links.outliers import EXACT_UP_TO, Findings, Pair, SlowLink, find_slow
@@ -445,6 +445,32 @@ def test_bisection_of_three_with_a_bad_link_and_a_corrupt_rank() -> None:
     assert bisect(3, link(0, 1)) == [0, 1]  # each end tried beside rank 2, proven good by neither
     assert bisect(3, lambda gs: [(0 in g and 1 in g) or 2 in g for g in gs]) == [0, 1, 2]
     assert bisect(8, link(0, 3)) == [0, 1, 2, 3]  # the fault needs both quarters: the half is named
+
+
+def _faults(n: int) -> list:
+    """Every one- and two-rank corruption, lone-silent rank and bad link among n ranks."""
+    pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
+    return (
+        [lambda gs, r=r: [r in g for g in gs] for r in range(n)]
+        + [lambda gs, r=r: [r in g and len(g) > 1 for g in gs] for r in range(n)]
+        + [lambda gs, a=a, b=b: [a in g or b in g for g in gs] for a, b in pairs]
+        + [lambda gs, a=a, b=b: [a in g and b in g for g in gs] for a, b in pairs]
+    )
+
+
+def _rounds(n: int, fault) -> int:
+    calls = []
+    bisect(n, lambda groups: calls.append(groups) or fault(groups))
+    return len(calls)
+
+
+def test_bisection_ends_well_within_its_bound_on_every_fault() -> None:
+    """The bound only cuts a defect that would never end (it returns None, nothing localised): every
+    fault of 2-24 ranks, and a corrupt rank or bad link among 1,024, takes at most half of it."""
+    for n in range(2, 25):
+        assert max(_rounds(n, fault) for fault in _faults(n)) <= max_rounds(n) // 2, n
+    wide = [lambda gs: [700 in g for g in gs], lambda gs: [3 in g and 1000 in g for g in gs]]
+    assert max(_rounds(1024, fault) for fault in wide) <= max_rounds(1024) // 2
 
 
 # ------------------------------------------------------------------ links against a baseline, by host pair

@@ -27,7 +27,9 @@ def bisect(n: int, run: Callable[[list[list[int]]], list[bool]]) -> list[int] | 
     tested: dict[tuple[int, ...], dict[int, bool]] = {}  # a pair -> its members' results so far
     good: set[int] = set()
     culprits: set[int] = set()
-    while suspects:
+    for _ in range(max_rounds(n)):
+        if not suspects:
+            return sorted(culprits)
         in_doubt = {r for group in suspects for r in group} | culprits
         outside = [r for r in range(n) if r not in good and r not in in_doubt]
         spare = sorted(good) + outside
@@ -72,7 +74,14 @@ def bisect(n: int, run: Callable[[list[list[int]]], list[bool]]) -> list[int] | 
             else:
                 culprits |= {r for r in group if r not in good} or set(group)
         suspects = next_suspects
-    return sorted(culprits)
+    return None  # past the bound: a defect here, which must never hang the run; nothing localised
+
+
+def max_rounds(n: int) -> int:
+    """More rounds than bisect() can take for n ranks: halving to pairs takes about log2(n) rounds,
+    each level may try its ranks right only alone once more beside proven ones, and a pair takes
+    up to three (each member beside a partner, then alone)."""
+    return 2 * n.bit_length() + 6
 
 
 def _plan_round(
