@@ -16,6 +16,7 @@ from ddpcheck.checks.devices import DevicesOptions
 from ddpcheck.checks.devices import judge as devices
 from ddpcheck.checks.peers import EXACT_UP_TO
 from ddpcheck.report.model import Check, Status
+from tests.test_devices import rank_data
 
 CPU_OPTS = DevicesOptions(size=64, iters=2, threshold=0.7, memory_threshold=0.4)
 GPU_OPTS = DevicesOptions(size=128, iters=2, threshold=0.8, memory_threshold=0.8)
@@ -35,14 +36,7 @@ def ident(rank: int, host: str = "n1", device: str = "cpu", name: str | None = N
 
 def cpu_rank(tflops: float = 1.0, copy: float = 10.0, digest: str = "aa", model: str = "m") -> dict[str, Any]:
     """A CPU rank's measure(): three passes, the middle one its best (0.9x, 1x, 0.95x)."""
-    passes = [{"gemm": {"float32": tflops * f}, "copy": {"memcpy": copy * f}} for f in (0.9, 1.0, 0.95)]
-    return {
-        "model": model,
-        "checksums": {"float32": {"sha256": digest, "sum": 1.5 if digest == "aa" else 2.5}},
-        "passes": passes,
-        "health": None,
-        "topology": None,
-    }
+    return rank_data(tflops, copy, digest, model)
 
 
 def gpu_rank(

@@ -27,23 +27,9 @@ from ddpcheck.checks.watch.judge import (
 from ddpcheck.checks.watch.stacks import Frame, Stack
 from ddpcheck.report.model import Check, Status
 from tests.support.fr_dumps import dump, entry
+from tests.test_watch_judge import ALL_REDUCE, BACKWARD, SLEEPING, TORCH, TRAIN
 
-TORCH = "/usr/lib/python3.11/site-packages/torch"
 C10D = f"{TORCH}/distributed/distributed_c10d.py"
-TRAIN = "/home/me/train.py"
-ALL_REDUCE = (
-    Frame("all_reduce", C10D, 3252),
-    Frame("wrapper", f"{TORCH}/distributed/c10d_logger.py", 83),
-    Frame("train_step", TRAIN, 59),
-    Frame("main", TRAIN, 79),
-)
-BACKWARD = (
-    Frame("_engine_run_backward", f"{TORCH}/autograd/graph.py", 979),
-    Frame("backward", f"{TORCH}/autograd/__init__.py", 395),
-    Frame("train_step", TRAIN, 56),
-    Frame("main", TRAIN, 79),
-)
-SLEEPING = (Frame("load_batch", TRAIN, 42), Frame("main", TRAIN, 78))
 CHECKPOINT = (Frame("save_checkpoint", TRAIN, 90), Frame("main", TRAIN, 80))
 RAISED_AT = (Frame("train_step", TRAIN, 47), Frame("main", TRAIN, 79))
 AT_59 = "train_step (/home/me/train.py:59)"
