@@ -156,6 +156,9 @@ class Command:
     figures: str | None = None  # "module:function", report dict -> list[Figure]
     # Whether its work is sized by the time left: it takes --budget (launcher/budget.py).
     budgeted: bool = False
+    # Whether its ranks build DistributedDataParallel, whose constructor imports torch._dynamo,
+    # which makes the compile cache directory (TORCHINDUCTOR_CACHE_DIR, in the run directory).
+    builds_ddp: bool = False
 
     @property
     def measures(self) -> bool:

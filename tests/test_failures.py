@@ -242,6 +242,44 @@ def test_a_signal_the_moment_the_run_directory_is_made_leaves_nothing(tmp_path, 
     assert proc.returncode == code and list(tmp_path.iterdir()) == []
 
 
+BEFORE_THE_SIGNAL_THREADS = """
+import os, sys, tempfile
+scratch = sys.argv[2]
+from ddpcheck.rank import inline
+
+class Stop:  # in place of the SIGTERM thread: the moment a signal starts being answered off this thread
+    def __init__(self, *args, **kwargs):
+        [run_dir] = [d for d in os.listdir(scratch) if d.startswith("ddpcheck-inline-")]
+        made = os.path.isdir(os.path.join(scratch, run_dir, "inductor"))
+        print("torch._dynamo" in sys.modules, made, flush=True)
+        os._exit(0)
+
+inline.SigtermWatch = Stop
+tempfile.tempdir = scratch
+sys.argv = ["ddpcheck", sys.argv[1]]
+from ddpcheck.__main__ import main
+main()
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("command", "imported"), [("train", True), ("profile", True), ("allreduce", False)])
+def test_a_rank_that_builds_ddp_makes_its_compile_cache_before_signals_are_answered_off_its_thread(
+    tmp_path, command: str, imported: bool
+) -> None:
+    """DDP's constructor imports torch._dynamo, which makes TORCHINDUCTOR_CACHE_DIR (in the run
+    directory). Imported later, on the main thread while the SIGTERM thread had removed the run
+    directory, it made it again and mpirun's SIGKILL left it (soak: `profile`, 2 ranks of a run).
+    Commands without DDP do not pay the import (0.9 s)."""
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}  # never reached: it stops before
+    proc = subprocess.run(
+        [sys.executable, "-c", BEFORE_THE_SIGNAL_THREADS, command, str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.stdout.split() == [str(imported), str(imported)], proc.stderr[-2000:]
+
+
 def test_a_rank_that_begins_after_its_run_directory_was_removed_does_not_make_it_again(tmp_path) -> None:
     """A launcher's SIGTERM removes the run directory on its own thread while the main thread goes on
     into run_rank: the status writer it makes there once made the directory again (mkdir with

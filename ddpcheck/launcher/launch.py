@@ -444,6 +444,18 @@ def make_inline_run_dir() -> Path:
     return rundir.create_inline(run_dir)
 
 
+def import_what_ddp_imports(command: str) -> None:
+    """A rank that will build DistributedDataParallel imports torch._dynamo now, before a signal is
+    answered on a thread of its own: that import makes the compile cache directory inside the run
+    directory. Made by the main thread after the SIGTERM thread had removed the run directory, it
+    was left when the launcher's SIGKILL came (the soak: mpirun, a Ctrl-C as two `profile` ranks
+    joined). Now a signal during the import is answered on this thread, after it or instead of it."""
+    from ddpcheck.commands import COMMANDS
+
+    if COMMANDS[command].builds_ddp:
+        import torch._dynamo  # noqa: F401
+
+
 def run_inline(
     command: str,
     options: dict[str, Any],
@@ -476,11 +488,12 @@ def run_inline(
         elapsed = time.monotonic() - started
         return write_files(assemble.after_launch(report, elapsed, options, None, _as_given(faults)))
 
+    os.environ.update(compile_cache_env(run_dir))
+    import_what_ddp_imports(command)
     sigterm = inline.SigtermWatch(lambda: on_inline_sigterm(spec, run_dir, write_stopped))
     sigterm.start()
     interrupt.act_from_a_thread()  # and on SIGINT (torchrun passes Ctrl-C on so), after it
     try:
-        os.environ.update(compile_cache_env(run_dir))
         code = run_rank(spec, str(run_dir))
         report = rundir.read_rank0_report(run_dir)
         if report is not None:

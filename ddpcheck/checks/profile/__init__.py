@@ -63,6 +63,7 @@ COMMAND = Command(
     faults=(*HARNESS_FAULTS, "slow"),
     charts={"breakdown": "breakdown"},
     html_charts=("profile",),
+    builds_ddp=True,
     family="profile",
     figures="ddpcheck.checks.profile.figures:profile_figures",
 )

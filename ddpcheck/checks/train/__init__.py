@@ -56,4 +56,5 @@ COMMAND = Command(
     implementation="ddpcheck.checks.train.check",
     faults=(*HARNESS_FAULTS, "diverge", "nan", "slow"),
     html_charts=("train",),
+    builds_ddp=True,
 )
