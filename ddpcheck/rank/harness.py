@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ddpcheck.checks.env.probe import rank_fingerprint
 from ddpcheck.command import options_from_dict
 from ddpcheck.commands import COMMANDS
-from ddpcheck.launcher import postmortem
+from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE
+from ddpcheck.launcher import interrupt, postmortem
 from ddpcheck.launcher.network import route_address
 from ddpcheck.rank import inline, rundir, stages
 from ddpcheck.rank.context import NullStatus, RankContext
@@ -240,11 +241,10 @@ def _inline_gave_up(
         inline.gave_up.set()
 
 
-def _leave(run_dir: Path) -> NoReturn:
-    """Exit 3, the run directory removed once more: the main thread went on while this thread
-    looked, and what it wrote there since would outlive the rank."""
-    rundir.remove(run_dir)
-    os._exit(3)
+def _leave() -> NoReturn:
+    """Exit 3, the run directory (registered by run_inline) removed once more: the main thread went
+    on while this thread looked, and what it wrote there since would outlive the rank."""
+    interrupt.leave(EXIT_COULD_NOT_COMPLETE, say=False)
 
 
 def on_inline_sigterm(
@@ -262,7 +262,7 @@ def on_inline_sigterm(
     srun_rank0 = rank == 0 and spec.launcher == "srun" and inline.current is not None
     if srun_rank0 and inline.gave_up.wait(spec.collective_timeout + inline.SIGTERM_GRACE_S):
         time.sleep(inline.SIGTERM_GRACE_S)  # it is rendering the report, then exits by itself
-        _leave(run_dir)
+        _leave()
     claimed = inline.claim()
     # The launcher may follow with SIGKILL within a second (mpirun does): clean up first. Nothing
     # in the run directory must outlive that: rank 0's report, if its main thread is writing it
@@ -272,7 +272,7 @@ def on_inline_sigterm(
         # This rank is already giving up: let it finish its report and line, within a bound.
         inline.gave_up.wait(inline.SIGTERM_GRACE_S)
         time.sleep(inline.SIGTERM_GRACE_S)
-        _leave(run_dir)
+        _leave()
     session = inline.current
     line = f"ddpcheck: rank {rank} stopped by SIGTERM (its launcher ends every rank once one failed)"
     found: list[str] = []
@@ -307,7 +307,7 @@ def on_inline_sigterm(
         inline.say(f"ddpcheck: {said}")
     if session is not None and rank != 0:
         _quietly(session.said)
-    _leave(run_dir)
+    _leave()
 
 
 def _quietly(action: Callable[[], object]) -> None:

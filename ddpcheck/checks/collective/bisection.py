@@ -29,7 +29,7 @@ def bisect(n: int, run: Callable[[list[list[int]]], list[bool]]) -> list[int] | 
     culprits: set[int] = set()
     for _ in range(max_rounds(n)):
         if not suspects:
-            return sorted(culprits)
+            break
         in_doubt = {r for group in suspects for r in group} | culprits
         outside = [r for r in range(n) if r not in good and r not in in_doubt]
         spare = sorted(good) + outside
@@ -74,7 +74,9 @@ def bisect(n: int, run: Callable[[list[list[int]]], list[bool]]) -> list[int] | 
             else:
                 culprits |= {r for r in group if r not in good} or set(group)
         suspects = next_suspects
-    return None  # past the bound: a defect here, which must never hang the run; nothing localised
+    if suspects:
+        return None  # past the bound: a defect here, which must never hang the run; nothing localised
+    return sorted(culprits)
 
 
 def max_rounds(n: int) -> int:
