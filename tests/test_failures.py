@@ -242,6 +242,40 @@ def test_a_signal_the_moment_the_run_directory_is_made_leaves_nothing(tmp_path, 
     assert proc.returncode == code and list(tmp_path.iterdir()) == []
 
 
+KILLED_OUTRIGHT = """
+import os, signal, sys, tempfile
+from ddpcheck.launcher import launch
+tempfile.tempdir = sys.argv[1]
+run_dir = launch.make_inline_run_dir()
+(run_dir / "status").mkdir()
+(run_dir / "status" / "rank-0.json").write_text("{}")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.integration
+def test_an_inline_rank_killed_outright_leaves_nothing(tmp_path) -> None:
+    """Once mpirun tears a job down (a Ctrl-C), the first rank to exit makes it SIGKILL the others
+    at once: a rank that had just made its run directory, or was removing it, was killed with it
+    there (2 runs in 150 of the soak's Ctrl-C'd `collectives` under mpirun). Another process
+    removes it a moment after the rank is gone, and ends."""
+    proc = subprocess.run([sys.executable, "-c", KILLED_OUTRIGHT, str(tmp_path)], timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 5
+    while (list(tmp_path.iterdir()) or _removers_of(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.iterdir()) == [] and _removers_of(tmp_path) == []
+
+
+def _removers_of(scratch: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "ddpcheck-remover" in cmdline and any(arg.startswith(str(scratch)) for arg in cmdline):
+            found.append(proc)
+    return found
+
+
 BEFORE_THE_SIGNAL_THREADS = """
 import os, sys, tempfile
 scratch = sys.argv[2]

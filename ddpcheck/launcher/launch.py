@@ -438,9 +438,11 @@ class _environment:
 def make_inline_run_dir() -> Path:
     """This rank's run directory, removed if a Ctrl-C (SIGINT from torchrun, srun, mpirun) or a
     launcher's SIGTERM ends the process: arranged before the directory exists, so that a signal
-    just after it is made cannot leave it."""
+    just after it is made cannot leave it; and removed by another process if this one is killed
+    outright (mpirun's SIGKILL once a peer exited)."""
     run_dir = rundir.new_inline_path()
     interrupt.remove_on_leave(run_dir)
+    rundir.remove_once_this_process_is_gone(run_dir)
     return rundir.create_inline(run_dir)
 
 

@@ -115,6 +115,46 @@ def create_inline(path: Path) -> Path:
     return path
 
 
+# Waits for end of file on its standard input (the rank's end of a pipe closes only when the rank
+# is gone, however it went), then removes the directory: "$1".
+_REMOVER_SCRIPT = 'read -r _; rm -rf -- "$1"'
+# The write ends of those pipes: held, never written, until this process ends.
+_held_until_exit: list[int] = []
+
+
+def remove_once_this_process_is_gone(path: Path) -> None:
+    """Have `path` removed when this process ends, even if it is killed outright (SIGKILL).
+
+    Once mpirun is tearing a job down (after a Ctrl-C, or a rank that failed), the first rank to
+    exit makes it SIGKILL every other rank at once, not a second later: a rank that was removing
+    its run directory, or had just made it, was killed with it there (soak: 2 runs in 150 of
+    `collectives` Ctrl-C'd under mpirun, traced). So a process outside the rank removes it: a shell,
+    in a session of its own (mpirun and torchrun end their ranks' process groups, not it), that
+    reads a pipe only this rank can write to. It ends a moment after the rank, however it ended.
+    A task that Slurm ends outright takes it along (it kills every descendant); the next inline run
+    on the host sweeps such directories (sweep_abandoned_inline).
+    """
+    read, write = os.pipe()  # neither end is inherited by what this process execs later
+    try:
+        os.posix_spawn(
+            "/bin/sh",
+            ["sh", "-c", _REMOVER_SCRIPT, "ddpcheck-remover", str(path)],
+            os.environ,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, read, 0),
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+            ],
+            setsid=True,
+        )
+    except OSError:
+        os.close(write)  # no shell to start (a process limit): the rank's own removal stands alone
+    else:
+        _held_until_exit.append(write)
+    finally:
+        os.close(read)
+
+
 def sweep_abandoned_inline() -> list[Path]:
     """Remove the inline run directories whose rank (the pid in the name) is gone; returns them."""
     swept = []
