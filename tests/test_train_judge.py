@@ -169,8 +169,17 @@ def test_some_ranks_that_started_from_their_own_weights_are_counted() -> None:
     data[2]["init"]["before"]["diff_from_rank0"] = [0.9, 0.0]  # not counted: it held rank 0's already
     check = verdict(data, "initial broadcast")
     assert check.detail == (
-        "2 of the 3 other ranks started from its own initialisation (up to 0.5 from rank 0's); "
+        "2 of the 3 other ranks started from their own initialisation (up to 0.5 from rank 0's); "
         "after DDP's construction all 4 ranks hold rank 0's weights bit for bit"
+    )
+
+
+def test_one_of_several_ranks_that_started_from_its_own_weights_is_its_own() -> None:
+    data = world(3)
+    data[2]["init"]["before"]["fingerprint"] = data[0]["init"]["after"]["fingerprint"]
+    data[1]["init"]["before"]["diff_from_rank0"] = [0.25, 0.0]
+    assert verdict(data, "initial broadcast").detail.startswith(
+        "1 of the 2 other ranks started from its own initialisation (up to 0.25 from rank 0's)"
     )
 
 

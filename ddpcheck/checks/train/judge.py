@@ -147,10 +147,11 @@ def judge_broadcast(data: list[dict[str, Any]], identities: list[dict[str, Any]]
             f"{all_of(n, 'rank')} hold rank 0's weights bit for bit (they already did before wrapping)",
         )
     others = "every other rank" if len(differed) == n - 1 else f"{len(differed)} of the {n - 1} other ranks"
+    whose = "their" if 1 < len(differed) < n - 1 else "its"  # "every other rank ... its own"
     return Check(
         name,
         Status.PASS,
-        f"{others} started from its own initialisation (up to {_fmt(spread)} from rank 0's); "
+        f"{others} started from {whose} own initialisation (up to {_fmt(spread)} from rank 0's); "
         f"after DDP's construction {all_of(n, 'rank')} hold rank 0's weights bit for bit",
     )
 
