@@ -1044,8 +1044,28 @@ def test_a_tie_for_the_majority_names_every_host() -> None:
 def test_a_rank_differing_from_its_own_host_names_that_host_once() -> None:
     found = agreement.judge_agreement([fp(), fp(), fp(), fp(python="3.9")], hosts_of("a", "a", "b", "b"))
     assert found.ranks == [3] and found.hosts == ["b"]
-    # b holds both values; the majority's count is of hosts, b among them.
-    assert found.detail.startswith("Python differs: b has 3.9, the other 2 hosts 3.11.7.")
+    # b holds both values: its rank is named, and the majority is no count of hosts (b is among them).
+    assert found.detail.startswith("Python differs: b (rank 3) has 3.9, every other rank 3.11.7.")
+
+
+def test_one_host_apart_from_two_counts_the_other_two() -> None:
+    found = agreement.judge_agreement([fp(), fp(), fp(nccl="2.23.4")], hosts_of("a", "b", "c"))
+    assert found.detail.startswith("NCCL differs: c has 2.23.4, the other 2 hosts 2.21.5.")
+
+
+def test_ranks_of_a_host_holding_two_values_are_named_beside_whole_hosts() -> None:
+    fingerprints = [fp(), fp(), fp(torch="2.6"), fp(torch="2.6"), fp(torch="2.6"), fp(), fp(), fp()]
+    found = agreement.judge_agreement(fingerprints, hosts_of("a", "a", "b", "b", "c", "c", "d", "d"))
+    assert found.detail.startswith("torch differs: b, c (rank 4) have 2.6, every other rank 2.5.1.")
+    assert (found.ranks, found.hosts) == ([2, 3, 4], ["b", "c"])
+
+
+def test_with_no_majority_a_host_holding_both_values_is_named_with_its_ranks_in_each() -> None:
+    fingerprints = [fp(), fp(torch="2.6"), fp(torch="2.6"), fp(), fp(torch="2.6")]
+    found = agreement.judge_agreement(fingerprints, hosts_of("a", "a", "a", "b", "c"))
+    assert found.detail.startswith(
+        "torch differs with no majority: 2.5.1 on a (rank 0), b; 2.6 on a (ranks 1, 2), c."
+    )
 
 
 def test_fingerprint_table_has_a_row_per_host_and_fingerprint() -> None:

@@ -174,6 +174,15 @@ def test_some_ranks_that_started_from_their_own_weights_are_counted() -> None:
     )
 
 
+def test_every_other_rank_of_many_that_started_from_its_own_weights_is_its_own() -> None:
+    data = world(4)
+    for rank in (1, 2, 3):
+        data[rank]["init"]["before"]["diff_from_rank0"] = [0.25, 0.0]
+    assert verdict(data, "initial broadcast").detail.startswith(
+        "every other rank started from its own initialisation (up to 0.25 from rank 0's)"
+    )
+
+
 def test_one_of_several_ranks_that_started_from_its_own_weights_is_its_own() -> None:
     data = world(3)
     data[2]["init"]["before"]["fingerprint"] = data[0]["init"]["after"]["fingerprint"]

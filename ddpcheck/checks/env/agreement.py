@@ -38,31 +38,37 @@ def judge_agreement(
     status = Status.PASS
     culprits: set[int] = set()
     hosts_all = list(dict.fromkeys(str(i["host"]) for i in identities))
+    ranks_on: dict[str, int] = {}
+    for identity in identities:
+        ranks_on[str(identity["host"])] = ranks_on.get(str(identity["host"]), 0) + 1
     for key, label, severity in FINGERPRINT_FIELDS:
         values = [(fp or {}).get(key) for fp in fingerprints]
-        # Each value's hosts in the order they come (a dict as an ordered set: linear in the ranks).
-        seen: dict[Any, dict[str, None]] = {}
+        # Each value's hosts, and their ranks holding it, in the order they come.
+        seen: dict[Any, dict[str, list[int]]] = {}
         for rank, value in enumerate(values):
-            seen.setdefault(value, {})[str(identities[rank]["host"])] = None
+            seen.setdefault(value, {}).setdefault(str(identities[rank]["host"]), []).append(rank)
         if len(seen) < 2:
             continue
-        hosts_by_value = {value: list(hosts) for value, hosts in seen.items()}
-        ranked = sorted(hosts_by_value.items(), key=lambda kv: -len(kv[1]))
+        ranked = sorted(seen.items(), key=lambda kv: -len(kv[1]))
         tie = len(ranked[0][1]) == len(ranked[1][1])
         odd = [v for v, _ in ranked] if tie else [v for v, _ in ranked[1:]]
         culprits.update(r for r, v in enumerate(values) if v in odd)
         if status != Status.FAIL:
             status = severity
         if tie:
-            groups = "; ".join(f"{_show(v)} on {', '.join(h)}" for v, h in ranked)
+            groups = "; ".join(f"{_show(v)} on {_named(h, ranks_on)}" for v, h in ranked)
             findings.append(f"{label} differs with no majority: {groups}")
         else:
             majority, majority_hosts = ranked[0]
-            parts = [f"{', '.join(h)} {'has' if len(h) == 1 else 'have'} {_show(v)}" for v, h in ranked[1:]]
-            findings.append(
-                f"{label} differs: {'; '.join(parts)}, the other {len(majority_hosts)} "
-                f"host{'s' if len(majority_hosts) != 1 else ''} {_show(majority)}"
-            )
+            parts = [
+                f"{_named(h, ranks_on)} {'has' if len(h) == 1 else 'have'} {_show(v)}" for v, h in ranked[1:]
+            ]
+            named = {host for _, h in ranked[1:] for host in h}
+            if named & majority_hosts.keys():  # a host holds both: its other ranks are in the majority
+                rest = "every other rank"
+            else:
+                rest = f"the other {len(majority_hosts)} host{'s' if len(majority_hosts) != 1 else ''}"
+            findings.append(f"{label} differs: {'; '.join(parts)}, {rest} {_show(majority)}")
     if not findings:
         first = next((fp for fp in fingerprints if fp), {}) or {}
         summary = ", ".join(f"{label} {_show(first.get(key))}" for key, label, _ in FINGERPRINT_FIELDS)
@@ -101,6 +107,16 @@ def fingerprint_table(
         row["ranks"] = ", ".join(map(str, row["ranks"]))
     columns = {"host": "host", "ranks": "ranks", **{k: label for k, label, _ in FINGERPRINT_FIELDS}}
     return Table("fingerprints", "Software on every node", columns, list(rows.values()))
+
+
+def _named(hosts: Mapping[str, list[int]], ranks_on: Mapping[str, int]) -> str:
+    """Hosts by name; one whose ranks hold different values names its ranks that hold this one."""
+    return ", ".join(
+        host
+        if len(ranks) == ranks_on[host]
+        else f"{host} (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
+        for host, ranks in hosts.items()
+    )
 
 
 def _show(value: Any) -> str:
