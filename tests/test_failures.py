@@ -244,11 +244,14 @@ def test_a_signal_the_moment_the_run_directory_is_made_leaves_nothing(tmp_path, 
 
 KILLED_OUTRIGHT = """
 import os, signal, sys, tempfile
+import psutil
 from ddpcheck.launcher import launch
 tempfile.tempdir = sys.argv[1]
 run_dir = launch.make_inline_run_dir()
 (run_dir / "status").mkdir()
 (run_dir / "status" / "rank-0.json").write_text("{}")
+for child in psutil.Process().children(recursive=True):  # as Slurm's proctrack/linuxproc kills a task
+    child.kill()
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -257,7 +260,8 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_an_inline_rank_killed_outright_leaves_nothing(tmp_path) -> None:
     """Once mpirun tears a job down (a Ctrl-C), the first rank to exit makes it SIGKILL the others
     at once: a rank that had just made its run directory, or was removing it, was killed with it
-    there (2 runs in 150 of the soak's Ctrl-C'd `collectives` under mpirun). Another process
+    there (2 runs in 150 of the soak's Ctrl-C'd `collectives` under mpirun). Another process,
+    no descendant of the rank (killed with every process it started, as Slurm kills a task),
     removes it a moment after the rank is gone, and ends."""
     proc = subprocess.run([sys.executable, "-c", KILLED_OUTRIGHT, str(tmp_path)], timeout=60)
     assert proc.returncode == -signal.SIGKILL

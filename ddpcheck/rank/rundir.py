@@ -115,9 +115,12 @@ def create_inline(path: Path) -> Path:
     return path
 
 
-# Waits for end of file on its standard input (the rank's end of a pipe closes only when the rank
-# is gone, however it went), then removes the directory: "$1".
-_REMOVER_SCRIPT = 'read -r _; rm -rf -- "$1"'
+# In the background, so that the shell started exits at once and what waits is no descendant of the
+# rank (a launcher that kills a task's whole tree, as Slurm's proctrack/linuxproc does, would take
+# it along): it waits for end of file on the pipe (the rank's end closes only when the rank is gone,
+# however it went), then removes the directory, "$1". A background job's standard input is
+# /dev/null unless redirected, hence fd 3.
+_REMOVER_SCRIPT = 'exec 3<&0; { read -r _ <&3; rm -rf -- "$1"; } &'
 # The write ends of those pipes: held, never written, until this process ends.
 _held_until_exit: list[int] = []
 
@@ -129,14 +132,15 @@ def remove_once_this_process_is_gone(path: Path) -> None:
     exit makes it SIGKILL every other rank at once, not a second later: a rank that was removing
     its run directory, or had just made it, was killed with it there (soak: 2 runs in 150 of
     `collectives` Ctrl-C'd under mpirun, traced). So a process outside the rank removes it: a shell,
-    in a session of its own (mpirun and torchrun end their ranks' process groups, not it), that
-    reads a pipe only this rank can write to. It ends a moment after the rank, however it ended.
-    A task that Slurm ends outright takes it along (it kills every descendant); the next inline run
-    on the host sweeps such directories (sweep_abandoned_inline).
+    in a session of its own (mpirun and torchrun end their ranks' process groups, not it) and no
+    descendant of the rank, that reads a pipe only this rank can write to. It ends a moment after
+    the rank, however it ended. Where a scheduler kills a job's whole cgroup (Slurm's
+    proctrack/cgroup) it goes too; the next inline run on the host sweeps what is left then
+    (sweep_abandoned_inline).
     """
     read, write = os.pipe()  # neither end is inherited by what this process execs later
     try:
-        os.posix_spawn(
+        shell = os.posix_spawn(
             "/bin/sh",
             ["sh", "-c", _REMOVER_SCRIPT, "ddpcheck-remover", str(path)],
             os.environ,
@@ -151,6 +155,7 @@ def remove_once_this_process_is_gone(path: Path) -> None:
         os.close(write)  # no shell to start (a process limit): the rank's own removal stands alone
     else:
         _held_until_exit.append(write)
+        os.waitpid(shell, 0)  # it exits as soon as it has put the remover in the background
     finally:
         os.close(read)
 
