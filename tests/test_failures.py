@@ -614,6 +614,26 @@ def test_ctrl_c_under_torchrun_ends_every_rank_cleanly(scratch) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Debian's openmpi-bin) is not installed")
+def test_ctrl_c_under_mpirun_ends_every_rank_cleanly(scratch) -> None:
+    """mpirun does not pass a Ctrl-C on (each rank is a process group of its own): it resumes its
+    ranks (SIGCONT), stops them a second later (SIGTERM), and SIGKILLs every other the moment one
+    exits. Each rank leaves, rank 0 says so at most once, and nothing is left: a rank killed
+    before it removed its run directory (2 runs in 150 of the soak) has it removed by its remover."""
+    here = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1", "PYTHONPATH": here}
+    passed = [arg for name in ("TMPDIR", "OMP_NUM_THREADS", "PYTHONPATH") for arg in ("-x", name)]
+    mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", *passed]
+    proc = subprocess.Popen(
+        [*mpirun, sys.executable, "-m", "ddpcheck", "allreduce", *LONG],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    _moment(proc, scratch, "ranks run")
+    os.killpg(proc.pid, signal.SIGINT)
+    _assert_interrupted(proc, scratch, launcher="mpirun")
+
+
+@pytest.mark.integration
 def test_ranks_do_not_outlive_a_killed_launcher(scratch) -> None:
     proc = _start(scratch, "--nproc", "2", *LONG)
     workers = _wait_for_workers(scratch, 2)
