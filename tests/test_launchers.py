@@ -250,8 +250,9 @@ def strike(argv: list[str], scratch: Path, tmp_path: Path, fault: signal.Signals
         try:
             pids = _rank_pids(scratch, time.monotonic() + 60, proc)
         except AssertionError as exc:
-            # A launch that never reached the sweep (seen once in CI under mpirun; 20 of 20 start-ups
-            # reached it in tests/perf/bench_mpirun_startup.py): fail with what the launcher said.
+            # A launch that never reached the sweep: fail with what the launcher said. Seen once in
+            # CI under mpirun, when the wait did not end with the launcher: most likely rank 0's
+            # derived port was held by an outgoing connection, EADDRINUSE (docs/performance.md).
             os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
             raise AssertionError(f"{exc}; the launcher said:\n{out[-1500:]}\n{err[-3000:]}") from None
