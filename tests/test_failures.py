@@ -242,6 +242,30 @@ def test_a_signal_the_moment_the_run_directory_is_made_leaves_nothing(tmp_path, 
     assert proc.returncode == code and list(tmp_path.iterdir()) == []
 
 
+CTRL_C_IN_THE_TEMP_PROBE = """
+import os, signal, tempfile
+from ddpcheck.launcher import interrupt
+interrupt.install()
+write = os.write
+def probe_write(fd, data):  # tempfile's probe of the temp directory writes b'blat' to its file
+    if data == b"blat":
+        os.kill(os.getpid(), signal.SIGINT)
+    return write(fd, data)
+os.write = probe_write
+tempfile.gettempdir()  # the first ask, as a rank's run directory's path does
+"""
+
+
+@pytest.mark.integration
+def test_a_ctrl_c_as_python_first_probes_the_temp_directory_leaves_nothing(tmp_path) -> None:
+    """Python's first tempfile.gettempdir() makes, writes and removes a file there: a Ctrl-C that
+    leaves at once (os._exit) in between left that file (soak: `devices` under mpirun, a file
+    '9jnx17rx'). The probe is made before Ctrl-C leaves at once, so none comes inside it."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", CTRL_C_IN_THE_TEMP_PROBE], env=env, timeout=30)
+    assert proc.returncode == 0 and list(tmp_path.iterdir()) == []
+
+
 KILLED_OUTRIGHT = """
 import os, signal, sys, tempfile
 import psutil

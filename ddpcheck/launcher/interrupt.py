@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -57,6 +58,12 @@ def install() -> None:
     is not meant for them. A rank of a launcher also leaves when the launcher is gone.
     """
     speak(_first_rank(os.environ))
+    # Python finds the temp directory the first time it is asked by making, writing and removing
+    # a file in it: leaving (os._exit) between the two left that file (soak: `devices` under
+    # mpirun, a file named '9jnx17rx' in TMPDIR). Asked now, before a Ctrl-C leaves at once, the
+    # answer is kept for the rest of the process. No temp directory at all is for later to say.
+    with contextlib.suppress(OSError):
+        tempfile.gettempdir()
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _on_signal)
     if _is_rank(os.environ):
