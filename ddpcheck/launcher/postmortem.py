@@ -393,8 +393,9 @@ def inline_report(spec: RunSpec, stall: Stall, message: str, me: int = 0) -> Rep
 def sigterm_report(spec: RunSpec, stall: Stall) -> Report:
     """Rank 0's report when its launcher's SIGTERM came before its own collective failed.
 
-    mpirun sends SIGKILL a second later, torchrun after its shutdown timeout: the report is all
-    that is left of the run, so it names the culprit from the records read in that second.
+    mpirun sends SIGKILL a second later (or as soon as another rank exits), torchrun after its
+    shutdown timeout: the report is all that is left of the run, so it names the culprit from the
+    records read in that second.
     """
     how = "rank 0 was stopped by SIGTERM (its launcher ends every rank once one failed)"
     return _inline_report(spec, stall, "SIGTERM", how, 0)

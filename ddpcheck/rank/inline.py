@@ -52,7 +52,8 @@ SAMPLE_S = STOPPED_AFTER_BEATS * HEARTBEAT_INTERVAL_S + 1.0
 # A rank stopped by SIGTERM while it was already giving up: how long its report may still take.
 SIGTERM_GRACE_S = 5.0
 # How long a rank stopped by SIGTERM looks for the peer that stopped beating: mpirun sends SIGKILL
-# about a second after its SIGTERM, torchrun after --shutdown-timeout; srun's slurmstepd only after
+# about a second after its SIGTERM (at once to every rank left when one exits), torchrun after
+# --shutdown-timeout; srun's slurmstepd only after
 # Slurm's KillWait (30 s unless the cluster sets it; measured: SIGTERM at once, SIGKILL 30 s later).
 SIGTERM_LOOK_S = 0.6
 SRUN_SIGTERM_LOOK_S = 3.0

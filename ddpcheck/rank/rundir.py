@@ -243,7 +243,8 @@ def write_flight_dump(run_dir: str | Path, rank: int, dump: bytes) -> None:
 
 # Rank 0's report, kept in its own process too: an inline rank 0 (under torchrun, srun or mpirun)
 # is also the process that prints it, and its run directory may be gone by then (its launcher's
-# SIGTERM removes it at once: mpirun's SIGKILL follows a second later).
+# SIGTERM removes it at once: mpirun's SIGKILL follows a second later, or as soon as another
+# rank exits).
 _kept: dict[str, str] = {}
 
 
