@@ -53,8 +53,8 @@ SAMPLE_S = STOPPED_AFTER_BEATS * HEARTBEAT_INTERVAL_S + 1.0
 SIGTERM_GRACE_S = 5.0
 # How long a rank stopped by SIGTERM looks for the peer that stopped beating: mpirun sends SIGKILL
 # about a second after its SIGTERM (at once to every rank left when one exits), torchrun after
-# --shutdown-timeout; srun's slurmstepd only after
-# Slurm's KillWait (30 s unless the cluster sets it; measured: SIGTERM at once, SIGKILL 30 s later).
+# --shutdown-timeout; srun's slurmstepd only after Slurm's KillWait (30 s unless the cluster sets
+# it; measured: SIGTERM at once, SIGKILL 30 s later).
 SIGTERM_LOOK_S = 0.6
 SRUN_SIGTERM_LOOK_S = 3.0
 # How long a rank other than 0, done, waits for rank 0 to leave first (under srun and mpirun).
