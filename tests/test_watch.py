@@ -359,3 +359,39 @@ def test_keep_reports_the_hang_and_leaves_the_job_running_with_its_output_passed
     job[0].kill()  # the job's end ends what passes its output through, too
     _, alive = psutil.wait_procs(kept, timeout=10)
     assert alive == [], alive
+
+
+FORKS_A_RANK_SLOWLY = """
+import subprocess, sys, time
+env = {"RANK": "1", "PATH": "/usr/bin:/bin"}
+# preexec_fn runs in the child after fork, before exec: for that second it still shows this
+# process's environment, as every rank does for a moment when its launcher starts it.
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env,
+                 preexec_fn=lambda: time.sleep(1.5)).wait()
+"""
+
+
+def test_a_rank_first_seen_between_fork_and_exec_is_found_once_it_runs() -> None:
+    """A rank read before its exec shows its launcher's environment, no rank in it. Kept so, the
+    rank was never seen: under load, a job's rank 1 that raised went unnamed and rank 0, which only
+    lost its connection to it, was named instead."""
+    from ddpcheck.checks.watch.agent import RANK_VARIABLES
+    from ddpcheck.checks.watch.processes import ProcessTree
+
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES}
+    root = subprocess.Popen([sys.executable, "-c", FORKS_A_RANK_SLOWLY], env=env)
+    try:
+        tree = ProcessTree(root.pid)
+        deadline = time.monotonic() + 20
+        while not psutil.Process(root.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (child,) = psutil.Process(root.pid).children()
+        assert "RANK" not in child.environ() and 1 not in tree.ranks()  # forked, not yet exec'd
+        while "RANK" not in child.environ() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert {rank: p.pid for rank, p in tree.ranks().items()} == {1: child.pid}
+    finally:
+        for proc in psutil.Process(root.pid).children(recursive=True):
+            proc.kill()
+        root.kill()
+        root.wait()

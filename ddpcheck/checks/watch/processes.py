@@ -21,7 +21,7 @@ class RankProcess:
 
 
 class ProcessTree:
-    """Finds the rank processes under one root (the job's first process), reading each environment once."""
+    """Finds the rank processes under one root (the job's first process); reads a rank's environment once."""
 
     def __init__(self, root_pid: int) -> None:
         self.root_pid = root_pid
@@ -78,12 +78,18 @@ class ProcessTree:
         return next((name for name in RANK_VARIABLES if name in present), None)
 
     def _environ_of(self, proc: psutil.Process) -> dict[str, str]:
-        if proc.pid not in self._environ:
-            try:
-                self._environ[proc.pid] = proc.environ()
-            except psutil.Error:
-                return {}
-        return self._environ[proc.pid]
+        """Its environment; kept once it names a rank. One without is read again at the next scan: a
+        process the launcher has forked but not yet exec'd still shows the launcher's environment,
+        and kept so, that rank was never seen (a job's rank 1 went unnamed on the busy machine)."""
+        if proc.pid in self._environ:
+            return self._environ[proc.pid]
+        try:
+            environ = proc.environ()
+        except psutil.Error:
+            return {}
+        if any(name in environ for name in RANK_VARIABLES):
+            self._environ[proc.pid] = environ
+        return environ
 
 
 def is_launcher(argv: list[str]) -> bool:
