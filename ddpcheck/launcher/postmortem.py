@@ -176,7 +176,9 @@ def judge_stall(stall: Stall) -> Check:
     live = {r: s for r, s in statuses.items() if s.get("proc_state", "running") != "exited"}
     frozen = [r for r, s in live.items() if _frozen(s)]
     furthest = max((s["seq"] for s in statuses.values()), default=0)
-    behind = [r for r, s in live.items() if s["seq"] < furthest and r not in frozen]
+    # A frozen rank explains the stall: a live rank behind the others then waits for it (a rank
+    # stopped in a barrier holds back the peers it had not yet answered, while the rest go on).
+    behind = [] if frozen else [r for r, s in live.items() if s["seq"] < furthest]
     finished = [r for r in statuses if r not in live and not statuses[r].get("error")]
     gave_up = [r for r in statuses if r not in live and statuses[r].get("error")]
     if not frozen and not behind and (finished or gave_up):
