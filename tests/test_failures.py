@@ -73,7 +73,8 @@ def test_stall_tells_frozen_from_waiting() -> None:
 def test_a_rank_held_back_by_a_stopped_one_waits_and_is_not_named() -> None:
     """Rank 1 stopped inside the join's barrier after it had answered rank 0, not rank 2: rank 0
     went on to measure, rank 2 stayed. Rank 2 is behind only because it waits for rank 1 (CI
-    named ranks 0 and 1 once in 1,515 tests; 1 run in 2 of this test's loop named rank 2)."""
+    once named ranks 0 and 1 so; stopped as it entered the barrier, 7 runs in 20 named two ranks:
+    tests/perf/bench_own_naming.py)."""
     statuses = {
         0: status(0, "measure: classic all_reduce", 5),
         1: status(1, "join: waiting for every rank", 4, state="stopped"),
