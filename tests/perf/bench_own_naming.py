@@ -1,7 +1,7 @@
 """Loop: under ddpcheck's own launcher, rank 1 stopped (SIGSTOP) N times; is it named alone?
 
-Each run is `ddpcheck allreduce --nproc 3 --sizes 1K:4M --iters 200 --timeout 4 --json -`, as
-tests/test_failures.py's stopped-rank test runs it. Rank 1 is stopped
+Each run is `ddpcheck allreduce --nproc 3 --sizes 1K:4M --iters 200 --timeout 4 --json -`, started
+as tests/test_failures.py's stopped-rank test starts it. Rank 1 is stopped
 
 - `random`: 0 to 2 s after every rank wrote its status file (launch, join, the first sizes);
 - `join`: the moment its status says it waits in the join's barrier (polled every 2 ms), then
@@ -17,11 +17,11 @@ else misnamed (what it said is printed). Idle, and with one busy-loop process pe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,54 +30,35 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.conftest import worker_processes
+from ddpcheck.rank import stages
 from tests.support.load import busy_cores
+from tests.test_failures import _start, _wait_for_workers
 
-ARGV = ["allreduce", "--nproc", "3", "--sizes", "1K:4M", "--iters", "200", "--timeout", "4", "--json", "-"]
+ARGV = ["--nproc", "3", "--sizes", "1K:4M", "--iters", "200", "--timeout", "4", "--json", "-"]
 
 
-def wait_for(predicate, what: str, timeout: float = 60.0, every: float = 0.05):
+def wait_until_rank1_joins(scratch: Path, timeout: float = 60.0) -> None:
+    """Until rank 1's status says it waits in the join's barrier, read every 2 ms."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(every)
-    raise AssertionError(f"{what} not within {timeout:.0f} s")
-
-
-def rank1_stage(scratch: Path) -> str | None:
-    for path in scratch.glob("ddpcheck-*/status/rank-1.json"):
-        try:
-            return json.loads(path.read_text())["stage"]
-        except (OSError, ValueError, KeyError):
-            return None  # being rewritten: read again
-    return None
+        for path in scratch.glob("ddpcheck-*/status/rank-1.json"):
+            with contextlib.suppress(OSError, ValueError, KeyError):  # being rewritten: read again
+                if json.loads(path.read_text())["stage"] == stages.JOIN_WAIT:
+                    return
+        time.sleep(0.002)
+    raise AssertionError(f"rank 1 never reached the join within {timeout:.0f} s")
 
 
 def one(moment: str, rng: random.Random) -> tuple[str, str]:
     """('named' | 'misnamed', what the report said)."""
     with tempfile.TemporaryDirectory() as scratch_name:
         scratch = Path(scratch_name)
-        env = {**os.environ, "TMPDIR": scratch_name, "OMP_NUM_THREADS": "1"}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ddpcheck", *ARGV],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        proc = _start(scratch, *ARGV)
         try:
-            wait_for(lambda: len(list(scratch.glob("ddpcheck-*/status/rank-*.json"))) == 3, "3 status files")
-            victim = wait_for(
-                lambda: next((w for w in worker_processes(scratch) if w.environ().get("RANK") == "1"), None),
-                "rank 1",
-            )
+            workers = _wait_for_workers(scratch, 3)
+            victim = next(w for w in workers if w.environ().get("RANK") == "1")
             if moment == "join":
-                wait_for(
-                    lambda: (rank1_stage(scratch) or "").startswith("join: waiting"), "the join", every=0.002
-                )
+                wait_until_rank1_joins(scratch)
                 time.sleep(rng.uniform(0, 0.05))
             else:
                 time.sleep(rng.uniform(0, 2))
@@ -92,9 +73,8 @@ def one(moment: str, rng: random.Random) -> tuple[str, str]:
     except ValueError:
         return "misnamed", f"exit {proc.returncode}, no report: {err[-300:]}"
     failing = [c for c in report["checks"] if c["status"] == "ERROR"]
-    if [(c["name"], c["ranks"]) for c in failing] == [("hang", [1])] and "stopped (SIGSTOP)" in failing[0][
-        "detail"
-    ]:
+    named = [(c["name"], c["ranks"]) for c in failing] == [("hang", [1])]
+    if named and "stopped (SIGSTOP)" in failing[0]["detail"]:
         return "named", ""
     return "misnamed", " | ".join(f"{c['name']} {c['ranks']}: {c['detail']}" for c in failing)[-400:]
 
