@@ -2,13 +2,23 @@
 
 The handler goes in before anything heavy is imported (Typer, the commands, later torch):
 importing them takes seconds on a busy host, and a Ctrl-C then must not end in a traceback.
+Even ddpcheck's own first modules take a moment to load there (the soak saw torchrun pass a
+Ctrl-C to ranks still loading `interrupt`: a KeyboardInterrupt traceback each): a signal that
+comes meanwhile is noted first, by a handler that needs no import, and acted on once
+`interrupt` answers Ctrl-C.
 """
 
-from ddpcheck.launcher import interrupt
+import _signal  # built into the interpreter: nothing to load before a Ctrl-C is noted
+
+_noted_before: list[int] = []
+if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # an ignored one stays ignored
+    _signal.signal(_signal.SIGINT, lambda signum, frame: _noted_before.append(signum))
+
+from ddpcheck.launcher import interrupt  # noqa: E402 (after the handler above, on purpose)
 
 
 def main() -> None:
-    interrupt.install()
+    interrupt.install(noted_before=_noted_before)
     from ddpcheck.cli import main as run
 
     run()

@@ -284,6 +284,31 @@ def test_a_ctrl_c_as_python_first_probes_the_temp_directory_leaves_nothing(tmp_p
     assert proc.returncode == 0 and list(tmp_path.iterdir()) == []
 
 
+CTRL_C_AS_DDPCHECK_LOADS = """
+import os, runpy, signal, sys
+class CtrlC:  # the Ctrl-C lands as `interrupt` loads its first module of ddpcheck's
+    def find_spec(self, name, path=None, target=None):
+        if name == "ddpcheck.errors":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["ddpcheck", "env"]
+runpy.run_module("ddpcheck", run_name="__main__", alter_sys=True)  # python -m ddpcheck env
+"""
+
+
+@pytest.mark.integration
+def test_a_ctrl_c_while_ddpcheck_loads_its_first_modules_leaves_cleanly() -> None:
+    """Before `interrupt` answers Ctrl-C, loading it takes a moment (0.01 s idle, far more on a busy
+    host): the soak saw torchrun pass a Ctrl-C to two ranks then, each with a KeyboardInterrupt
+    traceback through ddpcheck's entry point. The entry point notes such a signal first, and
+    leaves the clean way once the handler is in: exit 130, the line, no traceback."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CTRL_C_AS_DDPCHECK_LOADS], capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stderr) == (130, f"{interrupt.LINE}\n")
+
+
 KILLED_OUTRIGHT = """
 import os, signal, sys, tempfile
 import psutil

@@ -51,11 +51,13 @@ class _State:
 LAUNCHER_LOOK_S = 0.5
 
 
-def install() -> None:
+def install(noted_before: list[int] | None = None) -> None:
     """From here on a Ctrl-C ends this process at once and cleanly (see `leave`).
 
     A SIGINT that is ignored stays ignored: a shell starts background jobs so, and Ctrl-C
     is not meant for them. A rank of a launcher also leaves when the launcher is gone.
+    `noted_before`: the signals the entry point noted while this module loaded, read once this
+    handler is in place (a signal comes to one or the other, never to neither); one is a Ctrl-C.
     """
     speak(_first_rank(os.environ))
     # Python finds the temp directory the first time it is asked by making, writing and removing
@@ -66,6 +68,8 @@ def install() -> None:
         tempfile.gettempdir()
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _on_signal)
+    if noted_before:
+        _on_signal(signal.SIGINT, None)
     if _is_rank(os.environ):
         _leave_with_launcher()
 
