@@ -17,7 +17,6 @@ else misnamed (what it said is printed). Idle, and with one busy-loop process pe
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
@@ -31,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ddpcheck.rank import stages
+from ddpcheck.rank.status import read_statuses
 from tests.support.load import busy_cores
 from tests.test_failures import _start, _wait_for_workers
 
@@ -41,10 +41,11 @@ def wait_until_rank1_joins(scratch: Path, timeout: float = 60.0) -> None:
     """Until rank 1's status says it waits in the join's barrier, read every 2 ms."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for path in scratch.glob("ddpcheck-*/status/rank-1.json"):
-            with contextlib.suppress(OSError, ValueError, KeyError):  # being rewritten: read again
-                if json.loads(path.read_text())["stage"] == stages.JOIN_WAIT:
-                    return
+        if any(
+            read_statuses(run).get(1, {}).get("stage") == stages.JOIN_WAIT
+            for run in scratch.glob("ddpcheck-*")
+        ):
+            return
         time.sleep(0.002)
     raise AssertionError(f"rank 1 never reached the join within {timeout:.0f} s")
 
