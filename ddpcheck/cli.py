@@ -183,12 +183,17 @@ def run_plain(command: Command, options: Any, output: OutputOptions) -> None:
     options.validate()
     output.check()
     console = _console(output)
-    try:
-        # `watch`: a Ctrl-C is one KeyboardInterrupt in its loop, which ends the job it ran first.
-        with interrupt.deferred(raise_once=True, sigterm=False):
-            report = command.module().run(options)
-    except KeyboardInterrupt:
-        interrupt.leave()
+    if not command.interrupt_raises:  # a Ctrl-C leaves at once (the mode interrupt.install set)
+        report = command.module().run(options)
+    else:
+        try:
+            # `watch`: a Ctrl-C is one KeyboardInterrupt in its loop, which ends the job it ran first.
+            with interrupt.deferred(raise_once=True, sigterm=False):
+                report = command.module().run(options)
+        except KeyboardInterrupt:
+            interrupt.leave()
+        if interrupt.interrupted():  # one that code on the way swallowed is not lost
+            interrupt.leave()
     if command.terse_pass and report.verdict.exit_code == 0:
         output = dataclasses.replace(output, quiet=True)
     if report.world.get("report_on") is not None:  # another process (task 0) writes the report's files

@@ -143,6 +143,11 @@ class Command:
     ranked: bool = True
     # A passing report is its verdict line alone (`watch`: the job's own output is what was wanted).
     terse_pass: bool = False
+    # A command that starts no ranks takes a Ctrl-C as one KeyboardInterrupt in its run(), to end
+    # what it started first (`watch`: the user's job); any other leaves at once. Raised anywhere,
+    # a KeyboardInterrupt can land in code that swallows it: torch's native import of numpy did
+    # (`env` went on to exit 0, or failed later importing a half-loaded numpy).
+    interrupt_raises: bool = False
     faults: tuple[str, ...] = ()  # the --inject kinds it takes
     # Tables the terminal draws a chart for after the table itself (report/terminal.py's kinds).
     charts: Mapping[str, str] = field(default_factory=dict)

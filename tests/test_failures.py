@@ -309,6 +309,33 @@ def test_a_ctrl_c_while_ddpcheck_loads_its_first_modules_leaves_cleanly() -> Non
     assert (proc.returncode, proc.stderr) == (130, f"{interrupt.LINE}\n")
 
 
+CTRL_C_AS_TORCH_LOADS_NUMPY = """
+import os, runpy, signal, sys
+class CtrlC:  # the Ctrl-C lands as torch, loading its native part, imports numpy
+    sent = False
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy" and "torch" in sys.modules and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["ddpcheck", "env"]
+runpy.run_module("ddpcheck", run_name="__main__", alter_sys=True)  # python -m ddpcheck env
+"""
+
+
+@pytest.mark.integration
+def test_a_ctrl_c_as_env_imports_torch_is_not_swallowed() -> None:
+    """`env` took a Ctrl-C as a KeyboardInterrupt raised wherever it was: inside torch's native
+    import of numpy, which swallows any error, the run went on to exit 0 without a word (soak:
+    1 Ctrl-C in 26 at `env`; a loop Ctrl-C'ing it twice in its first 1.2 s: 4 of 40), or failed
+    later on a half-loaded numpy (exit 3: 1 of 40). A command that starts nothing leaves at once."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CTRL_C_AS_TORCH_LOADS_NUMPY], capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stderr) == (130, f"{interrupt.LINE}\n")
+
+
 KILLED_OUTRIGHT = """
 import os, signal, sys, tempfile
 import psutil

@@ -76,4 +76,5 @@ COMMAND = Command(
     implementation="ddpcheck.checks.watch.watcher",
     ranked=False,
     terse_pass=True,
+    interrupt_raises=True,
 )
