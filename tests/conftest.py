@@ -57,6 +57,14 @@ class Run:
         return self.report["tables"][name]
 
 
+def process_ended(pid: int) -> bool:
+    """Gone, or a zombie: it ran its last (one killed and reparented waits for init to reap it)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
 def worker_processes(scratch: Path | None = None) -> list[psutil.Process]:
     """Every ddpcheck rank on this machine; with `scratch`, only those of runs given that TMPDIR."""
     found = []

@@ -24,7 +24,7 @@ import pytest
 from ddpcheck.checks.env import agreement, host_report, judge, master, probe, redact, variables
 from ddpcheck.report import units
 from ddpcheck.report.model import Check, Report, Status, Verdict, write_json
-from tests.conftest import needs_gpu
+from tests.conftest import needs_gpu, process_ended
 
 SECRET = "s3cr3t-value-never-printed"
 
@@ -391,18 +391,9 @@ def test_fake_nvidia_smi_gives_topology_and_a_hung_one_is_killed(
     children = [int(f.read_text()) for f in pids.iterdir() if not f.name.endswith(".tmp")]
     assert children  # within 1 s at least one shell started its sleep
     deadline = time.time() + 5
-    while time.time() < deadline and any(_alive(child) for child in children):
+    while time.time() < deadline and not all(process_ended(child) for child in children):
         time.sleep(0.05)
-    assert not any(_alive(child) for child in children)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and ") Z" in stat.read_text())  # a zombie is gone already
+    assert all(process_ended(child) for child in children)
 
 
 @pytest.mark.integration

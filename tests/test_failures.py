@@ -25,7 +25,7 @@ from ddpcheck.launcher import interrupt, watchdog
 from ddpcheck.launcher.postmortem import crash_culprits, judge_stall
 from ddpcheck.rank import rundir
 from ddpcheck.rank.status import Stall
-from tests.conftest import assert_nothing_left, worker_processes
+from tests.conftest import assert_nothing_left, process_ended, worker_processes
 from tests.support.netns import free_port
 
 QUICK = ("--sizes", "1K", "--iters", "1")
@@ -187,9 +187,9 @@ def test_a_rank_whose_launcher_died_leaves_and_leaves_nothing(tmp_path, after_s)
     assert launcher.returncode == 0
     orphan, gone_at = int(pid_file.read_text()), time.monotonic()
     try:
-        while not _ended(orphan) and time.monotonic() - gone_at < 30:
+        while not process_ended(orphan) and time.monotonic() - gone_at < 30:
             time.sleep(0.05)
-        assert _ended(orphan), "the rank outlived its launcher by 30 s"
+        assert process_ended(orphan), "the rank outlived its launcher by 30 s"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(orphan, signal.SIGKILL)
@@ -336,6 +336,40 @@ def test_a_ctrl_c_as_env_imports_torch_is_not_swallowed() -> None:
     assert (proc.returncode, proc.stderr) == (130, f"{interrupt.LINE}\n")
 
 
+@pytest.mark.integration
+def test_a_ctrl_c_while_env_waits_on_a_hung_nvidia_smi_kills_it(tmp_path) -> None:
+    """env runs nvidia-smi in a session of its own (a timeout kills its whole group), so a
+    terminal's Ctrl-C does not reach it: leaving at once left a hung one running. Each call's
+    shell writes its child's pid to a file of its own, whole (written, then renamed)."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {pids}/$$.tmp && mv {pids}/$$.tmp {pids}/$$\nwait\n")
+    smi.chmod(0o755)
+    env = {**os.environ, "PATH": f"{smi.parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpcheck", "env"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its process group is what a terminal's foreground job is
+    )
+    deadline = time.monotonic() + 30
+    while not [f for f in pids.iterdir() if not f.name.endswith(".tmp")] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert (proc.returncode, err) == (130, f"{interrupt.LINE}\n")
+    children = [int(f.read_text()) for f in pids.iterdir() if not f.name.endswith(".tmp")]
+    assert children
+    deadline = time.monotonic() + 5
+    while not all(process_ended(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(process_ended(pid) for pid in children)
+
+
 KILLED_OUTRIGHT = """
 import os, signal, sys, tempfile
 import psutil
@@ -426,13 +460,6 @@ def test_a_rank_that_begins_after_its_run_directory_was_removed_does_not_make_it
         assert list(tmp_path.iterdir()) == []
     finally:
         writer.close()
-
-
-def _ended(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return True
 
 
 # ------------------------------------------------------------------ real runs with faults

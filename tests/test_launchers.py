@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from ddpcheck.errors import UsageError
@@ -31,7 +30,7 @@ from ddpcheck.launcher.postmortem import judge_inline
 from ddpcheck.rank import inline, rundir
 from ddpcheck.rank.liveness import STOPPED_AFTER_BEATS
 from ddpcheck.rank.status import HEARTBEAT_INTERVAL_S, Stall, StatusWriter, StoreTransport
-from tests.conftest import assert_usage_error
+from tests.conftest import assert_usage_error, process_ended
 from tests.support.load import busy_cores
 
 TIMEOUT = 8
@@ -226,13 +225,6 @@ def _rank_pids(scratch: Path, deadline: float, proc: subprocess.Popen | None = N
     raise AssertionError(f"the ranks never all reached the sweep: {pids}")
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return True
-
-
 def strike(argv: list[str], scratch: Path, tmp_path: Path, fault: signal.Signals, env: dict | None = None,
            also_sigterm_rank0: bool = False) -> Outcome:  # fmt: skip
     """Launch, send `fault` to rank 2 mid-sweep, and wait (bounded) for every process to end."""
@@ -263,7 +255,7 @@ def strike(argv: list[str], scratch: Path, tmp_path: Path, fault: signal.Signals
             time.sleep(1)
             os.kill(pids[0], signal.SIGTERM)
         out, err = proc.communicate(timeout=BOUND_S + 30)
-        while not all(_gone(pid) for pid in pids.values()) and time.monotonic() - struck < BOUND_S + 30:
+        while not all(map(process_ended, pids.values())) and time.monotonic() - struck < BOUND_S + 30:
             time.sleep(0.1)
         gone = time.monotonic() - struck
     finally:
@@ -271,7 +263,7 @@ def strike(argv: list[str], scratch: Path, tmp_path: Path, fault: signal.Signals
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         for pid in (pids if "pids" in locals() else {}).values():
-            if not _gone(pid):
+            if not process_ended(pid):
                 os.kill(pid, signal.SIGKILL)
     loaded = json.loads(report.read_text()) if report.exists() else None
     return Outcome(proc.returncode, out, err, loaded, gone, pids)
@@ -297,7 +289,7 @@ def assert_named(outcome: Outcome, name: str, words: str) -> None:
 
 def assert_bounded_and_clean(outcome: Outcome, scratch: Path) -> None:
     assert outcome.fault_to_gone_s <= BOUND_S, outcome.fault_to_gone_s
-    assert all(_gone(pid) for pid in outcome.pids.values())
+    assert all(process_ended(pid) for pid in outcome.pids.values())
     # torchrun keeps its own log directory (torchelastic_*) in TMPDIR: not ddpcheck's to remove.
     assert [p.name for p in scratch.iterdir() if not p.name.startswith("torchelastic_")] == []
 

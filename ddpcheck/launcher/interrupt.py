@@ -23,6 +23,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -42,6 +43,7 @@ class _State:
     mode: ClassVar[str] = LEAVE
     stopped: ClassVar[threading.Event] = threading.Event()  # a signal came; set for the rest of the process
     removals: ClassVar[list[Path]] = []
+    sessions: ClassVar[list[subprocess.Popen]] = []  # children in sessions of their own: killed on leaving
     say: ClassVar[bool] = True  # False on an inline rank other than 0: one line per run, rank 0's
     leaving: ClassVar[threading.Lock] = threading.Lock()
     launcher_watched: ClassVar[bool] = False
@@ -145,6 +147,10 @@ def leave(code: int = EXIT_INTERRUPTED, say: bool = True) -> NoReturn:
         # The signal may have come in the middle of a write to this very stream (a reentrant call).
         with contextlib.suppress(Exception):
             stream.flush()
+    for proc in _State.sessions:
+        if proc.returncode is None:  # not reaped yet: its process group is still its own
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
     for path in _State.removals:
         _remove(path)
     if _State.say and say:
@@ -196,6 +202,13 @@ def interrupted() -> bool:
 def remove_on_leave(path: Path) -> None:
     """A temp path that an interrupted process removes before it leaves."""
     _State.removals.append(path)
+
+
+def kill_on_leave(proc: subprocess.Popen) -> None:
+    """A child started in a session of its own (a command under a timeout, which kills its whole
+    group when late): a terminal's Ctrl-C does not reach it, so an interrupted process kills its
+    group before it leaves. Before, `env` Ctrl-C'd left a hung nvidia-smi running."""
+    _State.sessions.append(proc)
 
 
 def forget(path: Path) -> None:

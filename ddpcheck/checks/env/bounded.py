@@ -14,13 +14,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ddpcheck.launcher import interrupt
+
 
 def spawn(binary: str | None, args: list[str]) -> subprocess.Popen[str] | None:
     if binary is None:
         return None
     try:
         # Its own session, so a timeout can kill it with anything it started.
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [binary, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -30,6 +32,8 @@ def spawn(binary: str | None, args: list[str]) -> subprocess.Popen[str] | None:
         )
     except OSError:
         return None
+    interrupt.kill_on_leave(proc)  # and so a Ctrl-C does not reach it: leaving kills it
+    return proc
 
 
 def reap(proc: subprocess.Popen[str] | None, timeout_s: float, what: str, problems: list[str]) -> str | None:
