@@ -284,17 +284,23 @@ def test_a_ctrl_c_as_python_first_probes_the_temp_directory_leaves_nothing(tmp_p
     assert proc.returncode == 0 and list(tmp_path.iterdir()) == []
 
 
-CTRL_C_AS_DDPCHECK_LOADS = """
+def env_ctrl_c_as_it_loads(module: str) -> subprocess.CompletedProcess[str]:
+    """`python -m ddpcheck env`, sent one SIGINT the moment `module` (a condition on `name`, the
+    module being looked for) starts to load."""
+    script = f"""
 import os, runpy, signal, sys
-class CtrlC:  # the Ctrl-C lands as `interrupt` loads its first module of ddpcheck's
+class CtrlC:
+    sent = False
     def find_spec(self, name, path=None, target=None):
-        if name == "ddpcheck.errors":
+        if ({module}) and not self.sent:
+            self.sent = True
             os.kill(os.getpid(), signal.SIGINT)
         return None
 sys.meta_path.insert(0, CtrlC())
 sys.argv = ["ddpcheck", "env"]
-runpy.run_module("ddpcheck", run_name="__main__", alter_sys=True)  # python -m ddpcheck env
+runpy.run_module("ddpcheck", run_name="__main__", alter_sys=True)
 """
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.integration
@@ -303,25 +309,8 @@ def test_a_ctrl_c_while_ddpcheck_loads_its_first_modules_leaves_cleanly() -> Non
     host): the soak saw torchrun pass a Ctrl-C to two ranks then, each with a KeyboardInterrupt
     traceback through ddpcheck's entry point. The entry point notes such a signal first, and
     leaves the clean way once the handler is in: exit 130, the line, no traceback."""
-    proc = subprocess.run(
-        [sys.executable, "-c", CTRL_C_AS_DDPCHECK_LOADS], capture_output=True, text=True, timeout=60
-    )
+    proc = env_ctrl_c_as_it_loads('name == "ddpcheck.errors"')  # `interrupt`'s first of ddpcheck's
     assert (proc.returncode, proc.stderr) == (130, f"{interrupt.LINE}\n")
-
-
-CTRL_C_AS_TORCH_LOADS_NUMPY = """
-import os, runpy, signal, sys
-class CtrlC:  # the Ctrl-C lands as torch, loading its native part, imports numpy
-    sent = False
-    def find_spec(self, name, path=None, target=None):
-        if name == "numpy" and "torch" in sys.modules and not self.sent:
-            self.sent = True
-            os.kill(os.getpid(), signal.SIGINT)
-        return None
-sys.meta_path.insert(0, CtrlC())
-sys.argv = ["ddpcheck", "env"]
-runpy.run_module("ddpcheck", run_name="__main__", alter_sys=True)  # python -m ddpcheck env
-"""
 
 
 @pytest.mark.integration
@@ -330,9 +319,7 @@ def test_a_ctrl_c_as_env_imports_torch_is_not_swallowed() -> None:
     import of numpy, which swallows any error, the run went on to exit 0 without a word, or failed
     later on a half-loaded numpy (exit 3): 12 of 200 Ctrl-Cs in `env`'s first 3 s, see
     docs/failures.md. A command that starts nothing leaves at once."""
-    proc = subprocess.run(
-        [sys.executable, "-c", CTRL_C_AS_TORCH_LOADS_NUMPY], capture_output=True, text=True, timeout=60
-    )
+    proc = env_ctrl_c_as_it_loads('name == "numpy" and "torch" in sys.modules')  # torch's native part
     assert (proc.returncode, proc.stderr) == (130, f"{interrupt.LINE}\n")
 
 
