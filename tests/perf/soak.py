@@ -51,12 +51,20 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ddpcheck.rank import rundir
+from tests.support.fr_dumps import dump, entry, write_pickle
 from tests.support.slurm import slurm_daemons
 
 HERE = Path(__file__).resolve().parents[2]
 TRAIN_JOB = HERE / "tests" / "support" / "train_job.py"
 LINE = "ddpcheck: interrupted; every rank was stopped"
-COMMANDS = ("allreduce", "collectives", "train", "profile", "links", "devices", "env", "watch")
+COMMANDS = (
+    "allreduce", "collectives", "train", "profile", "links", "devices", "env", "watch", "show", "compare",
+    "postmortem",
+)  # fmt: skip
+# Commands that start no ranks: each runs on its own, under no launcher.
+PLAIN = ("env", "watch", "show", "compare", "postmortem")
+# What show, compare and postmortem read, made once before the runs (make_inputs).
+INPUTS: dict[str, Path] = {}
 # Small, fast settings: the soak is about how runs end, not what they measure.
 ARGS: dict[str, tuple[str, ...]] = {
     "allreduce": ("--sizes", "1K:64K", "--iters", "5"),
@@ -134,6 +142,10 @@ def argv_of(command: str, launcher: str, nproc: int) -> list[str]:
     if command == "watch":
         job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
         return [sys.executable, "-m", "ddpcheck", "watch", "--hang-after", "20", "--", *job, str(TRAIN_JOB)]
+    if command in ("show", "compare", "postmortem"):
+        report, dumps = str(INPUTS["report"]), str(INPUTS["dumps"])
+        read = {"show": [report], "compare": [report, report], "postmortem": [dumps]}
+        return [sys.executable, "-m", "ddpcheck", command, *read[command]]
     ddpcheck = [sys.executable, "-m", "ddpcheck", command, *ARGS[command]]
     if command == "env":
         return ddpcheck
@@ -328,6 +340,20 @@ def sweep_in(tmp: Path) -> list[Path]:
         tempfile.tempdir = saved
 
 
+def make_inputs(folder: Path) -> None:
+    """A passing allreduce report (for show and compare) and three ranks' flight-recorder dumps that
+    agree (for postmortem): each of those runs then exits 0 when healthy."""
+    report = folder / "allreduce.json"
+    allreduce = [sys.executable, "-m", "ddpcheck", "allreduce", "--nproc", "2", *ARGS["allreduce"]]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([*allreduce, "--json", str(report), "--quiet"], env=env, check=True)
+    dumps = folder / "dumps"
+    dumps.mkdir()
+    for rank in range(3):
+        write_pickle(dumps / f"fr_{rank}", dump([entry(seq) for seq in range(1, 5)]))
+    INPUTS.update(report=report, dumps=dumps)
+
+
 def table(outcomes: list[Outcome]) -> str:
     groups: dict[tuple[str, str, str], list[Outcome]] = collections.defaultdict(list)
     for o in outcomes:
@@ -391,6 +417,8 @@ def main() -> None:
         if "srun" in launchers:
             # A Slurm of the soak's own (slurmctld and slurmd, as the tests start it), ended after.
             os.environ.update(stack.enter_context(slurm_daemons()))
+        if {"show", "compare", "postmortem"} & set(commands):
+            make_inputs(Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-inputs-"))))
         outcomes: list[Outcome] = []
         try:
             soak(args, commands, launchers, kinds, rng, outcomes)
@@ -413,7 +441,7 @@ def soak(
     horizon: dict[tuple[str, str], float] = {}
     for attempt in range(args.runs):
         for command in commands:
-            for launcher in launchers if command not in ("env", "watch") else ["own"]:
+            for launcher in launchers if command not in PLAIN else ["own"]:
                 for kind in kinds:
                     if kind == "healthy" and attempt >= healthy_rounds:
                         continue
