@@ -24,7 +24,8 @@ import pytest
 from ddpcheck.checks.env import agreement, host_report, judge, master, probe, redact, variables
 from ddpcheck.report import units
 from ddpcheck.report.model import Check, Report, Status, Verdict, write_json
-from tests.conftest import needs_gpu, process_ended
+from tests.conftest import needs_gpu
+from tests.support.hung_tool import all_end, started_children, write_hung_tool
 
 SECRET = "s3cr3t-value-never-printed"
 
@@ -378,22 +379,17 @@ def test_fake_nvidia_smi_gives_topology_and_a_hung_one_is_killed(
     topology = report.table("topology")
     assert topology is not None and topology.rows[0]["GPU1"] == "NV18"
 
-    # A hung nvidia-smi (and anything it started) is killed at the timeout, not left behind.
-    # Each call's shell writes its child's pid to a file of its own, whole (written, then renamed):
-    # every call that got as far as starting one is checked.
+    # A hung nvidia-smi (and anything it started) is killed at the timeout, not left behind:
+    # every call that got as far as starting its child is checked.
     pids = tmp_path / "pids"
-    pids.mkdir()
-    smi.write_text(f"#!/bin/sh\nsleep 30 &\necho $! > {pids}/$$.tmp && mv {pids}/$$.tmp {pids}/$$\nwait\n")
+    write_hung_tool(smi, pids, sleep_s=30)
     start = time.perf_counter()
     report = run_probe(nvidia_smi=str(smi), smi_timeout_s=1.0)
     assert time.perf_counter() - start < 8
     assert any("did not finish" in note for note in report.notes)
-    children = [int(f.read_text()) for f in pids.iterdir() if not f.name.endswith(".tmp")]
+    children = started_children(pids)
     assert children  # within 1 s at least one shell started its sleep
-    deadline = time.time() + 5
-    while time.time() < deadline and not all(process_ended(child) for child in children):
-        time.sleep(0.05)
-    assert all(process_ended(child) for child in children)
+    assert all_end(children)
 
 
 @pytest.mark.integration

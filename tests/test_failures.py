@@ -26,6 +26,7 @@ from ddpcheck.launcher.postmortem import crash_culprits, judge_stall
 from ddpcheck.rank import rundir
 from ddpcheck.rank.status import Stall
 from tests.conftest import assert_nothing_left, process_ended, worker_processes
+from tests.support.hung_tool import all_end, started_children, wait_for_a_start, write_hung_tool
 from tests.support.netns import free_port
 
 QUICK = ("--sizes", "1K", "--iters", "1")
@@ -326,14 +327,9 @@ def test_a_ctrl_c_as_env_imports_torch_is_not_swallowed() -> None:
 @pytest.mark.integration
 def test_a_ctrl_c_while_env_waits_on_a_hung_nvidia_smi_kills_it(tmp_path) -> None:
     """env runs nvidia-smi in a session of its own (a timeout kills its whole group), so a
-    terminal's Ctrl-C does not reach it: leaving at once left a hung one running. Each call's
-    shell writes its child's pid to a file of its own, whole (written, then renamed)."""
+    terminal's Ctrl-C does not reach it: leaving at once left a hung one running."""
     pids = tmp_path / "pids"
-    pids.mkdir()
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {pids}/$$.tmp && mv {pids}/$$.tmp {pids}/$$\nwait\n")
-    smi.chmod(0o755)
+    smi = write_hung_tool(tmp_path / "bin" / "nvidia-smi", pids)
     env = {**os.environ, "PATH": f"{smi.parent}{os.pathsep}{os.environ['PATH']}"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "ddpcheck", "env"],
@@ -343,18 +339,13 @@ def test_a_ctrl_c_while_env_waits_on_a_hung_nvidia_smi_kills_it(tmp_path) -> Non
         text=True,
         start_new_session=True,  # its process group is what a terminal's foreground job is
     )
-    deadline = time.monotonic() + 30
-    while not [f for f in pids.iterdir() if not f.name.endswith(".tmp")] and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_a_start(pids)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert (proc.returncode, err) == (130, f"{interrupt.LINE}\n")
-    children = [int(f.read_text()) for f in pids.iterdir() if not f.name.endswith(".tmp")]
+    children = started_children(pids)
     assert children
-    deadline = time.monotonic() + 5
-    while not all(process_ended(pid) for pid in children) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert all(process_ended(pid) for pid in children)
+    assert all_end(children)
 
 
 KILLED_OUTRIGHT = """

@@ -23,7 +23,6 @@ import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,9 +30,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import ClassVar, NoReturn
+from typing import TYPE_CHECKING, ClassVar, NoReturn
 
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED
+
+if TYPE_CHECKING:  # loaded before the Ctrl-C handler is in: subprocess is half of its import time
+    import subprocess
 
 LINE = "ddpcheck: interrupted; every rank was stopped"
 LEAVE, NOTE, RAISE_ONCE = "leave", "note", "raise once"
