@@ -61,10 +61,11 @@ COMMANDS = (
     "allreduce", "collectives", "train", "profile", "links", "devices", "env", "watch", "show", "compare",
     "postmortem",
 )  # fmt: skip
-# Commands that start no ranks: each runs on its own, under no launcher.
-PLAIN = ("env", "watch", "show", "compare", "postmortem")
-# What show, compare and postmortem read, made once before the runs (make_inputs).
-INPUTS: dict[str, Path] = {}
+# Commands that read what runs left (made once before the runs: make_inputs), and every command
+# that starts no ranks: each runs on its own, under no launcher.
+READERS = ("show", "compare", "postmortem")
+PLAIN = ("env", "watch", *READERS)
+INPUTS: dict[str, Path] = {}  # what the readers read: a report, flight-recorder dumps
 # Small, fast settings: the soak is about how runs end, not what they measure.
 ARGS: dict[str, tuple[str, ...]] = {
     "allreduce": ("--sizes", "1K:64K", "--iters", "5"),
@@ -142,7 +143,7 @@ def argv_of(command: str, launcher: str, nproc: int) -> list[str]:
     if command == "watch":
         job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
         return [sys.executable, "-m", "ddpcheck", "watch", "--hang-after", "20", "--", *job, str(TRAIN_JOB)]
-    if command in ("show", "compare", "postmortem"):
+    if command in READERS:
         report, dumps = str(INPUTS["report"]), str(INPUTS["dumps"])
         read = {"show": [report], "compare": [report, report], "postmortem": [dumps]}
         return [sys.executable, "-m", "ddpcheck", command, *read[command]]
@@ -417,7 +418,7 @@ def main() -> None:
         if "srun" in launchers:
             # A Slurm of the soak's own (slurmctld and slurmd, as the tests start it), ended after.
             os.environ.update(stack.enter_context(slurm_daemons()))
-        if {"show", "compare", "postmortem"} & set(commands):
+        if set(READERS) & set(commands):
             make_inputs(Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-inputs-"))))
         outcomes: list[Outcome] = []
         try:
