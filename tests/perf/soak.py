@@ -180,7 +180,11 @@ def stage_of(tmp: Path) -> str:
     if any((run / rundir.REPORT_FILE).exists() for run in runs):
         return "teardown"
     stages = []
-    for path in runs[0].glob("status/rank-*.json"):
+    try:
+        statuses = list(runs[0].glob("status/rank-*.json"))
+    except FileNotFoundError:  # the run removed its directory while we looked
+        statuses = []
+    for path in statuses:
         try:
             stages.append(json.loads(path.read_text())["stage"].split(":")[0])
         except (OSError, ValueError, KeyError):
