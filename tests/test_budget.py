@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddpcheck.checks.collective.budget import MIN_ITERS, Fit, budget_findings, fit_sweep
+from ddpcheck.checks.collective.harness import time_within
 from ddpcheck.checks.devices import budget as devices_budget
 from ddpcheck.checks.links import budget as links_budget
 from ddpcheck.checks.links.budget import StepCost, StepFit, fit_step
@@ -222,6 +223,49 @@ def test_the_report_says_what_was_cut_and_what_was_not() -> None:
 
 
 # ---------------------------------------------------------------- the bounds, on the launcher side
+class OneRank:
+    """What time_within needs of a RankContext, for one rank on the CPU: it agrees with itself."""
+
+    def __init__(self) -> None:
+        self.agreements = 0
+
+    def tick(self) -> None: ...
+
+    def sync(self) -> None: ...
+
+    def barrier(self) -> None: ...
+
+    def time_calls(self, call, iters: int) -> float:
+        began = time.perf_counter()
+        for _ in range(iters):
+            call()
+        return time.perf_counter() - began
+
+    def agree_max(self, values: list[int]) -> list[int]:
+        self.agreements += 1
+        return values
+
+
+def test_a_timed_loop_slower_than_planned_stops_at_the_measuring_end() -> None:
+    """The iterations planned from a probe are a plan: on a contended host each call can cost far
+    more than the probe said (a 30 s budget's last size was still timing 15 s into its stage when
+    the launcher ended the run). 10,000 calls of 1 ms planned, 0.6 s of measuring left: the loop
+    stops near the end, and its figure is the calls it timed."""
+    ctx = OneRank()
+    budget = Budget(30.0, time.time() + 0.6 + TAIL_S)
+    began = time.perf_counter()
+    per_call, timed = time_within(ctx, lambda: time.sleep(0.001), 1, 10_000, budget)
+    took = time.perf_counter() - began
+    assert 1 <= timed < 10_000 and took < 0.6 + 0.5, (timed, took)
+    assert per_call >= 0.001 and ctx.agreements < timed  # chunks of calls, not an agreement a call
+
+
+def test_a_timed_loop_that_fits_runs_every_iteration_asked() -> None:
+    ctx = OneRank()
+    per_call, timed = time_within(ctx, lambda: None, 2, 500, Budget(30.0, time.time() + 30))
+    assert timed == 500 and per_call >= 0
+
+
 def test_timeout_is_bounded_by_what_the_budget_has_left() -> None:
     now = 1000.0
     budget = Budget(20.0, now + 17.0)

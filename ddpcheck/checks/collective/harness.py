@@ -48,8 +48,9 @@ def measure_op(
 ) -> dict[str, Any]:
     """This rank's account of one collective over the sweep: per size, time and wrong elements.
 
-    With a budget, the timing and the sizes after each one are cut to fit (collective/budget.py);
-    the data check of every size that runs is whole.
+    With a budget, the timing and the sizes after each one are cut to fit (collective/budget.py),
+    and a timing stops where the ranks agree the measuring time is over (time_within); the data
+    check of every size that runs is whole.
     """
     import torch
 
@@ -91,7 +92,10 @@ def measure_op(
             # From what was asked, at every size: an early, pessimistic projection cuts nothing for good.
             fit = agreed_fit(ctx, budget, sizes[index:], check_s, call_s, **asked)
         timing = {"warmup": fit.warmup, "iters": fit.iters} if fit else asked
-        seconds = time_collective(ctx, call, **timing)
+        if budget is None:
+            seconds = time_collective(ctx, call, **timing)
+        else:
+            seconds, timing["iters"] = time_within(ctx, call, timing["warmup"], timing["iters"], budget)
         rows.append(
             {
                 "size_bytes": count * item,
@@ -104,8 +108,8 @@ def measure_op(
             }
         )
         del buffers
-        if fit is not None and fit.sizes == 1:
-            break
+        if fit is not None and (fit.sizes == 1 or timing["iters"] < fit.iters):
+            break  # the plan ran out, or the measuring time did
     ctx.progress(len(sizes), len(sizes), "done")
     trimmed = (
         {"budget_s": budget.seconds, "sizes_asked": sizes, **{f"{k}_asked": v for k, v in asked.items()}}
@@ -129,6 +133,42 @@ def measure_op(
         "unlocalised": culprits is None,
         **({"budget": trimmed} if trimmed else {}),
     }
+
+
+# With a budget, the timed loop runs in chunks of about CHUNK_S, and between chunks the ranks agree
+# whether the measuring time is over: the iterations planned from the probe are a plan, not a
+# promise. On a contended host a loop can run far slower than its probe said (seen: the last
+# size of a 30 s budget still timing 15 s into its stage when the launcher ended the run).
+CHUNK_S = 0.2
+
+
+def time_within(
+    ctx: RankContext, call: Callable[[], None], warmup: int, iters: int, budget: Budget
+) -> tuple[float, int]:
+    """time_collective's loop, stopped early where the ranks agree the budget's measuring end is near.
+
+    Returns seconds per call and the iterations timed (at least one). Every rank runs the same
+    chunks: their sizes come from the slowest rank's calls, agreed with the stop (one all_reduce
+    of two integers between chunks, outside the timed calls).
+    """
+    for _ in range(warmup):
+        call()
+        ctx.tick()
+    ctx.sync()
+    ctx.barrier()
+    took, done, chunk = 0.0, 0, 1
+    while done < iters:
+        count = min(chunk, iters - done)
+        chunk_s = ctx.time_calls(call, count)
+        took, done = took + chunk_s, done + count
+        # Late: another chunk as long as this one would end past the measuring end.
+        late, slowest_call_us = ctx.agree_max(
+            [int(time.time() + chunk_s >= budget.measure_end), math.ceil(chunk_s / count * 1e6)]
+        )
+        if late:
+            break
+        chunk = max(1, math.floor(CHUNK_S * 1e6 / max(1, slowest_call_us)))
+    return took / done, done
 
 
 # One call costs what it costs while every rank is hot; in a loop, on CPUs shared with other
