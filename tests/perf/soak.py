@@ -23,7 +23,9 @@ it, the soak counts what it must never see:
 Prints one table row per (command, launcher, kind): runs, exit codes seen, how many Ctrl-Cs came
 while Python itself was starting (before ddpcheck's first line: Python's to handle, shown apart),
 how many run directories of ranks the launcher killed outright (SIGKILL: srun on a second Ctrl-C)
-the next run's sweep removed (each checked as that run would), problems, and the moments at which
+the next run's sweep removed (each checked as that run would), how many times the user's job that
+`watch` runs aborted by itself in torch's teardown and watch named the rank (its exit code and the
+abort are then watch's report, not a failure), problems, and the moments at which
 each problem struck; `--show-failures` prints each failing run's stderr.
 Under srun the soak starts a Slurm of its own on this machine (root; tests/support/slurm.py).
 """
@@ -97,6 +99,28 @@ class Outcome:
     procs: list[str] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
     swept: int = 0  # run directories of ranks the launcher killed outright, removed by the next run's sweep
+    report: dict = field(default_factory=dict)  # watch's --json report, when it wrote one
+
+    def job_aborted_itself(self) -> bool:
+        """Under `watch`: a rank of the user's job died of its own SIGABRT as its interpreter ended.
+
+        torch 2.13 over gloo can abort a process as the interpreter ends: a gloo worker thread
+        releases a collective's tensors after Python began finalizing, cannot take the GIL, and
+        the thread's forced unwinding through a noexcept destructor calls std::terminate
+        ('terminate called without an active exception'). The job does it without ddpcheck too
+        (docs/failures.md), and `watch` imports no torch: the abort is the job's. Reporting it is
+        watch's job: a run it did not interrupt must exit 3 naming that rank (abort_named()).
+        """
+        return self.command == "watch" and "terminate called without an active exception" in self.stderr
+
+    def abort_named(self) -> bool:
+        """watch's report names exactly one rank, dead of 'Fatal Python error: Aborted'."""
+        return self.code == 3 and any(
+            c.get("status") == "ERROR"
+            and len(c.get("ranks", [])) == 1
+            and "Fatal Python error: Aborted" in c.get("detail", "")
+            for c in self.report.get("checks", [])
+        )
 
     def in_python_start(self) -> bool:
         """The Ctrl-C came while Python itself started (site, the .pth files), before ddpcheck's first
@@ -109,16 +133,20 @@ class Outcome:
     def problems(self) -> list[str]:
         if self.in_python_start():
             return []
+        aborted = self.job_aborted_itself()  # the job's abort is watch's to report, not a failure of it
         found = []
         interrupted = self.kind != "healthy" and not self.ended_first
         lines = self.stderr.count(LINE)
         if self.code is None:
             found.append("hung")
+        elif aborted and not interrupted:
+            if not self.abort_named():
+                found.append(f"exit {self.code}, the job's abort not named")
         elif self.code != (130 if interrupted else 0) and not (interrupted and self.launcher != "own"):
             found.append(f"exit {self.code}")
         if interrupted and (lines > 1 or (self.launcher == "own" and lines != 1)):
             found.append(f"{lines} lines")
-        if "terminate called" in self.stderr:
+        if "terminate called" in self.stderr and not aborted:
             found.append("terminate called")
         if through_ddpcheck(self.stderr):
             found.append("traceback")
@@ -264,8 +292,12 @@ def one(
         env |= {"TRAIN_JOB_STEPS": "400", "TRAIN_JOB_STEP_S": "0.02"}
     began = time.monotonic()
     # A session of its own: the run's process group is what a terminal's foreground job is.
+    argv = argv_of(command, launcher, nproc)
+    report = tmp.with_name(tmp.name + ".json")  # beside the TMPDIR, whose leftovers are counted
+    if command == "watch":
+        argv[argv.index("--") : argv.index("--")] = ["--json", str(report)]
     proc = subprocess.Popen(
-        argv_of(command, launcher, nproc),
+        argv,
         env=env,
         cwd=tmp.parent,  # not a checkout: `python -m ddpcheck` takes ddpcheck from PYTHONPATH
         stdout=subprocess.DEVNULL,
@@ -274,12 +306,17 @@ def one(
         start_new_session=True,
     )
     try:
-        return _finish(proc, tmp, Outcome(command, launcher, kind, None, 0.0), at, horizon, rng, began)
+        outcome = _finish(proc, tmp, Outcome(command, launcher, kind, None, 0.0), at, horizon, rng, began)
+        with contextlib.suppress(OSError, ValueError):
+            outcome.report = json.loads(report.read_text())
+        return outcome
     except BaseException:  # the soak itself stopped mid-run: end the run, leave nothing
         for p in run_of(tmp):
             p.kill()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        report.unlink(missing_ok=True)
 
 
 def _finish(
@@ -364,8 +401,8 @@ def table(outcomes: list[Outcome]) -> str:
     for o in outcomes:
         groups[(o.command, o.launcher, o.kind)].append(o)
     rows = [
-        ("command", "launcher", "kind", "runs", "exit codes", "in Python's start", "swept", "bad",
-         "problems (moment)")
+        ("command", "launcher", "kind", "runs", "exit codes", "in Python's start", "swept", "job aborted",
+         "bad", "problems (moment)")
     ]  # fmt: skip
     for (command, launcher, kind), runs in groups.items():
         codes = collections.Counter(str(o.code) for o in runs)
@@ -381,6 +418,7 @@ def table(outcomes: list[Outcome]) -> str:
                 " ".join(f"{c}×{n}" for c, n in sorted(codes.items())),
                 str(sum(o.in_python_start() for o in runs)),
                 str(sum(o.swept for o in runs)),
+                str(sum(o.job_aborted_itself() for o in runs)),
                 str(len(bad)),
                 ", ".join(f"{p}×{n}" for p, n in problems.items()) + (f" [{where}]" if where else ""),
             )
@@ -464,7 +502,11 @@ def soak(
                         horizon[(command, launcher)] = outcome.seconds
                     outcomes.append(outcome)
                     mark = ", ".join(outcome.problems()) or (
-                        "in Python's start" if outcome.in_python_start() else "ok"
+                        "in Python's start"
+                        if outcome.in_python_start()
+                        else "the job aborted itself, named"
+                        if outcome.job_aborted_itself()
+                        else "ok"
                     )
                     print(
                         f"[{attempt + 1}/{args.runs}] {command} {launcher} {kind}: exit {outcome.code} "
