@@ -146,6 +146,33 @@ def test_py_spy_and_faulthandler_stacks_are_read_innermost_first() -> None:
     assert parse_faulthandler(text) == (Frame("inner", "/a.py", 5), Frame("<module>", "/a.py", 6))
 
 
+AGENT_THREAD = """Fatal Python error: Aborted
+
+Thread 0x00007f08e2c4e6c0 (most recent call first):
+  File "/x/ddpcheck/checks/watch/agent.py", line 105 in _wait_for_dump_request
+  File "/py/threading.py", line 982 in run
+"""
+
+
+def test_a_fatal_signal_is_placed_in_the_thread_it_struck_not_in_the_watch_agent() -> None:
+    """faulthandler lists the newest thread first: under watch, the agent's own. Read as the struck
+    thread, every fatal signal of a job's main thread was placed in ddpcheck's agent.py."""
+    text = (
+        AGENT_THREAD
+        + '\nCurrent thread 0x2 (most recent call first):\n  File "/job.py", line 6 in <module>\n'
+    )
+    assert parse_faulthandler(text) == (Frame("<module>", "/job.py", 6),)
+
+
+def test_a_fatal_signal_in_a_native_thread_is_placed_where_the_main_thread_was() -> None:
+    """A gloo worker of torch's aborting (no Python frame): the main thread, listed last, says where."""
+    text = (
+        "Fatal Python error: Aborted\n\nCurrent thread 0x1 (most recent call first):\n  <no Python frame>\n\n"
+    )
+    text += AGENT_THREAD + '\nThread 0x3 (most recent call first):\n  File "/train.py", line 80 in main\n'
+    assert parse_faulthandler(text) == (Frame("main", "/train.py", 80),)
+
+
 # ---------------------------------------------------------------- the flight recorders' evidence
 def _traces(last: dict[int, int]) -> dict:
     """Each rank's dump with all_reduces #1..last[rank] enqueued (gloo's layout)."""

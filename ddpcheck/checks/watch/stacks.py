@@ -122,18 +122,21 @@ FAULTHANDLER_LINE = "  File "
 
 
 def parse_faulthandler(text: str) -> Stack:
-    """faulthandler's traceback of the current thread (the first one listed) -> frames, innermost first."""
-    frames: list[Frame] = []
-    started = False
+    """faulthandler's traceback of the thread the signal struck -> frames, innermost first.
+
+    faulthandler lists every thread, newest first, and marks the one the signal struck
+    'Current thread': under watch the newest is the agent's own (agent.py), so the first listed
+    is the wrong one. When the struck thread ran no Python (a native thread of torch's), the
+    main thread's (listed last) says where the program was.
+    """
+    threads: list[tuple[bool, list[Frame]]] = []
     for line in text.splitlines():
         if line.startswith(("Current thread", "Thread ")):
-            if started:
-                break
-            started = True
-            continue
-        if line.startswith(FAULTHANDLER_LINE) and '", line ' in line:
+            threads.append((line.startswith("Current thread"), []))
+        elif threads and line.startswith(FAULTHANDLER_LINE) and '", line ' in line:
             file, _, rest = line[len(FAULTHANDLER_LINE) + 1 :].partition('", line ')
             number, _, function = rest.partition(" in ")
             if number.strip().isdigit():
-                frames.append(Frame(function.strip(), file, int(number)))
-    return tuple(frames)
+                threads[-1][1].append(Frame(function.strip(), file, int(number)))
+    struck = next((frames for current, frames in threads if current), [])
+    return tuple(struck or (threads[-1][1] if threads else []))
