@@ -371,6 +371,48 @@ subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env,
 """
 
 
+class GuessingTree:
+    """A job's process tree whose first scan reads no rank from the job's one process (its environment
+    read as empty while it was being exec'd), so rank 0 is guessed, and whose next scans read rank 2."""
+
+    host = "vm"
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.scans = pid, 0
+
+    def ranks(self) -> dict:
+        from ddpcheck.checks.watch.processes import RankProcess
+
+        self.scans += 1
+        rank = 0 if self.scans == 1 else 2
+        return {rank: RankProcess(rank, self.pid, self.host)}
+
+    def guessed(self, pid: int) -> bool:
+        return pid == self.pid and self.scans == 1
+
+
+def test_a_task_whose_rank_could_not_be_read_at_first_is_one_rank_not_two(tmp_path: Path) -> None:
+    """srun, one watcher per task: task 2's job process was also taken for rank 0, and a hang of
+    rank 2 was reported as 'ranks 0, 2' in a world of 4 (3 runs of 16 under load)."""
+    from ddpcheck.checks.watch import WatchOptions
+    from ddpcheck.checks.watch.processes import RankProcess
+    from ddpcheck.checks.watch.watcher import Watched, Watcher
+
+    for guess_first in (True, False):
+        watcher = Watcher(WatchOptions(command=["python", "train.py"]), tmp_path)
+        tree = GuessingTree(4242)
+        watcher.tree = tree  # type: ignore[assignment]
+        if not guess_first:
+            tree.scans = 1  # the guess came before the watcher knew the task's rank
+        watcher.ranks[2] = Watched(RankProcess(2, 4242, "vm"))  # start(): the task's own rank
+        if not guess_first:
+            del watcher.ranks[2]
+            watcher.ranks[0] = Watched(RankProcess(0, 4242, "vm"))
+        for _ in range(3):
+            watcher._scan()
+        assert {rank: w.process.pid for rank, w in watcher.ranks.items()} == {2: 4242}
+
+
 def test_a_rank_first_seen_between_fork_and_exec_is_found_once_it_runs() -> None:
     """A rank read before its exec shows its launcher's environment, no rank in it. Kept so, the
     rank was never seen: under load, a job's rank 1 that raised went unnamed and rank 0, which only

@@ -193,14 +193,33 @@ class Watcher:
 
     def _scan(self) -> None:
         assert self.tree is not None
-        for rank, found in self.tree.ranks().items():
+        now_found = self.tree.ranks()
+        for rank, found in now_found.items():
             known = self.ranks.get(rank)
+            if self._guess_of_another(rank, found.pid):
+                continue
             if known is None or (
                 known.process.pid != found.pid
                 and (known.gone_at is not None or self.tree.guessed(known.process.pid))
             ):
                 self.ranks[rank] = Watched(found)
                 self.progress.ranks_changed(time.monotonic())
+        # A guess that a later scan found under its own rank goes too.
+        numbered = {found.pid: rank for rank, found in now_found.items() if not self.tree.guessed(found.pid)}
+        for rank, watched in list(self.ranks.items()):
+            if numbered.get(watched.process.pid, rank) != rank:
+                del self.ranks[rank]
+                self.progress.forget(rank)
+
+    def _guess_of_another(self, rank: int, pid: int) -> bool:
+        """Whether `pid` was taken for `rank` (0) only because no rank could be read from its environment
+        (it reads as empty while the process is being exec'd) though it is known as another rank: a
+        process has one rank (srun, one watcher per task: task 2's job was also taken for rank 0, and a
+        hang of rank 2 was reported as 'ranks 0, 2', world size 4, 3 runs of 16 under load)."""
+        assert self.tree is not None
+        return self.tree.guessed(pid) and any(
+            w.process.pid == pid for r, w in self.ranks.items() if r != rank
+        )
 
     def _note_gone(self) -> bool:
         """Read every rank's state; True when one is newly gone."""
