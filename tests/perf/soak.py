@@ -10,7 +10,9 @@ it, the soak counts what it must never see:
   (under torchrun, srun and mpirun: at most once, by rank 0; the launcher's own exit code is its own);
 - `terminate called` (a C++ std::terminate: SIGABRT at teardown) or a Python traceback through
   ddpcheck's code (torchrun's own, of its Ctrl-C, is torchrun's);
-- a healthy run that does not exit 0;
+- a healthy run that does not exit 0 (with its report's last line: which check failed, naming
+  whom), srun's Ctrl-C'd once included: srun takes one Ctrl-C as a request to report its tasks'
+  state and goes on, so that run is a healthy one;
 - a run that had not ended 60 s after the Ctrl-C;
 - any process of the run still alive 5 s after it ended, or anything left in its TMPDIR
   but torchrun's own log directories (torchelastic_*, which torchrun keeps, healthy runs too),
@@ -59,6 +61,7 @@ from tests.support.slurm import slurm_daemons
 HERE = Path(__file__).resolve().parents[2]
 TRAIN_JOB = HERE / "tests" / "support" / "train_job.py"
 LINE = "ddpcheck: interrupted; every rank was stopped"
+VERDICTS = ("FAIL ", "ERROR ")  # how a report's last line begins when the run did not pass
 COMMANDS = (
     "allreduce", "collectives", "train", "profile", "links", "devices", "env", "watch", "show", "compare",
     "postmortem",
@@ -95,6 +98,7 @@ class Outcome:
     seconds: float
     moment: str = ""  # where the run was when the Ctrl-C came
     stderr: str = ""
+    verdict: str = ""  # the report's last line (stdout), when a run failed: which check, which rank
     ended_first: bool = False  # the run was over before the Ctrl-C was sent
     procs: list[str] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
@@ -135,7 +139,10 @@ class Outcome:
             return []
         aborted = self.job_aborted_itself()  # the job's abort is watch's to report, not a failure of it
         found = []
-        interrupted = self.kind != "healthy" and not self.ended_first
+        # srun takes a first Ctrl-C for a request to report its tasks' state and goes on: only a second
+        # within a second signals the tasks. Once Ctrl-C'd, such a run is a healthy run.
+        passed_on = not (self.launcher == "srun" and self.kind == "ctrl-c")
+        interrupted = self.kind != "healthy" and not self.ended_first and passed_on
         lines = self.stderr.count(LINE)
         if self.code is None:
             found.append("hung")
@@ -143,7 +150,7 @@ class Outcome:
             if not self.abort_named():
                 found.append(f"exit {self.code}, the job's abort not named")
         elif self.code != (130 if interrupted else 0) and not (interrupted and self.launcher != "own"):
-            found.append(f"exit {self.code}")
+            found.append(f"exit {self.code}" + (f" ({self.verdict})" if self.verdict else ""))
         if interrupted and (lines > 1 or (self.launcher == "own" and lines != 1)):
             found.append(f"{lines} lines")
         if "terminate called" in self.stderr and not aborted:
@@ -300,7 +307,7 @@ def one(
         argv,
         env=env,
         cwd=tmp.parent,  # not a checkout: `python -m ddpcheck` takes ddpcheck from PYTHONPATH
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
@@ -341,14 +348,15 @@ def _finish(
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGINT)
     try:
-        _, err = proc.communicate(timeout=ENDED_WITHIN_S + (0 if kind != "healthy" else 240))
+        out, err = proc.communicate(timeout=ENDED_WITHIN_S + (0 if kind != "healthy" else 240))
         outcome.code = proc.returncode
     except subprocess.TimeoutExpired:
         for p in run_of(tmp):
             p.kill()
-        _, err = proc.communicate()
+        out, err = proc.communicate()
     outcome.seconds = time.monotonic() - began
     outcome.stderr = err
+    outcome.verdict = next((line for line in reversed(out.splitlines()) if line.startswith(VERDICTS)), "")
     deadline = time.monotonic() + LEFTOVER_GRACE_S
     while (left := run_of(tmp)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -407,7 +415,7 @@ def table(outcomes: list[Outcome]) -> str:
     for (command, launcher, kind), runs in groups.items():
         codes = collections.Counter(str(o.code) for o in runs)
         bad = [o for o in runs if o.problems()]
-        problems = collections.Counter(p.split(":")[0] for o in bad for p in o.problems())
+        problems = collections.Counter(p.split(":")[0].split(" (")[0] for o in bad for p in o.problems())
         where = "; ".join(f"{', '.join(o.problems())} @ {o.moment or 'healthy'}" for o in bad[:4])
         rows.append(
             (
