@@ -23,7 +23,8 @@ it, the soak counts what it must never see:
         [--kinds healthy,ctrl-c,ctrl-c-twice] [--at mixed] [--healthy-rounds N] [--nproc 3]
 
 Prints one table row per (command, launcher, kind): runs, exit codes seen, how many Ctrl-Cs came
-while Python itself was starting (before ddpcheck's first line: Python's to handle, shown apart),
+while Python itself was starting (before ddpcheck's first line: Python's to handle, shown apart;
+under torchrun, torchrun's own start, before any rank),
 how many run directories of ranks the launcher killed outright (SIGKILL: srun on a second Ctrl-C)
 the next run's sweep removed (each checked as that run would), how many times the user's job that
 `watch` runs aborted by itself in torch's teardown and watch named the rank (its exit code and the
@@ -128,11 +129,19 @@ class Outcome:
 
     def in_python_start(self) -> bool:
         """The Ctrl-C came while Python itself started (site, the .pth files), before ddpcheck's first
-        line: Python's to handle (death by SIGINT, or exit 1 and 'Fatal Python error'), not ddpcheck's."""
-        if self.kind == "healthy" or not self.moment.startswith("starting") or self.launcher != "own":
+        line: Python's to handle (death by SIGINT, or exit 1 and 'Fatal Python error'), not ddpcheck's.
+        Under torchrun, while torchrun itself imported torch, before any rank was started: torch's
+        native part let the KeyboardInterrupt escape as a C++ exception, and torchrun died of
+        SIGABRT (`terminate called after throwing an instance of 'pybind11::error_already_set'`),
+        not ddpcheck, which was not running yet."""
+        if self.kind == "healthy" or not self.moment.startswith("starting"):
             return False
-        ours = through_ddpcheck(self.stderr)
-        return not ours and self.code in (1, -2) and LINE not in self.stderr
+        if through_ddpcheck(self.stderr) or LINE in self.stderr:
+            return False
+        if self.launcher == "torchrun":
+            escaped = "pybind11::error_already_set" in self.stderr and "KeyboardInterrupt" in self.stderr
+            return self.code == -signal.SIGABRT and escaped
+        return self.launcher == "own" and self.code in (1, -2)
 
     def problems(self) -> list[str]:
         if self.in_python_start():
