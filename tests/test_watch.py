@@ -398,18 +398,14 @@ def test_a_task_whose_rank_could_not_be_read_at_first_is_one_rank_not_two(tmp_pa
     from ddpcheck.checks.watch.processes import RankProcess
     from ddpcheck.checks.watch.watcher import Watched, Watcher
 
-    for guess_first in (True, False):
+    for known_at_start in (True, False):  # a task's own rank is known from its environment at start
         watcher = Watcher(WatchOptions(command=["python", "train.py"]), tmp_path)
-        tree = GuessingTree(4242)
-        watcher.tree = tree  # type: ignore[assignment]
-        if not guess_first:
-            tree.scans = 1  # the guess came before the watcher knew the task's rank
-        watcher.ranks[2] = Watched(RankProcess(2, 4242, "vm"))  # start(): the task's own rank
-        if not guess_first:
-            del watcher.ranks[2]
-            watcher.ranks[0] = Watched(RankProcess(0, 4242, "vm"))
-        for _ in range(3):
-            watcher._scan()
+        watcher.tree = GuessingTree(4242)  # type: ignore[assignment]
+        if known_at_start:
+            watcher.ranks[2] = Watched(RankProcess(2, 4242, "vm"))
+        watcher._scan()  # reads no rank: rank 0 is guessed
+        watcher._scan()  # reads rank 2
+        watcher._scan()
         assert {rank: w.process.pid for rank, w in watcher.ranks.items()} == {2: 4242}
 
 

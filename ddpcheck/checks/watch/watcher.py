@@ -105,6 +105,7 @@ class Watcher:
         self.dir = watch_dir
         self.progress = Progress(time.monotonic())
         self.ranks: dict[int, Watched] = {}
+        self.guesses: set[int] = set()  # ranks taken for a process only because none could be read
         self.proc: subprocess.Popen | None = None
         self.tree: processes.ProcessTree | None = None
         self.pump: OutputPump | None = None
@@ -204,18 +205,21 @@ class Watcher:
             ):
                 self.ranks[rank] = Watched(found)
                 self.progress.ranks_changed(time.monotonic())
+                if self.tree.guessed(found.pid):
+                    self.guesses.add(rank)
         # A guess that a later scan found under its own rank goes too.
         numbered = {found.pid: rank for rank, found in now_found.items() if not self.tree.guessed(found.pid)}
-        for rank, watched in list(self.ranks.items()):
-            if numbered.get(watched.process.pid, rank) != rank:
+        for rank in list(self.guesses):
+            if numbered.get(self.ranks[rank].process.pid, rank) != rank:
                 del self.ranks[rank]
                 self.progress.forget(rank)
+                self.guesses.discard(rank)
 
     def _guess_of_another(self, rank: int, pid: int) -> bool:
         """Whether `pid` was taken for `rank` (0) only because no rank could be read from its environment
         (it reads as empty while the process is being exec'd) though it is known as another rank: a
         process has one rank (srun, one watcher per task: task 2's job was also taken for rank 0, and a
-        hang of rank 2 was reported as 'ranks 0, 2', world size 4, 3 runs of 16 under load)."""
+        hang of rank 2 was reported as 'ranks 0, 2', world size 4: 4 runs of 11 under load)."""
         assert self.tree is not None
         return self.tree.guessed(pid) and any(
             w.process.pid == pid for r, w in self.ranks.items() if r != rank
