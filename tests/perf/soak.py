@@ -183,10 +183,11 @@ def through_ddpcheck(stderr: str) -> bool:
     return any(f"{os.sep}ddpcheck{os.sep}" in f and f"{os.sep}torch{os.sep}" not in f for f in frames)
 
 
-def argv_of(command: str, launcher: str, nproc: int) -> list[str]:
+def argv_of(command: str, launcher: str, nproc: int, report: Path) -> list[str]:
     if command == "watch":
         job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
-        return [sys.executable, "-m", "ddpcheck", "watch", "--hang-after", "20", "--", *job, str(TRAIN_JOB)]
+        watch = [sys.executable, "-m", "ddpcheck", "watch", "--hang-after", "20", "--json", str(report)]
+        return [*watch, "--", *job, str(TRAIN_JOB)]
     if command in READERS:
         report, dumps = str(INPUTS["report"]), str(INPUTS["dumps"])
         read = {"show": [report], "compare": [report, report], "postmortem": [dumps]}
@@ -308,12 +309,9 @@ def one(
         env |= {"TRAIN_JOB_STEPS": "400", "TRAIN_JOB_STEP_S": "0.02"}
     began = time.monotonic()
     # A session of its own: the run's process group is what a terminal's foreground job is.
-    argv = argv_of(command, launcher, nproc)
-    report = tmp.with_name(tmp.name + ".json")  # beside the TMPDIR, whose leftovers are counted
-    if command == "watch":
-        argv[argv.index("--") : argv.index("--")] = ["--json", str(report)]
+    report = tmp.with_name(tmp.name + ".json")  # watch's: beside the TMPDIR, whose leftovers are counted
     proc = subprocess.Popen(
-        argv,
+        argv_of(command, launcher, nproc, report),
         env=env,
         cwd=tmp.parent,  # not a checkout: `python -m ddpcheck` takes ddpcheck from PYTHONPATH
         stdout=subprocess.PIPE,

@@ -29,12 +29,17 @@ if TYPE_CHECKING:
 
 def time_collective(ctx: RankContext, call: Callable[[], None], warmup: int, iters: int) -> float:
     """Seconds per call on this rank, after warm-up and a barrier: every rank starts the loop together."""
+    warm_up(ctx, call, warmup)
+    return ctx.time_calls(call, iters) / iters
+
+
+def warm_up(ctx: RankContext, call: Callable[[], None], warmup: int) -> None:
+    """`warmup` untimed calls, then a barrier: every rank starts its timed loop together."""
     for _ in range(warmup):
         call()
         ctx.tick()
     ctx.sync()
     ctx.barrier()
-    return ctx.time_calls(call, iters) / iters
 
 
 def measure_op(
@@ -151,11 +156,7 @@ def time_within(
     chunks: their sizes come from the slowest rank's calls, agreed with the stop (one all_reduce
     of two integers between chunks, outside the timed calls).
     """
-    for _ in range(warmup):
-        call()
-        ctx.tick()
-    ctx.sync()
-    ctx.barrier()
+    warm_up(ctx, call, warmup)
     took, done, chunk = 0.0, 0, 1
     while done < iters:
         count = min(chunk, iters - done)
