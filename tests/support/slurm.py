@@ -129,19 +129,27 @@ def slurm_daemons() -> Iterator[dict[str, str]]:
             except subprocess.TimeoutExpired:
                 daemon.kill()
                 daemon.wait()
-        for stepd in _step_daemons(conf):
+        stepds = _step_daemons(conf)
+        for stepd in stepds:
             with contextlib.suppress(psutil.Error):
                 stepd.kill()
+        psutil.wait_procs(stepds, timeout=3)
         shutil.rmtree(directory, ignore_errors=True)
 
 
 def _step_daemons(conf: Path) -> list[psutil.Process]:
-    """The slurmstepd processes of this test's cluster (they inherit slurmd's SLURM_CONF)."""
+    """The slurmstepd processes of this test's cluster: those writing to its slurmd.log.
+
+    Not by environment: slurmd starts slurmstepd with an environment of its own, without the
+    SLURM_CONF slurmd was given (measured: matching on it found none, and a step still ending
+    when the daemons stopped outlived the test). Each slurmstepd keeps SlurmdLogFile open.
+    """
+    directory = str(conf.parent) + os.sep
     found = []
     for proc in psutil.process_iter(["name"]):
         try:
-            if (proc.info["name"] or "").startswith("slurmstepd") and proc.environ().get("SLURM_CONF") == str(
-                conf
+            if (proc.info["name"] or "").startswith("slurmstepd") and any(
+                f.path.startswith(directory) for f in proc.open_files()
             ):
                 found.append(proc)
         except psutil.Error:
