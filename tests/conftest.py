@@ -65,6 +65,29 @@ def process_ended(pid: int) -> bool:
         return True
 
 
+def removers_of(scratch: Path) -> list[psutil.Process]:
+    """The processes that remove a rank's inline run directory under `scratch` once the rank is gone."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "ddpcheck-remover" in cmdline and any(arg.startswith(str(scratch)) for arg in cmdline):
+            found.append(proc)
+    return found
+
+
+def removed_in_time(scratch: Path, keep: tuple[str, ...] = (), within_s: float = 5.0) -> list[str]:
+    """What is left in `scratch` once every remover of it has ended (or `within_s` passed).
+
+    A rank killed outright (mpirun's SIGKILL of a job it tears down) has its directory removed by
+    a process of its own a moment after it is gone, not before its launcher exits: on a loaded
+    machine that moment was later than the check right after the run (CI, once).
+    """
+    deadline = time.monotonic() + within_s
+    while removers_of(scratch) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p.name for p in scratch.iterdir() if not p.name.startswith(keep)]  # startswith(()): False
+
+
 def worker_processes(scratch: Path | None = None) -> list[psutil.Process]:
     """Every ddpcheck rank on this machine; with `scratch`, only those of runs given that TMPDIR."""
     found = []

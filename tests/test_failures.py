@@ -25,7 +25,7 @@ from ddpcheck.launcher import interrupt, watchdog
 from ddpcheck.launcher.postmortem import crash_culprits, judge_stall
 from ddpcheck.rank import rundir
 from ddpcheck.rank.status import Stall
-from tests.conftest import assert_nothing_left, process_ended, worker_processes
+from tests.conftest import assert_nothing_left, process_ended, removers_of, worker_processes
 from tests.support.hung_tool import all_end, started_children, wait_for_a_start, write_hung_tool
 from tests.support.netns import free_port
 
@@ -372,18 +372,9 @@ def test_an_inline_rank_killed_outright_leaves_nothing(tmp_path) -> None:
     proc = subprocess.run([sys.executable, "-c", KILLED_OUTRIGHT, str(tmp_path)], timeout=60)
     assert proc.returncode == -signal.SIGKILL
     deadline = time.monotonic() + 5
-    while (list(tmp_path.iterdir()) or _removers_of(tmp_path)) and time.monotonic() < deadline:
+    while (list(tmp_path.iterdir()) or removers_of(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert list(tmp_path.iterdir()) == [] and _removers_of(tmp_path) == []
-
-
-def _removers_of(scratch: Path) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = proc.info["cmdline"] or []
-        if "ddpcheck-remover" in cmdline and any(arg.startswith(str(scratch)) for arg in cmdline):
-            found.append(proc)
-    return found
+    assert list(tmp_path.iterdir()) == [] and removers_of(tmp_path) == []
 
 
 BEFORE_THE_SIGNAL_THREADS = """

@@ -30,7 +30,7 @@ from ddpcheck.launcher.postmortem import judge_inline
 from ddpcheck.rank import inline, rundir
 from ddpcheck.rank.liveness import STOPPED_AFTER_BEATS
 from ddpcheck.rank.status import HEARTBEAT_INTERVAL_S, Stall, StatusWriter, StoreTransport
-from tests.conftest import assert_usage_error, process_ended
+from tests.conftest import assert_usage_error, process_ended, removed_in_time
 from tests.support.load import busy_cores
 
 TIMEOUT = 8
@@ -291,7 +291,7 @@ def assert_bounded_and_clean(outcome: Outcome, scratch: Path) -> None:
     assert outcome.fault_to_gone_s <= BOUND_S, outcome.fault_to_gone_s
     assert all(process_ended(pid) for pid in outcome.pids.values())
     # torchrun keeps its own log directory (torchelastic_*) in TMPDIR: not ddpcheck's to remove.
-    assert [p.name for p in scratch.iterdir() if not p.name.startswith("torchelastic_")] == []
+    assert removed_in_time(scratch, keep=("torchelastic_",)) == []
 
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"]
