@@ -186,7 +186,9 @@ def test_a_cpu_row_keeps_each_figures_best_pass_and_its_identity() -> None:
         "model": "other",
         "gemm_dtype": "float32",
         "gemm_tflops": 2.0,
+        "gemm_tflops_passes": [1.8, 2.0, 1.9],
         "copy_gbps": 20.0,
+        "copy_gbps_passes": [18.0, 20.0, 19.0],
         "checksum": "cc",
     }
 
@@ -203,10 +205,15 @@ def test_a_gpu_row_names_bf16_products_and_each_copy_and_reads_health() -> None:
         "model": "GPU-X",
         "gemm_dtype": "bfloat16",
         "gemm_tflops": 500.0,
+        "gemm_tflops_passes": [250.0, 500.0],
         "tf32_tflops": 250.0,
+        "tf32_tflops_passes": [125.0, 250.0],
         "h2d_gbps": 50.0,
+        "h2d_gbps_passes": [25.0, 50.0],
         "d2h_gbps": 45.0,
+        "d2h_gbps_passes": [22.5, 45.0],
         "copy_gbps": 2000.0,
+        "copy_gbps_passes": [1000.0, 2000.0],
         "checksum": "aa",
         "sm_clock_mhz": 1410,
         "throttle": "power cap, thermal (software)",
@@ -263,6 +270,57 @@ def test_beyond_exact_up_to_the_shared_median_is_the_reference() -> None:
     noisy = {r: 2.0 + (r % 2) for r in range(EXACT_UP_TO + 1)}  # 2.0 and 3.0: median 2.0, sigma 0
     noisy[7] = 1.3
     assert devices.slow_ranks(noisy, 0.7) == {7: 2.0}
+
+
+# ---------------------------------------------------------------- round_ratios: each round's peers
+def test_each_round_holds_a_rank_to_the_median_of_its_peers_in_that_round() -> None:
+    """Round by round, over the *others'* median (not all ranks', not their mean)."""
+    passes = {0: [1.0, 4.0], 1: [2.0, 4.0], 2: [4.0, 1.0], 3: [8.0, 4.0]}
+    ratios = devices.round_ratios(passes)
+    assert ratios[0] == [1.0 / 4.0, 1.0]  # round 1: others 2, 4, 8; round 2: others 4, 1, 4
+    assert ratios[2] == [4.0 / 2.0, 1.0 / 4.0]  # round 1: others 1, 2, 8
+    assert ratios[3] == [8.0 / 2.0, 1.0]
+
+
+def test_past_exact_up_to_each_round_has_one_median_of_all() -> None:
+    passes = {r: [2.0, 1.0 + r % 2] for r in range(EXACT_UP_TO + 1)}  # round 2: 1.0 and 2.0, median 1.0
+    ratios = devices.round_ratios(passes)
+    assert ratios[0] == [1.0, 1.0] and ratios[1] == [1.0, 2.0]
+
+
+def _turns(columns: dict[str, list[list[float]]]) -> list[dict[str, Any]]:
+    """Rows with every pass's figure (one list per rank) and, as device_rows keeps it, the best."""
+    ranks = len(next(iter(columns.values())))
+    return [
+        {"rank": r, "device_name": None}
+        | {key: max(passes[r]) for key, passes in columns.items()}
+        | {f"{key}_passes": passes[r] for key, passes in columns.items()}
+        for r in range(ranks)
+    ]
+
+
+def test_a_rank_whose_turns_all_came_after_the_host_got_busier_is_not_named() -> None:
+    """Ranks 0 and 1 measured their first pass before another job started; rank 2 never had a quiet
+    turn. By best pass it is at 0.5x; against the peers of each round, as fast as they are."""
+    rows = _turns({"a": [[2.0, 1.0, 1.0, 1.0, 1.0], [2.0, 1.0, 1.0, 1.0, 1.0], [1.0] * 5]})
+    check = devices._peer_check("x", [("a", "A", "u")], rows, cpu_ids(3), 0.7, _no_expectation)
+    assert check.status == Status.PASS, check
+    assert devices.slow_ranks({r["rank"]: r["a"] for r in rows}, 0.7) == {2: 2.0}  # what alone named it
+
+
+@pytest.mark.parametrize(("slow_rounds", "named"), [(5, True), (3, True), (2, False)])
+def test_a_rank_is_named_when_slow_in_most_rounds_not_in_a_few(slow_rounds: int, named: bool) -> None:
+    """By its best pass rank 2 is at 0.5x its peers' always (their quiet first round, 2.0, against
+    its 1.0); it is named only when it was also below 0.7x of them in most of the 5 rounds."""
+    peers = [2.0] + [1.0] * 4
+    own = [1.0] + [0.3] * (slow_rounds - 1) + [1.0] * (5 - slow_rounds)
+    rows = _turns({"a": [peers, peers, own, peers]})
+    check = devices._peer_check("x", [("a", "A", "u")], rows, cpu_ids(4), 0.7, _no_expectation)
+    assert (check.ranks == [2]) is named, check
+    if named:
+        assert check.detail.endswith(
+            f"0.50x its peers' median 2 u (below 0.7x; in {slow_rounds} of 5 rounds)"
+        )
 
 
 # ---------------------------------------------------------------- _peer_check
@@ -415,7 +473,7 @@ def test_compute_and_memory_use_their_own_thresholds() -> None:
     data = [cpu_rank(), cpu_rank(copy=5.0), cpu_rank(tflops=0.5), cpu_rank()]
     checks = checks_of(data, cpu_ids(4), CPU_OPTS)
     assert checks["memory"].status == Status.PASS and checks["compute"].ranks == [2]
-    assert "(below 0.7x)" in checks["compute"].detail
+    assert "(below 0.7x; in 3 of 3 rounds)" in checks["compute"].detail
 
 
 def test_a_copy_just_below_the_memory_threshold_is_named() -> None:
@@ -424,7 +482,7 @@ def test_a_copy_just_below_the_memory_threshold_is_named() -> None:
     above = checks_of([cpu_rank(), cpu_rank(copy=4.1), cpu_rank(), cpu_rank()], cpu_ids(4), CPU_OPTS)
     assert (
         below["memory"].ranks == [1]
-        and "0.39x its peers' median 10 GB/s (below 0.4x)" in below["memory"].detail
+        and "0.39x its peers' median 10 GB/s (below 0.4x; in 3 of 3 rounds)" in below["memory"].detail
     )
     assert above["memory"].status == Status.PASS
 

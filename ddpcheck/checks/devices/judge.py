@@ -1,21 +1,24 @@
 """`ddpcheck devices`' verdicts: pure, over every rank's plain figures (what check.measure returns).
 
 Apart from the measuring so that the judgement alone can be tested, and mutated
-(docs/testing.md), without ranks: each rank's best pass against its peers' median, the
-seeded products' digests by device model, NVML's health and the topology judged by
-health.py and topology.py.
+(docs/testing.md), without ranks: each rank's best pass against its peers' median, and in
+each round (pass) against the peers measured next to it in time, the seeded products'
+digests by device model, NVML's health and the topology judged by health.py and topology.py.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ddpcheck.checks.devices import DevicesOptions, health, topology
 from ddpcheck.checks.devices import expected as expectations
 from ddpcheck.checks.devices.budget import budget_findings
-from ddpcheck.checks.peers import EXACT_UP_TO, reference_of
+from ddpcheck.checks.peers import EXACT_UP_TO, median_of, reference_of
 from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table, counted
 from ddpcheck.report.naming import describe_ranks, hosts_of, where
@@ -62,7 +65,8 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: De
 def device_rows(
     data: list[dict[str, Any]], identities: list[dict[str, Any]], kind: str
 ) -> list[dict[str, Any]]:
-    """One row per rank: its best pass of every figure (noise only ever slows a pass)."""
+    """One row per rank: its best pass of every figure (noise only ever slows a pass), and every
+    pass's figure under KEY_passes (what each round's comparison reads)."""
     rows = []
     primary = DTYPES[kind][0]
     for rank, d in enumerate(data):
@@ -78,10 +82,12 @@ def device_rows(
         }
         for dtype in DTYPES[kind]:
             key = "gemm_tflops" if dtype == primary else f"{dtype}_tflops"
-            row[key] = _sig(max(p["gemm"][dtype] for p in passes))
+            row[key + "_passes"] = [_sig(p["gemm"][dtype]) for p in passes]
+            row[key] = max(row[key + "_passes"])
         for copy in COPIES[kind]:
             key = "copy_gbps" if copy in ("memcpy", "d2d") else f"{copy}_gbps"
-            row[key] = _sig(max(p["copy"][copy] for p in passes))
+            row[key + "_passes"] = [_sig(p["copy"][copy]) for p in passes]
+            row[key] = max(row[key + "_passes"])
         row["checksum"] = d["checksums"][primary]["sha256"]
         if d.get("health"):
             row["sm_clock_mhz"] = d["health"].get("sm_clock_mhz")
@@ -114,6 +120,30 @@ def slow_ranks(values: dict[int, float], threshold: float) -> dict[int, float]:
     return found
 
 
+def round_ratios(passes: dict[int, list[float]]) -> dict[int, list[float]]:
+    """Each rank's figure in every round over the median of its peers' figures in that round.
+
+    A round is one pass of every rank, measured next to each other in time (in turn on CPU
+    ranks, at once on GPUs). A load that steps up mid-run, another job starting on the host,
+    slows every rank measured after it alike, so the ranks whose turns all came after it look
+    slow by their best pass but not against the peers of their own rounds. Beyond EXACT_UP_TO
+    ranks, one median of all serves every rank, as in slow_ranks.
+    """
+    rounds = min(len(p) for p in passes.values())
+    ratios: dict[int, list[float]] = {rank: [] for rank in passes}
+    for number in range(rounds):
+        values = {rank: p[number] for rank, p in passes.items()}
+        shared = median_of(np.asarray(list(values.values()), dtype=np.float64))
+        for rank, value in values.items():
+            if len(values) > EXACT_UP_TO:
+                reference = shared
+            else:
+                others = [v for r, v in values.items() if r != rank]
+                reference = statistics.median(others) if others else value
+            ratios[rank].append(value / reference if reference > 0 else 1.0)
+    return ratios
+
+
 def _peer_check(
     name: str,
     figures: list[tuple[str, str, str]],
@@ -122,7 +152,12 @@ def _peer_check(
     threshold: float,
     expected: Callable[[str, str, float], str | None],
 ) -> Check:
-    """One check over several figures (key, label, unit): FAIL on a slow rank, WARN below the hardware."""
+    """One check over several figures (key, label, unit): FAIL on a slow rank, WARN below the hardware.
+
+    A rank is slow when its best pass is below `threshold` x its peers' (slow_ranks) and, in
+    most rounds, below `threshold` x the peers measured in the same round (round_ratios):
+    slow whatever the rest of the host was doing, not only while it happened to be busier.
+    """
     problems, warnings, summary = [], [], []
     ranks: set[int] = set()
     warned: set[int] = set()
@@ -130,12 +165,21 @@ def _peer_check(
         values = {row["rank"]: row[key] for row in rows if isinstance(row.get(key), (int, float))}
         if not values:
             continue
+        judged = [row for row in rows if row["rank"] in values]
+        # Rows without their passes (made up by hand) are one round each: their best.
+        whole = all(row.get(key + "_passes") for row in judged)
+        passes = {row["rank"]: row[key + "_passes"] if whole else [row[key]] for row in judged}
+        per_round = round_ratios(passes)
         for rank, reference in sorted(slow_ranks(values, threshold).items()):
+            if statistics.median(per_round[rank]) >= threshold:
+                continue
             ranks.add(rank)
+            rounds = len(per_round[rank])
+            below = sum(ratio < threshold for ratio in per_round[rank])
             problems.append(
                 f"{where(rank, identities)}: {label} {values[rank]:.3g} {unit}, "
                 f"{values[rank] / reference:.2f}x its peers' median {reference:.3g} {unit} "
-                f"(below {threshold:g}x)"
+                f"(below {threshold:g}x" + (f"; in {below} of {rounds} rounds)" if rounds > 1 else ")")
             )
         summary.append(f"{label} {min(values.values()):.3g}-{max(values.values()):.3g} {unit}")
         for row in rows:
