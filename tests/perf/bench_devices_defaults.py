@@ -1,13 +1,19 @@
 """How `ddpcheck devices`' CPU defaults were chosen: healthy runs against a rank slowed from outside.
 
-    python tests/perf/bench_devices_defaults.py [--nproc 4] [--runs 20] [--load] [--culprit 2]
+    python tests/perf/bench_devices_defaults.py [--nproc 4] [--runs 20] [--load [steady|bursty]] [--culprit 2]
+        [--devices-args '--size 128 --iters 3']
 
 Each healthy run records every rank's figures as a ratio to the median of the others (what
-the judge compares with --threshold), and whether the run passed. Each faulty run slows one
+the judge compares with --threshold), and whether the run passed; and, from the same runs,
+whom the best pass alone would have named (before each round was also judged against the
+peers measured next to it: docs/devices.md), side by side. Each faulty run slows one
 rank to about half its speed from outside the process, as a sick device or a noisy
 neighbour would, by a SIGSTOP/SIGCONT duty cycle (stopped half of every 20 ms), and records
 whether `compute` named exactly that rank and how slow it looked. --load runs one busy-loop
-process per core beside every run. Not collected by pytest; prints one summary line per kind.
+process per core beside every run; --load bursty makes them come and go as other jobs on a
+shared node do (each runs, then stops, for a random 0.2 to 2 s; one of them copies memory
+rather than computing), so the load can change between one rank's turn and the next. Not
+collected by pytest; prints one summary line per kind.
 """
 
 from __future__ import annotations
@@ -28,7 +34,17 @@ from typing import Any
 
 import psutil
 
-BUSY = "while True: pass"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.support.load import bursty_load, busy_cores
+
+
+def by_best_pass(report: dict[str, Any], key: str, threshold: float) -> list[int]:
+    """The ranks the best pass alone names: the judge before rounds were compared too."""
+    from ddpcheck.checks.devices.judge import slow_ranks
+
+    rows = {r["rank"]: r[key] for r in report["tables"]["devices"] if isinstance(r.get(key), (int, float))}
+    return sorted(slow_ranks(rows, threshold))
 
 
 def ratios(report: dict[str, Any], key: str) -> dict[int, float]:
@@ -67,10 +83,11 @@ def duty_cycle(pid: int, stop: threading.Event, fraction: float = 0.5, period_s:
         os.kill(pid, signal.SIGCONT)
 
 
-def one_run(nproc: int, culprit: int | None, scratch: Path) -> dict[str, Any]:
+def one_run(nproc: int, culprit: int | None, scratch: Path, extra: list[str]) -> dict[str, Any]:
     out = scratch / "report.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "ddpcheck", "devices", "--nproc", str(nproc), "--json", str(out), "-q"]
+    cmd += extra
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stop = threading.Event()
     cycler = None
@@ -90,6 +107,16 @@ def one_run(nproc: int, culprit: int | None, scratch: Path) -> dict[str, Any]:
     return {
         "code": proc.returncode,
         "named": named,
+        "best_named": {
+            name: ranks
+            for name, key, threshold in (("compute", "gemm_tflops", 0.7), ("memory", "copy_gbps", 0.4))
+            if (ranks := by_best_pass(report, key, threshold))
+        },
+        # Every rank's every pass, for judging the same runs other ways afterwards (--json).
+        "passes": {
+            key: {r["rank"]: r.get(f"{key}_passes") for r in report["tables"]["devices"]}
+            for key in ("gemm_tflops", "copy_gbps")
+        },
         "compute": ratios(report, "gemm_tflops"),
         "memory": ratios(report, "copy_gbps"),
         "elapsed_s": report["elapsed_s"],
@@ -103,27 +130,28 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=4)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--culprit", type=int, default=2)
-    parser.add_argument("--load", action="store_true", help="one busy-loop process per core beside every run")
-    parser.add_argument("--json", help="write every run's figures here")
-    args = parser.parse_args()
-    hogs = (
-        [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(os.cpu_count() or 1)]
-        if args.load
-        else []
+    parser.add_argument(
+        "--load",
+        nargs="?",
+        const="steady",
+        choices=("steady", "bursty"),
+        help="one busy-loop process per core beside every run; bursty: each comes and goes",
     )
+    parser.add_argument("--json", help="write every run's figures here")
+    parser.add_argument("--devices-args", default="", help="for devices, e.g. '--size 128 --iters 3'")
+    args = parser.parse_args()
+    loads = {None: contextlib.nullcontext, "steady": busy_cores, "bursty": bursty_load}
     results: dict[str, list[dict[str, Any]]] = {"healthy": [], "slowed": []}
-    try:
-        with tempfile.TemporaryDirectory() as scratch:
-            for _ in range(args.runs):
-                results["healthy"].append(one_run(args.nproc, None, Path(scratch)))
-                results["slowed"].append(one_run(args.nproc, args.culprit, Path(scratch)))
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
-    load = f"{len(hogs)} busy-loop processes beside" if hogs else "idle"
+    with loads[args.load](), tempfile.TemporaryDirectory() as scratch:
+        extra = args.devices_args.split()
+        for _ in range(args.runs):
+            results["healthy"].append(one_run(args.nproc, None, Path(scratch), extra))
+            results["slowed"].append(one_run(args.nproc, args.culprit, Path(scratch), extra))
+    load = f"a {args.load} busy-loop process per core beside" if args.load else "idle"
     healthy, slowed = results["healthy"], results["slowed"]
     passed = sum(r.get("code") == 0 for r in healthy)
+    best_passed = sum(r.get("code") is not None and not r.get("best_named") for r in healthy)
+    best_exact = sum(r.get("best_named", {}).get("compute") == [args.culprit] for r in slowed)
     low_compute = min((min(r["compute"].values()) for r in healthy if "compute" in r), default=float("nan"))
     low_memory = min((min(r["memory"].values()) for r in healthy if "memory" in r), default=float("nan"))
     exact = sum(r.get("named", {}).get("compute") == [args.culprit] for r in slowed)
@@ -132,12 +160,14 @@ def main() -> None:
     elapsed = [r["elapsed_s"] for r in healthy if "elapsed_s" in r]
     print(f"# {args.runs} healthy and {args.runs} slowed runs of `devices --nproc {args.nproc}`, {load}")
     print(
-        f"healthy: {passed}/{len(healthy)} passed; lowest rank-to-peers ratio: compute {low_compute:.2f}, "
+        f"healthy: {passed}/{len(healthy)} passed (by best pass alone {best_passed}); "
+        f"lowest rank-to-peers ratio: compute {low_compute:.2f}, "
         f"memory {low_memory:.2f}; run {statistics.median(elapsed):.1f} s (median)"
     )
     print(
         f"slowed rank {args.culprit} (SIGSTOP half of every 20 ms): named exactly by compute in "
-        f"{exact}/{len(slowed)}; its ratio {min(culprit_ratios):.2f}-{max(culprit_ratios):.2f} "
+        f"{exact}/{len(slowed)} (by best pass alone {best_exact}); "
+        f"its ratio {min(culprit_ratios):.2f}-{max(culprit_ratios):.2f} "
         f"(median {statistics.median(culprit_ratios):.2f}); the others' lowest {min(others):.2f}"
     )
     if args.json:

@@ -21,6 +21,7 @@ it, the soak counts what it must never see:
 
     python tests/perf/soak.py --runs 100 [--launchers own,torchrun,srun,mpirun] [--commands allreduce,links]
         [--kinds healthy,ctrl-c,ctrl-c-twice] [--at mixed] [--healthy-rounds N] [--nproc 3]
+        [--load steady|bursty]
 
 Prints one table row per (command, launcher, kind): runs, exit codes seen, how many Ctrl-Cs came
 while Python itself was starting (before ddpcheck's first line: Python's to handle, shown apart;
@@ -57,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ddpcheck.rank import rundir
 from tests.support.fr_dumps import dump, entry, write_pickle
+from tests.support.load import bursty_load, busy_cores
 from tests.support.slurm import slurm_daemons
 
 HERE = Path(__file__).resolve().parents[2]
@@ -462,6 +464,11 @@ def main() -> None:
         help="healthy runs in the first N rounds only (default: all)",
     )
     parser.add_argument("--show-failures", action="store_true", help="print each failing run's stderr")
+    parser.add_argument(
+        "--load",
+        choices=("steady", "bursty"),
+        help="beside every run, one busy-loop process per core; bursty: each comes and goes (0.2-2 s)",
+    )
     args = parser.parse_args()
     # Started in the background by a shell without job control, this process and its children
     # would ignore SIGINT (and a Ctrl-C would do nothing): the runs get the default back.
@@ -472,6 +479,9 @@ def main() -> None:
     began = time.monotonic()
     print(f"load before: {os.getloadavg()[0]:.2f} (1-min), {os.cpu_count()} cores", flush=True)
     with contextlib.ExitStack() as stack:
+        if args.load:
+            stack.enter_context(busy_cores() if args.load == "steady" else bursty_load(args.seed))
+            print(f"beside every run: a {args.load} busy-loop process per core", flush=True)
         if "srun" in launchers:
             # A Slurm of the soak's own (slurmctld and slurmd, as the tests start it), ended after.
             os.environ.update(stack.enter_context(slurm_daemons()))
