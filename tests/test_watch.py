@@ -181,6 +181,33 @@ def test_a_rank_that_raises_is_named_with_its_traceback(tmp_path) -> None:
     assert_all_gone(run)
 
 
+STUCK_ENDING = """
+import atexit, time
+
+
+@atexit.register
+def wait_for_peers():  # an exit handler that never returns (the peer it waits for has gone)
+    time.sleep(600)
+
+
+raise ValueError("planted failure before the end")
+"""
+
+
+def test_a_rank_that_raised_and_is_stuck_ending_is_a_crash_not_a_hang(tmp_path) -> None:
+    """Its exception is what went wrong: a process stuck in an exit handler after an uncaught
+    exception is named for the exception (under srun it was named as hung, 1 run of 28)."""
+    report = tmp_path / "report.json"
+    argv = [sys.executable, "-m", "ddpcheck", "watch", "--hang-after", "2", "--json", str(report)]
+    done = subprocess.run([*argv, "--", sys.executable, "-c", STUCK_ENDING], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})  # fmt: skip
+    assert done.returncode == 3, done.stderr[-3000:]
+    (check,) = [c for c in json.loads(report.read_text())["checks"] if c["status"] == "ERROR"]
+    assert (check["name"], check["ranks"]) == ("crash", [0]), check
+    assert "failed first: ValueError: planted failure before the end" in check["detail"], check
+    assert _left_jobs(tmp_path, "planted failure before the end") == []
+
+
 def test_a_rank_with_a_differently_sized_collective_is_named_as_a_mismatch(tmp_path) -> None:
     run = watch(tmp_path, TORCHRUN, fault="mismatch@1:step2", steps=6)
     assert run.code == 3, run.err[-3000:]
@@ -277,14 +304,12 @@ def watch_per_task(tmp_path: Path, launcher: list[str], fault: str, env: dict[st
     return Watched(proc.returncode, proc.stdout, proc.stderr, loaded, set(), began, time.monotonic())
 
 
-def _left_jobs(tmp_path: Path) -> list[int]:
+def _left_jobs(tmp_path: Path, job: str = TRAIN_JOB) -> list[int]:
     """This test's job processes still running (its TMPDIR tells them from any other run's)."""
     left = []
     for proc in psutil.process_iter(["cmdline"]):
         with contextlib.suppress(psutil.Error):
-            if TRAIN_JOB in " ".join(proc.info["cmdline"] or []) and proc.environ().get("TMPDIR") == str(
-                tmp_path
-            ):
+            if job in " ".join(proc.info["cmdline"] or []) and proc.environ().get("TMPDIR") == str(tmp_path):
                 left.append(proc.pid)
     return left
 

@@ -172,8 +172,26 @@ class Watcher:
             self.next_sample = time.monotonic() + sample_interval(self.options.hang_after)
         self.silent_s = self.progress.silent_for(time.monotonic())
         if self.silent_s >= self.options.hang_after and self._stalled():
+            if self.failed_at is None and self._raised_and_still_ending():
+                self.failed_at = now
             return "failed" if self.failed_at is not None else "hang"
         return "failed" if self.failed_at is not None else None
+
+    def _raised_and_still_ending(self) -> bool:
+        """A live rank whose main thread raised uncaught: its interpreter is ending, and stuck at it.
+
+        Its exception is its failure, not a hang (an exit handler that waits for a peer, or for a
+        thread, keeps it alive past --hang-after: it was named `hang ... is in wait_for_peers`).
+        An exception that says a peer went away is that peer's failure, not this rank's.
+        """
+        for watched in self.ranks.values():
+            pid = watched.process.pid
+            record = agent.process_file(str(self.dir), pid, "exception")
+            if watched.gone_at is None and os.path.exists(record):
+                raised = exit_of(self.dir, pid, time.time(), None)
+                if raised.kind == "exception" and not raised.secondary:  # not a peer's going, in its turn
+                    return True
+        return False
 
     def _stalled(self) -> bool:
         """Evidence that no rank moves: each live rank stopped, or its stack unchanged over half a window.
