@@ -66,7 +66,7 @@ def process_ended(pid: int) -> bool:
 
 
 def removers_of(scratch: Path) -> list[psutil.Process]:
-    """The processes that remove a rank's inline run directory under `scratch` once the rank is gone."""
+    """The processes that remove a run directory under `scratch` once its rank, or launcher, is gone."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
@@ -78,9 +78,9 @@ def removers_of(scratch: Path) -> list[psutil.Process]:
 def removed_in_time(scratch: Path, keep: tuple[str, ...] = (), within_s: float = 5.0) -> list[str]:
     """What is left in `scratch` once every remover of it has ended (or `within_s` passed).
 
-    A rank killed outright (mpirun's SIGKILL of a job it tears down) has its directory removed by
-    a process of its own a moment after it is gone, not before its launcher exits: on a loaded
-    machine that moment was later than the check right after the run (CI, once).
+    A rank killed outright (mpirun's SIGKILL of a job it tears down), or a launcher, has its
+    directory removed by a process of its own a moment after it is gone, not before its launcher
+    exits: on a loaded machine that moment was later than the check right after the run (CI, once).
     """
     deadline = time.monotonic() + within_s
     while removers_of(scratch) and time.monotonic() < deadline:
@@ -137,9 +137,12 @@ def assert_nothing_left(scratch: Path, run: Run | None = None) -> None:
     while worker_processes(scratch) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not worker_processes(scratch), [p.info["cmdline"] for p in worker_processes(scratch)]
-    leftovers = sorted(p.name for p in scratch.iterdir())
+    # After the removers (rundir.remove_once_this_process_is_gone) have acted: a kept log
+    # directory must outlive its remover, anything else must not.
+    leftovers = sorted(removed_in_time(scratch))
     announced = (run.report or {}).get("log_dir") if run else None
     if announced:
+        assert Path(announced).is_dir(), f"the kept logs {announced} are gone"
         leftovers = [name for name in leftovers if str(scratch / name) != announced]
     assert leftovers == [], leftovers
 

@@ -377,6 +377,21 @@ def test_an_inline_rank_killed_outright_leaves_nothing(tmp_path) -> None:
     assert list(tmp_path.iterdir()) == [] and removers_of(tmp_path) == []
 
 
+@pytest.mark.integration
+def test_a_launcher_killed_outright_leaves_nothing(scratch) -> None:
+    """ddpcheck itself SIGKILLed mid-run (the OOM killer's way): its ranks end (they watch their
+    launcher) and its run directory is removed by a process of its own; before, it stayed."""
+    proc = _start(scratch, "--nproc", "2", *LONG)
+    _wait_for_workers(scratch, 2)
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("ddpcheck-")]  # the run directory
+    proc.kill()
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 30
+    while (worker_processes(scratch) or list(scratch.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not worker_processes(scratch) and list(scratch.iterdir()) == [] and removers_of(scratch) == []
+
+
 BEFORE_THE_SIGNAL_THREADS = """
 import os, sys, tempfile
 scratch = sys.argv[2]

@@ -83,6 +83,7 @@ def launch(
     with interrupt.deferred() as stop:
         run_dir = rundir.create()
         interrupt.remove_on_leave(run_dir)
+        remover = rundir.remove_once_this_process_is_gone(run_dir, unless_logs_kept=True)
         rundir.write_spec(run_dir, make_spec(command, options, faults, plan))
         agent = AgentThread(plan, run_dir)
         watchdog = Watchdog(run_dir, plan, on_progress, presence=lambda: agent.presence)
@@ -110,6 +111,7 @@ def launch(
     if interrupted:
         shutil.rmtree(run_dir, ignore_errors=True)
         interrupt.forget(run_dir)
+        rundir.release_remover(remover)
         raise KeyboardInterrupt
     report = rundir.read_rank0_report(run_dir)
     shared = rundir.read_verdict(run_dir)
@@ -142,6 +144,7 @@ def launch(
     if kept is None:
         shutil.rmtree(run_dir, ignore_errors=True)
     interrupt.forget(run_dir)
+    rundir.release_remover(remover)
     return assemble.after_launch(
         report, time.monotonic() - started, options, str(kept) if kept else None, _as_given(faults)
     )

@@ -121,11 +121,17 @@ def create_inline(path: Path) -> Path:
 # however it went), then removes the directory, "$1". A background job's standard input is
 # /dev/null unless redirected, hence fd 3.
 _REMOVER_SCRIPT = 'exec 3<&0; { read -r _ <&3; rm -rf -- "$1"; } &'
-# The write ends of those pipes: held, never written, until this process ends.
+# A launcher's run directory, unless it is one whose logs the launcher kept on purpose (keep_logs:
+# logs/ alone, the spec gone): a launcher killed outright leaves its spec, or nothing at all.
+_LAUNCHER_REMOVER_SCRIPT = (
+    f'exec 3<&0; {{ read -r _ <&3; if [ -e "$1/{SPEC_FILE}" ] || [ ! -d "$1/{LOGS_DIR}" ]; then '
+    'rm -rf -- "$1"; fi; } &'
+)
+# The write ends of those pipes: held, never written, until this process ends (or release_remover).
 _held_until_exit: list[int] = []
 
 
-def remove_once_this_process_is_gone(path: Path) -> None:
+def remove_once_this_process_is_gone(path: Path, unless_logs_kept: bool = False) -> int | None:
     """Have `path` removed when this process ends, even if it is killed outright (SIGKILL).
 
     Once mpirun is tearing a job down (after a Ctrl-C, or a rank that failed), the first rank to
@@ -137,12 +143,17 @@ def remove_once_this_process_is_gone(path: Path) -> None:
     the rank, however it ended. Where a scheduler kills a job's whole cgroup (Slurm's
     proctrack/cgroup) it goes too; the next inline run on the host sweeps what is left then
     (sweep_abandoned_inline).
+
+    `unless_logs_kept`: a launcher's run directory, left where keep_logs kept it (the launcher
+    killed outright, the OOM killer's SIGKILL, leaves it whole: removed). Returns the handle that
+    release_remover takes once the directory's fate is settled (None: no remover could start).
     """
     read, write = os.pipe()  # neither end is inherited by what this process execs later
+    script = _LAUNCHER_REMOVER_SCRIPT if unless_logs_kept else _REMOVER_SCRIPT
     try:
         shell = os.posix_spawn(
             "/bin/sh",
-            ["sh", "-c", _REMOVER_SCRIPT, "ddpcheck-remover", str(path)],
+            ["sh", "-c", script, "ddpcheck-remover", str(path)],
             os.environ,
             file_actions=[
                 (os.POSIX_SPAWN_DUP2, read, 0),
@@ -153,11 +164,21 @@ def remove_once_this_process_is_gone(path: Path) -> None:
         )
     except OSError:
         os.close(write)  # no shell to start (a process limit): the rank's own removal stands alone
+        return None
     else:
         _held_until_exit.append(write)
         os.waitpid(shell, 0)  # it exits as soon as it has put the remover in the background
+        return write
     finally:
         os.close(read)
+
+
+def release_remover(handle: int | None) -> None:
+    """Let the remover act now, its directory removed or kept: a process that launches many runs
+    holds no pipe, and leaves no remover waiting, per run."""
+    if handle is not None and handle in _held_until_exit:
+        _held_until_exit.remove(handle)
+        os.close(handle)
 
 
 def sweep_abandoned_inline() -> list[Path]:
