@@ -434,6 +434,20 @@ def test_a_task_whose_rank_could_not_be_read_at_first_is_one_rank_not_two(tmp_pa
         assert {rank: w.process.pid for rank, w in watcher.ranks.items()} == {2: 4242}
 
 
+def test_a_job_started_with_its_rank_is_that_rank_even_while_its_environment_reads_empty(monkeypatch) -> None:
+    """The environment watch gave the job's first process is its own: while /proc shows it empty
+    (mid-exec), the process is its task's rank, not a guessed rank 0 beside it (a world of 4)."""
+    from ddpcheck.checks.watch.processes import ProcessTree
+
+    monkeypatch.setattr(psutil.Process, "environ", lambda self: {})  # every read: mid-exec
+    given = {"PATH": "/usr/bin", "SLURM_PROCID": "2"}
+    tree = ProcessTree(os.getpid(), given)
+    assert {rank: p.pid for rank, p in tree.ranks().items()} == {2: os.getpid()}
+    assert not tree.guessed(os.getpid())
+    # Without it, rank 0 is guessed: what the watcher's scan has to undo (test above).
+    assert list(ProcessTree(os.getpid()).ranks()) == [0] and ProcessTree(os.getpid()).guessed(os.getpid())
+
+
 def test_a_rank_first_seen_between_fork_and_exec_is_found_once_it_runs() -> None:
     """A rank read before its exec shows its launcher's environment, no rank in it. Kept so, the
     rank was never seen: under load, a job's rank 1 that raised went unnamed and rank 0, which only

@@ -23,10 +23,17 @@ class RankProcess:
 class ProcessTree:
     """Finds the rank processes under one root (the job's first process); reads a rank's environment once."""
 
-    def __init__(self, root_pid: int) -> None:
+    def __init__(self, root_pid: int, root_environ: dict[str, str] | None = None) -> None:
+        """`root_environ`: the environment the root was started with, when the caller started it.
+
+        Read from /proc, a process being exec'd shows an empty environment: under srun (one watcher
+        per task) task 2's job was then taken for rank 0 as well, a world of 4. Given, it is known.
+        """
         self.root_pid = root_pid
         self.host = socket.gethostname()
         self._environ: dict[int, dict[str, str]] = {}
+        if root_environ is not None and any(name in root_environ for name in RANK_VARIABLES):
+            self._environ[root_pid] = dict(root_environ)
 
     def descendants(self) -> list[psutil.Process]:
         try:

@@ -127,7 +127,7 @@ class Watcher:
             # Its own session: Ctrl-C reaches the watcher alone, which then ends every process of the job.
             start_new_session=True,
         )
-        self.tree = processes.ProcessTree(self.proc.pid)
+        self.tree = processes.ProcessTree(self.proc.pid, env)
         # The job's first process may be the rank itself (srun's or mpirun's task), and may end before
         # the first scan: its environment is the one given here.
         # (No rank variable at all: a plain `python train.py` is rank 0, as the process tree says.)
