@@ -323,6 +323,54 @@ def test_a_rank_is_named_when_slow_in_most_rounds_not_in_a_few(slow_rounds: int,
         )
 
 
+def test_round_ratios_at_exactly_exact_up_to_ranks_leave_each_rank_out() -> None:
+    """Half at 1.0, half at 2.0: left out, a 1.0 rank's peers' median is 2.0 (shared, it would be 1.5)."""
+    half = EXACT_UP_TO // 2
+    passes = {r: [1.0 if r < half else 2.0] for r in range(EXACT_UP_TO)}
+    assert devices.round_ratios(passes)[0] == [0.5]
+
+
+def test_round_ratios_of_one_rank_and_of_peers_at_zero_are_one() -> None:
+    """No peers: nothing to be slower than. Peers that measured 0: no ratio to take, not a slow rank."""
+    assert devices.round_ratios({0: [1.0, 2.0]}) == {0: [1.0, 1.0]}
+    assert devices.round_ratios({0: [0.0], 1: [0.0], 2: [1.0]})[2] == [1.0]
+    assert devices.judge_compute(_turns({"gemm_tflops": [[1.0, 2.0]]}), cpu_ids(1), 0.7, "cpu").status == (
+        Status.PASS
+    )
+
+
+def test_a_rank_whose_median_round_is_exactly_the_threshold_is_not_named() -> None:
+    """Below means below: a median round at 0.7x of its peers passes under 0.7 (its best pass is 0.5x)."""
+    peers = [2.0, 1.0, 1.0, 1.0, 1.0]
+    rows = _turns({"a": [peers, peers, [1.0, 0.7, 0.7, 0.7, 1.0], peers]})
+    check = devices._peer_check("x", [("a", "A", "u")], rows, cpu_ids(4), 0.7, _no_expectation)
+    assert check.status == Status.PASS, check
+
+
+def test_a_round_exactly_at_the_threshold_is_not_counted_below() -> None:
+    peers = [2.0, 1.0, 1.0, 1.0, 1.0]
+    rows = _turns({"a": [peers, peers, [1.0, 0.3, 0.3, 0.7, 1.0], peers]})
+    check = devices._peer_check("x", [("a", "A", "u")], rows, cpu_ids(4), 0.7, _no_expectation)
+    assert check.ranks == [2] and check.detail.endswith("(below 0.7x; in 3 of 5 rounds)"), check.detail
+
+
+def test_two_rounds_are_counted_and_one_is_not_mentioned() -> None:
+    two = _turns({"a": [[1.0, 1.0], [1.0, 1.0], [0.3, 0.3], [1.0, 1.0]]})
+    check = devices._peer_check("x", [("a", "A", "u")], two, cpu_ids(4), 0.7, _no_expectation)
+    assert check.detail.endswith("(below 0.7x; in 2 of 2 rounds)"), check.detail
+    one = _turns({"a": [[1.0], [1.0], [0.3], [1.0]]})
+    check = devices._peer_check("x", [("a", "A", "u")], one, cpu_ids(4), 0.7, _no_expectation)
+    assert check.detail.endswith("(below 0.7x)"), check.detail
+
+
+def test_a_rank_cleared_by_its_rounds_does_not_stop_the_next_one_being_named() -> None:
+    """Rank 1 only had no quiet turn (cleared by its rounds); rank 3 is slow in every round: named."""
+    peers = [2.0, 1.0, 1.0, 1.0, 1.0]
+    rows = _turns({"a": [peers, [1.0] * 5, peers, [1.0, 0.3, 0.3, 0.3, 0.3], peers]})
+    check = devices._peer_check("x", [("a", "A", "u")], rows, cpu_ids(5), 0.7, _no_expectation)
+    assert check.ranks == [3], check
+
+
 # ---------------------------------------------------------------- _peer_check
 def _rows(values: dict[str, list[float | None]], names: list[str | None] | None = None) -> list[dict]:
     n = len(next(iter(values.values())))

@@ -133,7 +133,7 @@ def round_ratios(passes: dict[int, list[float]]) -> dict[int, list[float]]:
     ratios: dict[int, list[float]] = {rank: [] for rank in passes}
     for number in range(rounds):
         values = {rank: p[number] for rank, p in passes.items()}
-        shared = median_of(np.asarray(list(values.values()), dtype=np.float64))
+        shared = median_of(np.asarray(list(values.values())))
         for rank, value in values.items():
             if len(values) > EXACT_UP_TO:
                 reference = shared
