@@ -25,7 +25,7 @@ from ddpcheck.launcher import interrupt, watchdog
 from ddpcheck.launcher.postmortem import crash_culprits, judge_stall
 from ddpcheck.rank import rundir
 from ddpcheck.rank.status import Stall
-from tests.conftest import assert_nothing_left, process_ended, removers_of, worker_processes
+from tests.conftest import assert_nothing_left, process_ended, removed_in_time, removers_of, worker_processes
 from tests.support.hung_tool import all_end, started_children, wait_for_a_start, write_hung_tool
 from tests.support.netns import free_port
 
@@ -371,10 +371,7 @@ def test_an_inline_rank_killed_outright_leaves_nothing(tmp_path) -> None:
     removes it a moment after the rank is gone, and ends."""
     proc = subprocess.run([sys.executable, "-c", KILLED_OUTRIGHT, str(tmp_path)], timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    deadline = time.monotonic() + 5
-    while (list(tmp_path.iterdir()) or removers_of(tmp_path)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert list(tmp_path.iterdir()) == [] and removers_of(tmp_path) == []
+    assert removed_in_time(tmp_path) == [] and removers_of(tmp_path) == []
 
 
 @pytest.mark.integration

@@ -36,19 +36,22 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from ddpcheck.checks.devices.judge import slow_ranks
 from tests.support.load import bursty_load, busy_cores
+
+
+def figures(report: dict[str, Any], key: str) -> dict[int, float]:
+    """Rank -> its figure `key` (its best pass), from the report's devices table."""
+    return {r["rank"]: r[key] for r in report["tables"]["devices"] if isinstance(r.get(key), (int, float))}
 
 
 def by_best_pass(report: dict[str, Any], key: str, threshold: float) -> list[int]:
     """The ranks the best pass alone names: the judge before rounds were compared too."""
-    from ddpcheck.checks.devices.judge import slow_ranks
-
-    rows = {r["rank"]: r[key] for r in report["tables"]["devices"] if isinstance(r.get(key), (int, float))}
-    return sorted(slow_ranks(rows, threshold))
+    return sorted(slow_ranks(figures(report, key), threshold))
 
 
 def ratios(report: dict[str, Any], key: str) -> dict[int, float]:
-    rows = {r["rank"]: r[key] for r in report["tables"]["devices"] if isinstance(r.get(key), (int, float))}
+    rows = figures(report, key)
     return {
         rank: value / statistics.median([v for r, v in rows.items() if r != rank])
         for rank, value in rows.items()
