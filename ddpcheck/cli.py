@@ -187,8 +187,9 @@ def run_plain(command: Command, options: Any, output: OutputOptions) -> None:
         report = command.module().run(options)
     else:
         try:
-            # `watch`: a Ctrl-C is one KeyboardInterrupt in its loop, which ends the job it ran first.
-            with interrupt.deferred(raise_once=True, sigterm=False):
+            # `watch`: a Ctrl-C, or a scheduler's SIGTERM (a time limit), is one KeyboardInterrupt
+            # in its loop, which ends the job it ran first.
+            with interrupt.deferred(raise_once=True):
                 report = command.module().run(options)
         except KeyboardInterrupt:
             interrupt.leave()

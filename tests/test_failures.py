@@ -152,6 +152,23 @@ def test_a_signal_while_ranks_run_is_noted_and_the_handlers_come_back(monkeypatc
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
+def test_a_sigterm_ignored_once_the_account_is_complete_stays_ignored(monkeypatch) -> None:
+    """A watcher of task 1 that published its evidence ignores srun's SIGTERM; the `deferred` it runs
+    in must not bring SIGTERM's default back as it ends (the process would die of it then)."""
+    monkeypatch.setattr(interrupt._State, "sigterm_ignored", False)
+    monkeypatch.setattr(interrupt._State, "stopped", threading.Event())
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        with interrupt.deferred(raise_once=True):
+            interrupt.ignore_sigterm()
+            signal.raise_signal(signal.SIGTERM)  # neither raised nor noted
+            assert not interrupt.interrupted()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is before[0]
+    finally:
+        signal.signal(signal.SIGTERM, before[1])
+
+
 def test_raise_once_gives_one_keyboard_interrupt_and_ignores_the_next(monkeypatch) -> None:
     monkeypatch.setattr(interrupt._State, "stopped", threading.Event())
     with interrupt.deferred(raise_once=True, sigterm=False):

@@ -249,6 +249,33 @@ def test_ctrl_c_ends_the_whole_job_with_one_line_and_exit_130(tmp_path) -> None:
     assert_all_gone(run)
 
 
+SLEEPER = "import time\nprint('ready', flush=True)\ntime.sleep(600)"
+
+
+def test_a_sigterm_to_watch_ends_the_job_and_leaves_nothing(tmp_path) -> None:
+    """A scheduler's time limit (`timeout`, Slurm's SIGTERM) is taken as a Ctrl-C is: the job ended,
+    one line, exit 130, the fresh watch directory removed. Before, watch died of the signal and
+    left its directory (`nccl/`, `processes/`) in TMPDIR."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    argv = [sys.executable, "-m", "ddpcheck", "watch", "--hang-after", "60", "--"]
+    argv += [sys.executable, "-c", SLEEPER]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        job = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert [line for line in err.splitlines() if line.startswith("ddpcheck: ")] == [
+        "ddpcheck: interrupted; every rank was stopped"
+    ], err
+    assert job and psutil.wait_procs(job, timeout=5)[1] == []
+    assert list(tmp_path.iterdir()) == []
+
+
 RAISES = "def load():\n    raise ValueError('bad batch')\nload()"
 
 

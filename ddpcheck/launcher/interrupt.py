@@ -49,6 +49,7 @@ class _State:
     say: ClassVar[bool] = True  # False on an inline rank other than 0: one line per run, rank 0's
     leaving: ClassVar[threading.Lock] = threading.Lock()
     launcher_watched: ClassVar[bool] = False
+    sigterm_ignored: ClassVar[bool] = False  # ignore_sigterm: for the rest of the process
 
 
 # How often a launcher's rank looks whether the launcher is still there.
@@ -242,7 +243,18 @@ def deferred(raise_once: bool = False, sigterm: bool = True) -> Iterator[threadi
     finally:
         _State.mode = previous_mode
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            if not (sig == signal.SIGTERM and _State.sigterm_ignored):
+                signal.signal(sig, handler)
+
+
+def ignore_sigterm() -> None:
+    """This process's account is complete (a rank's, a watcher's): it exits with its verdict. A
+    launcher's SIGTERM now (srun -K ending the step once the first task exited) would only turn
+    that verdict into "Terminated" and leave what it was removing: ignored for the rest of the
+    process, also by a `deferred` that ends later and during interpreter teardown, where Python
+    restores the default handler of the ones it set."""
+    _State.sigterm_ignored = True
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:

@@ -508,9 +508,6 @@ def run_inline(
             return Verdict.ERROR
         return shared[0]
     finally:
-        # This rank's account is complete; it exits with its verdict. A launcher's SIGTERM now
-        # (srun ending the step) would only turn exit 3 into "Terminated": ignored, also during
-        # interpreter teardown, where Python restores the default handler of the ones it set.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        interrupt.ignore_sigterm()  # this rank's account is complete: it exits with its verdict
         rundir.remove(run_dir)
         interrupt.forget(run_dir)

@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ddpcheck.checks.watch import judge
-from ddpcheck.launcher import mpi, slurm
+from ddpcheck.launcher import interrupt, mpi, slurm
 from ddpcheck.report.model import Check, Report, Status
 
 if TYPE_CHECKING:
@@ -108,6 +108,9 @@ def run_team(watcher: Watcher, task: Task, store) -> tuple[str, Report | None]:
     _set(store, f"watch/evidence/{task.index}", {"views": [judge.view_to_dict(v) for v in views],
                                                  "output": watcher.pump.text()[-20000:]})  # fmt: skip
     if task.index != 0:
+        # Task 0 writes the report and exits with the verdict; srun -K then ends the step (SIGTERM
+        # to every task), which must not cut this one's own exit (its code, its kept directory).
+        interrupt.ignore_sigterm()
         _wait_for_leader(store)
         return decision, None
     gathered, output, missing = [], "", []

@@ -373,7 +373,7 @@ def run(options: WatchOptions) -> Report:
 
     began = time.monotonic()
     task = team.task_of(os.environ)
-    with interrupt.deferred(sigterm=False):  # made and registered as one step
+    with interrupt.deferred():  # made and registered as one step
         watch_dir, fresh = make_watch_dir(options.dir)
         if fresh:
             interrupt.remove_on_leave(watch_dir)
@@ -386,7 +386,7 @@ def run(options: WatchOptions) -> Report:
     try:
         store = team.connect(task) if task is not None else None  # before the job: task 0 is ready
         # The job starts whole, its process and the tree that ends it: a Ctrl-C is acted on after.
-        with interrupt.deferred(sigterm=False):
+        with interrupt.deferred():
             watcher.start()
         if interrupt.interrupted():
             raise KeyboardInterrupt
