@@ -22,7 +22,7 @@ import typer
 from ddpcheck import __version__
 from ddpcheck.command import Command, Parameter, build_options, options_to_dict, parameters
 from ddpcheck.commands import COMMANDS
-from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, say
 from ddpcheck.launcher import interrupt
 from ddpcheck.launcher.budget import BudgetOptions
 from ddpcheck.launcher.options import LaunchOptions
@@ -423,5 +423,5 @@ def _misplaced_option(exc: Exception, args: list[str]) -> str | None:
 
 def _usage_exit(message: str) -> None:
     line = " ".join(message.split())
-    print(f"ddpcheck: error: {line}", file=sys.stderr)
+    say(f"ddpcheck: error: {line}")
     _exit(EXIT_USAGE)

@@ -1,5 +1,9 @@
 """Errors that end a command with a one-line message instead of a traceback."""
 
+import contextlib
+import os
+import sys
+
 EXIT_USAGE = 2
 EXIT_COULD_NOT_COMPLETE = 3
 EXIT_INTERRUPTED = 130
@@ -7,3 +11,17 @@ EXIT_INTERRUPTED = 130
 
 class UsageError(Exception):
     """Bad usage or input: exit code 2, one line, nothing spawned."""
+
+
+def say(line: str) -> None:
+    """One line on stderr, in one write.
+
+    Ranks under torchrun, srun or mpirun share their launcher's stderr, and print() writes the
+    text and its newline apart: another rank's line got in between (rank 1's "failed" line glued
+    to the end of rank 0's, so no line began with it: 1 run in 5 under a bursty load). One write
+    of a line up to PIPE_BUF (4 KiB) to a pipe is never split.
+    """
+    with contextlib.suppress(Exception):  # what this process printed before goes first
+        sys.stderr.flush()
+    with contextlib.suppress(OSError):
+        os.write(2, f"{line}\n".encode(errors="replace"))

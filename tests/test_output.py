@@ -134,6 +134,39 @@ def test_a_reader_that_leaves_early_costs_the_rest_of_the_report_not_the_verdict
     assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
 
 
+# Three "ranks" that start saying their lines at one moment, each line a rank's failure line's length.
+SAYER = """import sys, time
+from ddpcheck.errors import say
+while time.time() < float(sys.argv[2]):
+    pass
+for i in range(500):
+    say(f"ddpcheck: rank {sys.argv[1]} line {i} " + "x" * 600)
+"""
+
+
+@pytest.mark.integration
+def test_the_lines_of_ranks_sharing_one_stderr_never_run_into_each_other() -> None:
+    """Under torchrun, srun and mpirun the ranks share their launcher's stderr. Said with print (the
+    text and the newline two writes), 30 to 260 of these 1,500 lines ran into another rank's in
+    each of 5 tries; under a bursty load rank 1's "failed" line was glued to rank 0's (a test
+    looking for it failed)."""
+    read, write = os.pipe()
+    start_at = str(time.time() + 1.5)  # after every interpreter has started
+    procs = [
+        subprocess.Popen([sys.executable, "-u", "-c", SAYER, str(rank), start_at], stderr=write)
+        for rank in range(3)
+    ]
+    os.close(write)
+    with os.fdopen(read) as said:
+        lines = said.read().splitlines()
+    assert [proc.wait(timeout=60) for proc in procs] == [0, 0, 0]
+    assert len(lines) == 1500
+    run_together = [
+        line[:80] for line in lines if not re.fullmatch(r"ddpcheck: rank \d line \d+ x{600}", line)
+    ]
+    assert run_together == []
+
+
 @pytest.mark.integration
 def test_quiet_fail_prints_the_failing_checks_then_the_verdict(scratch: Path, tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ddpcheck.checks.env.probe import rank_fingerprint
 from ddpcheck.command import options_from_dict
 from ddpcheck.commands import COMMANDS
-from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE
+from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, say
 from ddpcheck.launcher import interrupt, postmortem
 from ddpcheck.launcher.network import route_address
 from ddpcheck.rank import inline, rundir, stages
@@ -199,7 +199,7 @@ def _inline_gave_up(
             rundir.remove(run_dir)
         if session is None or not postmortem.is_collateral_error(message):
             # No store to read, or this rank failed first-hand: then it is the culprit itself.
-            inline.say(f"ddpcheck: rank {rank} failed: {headline}")
+            say(f"ddpcheck: rank {rank} failed: {headline}")
             if rank == 0 and run_dir and session is not None:
                 rundir.write_rank0_report(
                     run_dir, postmortem.inline_crash_report(spec, world_size, own, message)
@@ -209,7 +209,7 @@ def _inline_gave_up(
         statuses = session.observe(wait_s)
         if not statuses:
             where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-            inline.say(
+            say(
                 f"ddpcheck: rank {rank} failed: {headline} (the store at {where}, which holds every "
                 "rank's heartbeat, did not answer: its host, rank 0 or the launcher, is gone or frozen)"
             )
@@ -219,13 +219,13 @@ def _inline_gave_up(
         ended = inline.reap(statuses, end_stopped=end_stopped, store=session.store)
         if rank != 0:
             check = postmortem.judge_inline(stall, message, rank)
-            inline.say(f"ddpcheck: rank {rank} failed ({headline}): {check.detail}")
+            say(f"ddpcheck: rank {rank} failed ({headline}): {check.detail}")
             session.said()
             if spec.launcher in ("srun", "mpirun"):
                 # The first task to exit starts the launcher's teardown: rank 0, which reports, leaves first.
                 session.wait_for_rank0(inline.RANK0_LEAVES_S)
             return
-        inline.say(f"ddpcheck: rank 0 failed: {headline}")
+        say(f"ddpcheck: rank 0 failed: {headline}")
         report = postmortem.inline_report(spec, stall, message)
         if ended:
             report.notes.append(
@@ -302,9 +302,9 @@ def on_inline_sigterm(
         # The files first: they are what a SIGKILL would cost; each is written whole or not at all.
         with contextlib.suppress(Exception):
             wrote = write_report(postmortem.sigterm_report(spec, stalls[0]))
-    inline.say(line)
+    say(line)
     for said in wrote:
-        inline.say(f"ddpcheck: {said}")
+        say(f"ddpcheck: {said}")
     if session is not None and rank != 0:
         _quietly(session.said)
     _leave()

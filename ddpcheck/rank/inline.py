@@ -23,7 +23,6 @@ import os
 import shutil
 import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -403,7 +402,3 @@ class SigtermWatch(threading.Thread):
             if signal.SIGTERM in data:
                 self._on_sigterm()
                 return
-
-
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
