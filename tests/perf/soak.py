@@ -65,6 +65,7 @@ HERE = Path(__file__).resolve().parents[2]
 TRAIN_JOB = HERE / "tests" / "support" / "train_job.py"
 LINE = "ddpcheck: interrupted; every rank was stopped"
 VERDICTS = ("FAIL ", "ERROR ")  # how a report's last line begins when the run did not pass
+FAILING_ROW = re.compile(r"^\S.*?\s{2,}(FAIL|ERROR)\s{2,}")  # a check's row in the report's table
 COMMANDS = (
     "allreduce", "collectives", "train", "profile", "links", "devices", "env", "watch", "show", "compare",
     "postmortem",
@@ -365,7 +366,11 @@ def _finish(
         out, err = proc.communicate()
     outcome.seconds = time.monotonic() - began
     outcome.stderr = err
-    outcome.verdict = next((line for line in reversed(out.splitlines()) if line.startswith(VERDICTS)), "")
+    last = next((line for line in reversed(out.splitlines()) if line.startswith(VERDICTS)), "")
+    # With the checks that failed: an srun run that exited 1 said only its count of failures (12
+    # of them, never explained).
+    failing = [line.strip() for line in out.splitlines() if FAILING_ROW.match(line)]
+    outcome.verdict = " | ".join([*failing[:3], last]) if last else ""
     deadline = time.monotonic() + LEFTOVER_GRACE_S
     while (left := run_of(tmp)) and time.monotonic() < deadline:
         time.sleep(0.1)

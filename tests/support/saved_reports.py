@@ -6,6 +6,8 @@ report, its page and `ddpcheck show` reads the same four.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -63,8 +65,9 @@ def run_ddpcheck(
 
 
 # Each test module that imports the fixture gets its own definition of it, so session scope alone
-# would run the four commands once per module: the runs are kept here, once per session.
+# would run the commands once per module: the runs are kept here, once per session.
 _SAVED: dict[str, Saved] = {}
+INDEX = "saved.json"
 
 
 @pytest.fixture(scope="session", name="saved_reports")
@@ -72,7 +75,31 @@ def saved_reports_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     pytest.importorskip("matplotlib", reason="--html needs matplotlib: pip install 'ddpcheck[html]'")
     if _SAVED:
         return _SAVED
-    out = tmp_path_factory.mktemp("wt16-saved")
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        _SAVED.update(_run_all(tmp_path_factory.mktemp("wt16-saved")))
+        return _SAVED
+    # pytest -n: the first worker to ask runs them, into the session's directory (every worker's
+    # base directory is in it); the others wait on the lock and read what it saved.
+    out = tmp_path_factory.getbasetemp().parent / "saved-reports"
+    out.mkdir(exist_ok=True)
+    with (out / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        index = out / INDEX
+        if index.exists():
+            saved = {name: Saved(**{**fields, "json": Path(fields["json"]), "html": Path(fields["html"])})
+                     for name, fields in json.loads(index.read_text()).items()}  # fmt: skip
+        else:
+            saved = _run_all(out)
+            as_text = {
+                name: {**vars(one), "json": str(one.json), "html": str(one.html)}
+                for name, one in saved.items()
+            }
+            index.write_text(json.dumps(as_text))
+    _SAVED.update(saved)
+    return _SAVED
+
+
+def _run_all(out: Path) -> dict[str, Saved]:
     scratch = out / "tmp"
     scratch.mkdir()
     saved = {}
@@ -86,5 +113,4 @@ def saved_reports_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str,
         saved[name] = Saved(name, proc.returncode, proc.stdout, proc.stderr, json_path, html_path)
         print(f"{name}: {time.monotonic() - began:.1f} s")
     assert_nothing_left(scratch)
-    _SAVED.update(saved)
-    return _SAVED
+    return saved
