@@ -389,7 +389,12 @@ def test_watch_around_mpirun_names_the_rank_that_raises(tmp_path) -> None:
     assert_all_gone(run)
 
 
-def test_keep_reports_the_hang_and_leaves_the_job_running_with_its_output_passed_through(tmp_path) -> None:
+@pytest.mark.parametrize("ended_by", ["the job's end", "a SIGTERM to the relay"])
+def test_keep_reports_the_hang_and_leaves_the_job_running_with_its_output_passed_through(
+    tmp_path, ended_by
+) -> None:
+    """The process that passes the job's output on (a fork of watch's) ends with the job; a signal
+    of its own ends it too, without watch's "interrupted" line (it had watch's handlers)."""
     marker = f"kept-{os.getpid()}-{time.monotonic_ns()}"
     code = f"import time\nprint('{marker} started', flush=True)\ntime.sleep(60)\nprint('{marker} done')"
     report = tmp_path / "keep.json"
@@ -408,9 +413,14 @@ def test_keep_reports_the_hang_and_leaves_the_job_running_with_its_output_passed
     job = [p for p in kept if "ddpcheck" not in " ".join(p.info["cmdline"])]
     assert len(job) == 1 and job[0].pid == json.loads(report.read_text())["ranks"][0]["pid"], kept
     assert job[0].status() != psutil.STATUS_ZOMBIE  # still running after watch has exited
+    if ended_by == "a SIGTERM to the relay":
+        (relay,) = [p for p in kept if p not in job]
+        relay.terminate()
+        assert psutil.wait_procs([relay], timeout=10)[1] == []
     job[0].kill()  # the job's end ends what passes its output through, too
     _, alive = psutil.wait_procs(kept, timeout=10)
     assert alive == [], alive
+    assert "interrupted" not in err.read_text()
 
 
 FORKS_A_RANK_SLOWLY = """

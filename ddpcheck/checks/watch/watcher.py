@@ -441,6 +441,8 @@ def _hand_over_output(watcher: Watcher) -> None:
     if os.fork() != 0:
         return
     os.setsid()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # a plain copier: a signal ends it, without watch's line
+        signal.signal(sig, signal.SIG_DFL)
     sinks = {pipes[0]: sys.stdout.fileno(), pipes[-1]: sys.stderr.fileno()}
     while pipes:
         ready, _, _ = select.select(pipes, [], [])
