@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass
 
 from ddpcheck.command import option
-from ddpcheck.errors import EXIT_USAGE, UsageError
+from ddpcheck.errors import EXIT_USAGE, UsageError, say
 from ddpcheck.launcher.options import MAX_TIMEOUT_S
 from ddpcheck.rank.budget import EXIT_S, TAIL_S, Budget
 from ddpcheck.report.fleet import FLEET
@@ -77,11 +76,9 @@ class StartingWatch:
     def _ran_out(self) -> None:
         spent = time.time() - self.began
         # Exit 2, as a budget refused after the start: nothing was launched, the budget cannot hold it.
-        print(
+        say(
             f"ddpcheck: error: --budget {self.seconds:g}: it ran out while ddpcheck and torch were still "
-            f"starting ({spent:.1f} s); nothing was launched: give a larger budget",
-            file=sys.stderr,
-            flush=True,
+            f"starting ({spent:.1f} s); nothing was launched: give a larger budget"
         )
         os._exit(EXIT_USAGE)
 

@@ -33,6 +33,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, ClassVar, NoReturn
 
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED
+from ddpcheck.errors import say as say_line
 
 if TYPE_CHECKING:  # loaded before the Ctrl-C handler is in: subprocess is half of its import time
     import subprocess
@@ -157,8 +158,7 @@ def leave(code: int = EXIT_INTERRUPTED, say: bool = True) -> NoReturn:
     for path in _State.removals:
         _remove(path)
     if _State.say and say:
-        with contextlib.suppress(OSError):
-            os.write(2, f"{LINE}\n".encode())
+        say_line(LINE)
     os._exit(code)
 
 
