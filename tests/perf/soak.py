@@ -107,7 +107,7 @@ class Outcome:
     procs: list[str] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
     swept: int = 0  # run directories of ranks the launcher killed outright, removed by the next run's sweep
-    report: dict = field(default_factory=dict)  # watch's --json report, when it wrote one
+    report: dict = field(default_factory=dict)  # the run's --json report, when it wrote one
 
     def job_aborted_itself(self) -> bool:
         """Under `watch`: a rank of the user's job died of its own SIGABRT as its interpreter ended.
@@ -195,7 +195,8 @@ def argv_of(command: str, launcher: str, nproc: int, report: Path) -> list[str]:
         report, dumps = str(INPUTS["report"]), str(INPUTS["dumps"])
         read = {"show": [report], "compare": [report, report], "postmortem": [dumps]}
         return [sys.executable, "-m", "ddpcheck", command, *read[command]]
-    ddpcheck = [sys.executable, "-m", "ddpcheck", command, *ARGS[command]]
+    # Its report too: a failed run's is kept (--keep-failed), with every rank's figures to read.
+    ddpcheck = [sys.executable, "-m", "ddpcheck", command, *ARGS[command], "--json", str(report)]
     if command == "env":
         return ddpcheck
     if launcher == "torchrun":
@@ -470,6 +471,9 @@ def main() -> None:
     )
     parser.add_argument("--show-failures", action="store_true", help="print each failing run's stderr")
     parser.add_argument(
+        "--keep-failed", type=Path, metavar="DIR", help="write each failing run's --json report into DIR"
+    )
+    parser.add_argument(
         "--load",
         choices=("steady", "bursty"),
         help="beside every run, one busy-loop process per core; bursty: each comes and goes (0.2-2 s)",
@@ -545,6 +549,11 @@ def soak(
                     )
                     if args.show_failures and outcome.problems():
                         print("    " + outcome.stderr.strip().replace("\n", "\n    "), flush=True)
+                    if args.keep_failed and outcome.problems() and outcome.report:
+                        args.keep_failed.mkdir(parents=True, exist_ok=True)
+                        kept = args.keep_failed / f"{len(outcomes):04d}-{command}-{launcher}-{kind}.json"
+                        kept.write_text(json.dumps(outcome.report, indent=1))
+                        print(f"    report kept: {kept}", flush=True)
 
 
 if __name__ == "__main__":
