@@ -113,6 +113,17 @@ def worker_processes(scratch: Path | None = None) -> list[psutil.Process]:
     return found
 
 
+def wait_for_workers(scratch: Path, count: int) -> list[psutil.Process]:
+    """The `count` ranks of the run given TMPDIR `scratch`, once each has written its status."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        workers = worker_processes(scratch)
+        if len(workers) == count and len(list(scratch.glob("ddpcheck-*/status/rank-*.json"))) == count:
+            return workers
+        time.sleep(0.1)
+    raise AssertionError("workers did not start")
+
+
 @pytest.fixture
 def scratch(tmp_path: Path) -> Path:
     """A private TMPDIR: whatever a run leaves there is visible to the test."""

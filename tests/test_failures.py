@@ -25,7 +25,14 @@ from ddpcheck.launcher import interrupt, watchdog
 from ddpcheck.launcher.postmortem import crash_culprits, judge_stall
 from ddpcheck.rank import rundir
 from ddpcheck.rank.status import Stall
-from tests.conftest import assert_nothing_left, process_ended, removed_in_time, removers_of, worker_processes
+from tests.conftest import (
+    assert_nothing_left,
+    process_ended,
+    removed_in_time,
+    removers_of,
+    wait_for_workers,
+    worker_processes,
+)
 from tests.support.hung_tool import all_end, started_children, wait_for_a_start, write_hung_tool
 from tests.support.netns import free_port
 
@@ -396,7 +403,7 @@ def test_a_launcher_killed_outright_leaves_nothing(scratch) -> None:
     """ddpcheck itself SIGKILLed mid-run (the OOM killer's way): its ranks end (they watch their
     launcher) and its run directory is removed by a process of its own; before, it stayed."""
     proc = _start(scratch, "--nproc", "2", *LONG)
-    _wait_for_workers(scratch, 2)
+    wait_for_workers(scratch, 2)
     assert [p.name for p in scratch.iterdir() if p.name.startswith("ddpcheck-")]  # the run directory
     proc.kill()
     proc.communicate(timeout=60)
@@ -586,25 +593,13 @@ def _start(
     )
 
 
-def _wait_for_workers(scratch: Path, count: int) -> list[psutil.Process]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        workers = worker_processes(scratch)
-        if len(workers) == count and (scratch.glob("ddpcheck-*/status/rank-*.json")):
-            ranks = sorted(scratch.glob("ddpcheck-*/status/rank-*.json"))
-            if len(ranks) == count:
-                return workers
-        time.sleep(0.1)
-    raise AssertionError("workers did not start")
-
-
 LONG = ("--sizes", "1K:4M", "--iters", "200")
 
 
 @pytest.mark.integration
 def test_stopped_rank_that_ignores_sigterm_is_named_and_killed(scratch) -> None:
     proc = _start(scratch, "--nproc", "3", *LONG, "--timeout", "4", "--json", "-")
-    workers = _wait_for_workers(scratch, 3)
+    workers = wait_for_workers(scratch, 3)
     victim = next(w for w in workers if w.environ().get("RANK") == "1")
     time.sleep(1)
     victim.suspend()  # SIGSTOP
@@ -622,7 +617,7 @@ def test_stopped_rank_that_ignores_sigterm_is_named_and_killed(scratch) -> None:
 @pytest.mark.integration
 def test_ctrl_c_tears_down_and_exits_130(scratch) -> None:
     proc = _start(scratch, "--nproc", "3", *LONG)
-    _wait_for_workers(scratch, 3)
+    wait_for_workers(scratch, 3)
     time.sleep(1)
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
     _assert_interrupted(proc, scratch)
@@ -755,7 +750,7 @@ def test_ctrl_c_under_mpirun_ends_every_rank_cleanly(scratch) -> None:
 @pytest.mark.integration
 def test_ranks_do_not_outlive_a_killed_launcher(scratch) -> None:
     proc = _start(scratch, "--nproc", "2", *LONG)
-    workers = _wait_for_workers(scratch, 2)
+    workers = wait_for_workers(scratch, 2)
     proc.kill()
     proc.wait()
     _gone, alive = psutil.wait_procs(workers, timeout=10)

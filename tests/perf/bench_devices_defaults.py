@@ -1,7 +1,7 @@
 """How `ddpcheck devices`' CPU defaults were chosen: healthy runs against a rank slowed from outside.
 
     python tests/perf/bench_devices_defaults.py [--nproc 4] [--runs 20] [--load [steady|bursty]] [--culprit 2]
-        [--devices-args '--size 128 --iters 3']
+        [--devices-args '--size 128 --iters 3'] [--launcher own|srun] [--keep-failed DIR]
 
 Each healthy run records every rank's figures as a ratio to the median of the others (what
 the judge compares with --threshold), and whether the run passed; and, from the same runs,
@@ -12,8 +12,10 @@ neighbour would, by a SIGSTOP/SIGCONT duty cycle (stopped half of every 20 ms), 
 whether `compute` named exactly that rank and how slow it looked. --load runs one busy-loop
 process per core beside every run; --load bursty makes them come and go as other jobs on a
 shared node do (each runs, then stops, for a random 0.2 to 2 s; one of them copies memory
-rather than computing), so the load can change between one rank's turn and the next. Not
-collected by pytest; prints one summary line per kind.
+rather than computing), so the load can change between one rank's turn and the next.
+--launcher srun runs each under `srun -K` (a Slurm of the bench's own on this machine, as the
+tests start one), the ranks then inline in srun's tasks. Not collected by pytest; prints one
+summary line per kind.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ import argparse
 import contextlib
 import json
 import os
-import signal
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +40,8 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ddpcheck.checks.devices.judge import slow_ranks
-from tests.support.load import bursty_load, busy_cores
+from tests.support.load import bursty_load, busy_cores, duty_cycle
+from tests.support.slurm import slurm_daemons
 
 
 def figures(report: dict[str, Any], key: str) -> dict[int, float]:
@@ -58,44 +62,54 @@ def ratios(report: dict[str, Any], key: str) -> dict[int, float]:
     }
 
 
-def rank_pid(launcher: psutil.Process, rank: int, deadline: float) -> int | None:
-    """The pid of the rank process with RANK=rank among the launcher's descendants."""
+def round_bias(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
+    """Rank -> the median over runs and rounds of its pass divided by its peers' median that round."""
+    per_rank: dict[str, list[float]] = {}
+    for run in runs:
+        passes = run.get("passes", {}).get(key) or {}
+        for rank, mine in passes.items():
+            for number, value in enumerate(mine):
+                peers = [theirs[number] for other, theirs in passes.items() if other != rank]
+                per_rank.setdefault(str(rank), []).append(value / statistics.median(peers))
+    return {rank: statistics.median(values) for rank, values in sorted(per_rank.items())}
+
+
+def rank_pid(run: str, rank: int, deadline: float) -> int | None:
+    """The pid of the rank process of run `run` (its BENCH_RUN) with RANK or SLURM_PROCID = rank.
+
+    Looked up among all processes: srun's tasks are slurmstepd's children, not srun's.
+    """
     while time.monotonic() < deadline:
-        for child in launcher.children(recursive=True):
+        for proc in psutil.process_iter():
             try:
-                if "ddpcheck.rank.harness" in " ".join(child.cmdline()) and child.environ().get(
-                    "RANK"
-                ) == str(rank):
-                    return child.pid
+                env = proc.environ()
+                if env.get("BENCH_RUN") != run or "ddpcheck" not in " ".join(proc.cmdline()):
+                    continue
+                if env.get("RANK", env.get("SLURM_PROCID")) == str(rank):
+                    return proc.pid
             except psutil.Error:
                 continue
         time.sleep(0.05)
     return None
 
 
-def duty_cycle(pid: int, stop: threading.Event, fraction: float = 0.5, period_s: float = 0.02) -> None:
-    while not stop.is_set():
-        try:
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(fraction * period_s)
-            os.kill(pid, signal.SIGCONT)
-            time.sleep((1 - fraction) * period_s)
-        except ProcessLookupError:
-            return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGCONT)
-
-
-def one_run(nproc: int, culprit: int | None, scratch: Path, extra: list[str]) -> dict[str, Any]:
+def one_run(
+    nproc: int, culprit: int | None, scratch: Path, extra: list[str], launcher: str
+) -> dict[str, Any]:
     out = scratch / "report.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "ddpcheck", "devices", "--nproc", str(nproc), "--json", str(out), "-q"]
-    cmd += extra
+    out.unlink(missing_ok=True)
+    run = uuid.uuid4().hex
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "BENCH_RUN": run}
+    devices = [sys.executable, "-m", "ddpcheck", "devices", "--json", str(out), "-q", *extra]
+    if launcher == "srun":
+        cmd = ["srun", "-n", str(nproc), "--kill-on-bad-exit=1", *devices]
+    else:
+        cmd = [*devices, "--nproc", str(nproc)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stop = threading.Event()
     cycler = None
     if culprit is not None:
-        pid = rank_pid(psutil.Process(proc.pid), culprit, time.monotonic() + 60)
+        pid = rank_pid(run, culprit, time.monotonic() + 60)
         if pid is not None:
             cycler = threading.Thread(target=duty_cycle, args=(pid, stop), daemon=True)
             cycler.start()
@@ -142,14 +156,30 @@ def main() -> None:
     )
     parser.add_argument("--json", help="write every run's figures here")
     parser.add_argument("--devices-args", default="", help="for devices, e.g. '--size 128 --iters 3'")
+    parser.add_argument("--launcher", choices=("own", "srun"), default="own")
+    parser.add_argument(
+        "--keep-failed", type=Path, metavar="DIR", help="keep each failed healthy run's report"
+    )
+    parser.add_argument("--healthy-only", action="store_true", help="no slowed runs: false alarms alone")
     args = parser.parse_args()
     loads = {None: contextlib.nullcontext, "steady": busy_cores, "bursty": bursty_load}
     results: dict[str, list[dict[str, Any]]] = {"healthy": [], "slowed": []}
-    with loads[args.load](), tempfile.TemporaryDirectory() as scratch:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(loads[args.load]())
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        if args.launcher == "srun":
+            os.environ.update(stack.enter_context(slurm_daemons()))
         extra = args.devices_args.split()
-        for _ in range(args.runs):
-            results["healthy"].append(one_run(args.nproc, None, Path(scratch), extra))
-            results["slowed"].append(one_run(args.nproc, args.culprit, Path(scratch), extra))
+        for number in range(args.runs):
+            healthy = one_run(args.nproc, None, scratch, extra, args.launcher)
+            results["healthy"].append(healthy)
+            if args.keep_failed and healthy.get("code") != 0 and (scratch / "report.json").exists():
+                args.keep_failed.mkdir(parents=True, exist_ok=True)
+                shutil.copy(scratch / "report.json", args.keep_failed / f"healthy-{number:02d}.json")
+            if not args.healthy_only:
+                results["slowed"].append(one_run(args.nproc, args.culprit, scratch, extra, args.launcher))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
     load = f"a {args.load} busy-loop process per core beside" if args.load else "idle"
     healthy, slowed = results["healthy"], results["slowed"]
     passed = sum(r.get("code") == 0 for r in healthy)
@@ -161,20 +191,30 @@ def main() -> None:
     culprit_ratios = [r["compute"][args.culprit] for r in slowed if "compute" in r]
     others = [v for r in slowed if "compute" in r for k, v in r["compute"].items() if k != args.culprit]
     elapsed = [r["elapsed_s"] for r in healthy if "elapsed_s" in r]
-    print(f"# {args.runs} healthy and {args.runs} slowed runs of `devices --nproc {args.nproc}`, {load}")
+    print(
+        f"# {len(healthy)} healthy and {len(slowed)} slowed runs of `devices`, {args.nproc} ranks "
+        f"({args.launcher} launcher), {load}"
+    )
     print(
         f"healthy: {passed}/{len(healthy)} passed (by best pass alone {best_passed}); "
         f"lowest rank-to-peers ratio: compute {low_compute:.2f}, "
         f"memory {low_memory:.2f}; run {statistics.median(elapsed):.1f} s (median)"
     )
     print(
+        "healthy, each rank's median per-round ratio to its peers (a rank's process or turn "
+        "that slows it shows below 1): compute "
+        + ", ".join(f"{rank} {ratio:.2f}" for rank, ratio in round_bias(healthy, "gemm_tflops").items())
+        + "; memory "
+        + ", ".join(f"{rank} {ratio:.2f}" for rank, ratio in round_bias(healthy, "copy_gbps").items())
+    )
+    if not slowed:
+        return
+    print(
         f"slowed rank {args.culprit} (SIGSTOP half of every 20 ms): named exactly by compute in "
         f"{exact}/{len(slowed)} (by best pass alone {best_exact}); "
         f"its ratio {min(culprit_ratios):.2f}-{max(culprit_ratios):.2f} "
         f"(median {statistics.median(culprit_ratios):.2f}); the others' lowest {min(others):.2f}"
     )
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

@@ -24,16 +24,17 @@ COPY = "import numpy as np\na = np.ones(8 << 20)\nb = np.empty_like(a)\nwhile Tr
 
 
 @contextlib.contextmanager
-def busy_cores(count: int | None = None) -> Iterator[list[int]]:
+def busy_cores(count: int | None = None, cpu: int | None = None) -> Iterator[list[int]]:
     """`count` processes (one per core by default) that spin until the block ends; always ended.
 
-    Yields their pids.
+    With `cpu`, all of them on that core alone. Yields their pids.
     """
     count = (os.cpu_count() or 1) if count is None else count
+    pinned = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
     spinners: list[subprocess.Popen] = []
     try:
         for _ in range(count):
-            spinners.append(subprocess.Popen([sys.executable, "-c", SPIN]))
+            spinners.append(subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=pinned))
         yield [s.pid for s in spinners]
     finally:
         for spinner in spinners:
@@ -74,3 +75,21 @@ def bursty_load(seed: int = 7, low_s: float = 0.2, high_s: float = 2.0) -> Itera
             hog.kill()
         for hog in hogs:
             hog.wait()
+
+
+def duty_cycle(pid: int, stop: threading.Event, fraction: float = 0.5, period_s: float = 0.02) -> None:
+    """Stop `pid` (SIGSTOP) `fraction` of every `period_s` until `stop` is set or it ends; left running.
+
+    A rank slowed from outside, as a sick device or a throttled core would slow it: it loses the
+    time stopped, not waiting for a core.
+    """
+    while not stop.is_set():
+        try:
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(fraction * period_s)
+            os.kill(pid, signal.SIGCONT)
+            time.sleep((1 - fraction) * period_s)
+        except ProcessLookupError:
+            return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
