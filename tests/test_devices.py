@@ -8,18 +8,24 @@ whose memory and link are sick. No GPU machine recorded them: none was at hand.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from ddpcheck.checks.devices import DevicesOptions, health, topology
+from ddpcheck.checks.devices import DevicesOptions, health, runqueue, topology
 from ddpcheck.checks.devices import judge as devices
 from ddpcheck.errors import UsageError
 from ddpcheck.report import baseline
 from ddpcheck.report.model import Status
-from tests.conftest import Run, assert_nothing_left, assert_usage_error, needs_gpu
+from tests.conftest import Run, assert_nothing_left, assert_usage_error, needs_gpu, wait_for_workers
+from tests.support.load import busy_cores, duty_cycle
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 OPTS = DevicesOptions().for_device("cpu")
@@ -53,6 +59,22 @@ def judged(data: list[dict[str, Any]], threshold: float = 0.7) -> dict[str, Any]
     opts = DevicesOptions(size=64, iters=2, threshold=threshold, memory_threshold=0.4)
     report = devices.judge(data, [ident(r) for r in range(len(data))], opts)
     return {c.name: c for c in report.checks} | {"_report": report}
+
+
+# ---------------------------------------------------------------- the run-queue wait (runqueue.py)
+def test_the_wait_is_schedstats_second_field_and_unknown_is_none_or_zero(tmp_path: Path) -> None:
+    stats = tmp_path / "schedstat"
+    stats.write_text("123456789 2500000000 42\n")
+    assert runqueue.waited_s(str(stats)) == 2.5
+    assert runqueue.waited_since(2.0, str(stats)) == 0.5
+    assert runqueue.waited_since(None, str(stats)) == 0.0
+    # A counter that went back (a thread other than the one read before) is no wait, not a negative one.
+    assert runqueue.waited_since(3.0, str(stats)) == 0.0
+    for text in ("", "12\n", "a b c\n"):
+        stats.write_text(text)
+        assert runqueue.waited_s(str(stats)) is None
+        assert runqueue.waited_since(1.0, str(stats)) == 0.0
+    assert runqueue.waited_s(str(tmp_path / "absent")) is None
 
 
 # ---------------------------------------------------------------- compute and memory against peers
@@ -305,6 +327,47 @@ def test_a_slow_and_a_corrupting_rank_are_each_named_exactly(
     run = ddpcheck("devices", "--nproc", str(nproc), *SMALL, *faults)
     assert run.code == 1, run.stdout + run.stderr
     assert _named(run) == {"compute": [slow], "results agree": [corrupt]}, run.failing()
+    assert_nothing_left(scratch, run)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2 or runqueue.waited_s() is None,
+    reason="needs two cores and the kernel's run-queue wait (/proc/thread-self/schedstat)",
+)
+def test_a_rank_sharing_its_core_passes_and_a_stopped_rank_is_named(scratch: Path) -> None:
+    """Rank 1 shares its core with two spinning processes (it waits for the core two thirds of
+    its passes: the host's load, not its device); rank 2 is stopped half of every 20 ms (the
+    time a sick device loses). Only rank 2 is named. On the code before runqueue.py (rates over
+    wall time) the host's load decided instead: at load 6, rank 2 hid among ranks all slowed
+    alike, and the run passed (2 of 2 tries)."""
+    first, second, *_ = sorted(os.sched_getaffinity(0))
+    env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "ddpcheck", "devices", "--nproc", "3", "--size", "128", "--iters", "3"]
+    argv += ["--json", "-"]
+    stop = threading.Event()
+    with busy_cores(2, cpu=first):
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        ranks = {int(w.environ()["RANK"]): w.pid for w in wait_for_workers(scratch, 3)}
+        # The main thread (its id is the pid) is the one that measures.
+        os.sched_setaffinity(ranks[1], {first})
+        os.sched_setaffinity(ranks[0], {second})
+        os.sched_setaffinity(ranks[2], {second})
+        cycler = threading.Thread(target=duty_cycle, args=(ranks[2], stop), daemon=True)
+        cycler.start()
+        try:
+            out, err = proc.communicate(timeout=180)
+        finally:
+            stop.set()
+            cycler.join()
+    report = json.loads(out)
+    run = Run(proc.returncode, out.decode(), err.decode(), report, 0.0)
+    assert run.code == 1, run.stderr
+    named = _named(run)
+    assert named["compute"] == [2] and set().union(*named.values()) == {2}, named
+    waits = {row["rank"]: row["cpu_wait_pct"] for row in run.table("devices")}
+    assert waits[1] >= 40 and waits[1] > waits[0], waits
+    assert any("the host was busy" in note for note in report["notes"]), report["notes"]
     assert_nothing_left(scratch, run)
 
 

@@ -665,8 +665,8 @@ def test_a_lone_rank_passes_and_ranks_all_of_different_models_skip() -> None:
 
 
 # ---------------------------------------------------------------- devices_table
-def test_the_cpu_table_shows_host_memcpy_and_checksum() -> None:
-    """CPU: rank, host, device, float32, memcpy, checksum, status; units and options in the title."""
+def test_the_cpu_table_shows_host_memcpy_wait_and_checksum() -> None:
+    """CPU: rank, host, device, float32, memcpy, wait %, checksum, status; units and options in the title."""
     table = devices.devices_table([], "cpu", CPU_OPTS)
     assert table.name == "devices"
     assert table.columns == {
@@ -675,10 +675,37 @@ def test_the_cpu_table_shows_host_memcpy_and_checksum() -> None:
         "device": "device",
         "gemm_tflops": "float32",
         "copy_gbps": "memcpy",
+        "cpu_wait_pct": "wait %",
         "checksum": "checksum",
         "status": "status",
     }
-    assert table.title == "Devices: TFLOP/s of products, GB/s of memcpy (64x64 products, best of 5 passes)"
+    assert table.title == (
+        "Devices: TFLOP/s of products, GB/s of memcpy, % of the time waiting for a core "
+        "(64x64 products, best of 5 passes)"
+    )
+
+
+def test_the_wait_column_is_each_ranks_mean_share_and_a_busy_host_is_a_note() -> None:
+    """A rank's wait % is the mean of its passes' shares; from 25% a note says the host was busy
+    (naming the rank that waited most) and the verdict stays the rates'."""
+
+    def waiting(shares: list[float]) -> dict[str, Any]:
+        data = cpu_rank()
+        data["passes"] = [{**p, "cpu_wait": share} for p, share in zip(data["passes"], shares, strict=False)]
+        return data
+
+    rows = devices.device_rows([waiting([0.1, 0.2, 0.3]), waiting([0.0, 0.0, 0.03])], cpu_ids(2), "cpu")
+    assert [row["cpu_wait_pct"] for row in rows] == [20, 1]
+    assert devices.busy_host_note(rows) is None
+    report = devices.judge([waiting([0.2, 0.3, 0.25]), waiting([0.5, 0.6, 0.4])], cpu_ids(2), CPU_OPTS)
+    assert report.notes == [
+        "the host was busy: ranks waited for a core while other processes ran, up to 50% of rank 1's "
+        "passes; their rates leave that time out (the wait % column), so a busy host does not make "
+        "a healthy rank look slow"
+    ]
+    assert report.verdict.name == "PASS"
+    # Rows from GPUs or from older reports have no wait: no column value, no note.
+    assert "cpu_wait_pct" not in devices.device_rows([cpu_rank()], cpu_ids(1), "cpu")[0]
 
 
 def test_the_gpu_table_shows_both_products_three_copies_and_the_clock() -> None:

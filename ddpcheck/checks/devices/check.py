@@ -4,7 +4,8 @@ measure() on every rank: the same seeded matrix products everywhere (their check
 compared bitwise on rank 0), then three passes of timed products and copies. CPU ranks
 take turns, one rank measuring while the others wait: ranks of one host share its cores
 and memory bus, so measured together each would see the others' load and a healthy rank
-could look slow. GPU ranks measure at once, as a training step runs them, each on its own
+could look slow; and a CPU rank's time leaves out what it waited for a core while the host
+ran other processes (runqueue.py). GPU ranks measure at once, as a training step runs them, each on its own
 device: that is also when power and thermal limits show. Each figure keeps its best pass
 (noise on a busy host only ever slows a pass down). On GPUs, NVML's health readings and
 the rank's topology follow. judge() on rank 0 (judge.py) compares plain numbers.
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ddpcheck.checks.devices import DevicesOptions, health, topology
+from ddpcheck.checks.devices import DevicesOptions, health, runqueue, topology
 from ddpcheck.checks.devices.budget import fit_iters, fit_passes
 from ddpcheck.checks.devices.judge import (
     COPIES,
@@ -106,9 +107,14 @@ def measure_pass(
 ) -> dict[str, Any]:
     assert opts.iters is not None
     kind = ctx.device.type
+    before, began = runqueue.waited_s(), time.perf_counter()
     gemm = {dtype: gemm_tflops(ctx, *operands[dtype], dtype, opts.iters) for dtype in DTYPES[kind]}
     copies = copy_rates(ctx, COPY_BYTES[kind], opts.iters)
-    return {"gemm": gemm, "copy": copies}
+    measured = {"gemm": gemm, "copy": copies}
+    if kind != "cuda":
+        # The share of the pass this rank waited for a core (left out of its rates): the host's load.
+        measured["cpu_wait"] = runqueue.waited_since(before) / (time.perf_counter() - began)
+    return measured
 
 
 def _matrices(size: int, dtype: str, device: torch.device) -> tuple[Any, Any]:
@@ -195,19 +201,27 @@ def timed(ctx: RankContext, call: Callable[[], object], iters: int) -> tuple[flo
     """(seconds, calls): `iters` calls on GPUs; on CPU at least `iters` calls and at least CPU_PASS_S.
 
     A CPU pass lasts long enough to span many of the scheduler's time slices: a rank that is
-    stopped part of every slice (a noisy neighbour, a duty-cycled SIGSTOP) cannot look healthy
-    in a pass short enough to fit between two stops.
+    stopped part of every slice (a duty-cycled SIGSTOP) cannot look healthy in a pass short
+    enough to fit between two stops. Its time leaves out what the thread spent waiting for a
+    core while the host ran other processes: the host's load; the time a stopped or slow rank
+    loses stays in (runqueue.py).
     """
     if ctx.device.type == "cuda":
         ctx.sync()
         return ctx.time_calls(call, iters), iters
+    before = runqueue.waited_s()
     began = time.perf_counter()
     calls = 0
     while calls < iters or time.perf_counter() - began < CPU_PASS_S:
         call()
         ctx.tick()
         calls += 1
-    return time.perf_counter() - began, calls
+    wall = time.perf_counter() - began
+    waited = runqueue.waited_since(before)
+    # A wait the kernel counts as the whole pass (its clock and ours a tick apart) leaves no time to judge.
+    if waited >= wall * 0.99:
+        waited = 0.0
+    return wall - waited, calls
 
 
 def device_model(device: torch.device) -> str:

@@ -55,6 +55,9 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: De
         row["status"] = "FAIL" if row["rank"] in blamed else "PASS"
     report.tables.insert(0, devices_table(rows, kind, opts))
     report.tables.append(rank_map_table(identities))
+    busy = busy_host_note(rows)
+    if busy:
+        report.notes.append(busy)
     budget = budget_findings(data[0].get("budget"))
     if budget:
         report.checks.append(budget[0])
@@ -88,12 +91,32 @@ def device_rows(
             key = "copy_gbps" if copy in ("memcpy", "d2d") else f"{copy}_gbps"
             row[key + "_passes"] = [_sig(p["copy"][copy]) for p in passes]
             row[key] = max(row[key + "_passes"])
+        waits = [p["cpu_wait"] for p in passes if "cpu_wait" in p]
+        if waits:
+            row["cpu_wait_pct"] = round(100 * statistics.fmean(waits))
         row["checksum"] = d["checksums"][primary]["sha256"]
         if d.get("health"):
             row["sm_clock_mhz"] = d["health"].get("sm_clock_mhz")
             row["throttle"] = ", ".join(d["health"].get("throttle") or []) or None
         rows.append(row)
     return rows
+
+
+# A rank that waited for a core this share of its passes or more: the host was busy, and says so.
+BUSY_HOST_WAIT_PCT = 25
+
+
+def busy_host_note(rows: list[dict[str, Any]]) -> str | None:
+    """A note when CPU ranks waited for a core much of their passes: their rates leave that time out."""
+    waits = {row["rank"]: row["cpu_wait_pct"] for row in rows if "cpu_wait_pct" in row}
+    if not waits or max(waits.values()) < BUSY_HOST_WAIT_PCT:
+        return None
+    rank = max(waits, key=lambda r: waits[r])
+    return (
+        f"the host was busy: ranks waited for a core while other processes ran, up to "
+        f"{waits[rank]}% of rank {rank}'s passes; their rates leave that time out "
+        "(the wait % column), so a busy host does not make a healthy rank look slow"
+    )
 
 
 def _sig(value: float, digits: int = 4) -> float:
@@ -296,8 +319,8 @@ def devices_table(rows: list[dict[str, Any]], kind: str, opts: DevicesOptions) -
         units = "TFLOP/s of products, GB/s of copies"
     else:
         columns = {"rank": "rank", "host": "host", "device": "device", "gemm_tflops": primary}
-        columns |= {"copy_gbps": "memcpy", "checksum": "checksum"}
-        units = "TFLOP/s of products, GB/s of memcpy"
+        columns |= {"copy_gbps": "memcpy", "cpu_wait_pct": "wait %", "checksum": "checksum"}
+        units = "TFLOP/s of products, GB/s of memcpy, % of the time waiting for a core"
     columns["status"] = "status"
     title = f"Devices: {units} ({opts.size}x{opts.size} products, best of {opts.passes} passes)"
     return Table("devices", title, columns, rows)
