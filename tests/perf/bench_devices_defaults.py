@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -162,6 +163,9 @@ def main() -> None:
     )
     parser.add_argument("--healthy-only", action="store_true", help="no slowed runs: false alarms alone")
     args = parser.parse_args()
+    # Stopped with SIGTERM (kill, a time limit): leave through the blocks below, which end the
+    # load's processes and the bench's Slurm; without this they outlived it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     loads = {None: contextlib.nullcontext, "steady": busy_cores, "bursty": bursty_load}
     results: dict[str, list[dict[str, Any]]] = {"healthy": [], "slowed": []}
     with contextlib.ExitStack() as stack:
