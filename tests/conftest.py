@@ -113,6 +113,24 @@ def worker_processes(scratch: Path | None = None) -> list[psutil.Process]:
     return found
 
 
+def start_run(
+    scratch: Path,
+    *args: str,
+    command: str = "allreduce",
+    prefix: tuple[str, ...] | list[str] = ("-m", "ddpcheck"),
+) -> subprocess.Popen:
+    """`python -m ddpcheck COMMAND ARGS` in the background: TMPDIR `scratch`, a session of its own."""
+    env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        [sys.executable, *prefix, command, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def wait_for_workers(scratch: Path, count: int) -> list[psutil.Process]:
     """The `count` ranks of the run given TMPDIR `scratch`, once each has written its status."""
     deadline = time.monotonic() + 60

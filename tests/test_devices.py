@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,7 +22,14 @@ from ddpcheck.checks.devices import judge as devices
 from ddpcheck.errors import UsageError
 from ddpcheck.report import baseline
 from ddpcheck.report.model import Status
-from tests.conftest import Run, assert_nothing_left, assert_usage_error, needs_gpu, wait_for_workers
+from tests.conftest import (
+    Run,
+    assert_nothing_left,
+    assert_usage_error,
+    needs_gpu,
+    start_run,
+    wait_for_workers,
+)
 from tests.support.load import busy_cores, duty_cycle
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
@@ -342,12 +347,11 @@ def test_a_rank_sharing_its_core_passes_and_a_stopped_rank_is_named(scratch: Pat
     wall time) the host's load decided instead: at load 6, rank 2 hid among ranks all slowed
     alike, and the run passed (2 of 2 tries)."""
     first, second, *_ = sorted(os.sched_getaffinity(0))
-    env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "ddpcheck", "devices", "--nproc", "3", "--size", "128", "--iters", "3"]
-    argv += ["--json", "-"]
     stop = threading.Event()
     with busy_cores(2, cpu=first):
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = start_run(
+            scratch, "--nproc", "3", "--size", "128", "--iters", "3", "--json", "-", command="devices"
+        )
         ranks = {int(w.environ()["RANK"]): w.pid for w in wait_for_workers(scratch, 3)}
         # The main thread (its id is the pid) is the one that measures.
         os.sched_setaffinity(ranks[1], {first})
@@ -361,7 +365,7 @@ def test_a_rank_sharing_its_core_passes_and_a_stopped_rank_is_named(scratch: Pat
             stop.set()
             cycler.join()
     report = json.loads(out)
-    run = Run(proc.returncode, out.decode(), err.decode(), report, 0.0)
+    run = Run(proc.returncode, out, err, report, 0.0)
     assert run.code == 1, run.stderr
     named = _named(run)
     assert named["compute"] == [2] and set().union(*named.values()) == {2}, named

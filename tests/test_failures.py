@@ -30,6 +30,7 @@ from tests.conftest import (
     process_ended,
     removed_in_time,
     removers_of,
+    start_run,
     wait_for_workers,
     worker_processes,
 )
@@ -402,7 +403,7 @@ def test_an_inline_rank_killed_outright_leaves_nothing(tmp_path) -> None:
 def test_a_launcher_killed_outright_leaves_nothing(scratch) -> None:
     """ddpcheck itself SIGKILLed mid-run (the OOM killer's way): its ranks end (they watch their
     launcher) and its run directory is removed by a process of its own; before, it stayed."""
-    proc = _start(scratch, "--nproc", "2", *LONG)
+    proc = start_run(scratch, "--nproc", "2", *LONG)
     wait_for_workers(scratch, 2)
     assert [p.name for p in scratch.iterdir() if p.name.startswith("ddpcheck-")]  # the run directory
     proc.kill()
@@ -576,29 +577,12 @@ def test_keep_logs_keeps_empty_logs_and_drops_the_rest(tmp_path) -> None:
     assert rundir.keep_logs(tmp_path / "never-started") is None
 
 
-def _start(
-    scratch: Path,
-    *args: str,
-    command: str = "allreduce",
-    prefix: tuple[str, ...] | list[str] = ("-m", "ddpcheck"),
-) -> subprocess.Popen:
-    env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(
-        [sys.executable, *prefix, command, *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-
-
 LONG = ("--sizes", "1K:4M", "--iters", "200")
 
 
 @pytest.mark.integration
 def test_stopped_rank_that_ignores_sigterm_is_named_and_killed(scratch) -> None:
-    proc = _start(scratch, "--nproc", "3", *LONG, "--timeout", "4", "--json", "-")
+    proc = start_run(scratch, "--nproc", "3", *LONG, "--timeout", "4", "--json", "-")
     workers = wait_for_workers(scratch, 3)
     victim = next(w for w in workers if w.environ().get("RANK") == "1")
     time.sleep(1)
@@ -616,7 +600,7 @@ def test_stopped_rank_that_ignores_sigterm_is_named_and_killed(scratch) -> None:
 
 @pytest.mark.integration
 def test_ctrl_c_tears_down_and_exits_130(scratch) -> None:
-    proc = _start(scratch, "--nproc", "3", *LONG)
+    proc = start_run(scratch, "--nproc", "3", *LONG)
     wait_for_workers(scratch, 3)
     time.sleep(1)
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
@@ -707,7 +691,7 @@ def test_ctrl_c_at_any_moment_exits_130_with_one_line(scratch, command: str, mom
     quick = QUICK if command == "allreduce" else ("--size", "1K", "--iters", "1")
     if moment == "report":  # a JSON report larger than the pipe (9 sizes: about 7 KB)
         quick = ("--sizes", "1K:256K", "--iters", "1", "--json", "-")
-    proc = _start(scratch, "--nproc", "2", *quick, command=command)
+    proc = start_run(scratch, "--nproc", "2", *quick, command=command)
     fcntl.fcntl(proc.stdout.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
     _moment(proc, scratch, moment)
     os.killpg(proc.pid, signal.SIGINT)
@@ -720,7 +704,7 @@ def test_ctrl_c_under_torchrun_ends_every_rank_cleanly(scratch) -> None:
 
     On the old code, 1 run of 2 left a rank's inline run directory behind."""
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "ddpcheck"]
-    proc = _start(scratch, *LONG, prefix=torchrun)
+    proc = start_run(scratch, *LONG, prefix=torchrun)
     _moment(proc, scratch, "ranks run")
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)
@@ -749,7 +733,7 @@ def test_ctrl_c_under_mpirun_ends_every_rank_cleanly(scratch) -> None:
 
 @pytest.mark.integration
 def test_ranks_do_not_outlive_a_killed_launcher(scratch) -> None:
-    proc = _start(scratch, "--nproc", "2", *LONG)
+    proc = start_run(scratch, "--nproc", "2", *LONG)
     workers = wait_for_workers(scratch, 2)
     proc.kill()
     proc.wait()

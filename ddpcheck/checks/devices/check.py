@@ -5,8 +5,8 @@ compared bitwise on rank 0), then three passes of timed products and copies. CPU
 take turns, one rank measuring while the others wait: ranks of one host share its cores
 and memory bus, so measured together each would see the others' load and a healthy rank
 could look slow; and a CPU rank's time leaves out what it waited for a core while the host
-ran other processes (runqueue.py). GPU ranks measure at once, as a training step runs them, each on its own
-device: that is also when power and thermal limits show. Each figure keeps its best pass
+ran other processes (runqueue.py). GPU ranks measure at once, as a training step runs them,
+each on its own device: that is also when power and thermal limits show. Each figure keeps its best pass
 (noise on a busy host only ever slows a pass down). On GPUs, NVML's health readings and
 the rank's topology follow. judge() on rank 0 (judge.py) compares plain numbers.
 """

@@ -111,7 +111,7 @@ def busy_host_note(rows: list[dict[str, Any]]) -> str | None:
     waits = {row["rank"]: row["cpu_wait_pct"] for row in rows if "cpu_wait_pct" in row}
     if not waits or max(waits.values()) < BUSY_HOST_WAIT_PCT:
         return None
-    rank = max(waits, key=lambda r: waits[r])
+    rank = max(waits, key=waits.__getitem__)
     return (
         f"the host was busy: ranks waited for a core while other processes ran, up to "
         f"{waits[rank]}% of rank {rank}'s passes; their rates leave that time out "
