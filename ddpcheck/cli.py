@@ -24,7 +24,7 @@ from ddpcheck.command import Command, Parameter, build_options, options_to_dict,
 from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, say
 from ddpcheck.launcher import interrupt
-from ddpcheck.launcher.budget import BudgetOptions
+from ddpcheck.launcher.budget_options import BudgetOptions
 from ddpcheck.launcher.options import LaunchOptions
 from ddpcheck.report.compare import BaselineOptions
 from ddpcheck.report.fleet import FleetOptions
@@ -236,7 +236,7 @@ def run_ranked(
     launch.quiet_torch_cpp_logs()
     console = _console(output)
     from ddpcheck.launcher import plan as planning
-    from ddpcheck.launcher.budget import bounded_timeout
+    from ddpcheck.launcher.budget_options import bounded_timeout
 
     inline = planning.detect_inline(launch_options)
     # One line per interrupted run: under torchrun, srun or mpirun, rank 0's.

@@ -1,4 +1,4 @@
-"""The collective harness, on every rank: the sweep, the timing, the exact data check and localisation.
+"""The collective sweep, on every rank: the sweep, the timing, the exact data check and localisation.
 
 For each size of the sweep a collective (a definition from collective/ops/) runs once
 per data-check variant (every root, both ring directions) with an integer pattern that
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.collective.bisection import bisect
-from ddpcheck.checks.collective.budget import Fit, fit_sweep
+from ddpcheck.checks.collective.fit import Fit, fit_sweep
 from ddpcheck.checks.collective.ops.base import Collective, Team
 from ddpcheck.checks.collective.pattern import ITEM_SIZE
 from ddpcheck.report.units import human_bytes
@@ -53,7 +53,7 @@ def measure_op(
 ) -> dict[str, Any]:
     """This rank's account of one collective over the sweep: per size, time and wrong elements.
 
-    With a budget, the timing and the sizes after each one are cut to fit (collective/budget.py),
+    With a budget, the timing and the sizes after each one are cut to fit (collective/fit.py),
     and a timing stops where the ranks agree the measuring time is over (time_within); the data
     check of every size that runs is whole.
     """
