@@ -45,8 +45,7 @@ app = typer.Typer(
         "2 (bad usage) or 3 (could not complete: a rank crashed, hung or never joined)."
     ),
     no_args_is_help=True,
-    # Plain help: Typer's rich help formatter imports markdown and syntax highlighting
-    # (~170 ms), which would more than double the start-up of `ddpcheck --help`.
+    # Plain help: Typer's rich formatter imports markdown and syntax highlighting (docs/performance.md).
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -453,11 +452,10 @@ def main() -> None:
 def _exit(code: int) -> NoReturn:
     """Exit with `code` without the interpreter's teardown, what this process owes flushed first.
 
-    With torch imported that teardown takes seconds on a busy host (3.6 s measured here) and
-    destroys torch's native threads (the agent's store, a process group left open inline)
-    un-joined, which calls std::terminate (SIGABRT), or deadlocks as destroy_process_group can;
-    and in any teardown a Ctrl-C finds no Python left to handle it: the process dies of SIGINT
-    (seen with `watch`, which imports no torch).
+    With torch imported that teardown takes seconds and destroys torch's native threads (the
+    agent's store, a process group left open inline) un-joined: std::terminate (SIGABRT), or a
+    deadlock as destroy_process_group can; and in any teardown a Ctrl-C finds no Python left to
+    handle it, so the process dies of SIGINT (docs/failures.md).
     """
     for stream in (sys.stdout, sys.stderr):
         # `ddpcheck ... | head`, or a terminal gone: what no reader wants is dropped.

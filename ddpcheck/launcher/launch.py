@@ -485,9 +485,8 @@ def make_inline_run_dir() -> Path:
 def import_what_ddp_imports(command: str) -> None:
     """A rank that will build DistributedDataParallel imports torch._dynamo now, before a signal is
     answered on a thread of its own: that import makes the compile cache directory inside the run
-    directory. Made by the main thread after the SIGTERM thread had removed the run directory, it
-    was left when the launcher's SIGKILL came (the soak: mpirun, a Ctrl-C as two `profile` ranks
-    joined). Now a signal during the import is answered on this thread, after it or instead of it."""
+    directory, and made after a SIGTERM thread removed that directory, it would be left behind
+    (docs/failures.md). A signal during the import is answered on this thread, after it or instead."""
     from ddpcheck.commands import COMMANDS
 
     if COMMANDS[command].builds_ddp:

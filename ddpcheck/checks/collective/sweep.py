@@ -183,9 +183,8 @@ def localise_first_wrong(
 
 
 # With a budget, the timed loop runs in chunks of about CHUNK_S, and between chunks the ranks agree
-# whether the measuring time is over: the iterations planned from the probe are a plan, not a
-# promise. On a contended host a loop can run far slower than its probe said (seen: the last
-# size of a 30 s budget still timing 15 s into its stage when the launcher ended the run).
+# whether the measuring time is over: on a contended host a loop can run far slower than its probe
+# said, so the iterations planned are a plan, not a promise (docs/fleet.md).
 CHUNK_S = 0.2
 
 
@@ -214,10 +213,9 @@ def time_within(
     return took / done, done
 
 
-# One call costs what it costs while every rank is hot; in a loop, on CPUs shared with other
-# work, each can cost far more (seen under torchrun on a loaded host: one 1K all_reduce
-# promised about 15 us, the timed loop then took 2.2 ms a call). So the probe runs calls in
-# growing batches until a batch lasts PROBE_S, as the timed loop will.
+# One call alone, while every rank is hot, promises far less than a loop on shared CPUs costs
+# (docs/fleet.md): the probe runs calls in growing batches until a batch lasts PROBE_S, as the
+# timed loop will.
 PROBE_S = 0.1
 PROBE_MAX_CALLS = 4096
 
