@@ -24,7 +24,7 @@ from ddpcheck.command import Command, Parameter, build_options, options_to_dict,
 from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, say
 from ddpcheck.launcher import interrupt
-from ddpcheck.launcher.budget import BudgetOptions
+from ddpcheck.launcher.budget_options import BudgetOptions, StartingWatch
 from ddpcheck.launcher.options import LaunchOptions
 from ddpcheck.report.compare import BaselineOptions
 from ddpcheck.report.fleet import FleetOptions
@@ -33,6 +33,8 @@ from ddpcheck.report.outputs import OutputOptions
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ddpcheck.launcher.plan import LaunchPlan
+    from ddpcheck.rank.faults import Fault
     from ddpcheck.report.model import Report
 
 app = typer.Typer(
@@ -43,8 +45,7 @@ app = typer.Typer(
         "2 (bad usage) or 3 (could not complete: a rank crashed, hung or never joined)."
     ),
     no_args_is_help=True,
-    # Plain help: Typer's rich help formatter imports markdown and syntax highlighting
-    # (~170 ms), which would more than double the start-up of `ddpcheck --help`.
+    # Plain help: Typer's rich formatter imports markdown and syntax highlighting (docs/performance.md).
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -212,20 +213,9 @@ def run_ranked(
     budget_options: BudgetOptions | None = None,
 ) -> None:
     """Validate, launch (or run as a rank), render, and exit with the verdict's code."""
-    from ddpcheck.launcher import slurm
-    from ddpcheck.rank.faults import check_ranks, parse_faults
-    from ddpcheck.report import terminal as render
-
-    launch_options.node_rank = slurm.default_node_rank(launch_options, os.environ)
-    launch_options.validate()
-    options.validate()
-    faults = parse_faults(launch_options.inject, command.name)
-    output.check()
     fleet = fleet or FleetOptions()
-    fleet.check(injected=bool(faults))
-    baseline.validate()
     budget_options = budget_options or BudgetOptions()
-    budget_options.validate()
+    faults = validate_ranked(command, options, launch_options, output, baseline, fleet, budget_options)
     starting = budget_options.watch_starting()
     from ddpcheck.report import assemble
     from ddpcheck.report.baseline import load_baseline
@@ -235,13 +225,56 @@ def run_ranked(
 
     launch.quiet_torch_cpp_logs()
     console = _console(output)
-    from ddpcheck.launcher import plan as planning
-    from ddpcheck.launcher.budget import bounded_timeout
+    from ddpcheck.launcher.plan import detect_inline
 
-    inline = planning.detect_inline(launch_options)
+    inline = detect_inline(launch_options)
     # One line per interrupted run: under torchrun, srun or mpirun, rank 0's.
     interrupt.speak(not inline or os.environ.get("RANK") == "0")
+    plan, options = plan_ranks(command, options, launch_options, faults, inline)
+    # The last thing before the ranks start: what starting ddpcheck and torch took is spent.
+    start_budget(plan, budget_options, starting)
+    if known_good is not None:
+        check_baseline_setup(command, plan, options, known_good, baseline)
+    if inline:
+        report = run_as_rank(command, options, faults, plan, output, fleet)
+    else:
+        report = launch_ranks(command, options, faults, plan, output, console)
+    assemble.judge_speed(report, known_good, baseline)
+    finish(report, console, output, fleet)
+
+
+def validate_ranked(
+    command: Command,
+    options: Any,
+    launch_options: LaunchOptions,
+    output: OutputOptions,
+    baseline: BaselineOptions,
+    fleet: FleetOptions,
+    budget_options: BudgetOptions,
+) -> list[Fault]:
+    """Every option group checked before anything starts (bad input: one line, exit 2); the parsed faults."""
+    from ddpcheck.launcher import slurm
+    from ddpcheck.rank.faults import parse_faults
+
+    launch_options.node_rank = slurm.default_node_rank(launch_options, os.environ)
+    launch_options.validate()
+    options.validate()
+    faults = parse_faults(launch_options.inject, command.name)
+    output.check()
+    fleet.check(injected=bool(faults))
+    baseline.validate()
+    budget_options.validate()
+    return faults
+
+
+def plan_ranks(
+    command: Command, options: Any, launch_options: LaunchOptions, faults: list[Fault], inline: bool
+) -> tuple[LaunchPlan, Any]:
+    """The ranks, backend and device (or this process as one rank), refused when they cannot run the
+    command; and the command's options for that device."""
     from ddpcheck.checks.env.preflight import backend_without_torch
+    from ddpcheck.launcher import plan as planning
+    from ddpcheck.rank.faults import check_ranks
 
     # A host-wide setting that every rank would fail on is env's finding, not a crash of each
     # rank: refused before torch is imported where the backend is known without it, else after planning.
@@ -258,48 +291,78 @@ def run_ranked(
             f"ddpcheck {command.name} needs at least {least} ranks, got {plan.world_size}: "
             f"give --nproc {least} (CPU ranks where GPUs are too few), --gpus or --nnodes"
         )
-    options = options.for_device(plan.device) if hasattr(options, "for_device") else options
-    # The last thing before the ranks start: what starting ddpcheck and torch took is spent.
+    return plan, options.for_device(plan.device) if hasattr(options, "for_device") else options
+
+
+def start_budget(plan: LaunchPlan, budget_options: BudgetOptions, starting: StartingWatch | None) -> None:
+    """The budget's clock hands over to the plan: its end, and --timeout bounded by what is left."""
+    from ddpcheck.launcher.budget_options import bounded_timeout
+
     if starting is not None:
         starting.stop()
     plan.budget = budget_options.start()
     plan.timeout = bounded_timeout(plan.timeout, plan.budget)
-    if known_good is not None:
-        from ddpcheck.report.baseline import check_setup, planned_setup
 
-        planned = planned_setup(
-            command.name, plan.world_size, plan.backend, plan.device, options_to_dict(options)
-        )
-        check_setup(known_good, command.name, planned, str(baseline.path))
-    if inline:
-        outcome = launch.run_inline(
-            command.name, options_to_dict(options), faults, plan, lambda r: _write_files(r, output, fleet)
-        )
-        from ddpcheck.report.model import Verdict
 
-        if isinstance(outcome, Verdict):
-            raise typer.Exit(outcome.exit_code)
-        report = outcome
-    else:
-        if not output.quiet:
-            for note in plan.notes:
-                render.say(console, note, "dim")
-        try:
-            # A Ctrl-C while the progress display is up: one KeyboardInterrupt, so that the display
-            # gives the terminal back (its cursor) before the line; launch() ends the ranks first.
-            with interrupt.deferred(raise_once=True, sigterm=False):
-                # On stderr: `ddpcheck allreduce | tee log` still shows it; the report goes down the pipe.
-                progress_console = render.make_console(stderr=True)
-                with render.LaunchProgress(
-                    progress_console, enabled=not output.quiet, ranks=plan.nproc
-                ) as progress:
-                    report = launch.launch(
-                        command.name, options_to_dict(options), faults, plan, progress.update
-                    )
-        except KeyboardInterrupt:
-            interrupt.leave()
-    assemble.judge_speed(report, known_good, baseline)
-    finish(report, console, output, fleet)
+def check_baseline_setup(
+    command: Command, plan: LaunchPlan, options: Any, known_good: dict[str, Any], baseline: BaselineOptions
+) -> None:
+    """Exit 2 before the ranks start when the baseline was measured on another setup than this run's."""
+    from ddpcheck.report.baseline import check_setup, planned_setup
+
+    planned = planned_setup(
+        command.name, plan.world_size, plan.backend, plan.device, options_to_dict(options)
+    )
+    check_setup(known_good, command.name, planned, str(baseline.path))
+
+
+def run_as_rank(
+    command: Command,
+    options: Any,
+    faults: list[Fault],
+    plan: LaunchPlan,
+    output: OutputOptions,
+    fleet: FleetOptions,
+) -> Report:
+    """Under torchrun, srun or mpirun: run as this rank; rank 0 returns the report, the others exit."""
+    from ddpcheck.launcher import launch
+    from ddpcheck.report.model import Verdict
+
+    outcome = launch.run_inline(
+        command.name, options_to_dict(options), faults, plan, lambda r: _write_files(r, output, fleet)
+    )
+    if isinstance(outcome, Verdict):
+        raise typer.Exit(outcome.exit_code)
+    return outcome
+
+
+def launch_ranks(
+    command: Command,
+    options: Any,
+    faults: list[Fault],
+    plan: LaunchPlan,
+    output: OutputOptions,
+    console: Console,
+) -> Report:
+    """Start the ranks and show their progress until the report is back."""
+    from ddpcheck.launcher import launch
+    from ddpcheck.report import terminal as render
+
+    if not output.quiet:
+        for note in plan.notes:
+            render.say(console, note, "dim")
+    try:
+        # A Ctrl-C while the progress display is up: one KeyboardInterrupt, so that the display
+        # gives the terminal back (its cursor) before the line; launch() ends the ranks first.
+        with interrupt.deferred(raise_once=True, sigterm=False):
+            # On stderr: `ddpcheck allreduce | tee log` still shows it; the report goes down the pipe.
+            progress_console = render.make_console(stderr=True)
+            with render.LaunchProgress(
+                progress_console, enabled=not output.quiet, ranks=plan.nproc
+            ) as progress:
+                return launch.launch(command.name, options_to_dict(options), faults, plan, progress.update)
+    except KeyboardInterrupt:
+        interrupt.leave()
 
 
 def refuse_fatal_setting(backend: str, inline: bool) -> None:
@@ -389,11 +452,10 @@ def main() -> None:
 def _exit(code: int) -> NoReturn:
     """Exit with `code` without the interpreter's teardown, what this process owes flushed first.
 
-    With torch imported that teardown takes seconds on a busy host (3.6 s measured here) and
-    destroys torch's native threads (the agent's store, a process group left open inline)
-    un-joined, which calls std::terminate (SIGABRT), or deadlocks as destroy_process_group can;
-    and in any teardown a Ctrl-C finds no Python left to handle it: the process dies of SIGINT
-    (seen with `watch`, which imports no torch).
+    With torch imported that teardown takes seconds and destroys torch's native threads (the
+    agent's store, a process group left open inline) un-joined: std::terminate (SIGABRT), or a
+    deadlock as destroy_process_group can; and in any teardown a Ctrl-C finds no Python left to
+    handle it, so the process dies of SIGINT (docs/failures.md).
     """
     for stream in (sys.stdout, sys.stderr):
         # `ddpcheck ... | head`, or a terminal gone: what no reader wants is dropped.

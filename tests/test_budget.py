@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddpcheck.checks.collective.budget import MIN_ITERS, Fit, budget_findings, fit_sweep
-from ddpcheck.checks.collective.harness import time_within
-from ddpcheck.checks.devices import budget as devices_budget
-from ddpcheck.checks.links import budget as links_budget
-from ddpcheck.checks.links.budget import StepCost, StepFit, fit_step
+from ddpcheck.checks.collective.fit import MIN_ITERS, Fit, budget_findings, fit_sweep
+from ddpcheck.checks.collective.sweep import time_within
+from ddpcheck.checks.devices import fit as devices_fit
+from ddpcheck.checks.links import fit as links_fit
+from ddpcheck.checks.links.fit import StepCost, StepFit, fit_step
 from ddpcheck.errors import UsageError
-from ddpcheck.launcher.budget import MIN_LEFT_S, BudgetOptions, bounded_timeout, refuse_if_spent
+from ddpcheck.launcher.budget_options import MIN_LEFT_S, BudgetOptions, bounded_timeout, refuse_if_spent
 from ddpcheck.rank.budget import EXIT_S, TAIL_S, Budget
 from ddpcheck.report.model import Status
 from tests.conftest import assert_nothing_left, assert_usage_error
@@ -145,19 +145,19 @@ def test_links_fit_never_asks_more_than_given_and_fits_unless_it_says_not(
 # ---------------------------------------------------------------- devices: the passes, pure
 def test_devices_iterations_are_cut_so_that_every_pass_fits() -> None:
     # 5 passes x 2 turns x 2 figures = 20 figures in 10 s: 0.5 s each, 50 products of 10 ms.
-    assert devices_budget.fit_iters(0.01, 2, 2, 0.15, 200, 5, 10.0) == 50
-    assert devices_budget.fit_iters(0.01, 2, 2, 0.15, 12, 5, 10.0) == 12  # as asked: it fits
-    assert devices_budget.fit_iters(0.01, 2, 2, 0.15, 200, 5, 0.0) == 1  # at least one
+    assert devices_fit.fit_iters(0.01, 2, 2, 0.15, 200, 5, 10.0) == 50
+    assert devices_fit.fit_iters(0.01, 2, 2, 0.15, 12, 5, 10.0) == 12  # as asked: it fits
+    assert devices_fit.fit_iters(0.01, 2, 2, 0.15, 200, 5, 0.0) == 1  # at least one
     # A CPU figure lasts at least its floor: 20 figures of 0.15 s do not fit in 2 s, however few
     # the products; fewer would not shorten it, so as asked (the passes are cut after the first).
-    assert devices_budget.fit_iters(0.001, 2, 2, 0.15, 12, 5, 2.0) == 12
+    assert devices_fit.fit_iters(0.001, 2, 2, 0.15, 12, 5, 2.0) == 12
 
 
 def test_devices_passes_after_the_first_are_cut_to_fit() -> None:
-    assert devices_budget.fit_passes(2.0, 4, 9.0) == 4
-    assert devices_budget.fit_passes(2.0, 4, 5.0) == 2
-    assert devices_budget.fit_passes(2.0, 4, 1.0) == 0
-    assert devices_budget.fit_passes(2.0, 4, -3.0) == 0
+    assert devices_fit.fit_passes(2.0, 4, 9.0) == 4
+    assert devices_fit.fit_passes(2.0, 4, 5.0) == 2
+    assert devices_fit.fit_passes(2.0, 4, 1.0) == 0
+    assert devices_fit.fit_passes(2.0, 4, -3.0) == 0
 
 
 def test_links_and_devices_reports_say_what_was_cut() -> None:
@@ -171,23 +171,23 @@ def test_links_and_devices_reports_say_what_was_cut() -> None:
         "warmup_asked": 3,
         "warmup_least": 1,
     }
-    check, table = links_budget.budget_findings(account)
+    check, table = links_fit.budget_findings(account)
     assert check.status == Status.PASS and check.name == "budget" and table.rows == [account]
     assert check.detail == (
         "budget 20 s: every link, 2 of 3 passes, 4-9 timed exchanges of 17 a link a pass, "
         "warm-up 1 of 3 (cut to fit)"
     )
     whole = {**account, "passes_asked": 1, "passes_run": 1, "iters_least": 17, "iters_most": 17}
-    check, _ = links_budget.budget_findings({**whole, "warmup_least": 3})
+    check, _ = links_fit.budget_findings({**whole, "warmup_least": 3})
     assert check.detail == "budget 20 s: every link, 17 timed exchanges a link"
-    assert links_budget.budget_findings(None) is None
+    assert links_fit.budget_findings(None) is None
     devices = {"budget_s": 15.0, "passes_asked": 5, "passes_run": 3, "iters_asked": 200, "iters_run": 40}
-    check, table = devices_budget.budget_findings(devices)
+    check, table = devices_fit.budget_findings(devices)
     assert check.detail == "budget 15 s: 3 of 5 passes, 40 iters of 200 a figure (cut to fit)"
     assert table.rows == [devices]
-    check, _ = devices_budget.budget_findings({**devices, "passes_run": 5, "iters_run": 200})
+    check, _ = devices_fit.budget_findings({**devices, "passes_run": 5, "iters_run": 200})
     assert check.detail == "budget 15 s: 5 passes, 200 iters a figure"
-    assert devices_budget.budget_findings(None) is None
+    assert devices_fit.budget_findings(None) is None
 
 
 # ---------------------------------------------------------------- what the report says

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ddpcheck.checks.collective import harness
+from ddpcheck.checks.collective import sweep
 from ddpcheck.checks.collective.judge import attribute
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.ops.roots import ROOTS_PER_SIZE, roots_for
@@ -233,10 +233,10 @@ class _Refusing:
 def test_a_collective_the_backend_refuses_is_skipped_with_the_reason_and_other_errors_propagate() -> None:
     ctx = type("Ctx", (), {"world_size": 2, "rank": 0, "backend": "gloo", "device": "cpu"})()
     refused = RuntimeError("ProcessGroupGloo::reduce_scatter: dtype bfloat16 is not supported")
-    reason = harness.unsupported(ctx, _Refusing(refused), "bfloat16")
+    reason = sweep.unsupported(ctx, _Refusing(refused), "bfloat16")
     assert reason and "gloo backend cannot run it with bfloat16" in reason and "not supported" in reason
     with pytest.raises(RuntimeError, match="Connection reset"):
-        harness.unsupported(ctx, _Refusing(RuntimeError("Connection reset by peer")), "float32")
+        sweep.unsupported(ctx, _Refusing(RuntimeError("Connection reset by peer")), "float32")
 
 
 # ------------------------------------------------------------------ real runs
@@ -386,30 +386,30 @@ def bad_link(a: int, b: int):
 @pytest.mark.parametrize("n", range(1, 10))
 def test_bisection_names_every_corrupt_rank_exactly(n: int) -> None:
     for culprit in range(n):
-        assert harness.bisect(n, corrupt_ranks(culprit)) == [culprit]
+        assert sweep.bisect(n, corrupt_ranks(culprit)) == [culprit]
     if n >= 6:
-        assert harness.bisect(n, corrupt_ranks(1, n - 2)) == [1, n - 2]
+        assert sweep.bisect(n, corrupt_ranks(1, n - 2)) == [1, n - 2]
 
 
 @pytest.mark.parametrize("n", range(3, 10))
 def test_bisection_does_not_trust_a_rank_that_was_right_only_alone(n: int) -> None:
     # A bad NIC never shows on a rank alone: it must be tried beside a proven rank.
     for culprit in range(n):
-        assert harness.bisect(n, bad_nic(culprit)) == [culprit]
+        assert sweep.bisect(n, bad_nic(culprit)) == [culprit]
 
 
 def test_bisection_says_when_nothing_can_be_localised() -> None:
-    assert harness.bisect(2, bad_nic(1)) is None  # two ranks, one link: no one else to try
-    assert harness.bisect(4, bad_link(0, 3)) is None  # a link between the halves shows only whole
+    assert sweep.bisect(2, bad_nic(1)) is None  # two ranks, one link: no one else to try
+    assert sweep.bisect(4, bad_link(0, 3)) is None  # a link between the halves shows only whole
 
 
 def test_bisection_names_a_bad_link_inside_a_half_by_both_ends() -> None:
-    assert harness.bisect(4, bad_link(0, 1)) == [0, 1]
-    assert harness.bisect(8, bad_link(4, 5)) == [4, 5]
+    assert sweep.bisect(4, bad_link(0, 1)) == [0, 1]
+    assert sweep.bisect(8, bad_link(4, 5)) == [4, 5]
 
 
 @pytest.mark.parametrize("n", range(2, 9))
 def test_bisection_names_several_corrupt_ranks_and_always_ends(n: int) -> None:
     # Two corrupt ranks in different halves once left no free partner and looped forever.
     for bad in [c for k in (2, 3) for c in itertools.combinations(range(n), k)]:
-        assert harness.bisect(n, corrupt_ranks(*bad)) == list(bad)
+        assert sweep.bisect(n, corrupt_ranks(*bad)) == list(bad)

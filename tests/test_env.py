@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from ddpcheck.checks.env import agreement, host_report, judge, master, probe, redact, variables
+from ddpcheck.checks.env import agreement, judge, master, probe, redact, variables
+from ddpcheck.checks.env import check as env_check
 from ddpcheck.report import units
 from ddpcheck.report.model import Check, Report, Status, Verdict, write_json
 from tests.conftest import needs_gpu
@@ -66,7 +67,7 @@ def run_probe(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Re
         if gpus is not None:
             config["nvidia_proc"] = str(fake_nvidia(tmp_path / f"nvidia{gpus}", gpus))
         config.update(overrides)
-        return host_report.run_env(probe.ProbeConfig(**config))
+        return env_check.run_env(probe.ProbeConfig(**config))
 
     return run
 
@@ -704,7 +705,7 @@ def test_gpu_host_is_seen_whole() -> None:
     """On a CUDA machine: torch's GPUs, the driver's, nvidia-smi's topology and the fingerprint agree."""
     import torch
 
-    report = host_report.run_env()
+    report = env_check.run_env()
     assert check(report, "CUDA build vs GPUs").status == Status.PASS, check(report, "CUDA build vs GPUs")
     assert check(report, "distributed backends").status == Status.PASS
     gpus = report.table("gpus")

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from ddpcheck.checks.collective.bisection import bisect
 from ddpcheck.checks.collective.pattern import EXACT_LIMIT, Pattern
-from ddpcheck.checks.env import host_report
+from ddpcheck.checks.env import check as env_check
 from ddpcheck.checks.env.redact import (
     REDACTED,
     SECRET_PREFIXES,
@@ -254,7 +254,7 @@ def test_a_secret_value_appears_in_no_output(
         environ[prefix + middle + name] = value
     environ["TORCHELASTIC_RDZV_ENDPOINT"] = f"etcd://alice:{url_password}@127.0.0.1:2379"
     facts = {**FACTS_BUT_ENV, "env": distributed_env(environ)}
-    report = Report("env", tables=host_report.env_tables(facts))
+    report = Report("env", tables=env_check.env_tables(facts))
     report.checks.append(Check("environment", Status.PASS, f"{len(facts['env'])} variables"))
     terminal = io.StringIO()
     render.render_report(report, Console(file=terminal, width=250, no_color=True), quiet=False)

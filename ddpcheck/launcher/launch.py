@@ -88,9 +88,29 @@ def launch(
         agent = AgentThread(plan, run_dir)
         watchdog = Watchdog(run_dir, plan, on_progress, presence=lambda: agent.presence)
         _run_until_done(agent, watchdog, stop)
+    failures, launch_error, interrupted = _how_it_ended(agent, watchdog, plan, run_dir, stop.is_set())
+    if interrupted:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        interrupt.forget(run_dir)
+        rundir.release_remover(remover)
+        raise KeyboardInterrupt
+    report = _report_of(command, plan, run_dir, agent, watchdog, failures, launch_error)
+    kept = rundir.keep_logs(run_dir) if report.verdict == Verdict.ERROR else None
+    if kept is None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    interrupt.forget(run_dir)
+    rundir.release_remover(remover)
+    return assemble.after_launch(
+        report, time.monotonic() - started, options, str(kept) if kept else None, _as_given(faults)
+    )
+
+
+def _how_it_ended(
+    agent: AgentThread, watchdog: Watchdog, plan: LaunchPlan, run_dir: Path, interrupted: bool
+) -> tuple[dict[int, Any], str | None, bool]:
+    """(failed ranks, why the launch itself failed, interrupted?) once the agent is done or abandoned."""
     failures: dict[int, Any] = {}
     launch_error: str | None = None
-    interrupted = stop.is_set()
     if agent.error is not None:
         failures, launch_error, signalled = _classify_agent_error(agent.error, plan, _missing_nodes(agent))
         interrupted = interrupted or signalled
@@ -108,46 +128,59 @@ def launch(
             f"(furthest stage reached: {_furthest_stage(run_dir)}); the ranks were ended so that "
             "ddpcheck ends in time: give a larger budget"
         )
-    if interrupted:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        interrupt.forget(run_dir)
-        rundir.release_remover(remover)
-        raise KeyboardInterrupt
+    return failures, launch_error, interrupted
+
+
+def _report_of(
+    command: str,
+    plan: LaunchPlan,
+    run_dir: Path,
+    agent: AgentThread,
+    watchdog: Watchdog,
+    failures: dict[int, Any],
+    launch_error: str | None,
+) -> Report:
+    """Rank 0's report; this node's share of a remote verdict; or the account of what went wrong."""
     report = rundir.read_rank0_report(run_dir)
     shared = rundir.read_verdict(run_dir)
     if report is None and shared is not None and not (failures or watchdog.stall or launch_error):
         # Rank 0 lives on another node: it printed the report; this node shares its verdict.
-        report = postmortem.remote_node_report(command, plan, *shared)
-    elif report is None or failures or watchdog.stall:
+        return postmortem.remote_node_report(command, plan, *shared)
+    if report is None or failures or watchdog.stall:
         # No report, or one whose ranks then crashed or hung (in teardown, say): explain what happened.
-        exits = {rank: _exit_info(f, watchdog.killed) for rank, f in failures.items()}
-        local = annotate(read_statuses(run_dir))
-        watchdog.publish_final(local, exits)
-        # Another node's account of a crash is worth waiting for only if ranks ran and its store answers.
-        settle = plan.nnodes > 1 and not (watchdog.stall or launch_error) and agent.presence is not None
-        statuses, exits = _world_view(watchdog, local, exits, settle=settle)
-        findings = {
-            "plan": plan,
-            "statuses": statuses,
-            "exits": exits,
-            "stall": watchdog.stall,
-            "launch_error": launch_error,
-            "log_tail": lambda rank: _log_tail(run_dir, statuses.get(rank)),
-            "stacks": watchdog.stacks,
-            "flight": watchdog.flight,
-        }
+        findings = _findings(plan, run_dir, agent, watchdog, failures, launch_error)
         if report is None:
-            report = postmortem.report_for(command=command, **findings)
-        else:
-            postmortem.add_findings(report, **findings)
-    kept = rundir.keep_logs(run_dir) if report.verdict == Verdict.ERROR else None
-    if kept is None:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    interrupt.forget(run_dir)
-    rundir.release_remover(remover)
-    return assemble.after_launch(
-        report, time.monotonic() - started, options, str(kept) if kept else None, _as_given(faults)
-    )
+            return postmortem.report_for(command=command, **findings)
+        postmortem.add_findings(report, **findings)
+    return report
+
+
+def _findings(
+    plan: LaunchPlan,
+    run_dir: Path,
+    agent: AgentThread,
+    watchdog: Watchdog,
+    failures: dict[int, Any],
+    launch_error: str | None,
+) -> dict[str, Any]:
+    """What the postmortem needs: every rank's status and exit as far as this node knows, and what
+    the watchdog saw (the stall, the stacks, the flight-recorder dumps)."""
+    exits = {rank: _exit_info(f, watchdog.killed) for rank, f in failures.items()}
+    local = annotate(read_statuses(run_dir))
+    watchdog.publish_final(local, exits)
+    # Another node's account of a crash is worth waiting for only if ranks ran and its store answers.
+    settle = plan.nnodes > 1 and not (watchdog.stall or launch_error) and agent.presence is not None
+    statuses, exits = _world_view(watchdog, local, exits, settle=settle)
+    return {
+        "plan": plan,
+        "statuses": statuses,
+        "exits": exits,
+        "stall": watchdog.stall,
+        "launch_error": launch_error,
+        "log_tail": lambda rank: _log_tail(run_dir, statuses.get(rank)),
+        "stacks": watchdog.stacks,
+        "flight": watchdog.flight,
+    }
 
 
 # After a Ctrl-C and the workers' kill, how long the agent may take to return.
@@ -452,9 +485,8 @@ def make_inline_run_dir() -> Path:
 def import_what_ddp_imports(command: str) -> None:
     """A rank that will build DistributedDataParallel imports torch._dynamo now, before a signal is
     answered on a thread of its own: that import makes the compile cache directory inside the run
-    directory. Made by the main thread after the SIGTERM thread had removed the run directory, it
-    was left when the launcher's SIGKILL came (the soak: mpirun, a Ctrl-C as two `profile` ranks
-    joined). Now a signal during the import is answered on this thread, after it or instead of it."""
+    directory, and made after a SIGTERM thread removed that directory, it would be left behind
+    (docs/failures.md). A signal during the import is answered on this thread, after it or instead."""
     from ddpcheck.commands import COMMANDS
 
     if COMMANDS[command].builds_ddp:

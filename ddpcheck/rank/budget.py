@@ -16,10 +16,8 @@ from typing import Any
 
 from ddpcheck.report.model import Check, Status, Table
 
-# What a run needs after its last measurement: gather to rank 0, judge, share the verdict,
-# destroy the process group, write and show the report. Measured here on 2-4 CPU ranks:
-# under a second on a busy machine (tests/perf/bench_budget.py); NCCL's teardown on 8 GPUs
-# takes longer, hence the margin.
+# What a run needs after its last measurement (gather, judge, teardown, report), with a margin
+# for NCCL's teardown on many GPUs (docs/fleet.md).
 TAIL_S = 3.0
 # What the launcher needs after it gave up on its ranks: kill them, write the report, show it.
 EXIT_S = 1.0

@@ -134,13 +134,11 @@ _held_until_exit: list[int] = []
 def remove_once_this_process_is_gone(path: Path, unless_logs_kept: bool = False) -> int | None:
     """Have `path` removed when this process ends, even if it is killed outright (SIGKILL).
 
-    Once mpirun is tearing a job down (after a Ctrl-C, or a rank that failed), the first rank to
-    exit makes it SIGKILL every other rank at once, not a second later: a rank that was removing
-    its run directory, or had just made it, was killed with it there (soak: 2 runs in 150 of
-    `collectives` Ctrl-C'd under mpirun, traced). So a process outside the rank removes it: a shell,
-    in a session of its own (mpirun and torchrun end their ranks' process groups, not it) and no
-    descendant of the rank, that reads a pipe only this rank can write to. It ends a moment after
-    the rank, however it ended. Where a scheduler kills a job's whole cgroup (Slurm's
+    Once mpirun is tearing a job down, the first rank to exit makes it SIGKILL every other rank at
+    once, whatever it was doing (docs/failures.md). So a process outside the rank removes it: a
+    shell, in a session of its own (mpirun and torchrun end their ranks' process groups, not it)
+    and no descendant of the rank, that reads a pipe only this rank can write to. It ends a moment
+    after the rank, however it ended. Where a scheduler kills a job's whole cgroup (Slurm's
     proctrack/cgroup) it goes too; the next inline run on the host sweeps what is left then
     (sweep_abandoned_inline).
 

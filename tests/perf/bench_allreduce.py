@@ -60,7 +60,7 @@ SAME_RUN = """
 import statistics, time, torch, torch.distributed as dist
 from ddpcheck.rank.context import NullStatus, RankContext
 from ddpcheck.rank.faults import Faults
-from ddpcheck.checks.collective.harness import time_collective
+from ddpcheck.checks.collective.sweep import time_collective
 dist.init_process_group("gloo")
 n, iters, warmup = dist.get_world_size(), {iters}, {warmup}
 rank0 = dist.get_rank()

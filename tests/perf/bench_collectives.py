@@ -28,7 +28,7 @@ SAME_RUN = """
 import statistics, time, torch, torch.distributed as dist
 from ddpcheck.rank.context import NullStatus, RankContext
 from ddpcheck.rank.faults import Faults
-from ddpcheck.checks.collective.harness import time_collective
+from ddpcheck.checks.collective.sweep import time_collective
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.ops.base import Team
 dist.init_process_group("gloo")

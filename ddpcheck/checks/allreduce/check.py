@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.allreduce import AllreduceOptions
-from ddpcheck.checks.collective import harness
-from ddpcheck.checks.collective.budget import budget_findings
+from ddpcheck.checks.collective import sweep
+from ddpcheck.checks.collective.fit import budget_findings
 from ddpcheck.checks.collective.judge import (
     bandwidth_rows,
     bandwidth_table,
@@ -38,13 +38,13 @@ def measure(ctx: RankContext, opts: AllreduceOptions) -> dict[str, Any]:
     ctx.stage("measure: classic all_reduce of ones * rank")
     classic = _classic(ctx)
     sizes = sweep_sizes(opts.min_bytes, opts.max_bytes, opts.dtype, opts.step_factor)
-    swept = harness.measure_op(ctx, ALL_REDUCE, sizes, opts.dtype, opts.warmup, opts.iters, ctx.budget)
+    swept = sweep.measure_op(ctx, ALL_REDUCE, sizes, opts.dtype, opts.warmup, opts.iters, ctx.budget)
     if not swept["culprits"] and not swept["unlocalised"]:
         # The sweep was right everywhere; a wrong classic sum alone still needs its culprit.
         (classic_wrong,) = ctx.agree_max([int(classic["got"] != classic["expected"])])
         if classic_wrong:
             ctx.stage("measure: localise the faulty rank by bisection")
-            culprits = harness.localise(ctx, ALL_REDUCE, 4, "float32")
+            culprits = sweep.localise(ctx, ALL_REDUCE, 4, "float32")
             swept.update(culprits=culprits or [], unlocalised=culprits is None)
     return {"classic": classic, **swept}
 

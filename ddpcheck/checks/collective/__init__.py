@@ -1,1 +1,1 @@
-"""The collective harness, and one small definition per collective (nccl-tests' common.cu, its op files)."""
+"""The collective sweep, and one small definition per collective (nccl-tests' common.cu, its op files)."""

@@ -1,6 +1,6 @@
 """Which ranks make a reduction wrong: bisection over subgroups, pure but for the callback that runs them.
 
-Apart from the harness (which runs the groups on real ranks) so that the rule can be tested
+Apart from the sweep (which runs the groups on real ranks) so that the rule can be tested
 with fault models, and mutated (docs/testing.md), without ranks.
 """
 

@@ -13,12 +13,9 @@ BUSBW = FigureKind(
 )
 
 # A size is compared only when the baseline reached at least this fraction of its peak busbw
-# there and at every larger size (on CPU ranks, the rerun too: see compare()). Smaller
-# messages are latency-bound: their time is scheduling noise, and their busbw varies by 3x
-# and more between healthy runs (docs/compare.md). "Every larger size too": a
-# latency-bound size that was lucky once in the baseline (a 128K at 0.13x in a healthy
-# rerun, measured) must not become the figure a rerun is held to. The largest size always
-# counts: it is the most bandwidth-bound size the sweep has.
+# there and at every larger size (on CPU ranks, the rerun too: see compare()): smaller messages
+# are latency-bound, their busbw scheduling noise, and one lucky in the baseline must not become
+# the figure a rerun is held to (docs/compare.md). The largest size always counts.
 BANDWIDTH_BOUND_FRACTION = 0.5
 
 

@@ -1,6 +1,6 @@
-"""The collective harness on rank 0: bandwidth rows, who sent or received wrong data, and the verdicts.
+"""The collective sweep on rank 0: bandwidth rows, who sent or received wrong data, and the verdicts.
 
-Pure functions over what every rank measured (collective/harness.py), so they are
+Pure functions over what every rank measured (collective/sweep.py), so they are
 unit-tested with synthetic data: a bad sender, a bad receiver, a bad link.
 """
 
@@ -32,7 +32,7 @@ UNLOCALISED = (
 def bandwidth_rows(op_name: str, data: list[dict[str, Any]], dtype: str) -> list[dict[str, Any]]:
     """One row per size: the slowest rank's time, nccl-tests' algbw and busbw, #wrong summed over ranks.
 
-    `data` holds every rank's account of this collective (harness.measure_op).
+    `data` holds every rank's account of this collective (sweep.measure_op).
     """
     n = len(data)
     factor = OPS[op_name].bus_factor(n) if n > 1 else 0.0

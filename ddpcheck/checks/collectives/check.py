@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpcheck.checks.collective import harness
-from ddpcheck.checks.collective.budget import budget_findings
+from ddpcheck.checks.collective import sweep
+from ddpcheck.checks.collective.fit import budget_findings
 from ddpcheck.checks.collective.judge import (
     bandwidth_rows,
     bandwidth_table,
@@ -35,7 +35,7 @@ def measure(ctx: RankContext, opts: CollectivesOptions) -> dict[str, Any]:
     for index, name in enumerate(opts.ops):
         # Each collective gets an equal share of what the ones before it left.
         share = ctx.budget.share(len(opts.ops) - index) if ctx.budget else None
-        accounts.append(harness.measure_op(ctx, OPS[name], sizes, opts.dtype, opts.warmup, opts.iters, share))
+        accounts.append(sweep.measure_op(ctx, OPS[name], sizes, opts.dtype, opts.warmup, opts.iters, share))
     return {"ops": accounts}
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.devices import DevicesOptions, health, runqueue, topology
-from ddpcheck.checks.devices.budget import fit_iters, fit_passes
+from ddpcheck.checks.devices.fit import fit_iters, fit_passes
 from ddpcheck.checks.devices.judge import (
     COPIES,
     DTYPES,

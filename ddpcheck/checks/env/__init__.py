@@ -52,6 +52,6 @@ COMMAND = Command(
         "| srun --ntasks-per-node=1 ddpcheck env --quiet (every node of an allocation)"
     ),
     options=EnvOptions,
-    implementation="ddpcheck.checks.env.host_report",
+    implementation="ddpcheck.checks.env.check",
     ranked=False,
 )

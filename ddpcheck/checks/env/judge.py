@@ -362,8 +362,8 @@ def judge_socket_ifname(var: str, value: str | None, interfaces: Mapping[str, Ma
 def _judge_gloo_ifname(
     var: str, value: str, interfaces: Mapping[str, Mapping[str, Any]], everything: str
 ) -> Check:
-    # Gloo takes exact names, comma-separated; no prefixes and no '^' (measured:
-    # GLOO_SOCKET_IFNAME=eth fails with 'Unable to find address for: eth').
+    # Gloo takes exact names, comma-separated; no prefixes and no '^' (GLOO_SOCKET_IFNAME=eth
+    # fails with 'Unable to find address for: eth').
     names = [n.strip() for n in value.split(",") if n.strip()]
     if value.strip().startswith(("^", "=")):
         return Check(

@@ -9,10 +9,7 @@ import ipaddress
 import socket
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ddpcheck.checks.env.probe import ProbeConfig
+from typing import Any
 
 
 def parse_port(text: str | None) -> int | None:
@@ -81,7 +78,8 @@ def probe_master(
     addr: str | None,
     port_text: str | None,
     is_local: Callable[[str], bool],
-    config: ProbeConfig,
+    resolve_timeout_s: float,
+    port_timeout_s: float,
 ) -> dict[str, Any]:
     """Resolve MASTER_ADDR; then bind-test MASTER_PORT if the master is this host, else connect to it."""
     facts: dict[str, Any] = {
@@ -96,7 +94,7 @@ def probe_master(
     }
     if not addr:
         return facts
-    facts["resolved"], facts["resolve_error"] = resolve(addr, config.resolve_timeout_s)
+    facts["resolved"], facts["resolve_error"] = resolve(addr, resolve_timeout_s)
     if not facts["resolved"]:
         return facts
     facts["local"] = addr == socket.gethostname() or any(is_local(a) for a in facts["resolved"])
@@ -107,7 +105,7 @@ def probe_master(
         facts["bind"] = try_bind(facts["resolved"][0], port)
     else:
         # The only traffic this probe sends off the host: toward the configured master.
-        facts["connect"] = try_connect(facts["resolved"][0], port, config.port_timeout_s)
+        facts["connect"] = try_connect(facts["resolved"][0], port, port_timeout_s)
     return facts
 
 

@@ -63,7 +63,13 @@ def probe(config: ProbeConfig | None = None) -> dict[str, Any]:
     interfaces = network_interfaces()
     is_local = _locality(config.local_addresses, interfaces)
     master_probe = Background(
-        lambda: probe_master(environ.get("MASTER_ADDR"), environ.get("MASTER_PORT"), is_local, config)
+        lambda: probe_master(
+            environ.get("MASTER_ADDR"),
+            environ.get("MASTER_PORT"),
+            is_local,
+            config.resolve_timeout_s,
+            config.port_timeout_s,
+        )
     )
     torch_info = torch_facts(problems)
     listed = reap(smi_list, config.smi_timeout_s, "nvidia-smi -L", problems)  # reap what was started

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ddpcheck.checks.links import LinksOptions
-from ddpcheck.checks.links.budget import StepCost, budget_findings, fit_step
 from ddpcheck.checks.links.columns import FAIL, PASS, STATUSES, LinkColumns, rank_columns
+from ddpcheck.checks.links.fit import StepCost, budget_findings, fit_step
 from ddpcheck.checks.links.outliers import Findings, SlowLink, SlowRank, find_slow_links
 from ddpcheck.checks.links.schedule import INTER, INTRA, Round, link_plan, nodes_of
 from ddpcheck.checks.links.tables import link_tables
@@ -73,7 +73,7 @@ def measure_plan(ctx: RankContext, rounds: list[Round], opts: LinksOptions, pass
     """This rank's links, measured round by round (`passes` times over), as judge() reads them.
 
     With --budget the later rounds' warm-up, each round's iterations and round trips, and the
-    passes after the first are cut to fit (budget.py); every round runs: every link is measured.
+    passes after the first are cut to fit (fit.py); every round runs: every link is measured.
     """
     import torch
 

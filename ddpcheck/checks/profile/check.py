@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ddpcheck.checks.collective.harness import time_collective
-from ddpcheck.checks.model import (
+from ddpcheck.checks.collective.sweep import time_collective
+from ddpcheck.checks.network import (
     DATA,
     INIT,
     build_linear,

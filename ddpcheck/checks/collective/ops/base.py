@@ -2,7 +2,7 @@
 
 A definition (one small module per collective, beside this one) knows its buffers,
 the pattern each rank writes, the result each rank must hold, nccl-tests' bus factor
-and how to call torch.distributed. The harness (collective/harness.py) does the rest:
+and how to call torch.distributed. The sweep (collective/sweep.py) does the rest:
 the sweep, the timing, counting wrong elements, localising, the rows and the verdicts.
 """
 

@@ -31,8 +31,7 @@ def build_report(facts: Mapping[str, Any]) -> Report:
 def run(options: EnvOptions) -> Report:
     """The command: the host's report. The process ends right after it is shown."""
     report = run_env()
-    # Exempt torch's objects from the garbage collection at exit, which alone costs
-    # ~0.5 s of the 3 s budget (measured).
+    # Exempt torch's objects from the garbage collection at exit: a large part of env's time (docs/env.md).
     gc.freeze()
     return report
 

@@ -1,4 +1,4 @@
-"""The classic model's options, shared by `train` and `profile`: a layer, a batch and steps that exist."""
+"""The classic network's options, shared by `train` and `profile`: a layer, a batch and steps that exist."""
 
 from __future__ import annotations
 

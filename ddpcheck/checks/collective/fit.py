@@ -1,6 +1,6 @@
 """--budget on a sweep: how many more sizes, and how many iterations each, fit in the time left.
 
-Pure: the harness (collective/harness.py) calls `fit_sweep` at every size, after that
+Pure: the sweep (collective/sweep.py) calls `fit_sweep` at every size, after that
 size's data check, with times every rank agreed on; it is tested with synthetic times.
 The data check is never cut: only the timing (warm-up, then iterations) and the sizes
 after the current one are. A size's cost is projected from the size measured, in
@@ -79,7 +79,7 @@ def fit_sweep(
 def budget_findings(accounts: list[dict[str, Any]]) -> tuple[Check, Table] | None:
     """The `budget` check (what the sweep ran of what was asked) and its JSON table; None without --budget.
 
-    `accounts`: rank 0's account of each collective (harness.measure_op), which every rank
+    `accounts`: rank 0's account of each collective (sweep.measure_op), which every rank
     shares: the sizes and iterations were agreed on. Cutting to fit is what --budget asks
     for, so the check passes; its line says what was cut.
     """

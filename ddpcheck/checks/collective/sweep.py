@@ -1,4 +1,4 @@
-"""The collective harness, on every rank: the sweep, the timing, the exact data check and localisation.
+"""The collective sweep, on every rank: the sweep, the timing, the exact data check and localisation.
 
 For each size of the sweep a collective (a definition from collective/ops/) runs once
 per data-check variant (every root, both ring directions) with an integer pattern that
@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.collective.bisection import bisect
-from ddpcheck.checks.collective.budget import Fit, fit_sweep
-from ddpcheck.checks.collective.ops.base import Collective, Team
+from ddpcheck.checks.collective.fit import Fit, fit_sweep
+from ddpcheck.checks.collective.ops.base import Buffers, Collective, Team
 from ddpcheck.checks.collective.pattern import ITEM_SIZE
 from ddpcheck.report.units import human_bytes
 
@@ -53,25 +53,59 @@ def measure_op(
 ) -> dict[str, Any]:
     """This rank's account of one collective over the sweep: per size, time and wrong elements.
 
-    With a budget, the timing and the sizes after each one are cut to fit (collective/budget.py),
+    With a budget, the timing and the sizes after each one are cut to fit (collective/fit.py),
     and a timing stops where the ranks agree the measuring time is over (time_within); the data
     check of every size that runs is whole.
     """
-    import torch
+    reason = skip_reason(ctx, op, dtype_name)
+    if reason:
+        return {"op": op.name, "skipped": reason, "sizes": [], "culprits": [], "unlocalised": False}
+    asked = {"warmup": warmup, "iters": iters}
+    rows = sweep_sizes(ctx, op, sizes, dtype_name, asked, budget)
+    ctx.progress(len(sizes), len(sizes), "done")
+    trimmed = (
+        {"budget_s": budget.seconds, "sizes_asked": sizes, **{f"{k}_asked": v for k, v in asked.items()}}
+        if budget is not None
+        else None
+    )
+    culprits = localise_first_wrong(ctx, op, rows, dtype_name) if op.reduces else []
+    return {
+        "op": op.name,
+        "skipped": None,
+        "sizes": rows,
+        "culprits": culprits or [],
+        "unlocalised": culprits is None,
+        **({"budget": trimmed} if trimmed else {}),
+    }
 
+
+def skip_reason(ctx: RankContext, op: Collective, dtype_name: str) -> str | None:
+    """Why no rank runs `op` (too few ranks, a torch or backend that lacks it); None when every rank can."""
     n = ctx.world_size
     reason = f"needs at least {op.min_ranks} ranks" if n < op.min_ranks else op.missing()
     # Every rank must skip, or none: a rank that went on alone would wait for the others forever.
     (lacking,) = ctx.agree_max([int(reason is not None)])
     if lacking and not reason:
         reason = "another rank's torch cannot run it (see nodes agree)"
-    reason = reason or unsupported(ctx, op, dtype_name)
-    if reason:
-        return {"op": op.name, "skipped": reason, "sizes": [], "culprits": [], "unlocalised": False}
+    return reason or unsupported(ctx, op, dtype_name)
+
+
+def sweep_sizes(
+    ctx: RankContext,
+    op: Collective,
+    sizes: list[int],
+    dtype_name: str,
+    asked: dict[str, int],
+    budget: Budget | None,
+) -> list[dict[str, Any]]:
+    """One row per size that ran: its data check, then its timing; with a budget, until the plan or the
+    measuring time runs out."""
+    import torch
+
+    n = ctx.world_size
     dtype, item = getattr(torch, dtype_name), ITEM_SIZE[dtype_name]
     world = Team(tuple(range(n)), ctx.rank)
     rows = []
-    asked = {"warmup": warmup, "iters": iters}
     for index, size in enumerate(sizes):
         count = op.count(size, item, n)
         label = human_bytes(count * item)
@@ -79,28 +113,10 @@ def measure_op(
         ctx.progress(index, len(sizes), f"{op.name} {label}")  # after the stage, which clears progress
         buffers = op.buffers(count, dtype, ctx.device, n)
         variants = op.variants(n, index)
-        wrong, by_sender = 0, {}
-        began = time.perf_counter()
-        for variant in variants:
-            op.load(buffers, world, variant, dtype_name, ctx.faults)
-            op.run(buffers, world, variant)
-            received = op.verify(buffers, world, variant, dtype_name)
-            wrong += received.wrong
-            for sender, elements in received.by_sender.items():
-                by_sender[sender] = by_sender.get(sender, 0) + elements
-        check_s = time.perf_counter() - began
+        wrong, by_sender, check_s = check_data(ctx, op, buffers, world, variants, dtype_name)
         op.clear(buffers)
         call = functools.partial(op.run, buffers, world, op.timed_variant())
-        fit = None
-        if budget is not None:
-            call_s = probe_call(ctx, call)
-            # From what was asked, at every size: an early, pessimistic projection cuts nothing for good.
-            fit = agreed_fit(ctx, budget, sizes[index:], check_s, call_s, **asked)
-        timing = {"warmup": fit.warmup, "iters": fit.iters} if fit else asked
-        if budget is None:
-            seconds = time_collective(ctx, call, **timing)
-        else:
-            seconds, timing["iters"] = time_within(ctx, call, timing["warmup"], timing["iters"], budget)
+        seconds, timing, fit = time_size(ctx, call, sizes[index:], check_s, asked, budget)
         rows.append(
             {
                 "size_bytes": count * item,
@@ -115,35 +131,60 @@ def measure_op(
         del buffers
         if fit is not None and (fit.sizes == 1 or timing["iters"] < fit.iters):
             break  # the plan ran out, or the measuring time did
-    ctx.progress(len(sizes), len(sizes), "done")
-    trimmed = (
-        {"budget_s": budget.seconds, "sizes_asked": sizes, **{f"{k}_asked": v for k, v in asked.items()}}
-        if budget is not None
-        else None
-    )
-    culprits: list[int] | None = []
-    if op.reduces:
-        # Every rank must take the same decision and localise at the same size (a reduce's
-        # result is on its root only): agree on the first size that failed anywhere.
-        first_wrong = next((i for i, r in enumerate(rows) if r["wrong"]), len(rows))
-        (failing,) = ctx.agree_min([first_wrong])
-        if failing < len(rows):
-            ctx.stage(f"measure: localise the faulty rank of {op.name} by bisection")
-            culprits = localise(ctx, op, rows[failing]["size_bytes"], dtype_name)
-    return {
-        "op": op.name,
-        "skipped": None,
-        "sizes": rows,
-        "culprits": culprits or [],
-        "unlocalised": culprits is None,
-        **({"budget": trimmed} if trimmed else {}),
-    }
+    return rows
+
+
+def check_data(
+    ctx: RankContext, op: Collective, buffers: Buffers, world: Team, variants: list[int], dtype_name: str
+) -> tuple[int, dict[int, int], float]:
+    """Every data-check variant once: the wrong elements here, by their sender, and the seconds it took."""
+    wrong, by_sender = 0, {}
+    began = time.perf_counter()
+    for variant in variants:
+        op.load(buffers, world, variant, dtype_name, ctx.faults)
+        op.run(buffers, world, variant)
+        received = op.verify(buffers, world, variant, dtype_name)
+        wrong += received.wrong
+        for sender, elements in received.by_sender.items():
+            by_sender[sender] = by_sender.get(sender, 0) + elements
+    return wrong, by_sender, time.perf_counter() - began
+
+
+def time_size(
+    ctx: RankContext,
+    call: Callable[[], None],
+    sizes_left: list[int],
+    check_s: float,
+    asked: dict[str, int],
+    budget: Budget | None,
+) -> tuple[float, dict[str, int], Fit | None]:
+    """Seconds per call at this size, the warm-up and iterations it ran, and the fit that chose them."""
+    if budget is None:
+        return time_collective(ctx, call, **asked), asked, None
+    call_s = probe_call(ctx, call)
+    # From what was asked, at every size: an early, pessimistic projection cuts nothing for good.
+    fit = agreed_fit(ctx, budget, sizes_left, check_s, call_s, **asked)
+    seconds, iters = time_within(ctx, call, fit.warmup, fit.iters, budget)
+    return seconds, {"warmup": fit.warmup, "iters": iters}, fit
+
+
+def localise_first_wrong(
+    ctx: RankContext, op: Collective, rows: list[dict[str, Any]], dtype_name: str
+) -> list[int] | None:
+    """The culprits of a reduction's first size wrong anywhere ([]: none was wrong; None: not localised)."""
+    # Every rank must take the same decision and localise at the same size (a reduce's
+    # result is on its root only): agree on the first size that failed anywhere.
+    first_wrong = next((i for i, r in enumerate(rows) if r["wrong"]), len(rows))
+    (failing,) = ctx.agree_min([first_wrong])
+    if failing >= len(rows):
+        return []
+    ctx.stage(f"measure: localise the faulty rank of {op.name} by bisection")
+    return localise(ctx, op, rows[failing]["size_bytes"], dtype_name)
 
 
 # With a budget, the timed loop runs in chunks of about CHUNK_S, and between chunks the ranks agree
-# whether the measuring time is over: the iterations planned from the probe are a plan, not a
-# promise. On a contended host a loop can run far slower than its probe said (seen: the last
-# size of a 30 s budget still timing 15 s into its stage when the launcher ended the run).
+# whether the measuring time is over: on a contended host a loop can run far slower than its probe
+# said, so the iterations planned are a plan, not a promise (docs/fleet.md).
 CHUNK_S = 0.2
 
 
@@ -172,10 +213,9 @@ def time_within(
     return took / done, done
 
 
-# One call costs what it costs while every rank is hot; in a loop, on CPUs shared with other
-# work, each can cost far more (seen under torchrun on a loaded host: one 1K all_reduce
-# promised about 15 us, the timed loop then took 2.2 ms a call). So the probe runs calls in
-# growing batches until a batch lasts PROBE_S, as the timed loop will.
+# One call alone, while every rank is hot, promises far less than a loop on shared CPUs costs
+# (docs/fleet.md): the probe runs calls in growing batches until a batch lasts PROBE_S, as the
+# timed loop will.
 PROBE_S = 0.1
 PROBE_MAX_CALLS = 4096
 

@@ -1,4 +1,4 @@
-"""The classic experiment's model and data, shared by `ddpcheck train` and `ddpcheck profile`.
+"""The classic experiment's network and data, shared by `ddpcheck train` and `ddpcheck profile`.
 
 One `nn.Linear(H, H)` trained with MSE on random inputs and targets, as the
 classic mini_train.py. Everything is derived from a seed with its own CPU

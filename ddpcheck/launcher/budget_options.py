@@ -61,8 +61,8 @@ class BudgetOptions:
 class StartingWatch:
     """Ends this process (exit 2) at the budget's end while ddpcheck and torch are still starting.
 
-    Importing torch takes seconds, twenty on a host loaded with other work (measured here):
-    until the ranks start, and the launcher's watchdog watches the end, this timer does.
+    Importing torch takes seconds, many more on a loaded host (docs/fleet.md): until the ranks
+    start, and the launcher's watchdog watches the end, this timer does.
     """
 
     def __init__(self, seconds: float) -> None:
