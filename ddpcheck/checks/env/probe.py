@@ -137,9 +137,8 @@ def torch_facts(problems: list[str]) -> dict[str, Any]:
                 facts["gpus"] = _torch_gpus(torch)
             if torch.backends.cudnn.is_available():
                 facts["cudnn"] = torch.backends.cudnn.version()
-            get_driver = getattr(torch._C, "_cuda_getDriverVersion", None)
-            if get_driver is not None and (facts["cuda_build"] or facts["hip_build"]):
-                facts["driver_cuda"] = _cuda_version_text(get_driver())
+            if facts["cuda_build"] or facts["hip_build"]:
+                facts["driver_cuda"] = driver_cuda_version(torch)
         except Exception as exc:  # a broken CUDA install must not crash the probe
             problems.append(f"torch.cuda: {type(exc).__name__}: {exc}")
     facts["cuda_warnings"] = [" ".join(str(w.message).split()) for w in caught]
@@ -191,6 +190,23 @@ def nccl_version(torch: Any) -> str | None:
     major, rest = divmod(int(version), 10000 if version >= 20900 else 1000)
     minor, patch = divmod(rest, 100)
     return f"{major}.{minor}.{patch}"
+
+
+def driver_cuda_version(torch: Any, libcuda: str = "libcuda.so.1") -> str | None:
+    """The highest CUDA the installed driver supports ('13.0', what nvidia-smi shows): torch's binding
+    where a release has it, else the driver's own cuDriverGetVersion (torch 2.11 has no binding)."""
+    get_driver = getattr(torch._C, "_cuda_getDriverVersion", None)
+    if get_driver is not None:
+        return _cuda_version_text(get_driver())
+    try:
+        import ctypes
+
+        version = ctypes.c_int(0)
+        if ctypes.CDLL(libcuda).cuDriverGetVersion(ctypes.byref(version)) != 0:
+            return None
+    except (OSError, AttributeError):  # no driver library: a CPU host
+        return None
+    return _cuda_version_text(version.value)
 
 
 def _cuda_version_text(value: int) -> str | None:
