@@ -52,6 +52,11 @@ def plan_launch(opts: LaunchOptions) -> LaunchPlan:
     elif opts.nproc is not None:
         nproc = opts.nproc
         device = "cuda" if gpus and nproc <= gpus and backend != "gloo" else "cpu"
+        if gpus and device == "cpu" and backend == "auto":
+            notes.append(
+                f"--nproc {nproc} is more ranks than this machine's {gpus} GPU{'s' if gpus != 1 else ''} "
+                f"(NCCL refuses two ranks on one GPU): running {nproc} CPU ranks over gloo"
+            )
         if backend == "nccl" and nproc > gpus:
             raise UsageError(
                 f"--nproc {nproc} over nccl needs {nproc} GPUs (NCCL refuses two ranks on one GPU); "

@@ -80,7 +80,7 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Al
         report.checks.append(budget[0])
     report.tables.append(_classic_table(data, identities))
     report.tables.append(rank_map_table(identities))
-    if rows:
+    if rows and n > 1:
         title = f"all_reduce bandwidth ({opts.dtype}, {n} ranks, slowest rank's time)"
         report.tables.append(bandwidth_table("bandwidth", title, rows))
     if budget:

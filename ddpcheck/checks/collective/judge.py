@@ -11,7 +11,7 @@ from typing import Any
 
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.ops.base import Rooted
-from ddpcheck.report.model import Check, Status, Table
+from ddpcheck.report.model import Check, Status, Table, counted
 from ddpcheck.report.naming import describe_ranks, hosts_of, where
 from ddpcheck.report.units import human_bytes
 
@@ -27,6 +27,9 @@ UNLOCALISED = (
     "could not localise: every subgroup reduced correctly, so the fault shows only with all "
     "ranks together (an algorithm or link used only at full scale); the ranks named saw wrong values"
 )
+
+# One rank moves nothing between ranks: a timing of it is an in-place no-op, not a bandwidth.
+ONE_RANK = "one rank: no traffic, so no bandwidth to measure (run 2 or more ranks)"
 
 
 def bandwidth_rows(op_name: str, data: list[dict[str, Any]], dtype: str) -> list[dict[str, Any]]:
@@ -177,7 +180,7 @@ def judge_data(
     bad = [r for r in rows if r["wrong"]]
     if not bad:
         total = sum(r["count"] for r in rows)
-        detail = f"{len(rows)} sizes, {total:,} elements per rank compared exactly, 0 wrong"
+        detail = f"{counted(len(rows), 'size')}, {total:,} elements per rank compared exactly, 0 wrong"
         roots = {v for row in data[0]["sizes"] for v in row.get("variants", [])}
         if isinstance(OPS[op_name], Rooted) and len(roots) < len(data):
             detail += f" (from {len(roots)} of {len(data)} roots; a longer sweep turns through more)"
@@ -199,10 +202,10 @@ def judge_data(
 
 
 def judge_bandwidth(name: str, rows: list[dict[str, Any]], n: int, min_busbw: float | None) -> Check:
+    if n == 1:
+        return Check(name, Status.SKIP, ONE_RANK)
     top = peak(rows)
     detail = f"peak busbw {top['busbw_gbps']:.3f} GB/s at {top['size']}"
-    if n == 1:
-        return Check(name, Status.PASS, detail + " (one rank: no traffic, busbw is 0)")
     if min_busbw is not None and top["busbw_gbps"] < min_busbw:
         return Check(name, Status.FAIL, f"{detail}, below --min-busbw {min_busbw:g} GB/s")
     if min_busbw is not None:

@@ -55,7 +55,7 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Co
         rows = bandwidth_rows(name, per_rank, opts.dtype)
         check = _judge_op(name, rows, per_rank, identities, n, opts.min_busbw)
         report.checks.append(check)
-        top = peak(rows)
+        top = peak(rows) if n > 1 else dict.fromkeys(("busbw_gbps", "algbw_gbps", "size", "size_bytes"))
         peaks.append(
             {
                 "op": name,
@@ -70,7 +70,8 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Co
         all_rows += rows
     report.tables.append(rank_map_table(identities))
     title = f"{{group}} bandwidth ({opts.dtype}, {n} ranks, slowest rank's time)"
-    report.tables.append(bandwidth_table("bandwidth", title, all_rows, group_by="op"))
+    if n > 1:
+        report.tables.append(bandwidth_table("bandwidth", title, all_rows, group_by="op"))
     columns = {
         "op": "collective",
         "busbw_gbps": "peak busbw (GB/s)",
@@ -99,6 +100,6 @@ def _judge_op(
     speed = judge_bandwidth(name, rows, n, min_busbw)
     if data.status != Status.PASS:
         return data
-    if speed.status != Status.PASS:
+    if speed.status not in (Status.PASS, Status.SKIP):
         return speed
     return Check(name, Status.PASS, f"{data.detail}; {speed.detail}")
