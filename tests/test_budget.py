@@ -291,8 +291,8 @@ def test_measuring_stops_before_the_tail_and_collectives_share_what_is_left() ->
 
 
 def test_the_launcher_ends_the_run_at_the_budget_unless_rank_0_already_reported(tmp_path: Path) -> None:
+    from ddpcheck.launcher.monitor import Watchdog
     from ddpcheck.launcher.plan import LaunchPlan
-    from ddpcheck.launcher.watchdog import Watchdog
     from ddpcheck.rank import rundir
     from ddpcheck.report.model import Report
 

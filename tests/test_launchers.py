@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from ddpcheck.errors import UsageError
+from ddpcheck.failure.explain import judge_inline
 from ddpcheck.launcher import mpi
-from ddpcheck.launcher.postmortem import judge_inline
 from ddpcheck.rank import inline, rundir
 from ddpcheck.rank.liveness import STOPPED_AFTER_BEATS
 from ddpcheck.rank.status import HEARTBEAT_INTERVAL_S, Stall, StatusWriter, StoreTransport

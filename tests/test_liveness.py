@@ -8,7 +8,7 @@ inline's annotated statuses: old heartbeats on a busy machine name nobody; beats
 
 from __future__ import annotations
 
-from ddpcheck.launcher.postmortem import judge_inline
+from ddpcheck.failure.explain import judge_inline
 from ddpcheck.rank import inline
 from ddpcheck.rank.liveness import (
     STOPPED_AFTER_BEATS,

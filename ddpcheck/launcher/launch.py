@@ -23,17 +23,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ddpcheck.launcher import interrupt, postmortem
-from ddpcheck.launcher.plan import LaunchPlan
-from ddpcheck.launcher.presence import Presence, StoreUnreachable
-from ddpcheck.launcher.rendezvous import advertised_address, check_rendezvous_port, hosts_store
-from ddpcheck.launcher.watchdog import (
+from ddpcheck.failure import explain as postmortem
+from ddpcheck.launcher import interrupt
+from ddpcheck.launcher.monitor import (
     POLL_S,
     ProgressCallback,
     Watchdog,
     annotate,
     kill_workers,
 )
+from ddpcheck.launcher.plan import LaunchPlan
+from ddpcheck.launcher.presence import Presence, StoreUnreachable
+from ddpcheck.launcher.rendezvous import advertised_address, check_rendezvous_port, hosts_store
 from ddpcheck.rank import rundir
 from ddpcheck.rank.faults import Fault
 from ddpcheck.rank.harness import run_rank

@@ -25,12 +25,14 @@ from typing import IO
 
 import psutil
 
-from ddpcheck.checks.postmortem.flight import find_dumps
-from ddpcheck.checks.watch import WatchOptions, agent, judge, processes, stacks
+from ddpcheck.checks.watch import WatchOptions, agent, judge, processes
 from ddpcheck.checks.watch.environment import job_environment, make_watch_dir
 from ddpcheck.checks.watch.judge import RankView
 from ddpcheck.checks.watch.progress import Progress, sample_interval
 from ddpcheck.checks.watch.records import exit_of
+from ddpcheck.failure import stacks
+from ddpcheck.failure.flight import find_dumps
+from ddpcheck.failure.launchers import launcher_exit_codes
 from ddpcheck.launcher import interrupt
 from ddpcheck.report.model import Check, Report, Status
 
@@ -40,6 +42,7 @@ TERM_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this
 LAUNCHER_GRACE_S = 5.0  # a rank failed: how long its launcher has to end the job itself
 DUMP_WAIT_S = 3.0  # how long the ranks have to write their flight-recorder dumps
 TAIL_BYTES = 256 * 1024  # the end of the job's output kept for the judge (launchers' summaries)
+PY_SPY_TIMEOUT_S = 10.0  # one py-spy dump of one rank
 
 
 class OutputPump:
@@ -258,14 +261,14 @@ class Watcher:
 
     def _a_rank_failed(self) -> bool:
         views = self.views(with_exits=True)
-        first, _ = judge.first_failure(views)
+        first, _ = judge.first_failed(views)
         return first is not None and first.exit is not None and not first.exit.secondary
 
     def _sample(self, blocking: bool) -> None:
         for rank, watched in self.ranks.items():
             if watched.gone_at is not None or processes.state(watched.process.pid) in ("T", "t"):
                 continue  # a stopped process is not read: its stack cannot change
-            stack = stacks.dump(watched.process.pid, blocking=blocking)
+            stack = stacks.dump(watched.process.pid, timeout=PY_SPY_TIMEOUT_S, blocking=blocking)
             if stack is not None:
                 watched.samples = [*watched.samples[-3:], stack]
                 self.progress.sample(rank, stack, time.monotonic())
@@ -274,7 +277,7 @@ class Watcher:
 
     # ------------------------------------------------------------ what was seen
     def views(self, with_exits: bool) -> list[RankView]:
-        launcher_said = judge.launcher_exit_codes(self.pump.text()) if self.pump and with_exits else {}
+        launcher_said = launcher_exit_codes(self.pump.text()) if self.pump and with_exits else {}
         now = time.monotonic()
         found = []
         for rank, watched in sorted(self.ranks.items()):

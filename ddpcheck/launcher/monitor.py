@@ -1,4 +1,4 @@
-"""The launcher's eyes on its ranks: progress, stalls, crashes, and the kill that ends them.
+"""The monitor of ddpcheck's own ranks: progress, stalls, crashes, and the kill that ends them.
 
 A thread reads every rank's status file. It drives the progress display, declares a
 stall when no rank moved for the timeout (longer while ranks still start), gives up
@@ -9,10 +9,7 @@ In a multi-node run it shares this node's statuses through the rendezvous store.
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -21,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from ddpcheck.checks.postmortem.flight import RankTrace, find_dumps
+from ddpcheck.failure.explain import judge_stall
+from ddpcheck.failure.flight import RankTrace, find_dumps
+from ddpcheck.failure.stacks import py_spy_dumps
 from ddpcheck.launcher import interrupt
-from ddpcheck.launcher.postmortem import judge_stall
 from ddpcheck.rank import rundir, stages
 from ddpcheck.rank.budget import EXIT_S
 from ddpcheck.rank.liveness import BeatTracker, counters
@@ -287,39 +285,13 @@ def python_stacks(
 ) -> dict[int, str]:
     """rank -> the Python stack of each of these ranks that runs on this host, by py-spy.
 
-    Taken while the ranks still live (before the watchdog kills them), all at once and each
+    Taken while the ranks still live (before the monitor kills them), all at once and each
     bounded by `timeout`; nothing when py-spy is not installed or cannot attach (no ptrace).
     """
-    py_spy = shutil.which("py-spy")
     pids = {
         r: statuses[r]["pid"]
         for r in ranks
         if r in statuses and statuses[r].get("pid") and not statuses[r].get("remote")
         if statuses[r].get("proc_state") not in ("exited", "stopped")  # a stopped process cannot be read
     }
-    if py_spy is None or not pids:
-        return {}
-    running = {}
-    for rank, pid in pids.items():
-        with contextlib.suppress(OSError):
-            running[rank] = subprocess.Popen(
-                [py_spy, "dump", "--pid", str(pid)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                start_new_session=True,  # its own group: a timeout ends it and anything it started
-            )
-    deadline = time.monotonic() + timeout
-    stacks = {}
-    for rank, proc in running.items():
-        try:
-            out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            continue
-        if proc.returncode == 0 and out.strip():
-            stacks[rank] = out.strip()
-    return stacks
+    return py_spy_dumps(pids, timeout=timeout)

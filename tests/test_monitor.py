@@ -1,4 +1,4 @@
-"""The launcher's stall detector (launcher/watchdog.py), over real status files in a tmp run dir.
+"""The launcher's stall detector (launcher/monitor.py), over real status files in a tmp run dir.
 
 Pins: the bound is --timeout, or max(--timeout, STARTUP_ALLOWANCE_S) while a rank is missing or
 still at a start-up stage, unless some rank's heartbeat is older than FROZEN_AFTER_S; a stall is
@@ -27,10 +27,10 @@ from typing import Any
 import psutil
 import pytest
 
-from ddpcheck.launcher import watchdog
+from ddpcheck.failure.explain import judge_stall
+from ddpcheck.launcher import monitor
+from ddpcheck.launcher.monitor import ABANDON_AFTER_S, STARTUP_ALLOWANCE_S, Watchdog, annotate, kill_workers
 from ddpcheck.launcher.plan import LaunchPlan
-from ddpcheck.launcher.postmortem import judge_stall
-from ddpcheck.launcher.watchdog import ABANDON_AFTER_S, STARTUP_ALLOWANCE_S, Watchdog, annotate, kill_workers
 from ddpcheck.rank import stages
 from ddpcheck.rank.liveness import STOPPED_AFTER_BEATS
 from ddpcheck.rank.status import FROZEN_AFTER_S, FileTransport, RankStatus, Stall, StatusWriter
@@ -78,7 +78,7 @@ def kills(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         calls.append(time.monotonic())
         return {424242}
 
-    monkeypatch.setattr(watchdog, "kill_workers", fake)
+    monkeypatch.setattr(monitor, "kill_workers", fake)
     return calls
 
 
@@ -167,7 +167,7 @@ def test_a_stall_is_declared_after_the_timeout_with_what_every_rank_said(
 def test_ranks_still_starting_are_not_stalled_at_the_timeout(
     tmp_path: Path, watch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(watchdog, "STARTUP_ALLOWANCE_S", 1.0)
+    monkeypatch.setattr(monitor, "STARTUP_ALLOWANCE_S", 1.0)
     write(tmp_path, 0)
     write(tmp_path, 1, stage=stages.DEVICE)  # initialising CUDA
     dog = watch(plan(0.2))
@@ -180,7 +180,7 @@ def test_ranks_still_starting_are_not_stalled_at_the_timeout(
 def test_a_missing_rank_is_waited_for_as_long_as_the_allowance(
     tmp_path: Path, watch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(watchdog, "STARTUP_ALLOWANCE_S", 0.9)
+    monkeypatch.setattr(monitor, "STARTUP_ALLOWANCE_S", 0.9)
     write(tmp_path, 0)
     dog = watch(plan(0.2, nproc=2))
     wait_for(dog)
@@ -279,7 +279,7 @@ def test_the_stall_shows_the_other_nodes_under_this_nodes_own(tmp_path: Path, wa
 
 
 def test_a_presence_that_fails_is_ignored(tmp_path: Path, watch, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(watchdog, "PUBLISH_EVERY_S", 0.0)  # publish at every poll
+    monkeypatch.setattr(monitor, "PUBLISH_EVERY_S", 0.0)  # publish at every poll
     write(tmp_path, 0)
     write(tmp_path, 1)
     dog = watch(plan(0.3, nnodes=2), FakePresence(fail=True))
@@ -291,7 +291,7 @@ def test_a_presence_that_fails_is_ignored(tmp_path: Path, watch, monkeypatch: py
 def test_rank_0_drives_the_progress_display_and_statuses_are_published_annotated(
     tmp_path: Path, watch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(watchdog, "PUBLISH_EVERY_S", 0.15)
+    monkeypatch.setattr(monitor, "PUBLISH_EVERY_S", 0.15)
     shown: list[dict[str, Any]] = []
     write(tmp_path, 0, progress={"done": 2, "total": 9, "label": "4K"})
     write(tmp_path, 1)
@@ -366,8 +366,8 @@ def test_a_crash_ends_the_run_two_seconds_later_with_a_snapshot_and_no_stall(
     tmp_path: Path, watch, kills: list[float], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     speed = 4.0  # the 2 s grace passes in 0.5 s
-    monkeypatch.setattr(watchdog, "time", FastClock(speed))
-    monkeypatch.setattr(watchdog, "PUBLISH_EVERY_S", 1e9)  # only the crash's own publication
+    monkeypatch.setattr(monitor, "time", FastClock(speed))
+    monkeypatch.setattr(monitor, "PUBLISH_EVERY_S", 1e9)  # only the crash's own publication
     write(tmp_path, 0)
     write(tmp_path, 1, error="RuntimeError: injected crash", error_at=time.time())
     presence = FakePresence({2: {"stage": "measure", "remote": True}})
@@ -391,7 +391,7 @@ def test_a_crash_ends_the_run_two_seconds_later_with_a_snapshot_and_no_stall(
 def test_a_crash_is_not_turned_into_a_stall_during_its_grace(
     tmp_path: Path, watch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(watchdog, "time", FastClock(4.0))
+    monkeypatch.setattr(monitor, "time", FastClock(4.0))
     write(tmp_path, 0)
     write(tmp_path, 1, error="RuntimeError: injected crash", error_at=time.time())  # alive, tearing down
     dog = watch(plan(1.0))  # the timeout ends 1 s into the 2 s grace
@@ -461,7 +461,7 @@ def test_annotate_adds_the_process_state_and_ages(children, monkeypatch: pytest.
     wait_state(stopped.pid, psutil.STATUS_STOPPED)
     wait_state(ended.pid, psutil.STATUS_ZOMBIE)  # exited, not yet reaped
     now = time.time()
-    monkeypatch.setattr(watchdog, "time", FrozenWallClock(now))
+    monkeypatch.setattr(monitor, "time", FrozenWallClock(now))
     statuses = {
         0: {"pid": running.pid, "heartbeat": now - 2.26, "stage_since": now - 7.0, "stage": "measure"},
         1: {"pid": stopped.pid, "heartbeat": now - 0.04, "stage_since": now},
