@@ -23,9 +23,9 @@ import pytest
 
 from ddpcheck.failure import stacks
 from ddpcheck.failure.explain import crash_culprits, judge_stall
-from ddpcheck.launcher import interrupt, monitor
-from ddpcheck.rank import rundir
-from ddpcheck.rank.status import Stall
+from ddpcheck.failure.liveness import Stall
+from ddpcheck.launcher import monitor
+from ddpcheck.rank import interrupt, rundir
 from tests.conftest import (
     assert_nothing_left,
     process_ended,
@@ -240,7 +240,7 @@ def test_a_run_directory_whose_rank_was_killed_outright_is_swept_next_time(tmp_p
 EARLY_SIGTERM = """
 import os, signal, sys, time
 from pathlib import Path
-from ddpcheck.launcher import interrupt
+from ddpcheck.rank import interrupt
 interrupt.install()
 interrupt.leave_on_sigterm()  # as run_inline does, before its SIGTERM thread starts
 interrupt.remove_on_leave(Path(sys.argv[1]))
@@ -262,7 +262,8 @@ def test_a_launchers_sigterm_before_the_run_answers_it_leaves_nothing(tmp_path) 
 
 SIGNAL_AS_IT_IS_MADE = """
 import os, signal, sys, tempfile
-from ddpcheck.launcher import interrupt, launch
+from ddpcheck.launcher import launch
+from ddpcheck.rank import interrupt
 tempfile.tempdir = sys.argv[1]
 interrupt.install()
 interrupt.leave_on_sigterm()
@@ -289,7 +290,7 @@ def test_a_signal_the_moment_the_run_directory_is_made_leaves_nothing(tmp_path, 
 
 CTRL_C_IN_THE_TEMP_PROBE = """
 import os, signal, tempfile
-from ddpcheck.launcher import interrupt
+from ddpcheck.rank import interrupt
 interrupt.install()
 write = os.write
 def probe_write(fd, data):  # tempfile's probe of the temp directory writes b'blat' to its file

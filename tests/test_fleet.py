@@ -20,8 +20,8 @@ from ddpcheck.checks.links import LinksOptions
 from ddpcheck.checks.links.check import judge as judge_links
 from ddpcheck.errors import UsageError
 from ddpcheck.failure.explain import judge_stall
+from ddpcheck.failure.liveness import Stall
 from ddpcheck.launcher.drain import PREFIX, REASON_MAX, act_on, reason
-from ddpcheck.rank.status import Stall
 from ddpcheck.report.fleet import FleetOptions, compressed, culprit_hosts
 from ddpcheck.report.model import Check, Report, Status
 from ddpcheck.report.prometheus import STATUS_VALUE, text_of

@@ -27,13 +27,13 @@ from typing import Any
 import psutil
 import pytest
 
+from ddpcheck.failure import stages
 from ddpcheck.failure.explain import judge_stall
+from ddpcheck.failure.liveness import FROZEN_AFTER_S, STOPPED_AFTER_BEATS, Stall
 from ddpcheck.launcher import monitor
 from ddpcheck.launcher.monitor import ABANDON_AFTER_S, STARTUP_ALLOWANCE_S, Watchdog, annotate, kill_workers
 from ddpcheck.launcher.plan import LaunchPlan
-from ddpcheck.rank import stages
-from ddpcheck.rank.liveness import STOPPED_AFTER_BEATS
-from ddpcheck.rank.status import FROZEN_AFTER_S, FileTransport, RankStatus, Stall, StatusWriter
+from ddpcheck.rank.status import FileTransport, RankStatus, StatusWriter
 
 
 def write(run_dir: Path, rank: int, stage: str = "measure: 4K", **fields: Any) -> dict[str, Any]:

@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from ddpcheck.failure.collectives import with_last_collectives
 from ddpcheck.failure.flight import RankTrace
+from ddpcheck.failure.liveness import FROZEN_AFTER_S, Stall, stopped_beating
 from ddpcheck.failure.peers import connection_dropped, is_collateral_error
-from ddpcheck.rank.liveness import stopped_beating
-from ddpcheck.rank.stages import DONE, PRE_JOIN
-from ddpcheck.rank.status import FROZEN_AFTER_S, Stall
+from ddpcheck.failure.stages import DONE, PRE_JOIN
 from ddpcheck.report.model import Check, Report, Status, Table, Verdict
 
 if TYPE_CHECKING:

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from ddpcheck.failure import explain as postmortem
-from ddpcheck.launcher import interrupt
 from ddpcheck.launcher.monitor import (
     POLL_S,
     ProgressCallback,
@@ -35,7 +34,7 @@ from ddpcheck.launcher.monitor import (
 from ddpcheck.launcher.plan import LaunchPlan
 from ddpcheck.launcher.presence import Presence, StoreUnreachable
 from ddpcheck.launcher.rendezvous import advertised_address, check_rendezvous_port, hosts_store
-from ddpcheck.rank import rundir
+from ddpcheck.rank import interrupt, rundir
 from ddpcheck.rank.faults import Fault
 from ddpcheck.rank.harness import run_rank
 from ddpcheck.rank.rundir import RunSpec

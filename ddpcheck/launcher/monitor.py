@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from ddpcheck.failure import stages
 from ddpcheck.failure.explain import judge_stall
 from ddpcheck.failure.flight import RankTrace, find_dumps
+from ddpcheck.failure.liveness import FROZEN_AFTER_S, BeatTracker, Stall, counters
 from ddpcheck.failure.stacks import py_spy_dumps
-from ddpcheck.launcher import interrupt
-from ddpcheck.rank import rundir, stages
+from ddpcheck.rank import interrupt, rundir
 from ddpcheck.rank.budget import EXIT_S
-from ddpcheck.rank.liveness import BeatTracker, counters
-from ddpcheck.rank.status import FROZEN_AFTER_S, Stall, read_statuses
+from ddpcheck.rank.status import read_statuses
 
 if TYPE_CHECKING:
     from ddpcheck.launcher.plan import LaunchPlan

@@ -19,7 +19,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ddpcheck.checks.watch import judge
-from ddpcheck.launcher import interrupt, mpi, slurm
+from ddpcheck.launcher import mpi, slurm
+from ddpcheck.rank import interrupt
 from ddpcheck.report.model import Check, Report, Status
 
 if TYPE_CHECKING:

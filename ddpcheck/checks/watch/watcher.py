@@ -33,7 +33,7 @@ from ddpcheck.checks.watch.records import exit_of
 from ddpcheck.failure import stacks
 from ddpcheck.failure.flight import find_dumps
 from ddpcheck.failure.launchers import launcher_exit_codes
-from ddpcheck.launcher import interrupt
+from ddpcheck.rank import interrupt
 from ddpcheck.report.model import Check, Report, Status
 
 TICK_S = 0.1  # how often the ranks' liveness is read (/proc, one file per rank)
