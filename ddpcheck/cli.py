@@ -232,8 +232,9 @@ def run_ranked(
 
     known_good = load_baseline(baseline)
     from ddpcheck.launcher import launch
+    from ddpcheck.rank.torch_logs import quiet_torch_cpp_logs
 
-    launch.quiet_torch_cpp_logs()
+    quiet_torch_cpp_logs()
     console = _console(output)
     from ddpcheck.launcher import plan as planning
     from ddpcheck.launcher.budget import bounded_timeout

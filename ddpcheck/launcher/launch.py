@@ -39,6 +39,7 @@ from ddpcheck.rank.faults import Fault
 from ddpcheck.rank.harness import run_rank
 from ddpcheck.rank.rundir import RunSpec
 from ddpcheck.rank.status import read_statuses
+from ddpcheck.rank.torch_logs import USER_CPP_LOG_LEVEL
 from ddpcheck.report import assemble
 from ddpcheck.report.model import Report, Verdict
 from ddpcheck.torch_compat import (
@@ -371,21 +372,6 @@ def _headline(exc: BaseException) -> str:
     """The first line of an exception's message (torch's store errors add pages after it)."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
     return lines[0].strip() if lines else type(exc).__name__
-
-
-USER_CPP_LOG_LEVEL = "DDPCHECK_USER_TORCH_CPP_LOG_LEVEL"
-
-
-def quiet_torch_cpp_logs() -> None:
-    """Keep torch's C++ warnings (store retries, socket errors) off the launcher's terminal.
-
-    Must run before torch is imported, which reads the level once; ddpcheck reports those
-    failures itself, and the ranks get the user's level back for their log files.
-    """
-    if "torch" in sys.modules:
-        return
-    os.environ[USER_CPP_LOG_LEVEL] = os.environ.get("TORCH_CPP_LOG_LEVEL", "WARNING")
-    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
 
 
 def _exit_info(failure: Any, killed: set[int]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from ddpcheck.checks.watch import judge
 from ddpcheck.launcher import mpi, slurm
 from ddpcheck.rank import interrupt
+from ddpcheck.rank.torch_logs import quiet_torch_cpp_logs
 from ddpcheck.report.model import Check, Report, Status
 
 if TYPE_CHECKING:
@@ -59,8 +60,6 @@ def task_of(environ: dict[str, str] | os._Environ[str]) -> Task | None:
 
 
 def connect(task: Task):
-    from ddpcheck.launcher.launch import quiet_torch_cpp_logs
-
     quiet_torch_cpp_logs()  # a store that went with task 0 is expected, not worth a C++ trace
     from torch.distributed import TCPStore
 
