@@ -35,7 +35,7 @@ def _any(*groups: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(p for group in groups for p in group), re.IGNORECASE)
 
 
-# ddpcheck's ranks: a connection that dropped means the peer is lost, not merely slow.
+# ddpcheck's ranks: a dropped connection means the peer is lost; a timeout only that it is slow or stuck.
 CONNECTION_DROPPED = _any(PEER_CLOSED, SOCKET_CLOSED)
 # ddpcheck's ranks: any error a peer caused, including the teardown that followed it.
 COLLATERAL = _any(PEER_CLOSED, SOCKET_CLOSED, TIMED_OUT, TORN_DOWN)

@@ -127,8 +127,7 @@ class Watchdog(threading.Thread):
         """annotate(), and with two ranks or more here, the beats each missed of its peers'.
 
         A rank is frozen when its peers beat on without it (liveness.py), not when a busy
-        machine made every heartbeat late: measured by age, a hang of rank 1 on a loaded
-        2-core machine also named rank 0, whose beats had only come late.
+        machine made every heartbeat late (docs/failures.md).
         """
         annotated = annotate(statuses)
         if len(statuses) < 2:

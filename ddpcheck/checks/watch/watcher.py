@@ -236,8 +236,7 @@ class Watcher:
     def _guess_of_another(self, rank: int, pid: int) -> bool:
         """Whether `pid` was taken for `rank` (0) only because no rank could be read from its environment
         (it reads as empty while the process is being exec'd) though it is known as another rank: a
-        process has one rank (srun, one watcher per task: task 2's job was also taken for rank 0, and a
-        hang of rank 2 was reported as 'ranks 0, 2', world size 4: 4 runs of 11 under load)."""
+        process has one rank (docs/watch.md, one watcher per task)."""
         assert self.tree is not None
         return self.tree.guessed(pid) and any(
             w.process.pid == pid for r, w in self.ranks.items() if r != rank
