@@ -10,7 +10,7 @@ that fails is ignored; `abandoned` after ABANDON_AFTER_S; `annotate` adds proces
 ages; `kill_workers` kills every descendant, stopped and grandchildren included.
 
 Ranks are never started: the status files are written here, and `kill_workers` is replaced in
-the Watchdog tests (it would kill every child of this process); it is tested alone on `sleep`s.
+the Monitor tests (it would kill every child of this process); it is tested alone on `sleep`s.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ddpcheck.failure import stages
 from ddpcheck.failure.explain import judge_stall
 from ddpcheck.failure.liveness import FROZEN_AFTER_S, STOPPED_AFTER_BEATS, Stall
 from ddpcheck.launcher import monitor
-from ddpcheck.launcher.monitor import ABANDON_AFTER_S, STARTUP_ALLOWANCE_S, Watchdog, annotate, kill_workers
+from ddpcheck.launcher.monitor import ABANDON_AFTER_S, STARTUP_ALLOWANCE_S, Monitor, annotate, kill_workers
 from ddpcheck.launcher.plan import LaunchPlan
 from ddpcheck.rank.status import FileTransport, RankStatus, StatusWriter
 
@@ -51,7 +51,7 @@ def plan(timeout: float, nproc: int = 2, nnodes: int = 1) -> LaunchPlan:
 
 
 class FakePresence:
-    """What the watchdog asks of presence.Presence: publish, and the other nodes' statuses."""
+    """What the monitor asks of presence.Presence: publish, and the other nodes' statuses."""
 
     def __init__(self, remote: dict[int, dict[str, Any]] | None = None, fail: bool = False) -> None:
         self.remote = remote or {}
@@ -71,7 +71,7 @@ class FakePresence:
 
 @pytest.fixture
 def kills(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Replace kill_workers: record when the watchdog called it."""
+    """Replace kill_workers: record when the monitor called it."""
     calls: list[float] = []
 
     def fake() -> set[int]:
@@ -83,12 +83,12 @@ def kills(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 @pytest.fixture
-def watch(tmp_path: Path, kills: list[float]) -> Iterator[Callable[..., Watchdog]]:
-    """Start a Watchdog on tmp_path; every one started is stopped after the test."""
-    started: list[Watchdog] = []
+def watch(tmp_path: Path, kills: list[float]) -> Iterator[Callable[..., Monitor]]:
+    """Start a Monitor on tmp_path; every one started is stopped after the test."""
+    started: list[Monitor] = []
 
-    def start(the_plan: LaunchPlan, presence: FakePresence | None = None, **kwargs: Any) -> Watchdog:
-        dog = Watchdog(tmp_path, the_plan, kwargs.pop("on_progress", None), presence=lambda: presence)
+    def start(the_plan: LaunchPlan, presence: FakePresence | None = None, **kwargs: Any) -> Monitor:
+        dog = Monitor(tmp_path, the_plan, kwargs.pop("on_progress", None), presence=lambda: presence)
         dog.start()
         started.append(dog)
         return dog
@@ -99,15 +99,15 @@ def watch(tmp_path: Path, kills: list[float]) -> Iterator[Callable[..., Watchdog
         assert not dog.is_alive()
 
 
-def wait_for(dog: Watchdog, limit: float = 8.0) -> None:
-    """Until the watchdog gave up (it ends its thread then), bounded."""
+def wait_for(dog: Monitor, limit: float = 8.0) -> None:
+    """Until the monitor gave up (it ends its thread then), bounded."""
     dog.join(timeout=limit)
-    assert not dog.is_alive(), "the watchdog never gave up"
+    assert not dog.is_alive(), "the monitor never gave up"
 
 
 # ------------------------------------------------------------------ the bound
 def bound(statuses: dict[int, dict[str, Any]], timeout: float = 0.5, nproc: int = 2) -> float:
-    return Watchdog(Path("/nonexistent"), plan(timeout, nproc), None)._bound(statuses)
+    return Monitor(Path("/nonexistent"), plan(timeout, nproc), None)._bound(statuses)
 
 
 def status(stage: str = "measure: 4K", age: float = 0.2) -> dict[str, Any]:
@@ -329,7 +329,7 @@ def test_stop_ends_a_watch_that_never_gave_up(tmp_path: Path, watch, kills: list
 
 def test_publish_final_sends_exits_as_they_are(tmp_path: Path) -> None:
     presence = FakePresence()
-    dog = Watchdog(tmp_path, plan(5.0), None, presence=lambda: presence)
+    dog = Monitor(tmp_path, plan(5.0), None, presence=lambda: presence)
     statuses = {0: {"rank": 0, "stage": "done"}, 1: {"rank": 1, "stage": "measure"}}
     dog.publish_final(statuses, {1: {"exitcode": -9, "signal": "SIGKILL"}})
     assert presence.published == [
@@ -342,7 +342,7 @@ def test_publish_final_sends_exits_as_they_are(tmp_path: Path) -> None:
 
 
 def test_without_a_presence_the_world_is_this_node(tmp_path: Path) -> None:
-    dog = Watchdog(tmp_path, plan(5.0), None)
+    dog = Monitor(tmp_path, plan(5.0), None)
     local = {0: {"stage": "x"}}
     assert dog.world_statuses(local) is local
     dog.publish_final(local, {})  # nobody to tell: no error
@@ -350,7 +350,7 @@ def test_without_a_presence_the_world_is_this_node(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ crashes
 class FastClock:
-    """time for the watchdog module, with a monotonic clock running `speed` times as fast."""
+    """time for the monitor module, with a monotonic clock running `speed` times as fast."""
 
     def __init__(self, speed: float) -> None:
         self.speed, self.origin = speed, time.monotonic()
@@ -400,7 +400,7 @@ def test_a_crash_is_not_turned_into_a_stall_during_its_grace(
 
 
 def test_abandoned_only_after_the_agent_had_its_time(tmp_path: Path) -> None:
-    dog = Watchdog(tmp_path, plan(5.0), None)
+    dog = Monitor(tmp_path, plan(5.0), None)
     assert not dog.abandoned()  # never gave up
     dog.gave_up_at = time.time() - (ABANDON_AFTER_S - 0.5)
     assert not dog.abandoned()
@@ -441,7 +441,7 @@ def wait_state(pid: int, state: str) -> None:
 
 
 class FrozenWallClock:
-    """time for the watchdog module, its wall clock standing at `now`: ages come out exact, however
+    """time for the monitor module, its wall clock standing at `now`: ages come out exact, however
     long annotate's walk of /proc took on a busy machine (10 ms more turned 0.04 s into 0.1)."""
 
     def __init__(self, now: float) -> None:

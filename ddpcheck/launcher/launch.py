@@ -27,9 +27,11 @@ from ddpcheck.failure import explain as postmortem
 from ddpcheck.launcher.monitor import (
     POLL_S,
     ProgressCallback,
-    Watchdog,
     annotate,
     kill_workers,
+)
+from ddpcheck.launcher.monitor import (
+    Monitor as Watchdog,
 )
 from ddpcheck.launcher.plan import LaunchPlan
 from ddpcheck.launcher.presence import Presence, StoreUnreachable

@@ -43,7 +43,7 @@ ABANDON_AFTER_S = 5.0
 BUDGET_ABANDON_AFTER_S = 0.5
 
 
-class Watchdog(threading.Thread):
+class Monitor(threading.Thread):
     """Reads every rank's status file; reports progress; ends a stalled or crashed run.
 
     In a multi-node run it also publishes this node's statuses to the rendezvous store
@@ -58,20 +58,20 @@ class Watchdog(threading.Thread):
         on_progress: ProgressCallback | None,
         presence: Callable[[], Presence | None] = lambda: None,
     ) -> None:
-        super().__init__(name="ddpcheck-watchdog", daemon=True)
+        super().__init__(name="ddpcheck-monitor", daemon=True)
         self.run_dir = run_dir
         self.plan = plan
         self.on_progress = on_progress
         self.presence = presence
         self.stall: Stall | None = None
-        self.killed: set[int] = set()  # pids this watchdog killed: collateral, not culprits
+        self.killed: set[int] = set()  # pids this monitor killed: collateral, not culprits
         self.gave_up_at: float | None = None
         self.snapshot: dict[int, dict[str, Any]] | None = None  # statuses just before a crash kill
         self.stacks: dict[int, str] = {}  # rank -> its Python stack (py-spy), taken before a stall's kill
         self.flight: dict[
             int, RankTrace
         ] = {}  # rank -> its flight-recorder dump, taken before a stall's kill
-        self.out_of_budget = False  # --budget ran out before rank 0 reported: this watchdog ended the run
+        self.out_of_budget = False  # --budget ran out before rank 0 reported: this monitor ended the run
         self._stop_event = threading.Event()
         self._beats = BeatTracker()  # what each rank missed of its peers' beats, poll after poll
 
@@ -184,11 +184,11 @@ class Watchdog(threading.Thread):
 
     @property
     def abandon_after(self) -> float:
-        """How long the agent may take to return once the watchdog gave up."""
+        """How long the agent may take to return once the monitor gave up."""
         return BUDGET_ABANDON_AFTER_S if self.out_of_budget else ABANDON_AFTER_S
 
     def abandoned(self) -> bool:
-        """The watchdog gave up long enough ago that the agent should have returned."""
+        """The monitor gave up long enough ago that the agent should have returned."""
         return self.gave_up_at is not None and time.time() - self.gave_up_at > self.abandon_after
 
     def stop(self) -> None:
@@ -243,7 +243,7 @@ PY_SPY_TIMEOUT_S = 5.0
 
 
 def _stacks_of(stall: Stall) -> dict[int, str]:
-    """The stacks of the ranks the stall names; nothing may keep the watchdog from its kill."""
+    """The stacks of the ranks the stall names; nothing may keep the monitor from its kill."""
     try:
         return python_stacks(stall.statuses, judge_stall(stall).ranks)
     except Exception:  # a status the judge cannot read (another node's, half-written): no stacks
@@ -256,7 +256,7 @@ def flight_dumps(
     """rank -> the flight-recorder dump of each rank of this node, asked for and waited on a moment.
 
     Only ranks that run and have joined the process group can answer (a stopped or frozen one
-    cannot); whatever came by then is read, and nothing may keep the watchdog from its kill.
+    cannot); whatever came by then is read, and nothing may keep the monitor from its kill.
     """
     try:
         rundir.request_flight_dumps(run_dir)

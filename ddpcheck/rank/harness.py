@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from ddpcheck.report.model import Report
 
-# How often a rank looks for the watchdog's request to dump its flight recorder.
+# How often a rank looks for the launcher's monitor's request to dump its flight recorder.
 FLIGHT_POLL_S = 0.2
 
 
@@ -360,7 +360,7 @@ def _world(spec: RunSpec, gathered: list[dict[str, Any]], device: torch.device) 
 
 
 def _answer_flight_requests(run_dir: str, rank: int) -> None:
-    """A thread that dumps this rank's flight recorder when the watchdog asks (a stall): the main
+    """A thread that dumps this rank's flight recorder when the launcher's monitor asks (a stall): the main
     thread may be stuck inside a collective, which gloo waits in without the GIL."""
 
     def watch() -> None:

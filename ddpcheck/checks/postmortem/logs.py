@@ -7,7 +7,7 @@ NCCL's debug files. Pure parsers over text (and the few file reads that find it)
 - per-rank `stderr.log`/`stdout.log` (torchrun `--log-dir`, `-r 3`), Slurm's `slurm-*.out`,
   any `*.log`, `*.out`, `*.err`, `*.txt`: "Fatal Python error" (faulthandler), the last line of a
   Python traceback, gloo's "Received data size doesn't match expected size", NCCL's `NCCL WARN`
-  lines and the watchdog's timeout. The rank is the file's place (`attempt_N/<rank>/`), or the
+  lines and NCCL's watchdog timeout. The rank is the file's place (`attempt_N/<rank>/`), or the
   line's prefix: torch's `[rank3]:`, srun `--label`'s `3: `; NCCL's lines start `host:pid:tid`.
 
 A gloo collective mismatch aborts the rank that RECEIVES the wrong size, not the one that
