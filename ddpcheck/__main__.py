@@ -14,7 +14,7 @@ _noted_before: list[int] = []
 if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # an ignored one stays ignored
     _signal.signal(_signal.SIGINT, lambda signum, frame: _noted_before.append(signum))
 
-from ddpcheck.launcher import interrupt  # noqa: E402 (after the handler above, on purpose)
+from ddpcheck.rank import interrupt  # noqa: E402 (after the handler above, on purpose)
 
 
 def main() -> None:

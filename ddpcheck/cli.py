@@ -23,9 +23,9 @@ from ddpcheck import __version__
 from ddpcheck.command import Command, Parameter, build_options, options_to_dict, parameters
 from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, say
-from ddpcheck.launcher import interrupt
 from ddpcheck.launcher.budget_options import BudgetOptions, StartingWatch
 from ddpcheck.launcher.options import LaunchOptions
+from ddpcheck.rank import interrupt
 from ddpcheck.report.compare import BaselineOptions
 from ddpcheck.report.fleet import FleetOptions
 from ddpcheck.report.outputs import OutputOptions
@@ -113,8 +113,8 @@ def _metavar(annotation: Any) -> str | None:
 
 def _faults_help(command: Command) -> str:
     """The epilog's paragraph on the --inject kinds this command takes (what each does: rank/faults.py)."""
+    from ddpcheck.failure.stages import HARNESS
     from ddpcheck.rank.faults import DEFAULT_STAGE, KINDS
-    from ddpcheck.rank.stages import HARNESS
 
     staged = [kind for kind in command.faults if KINDS[kind][0]]
     lines = [
@@ -221,9 +221,9 @@ def run_ranked(
     from ddpcheck.report.baseline import load_baseline
 
     known_good = load_baseline(baseline)
-    from ddpcheck.launcher import launch
+    from ddpcheck.rank.torch_logs import quiet_torch_cpp_logs
 
-    launch.quiet_torch_cpp_logs()
+    quiet_torch_cpp_logs()
     console = _console(output)
     from ddpcheck.launcher.plan import detect_inline
 

@@ -291,14 +291,14 @@ def test_measuring_stops_before_the_tail_and_collectives_share_what_is_left() ->
 
 
 def test_the_launcher_ends_the_run_at_the_budget_unless_rank_0_already_reported(tmp_path: Path) -> None:
+    from ddpcheck.launcher.monitor import Monitor
     from ddpcheck.launcher.plan import LaunchPlan
-    from ddpcheck.launcher.watchdog import Watchdog
     from ddpcheck.rank import rundir
     from ddpcheck.report.model import Report
 
-    def watchdog(end_in_s: float) -> Watchdog:
+    def watchdog(end_in_s: float) -> Monitor:
         plan = LaunchPlan(nproc=2, backend="gloo", device="cpu", budget=Budget(20.0, time.time() + end_in_s))
-        return Watchdog(tmp_path, plan, None)
+        return Monitor(tmp_path, plan, None)
 
     assert not watchdog(EXIT_S + 60)._budget_spent()
     assert watchdog(EXIT_S - 0.5)._budget_spent()

@@ -21,10 +21,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddpcheck.launcher import interrupt, watchdog
-from ddpcheck.launcher.postmortem import crash_culprits, judge_stall
-from ddpcheck.rank import rundir
-from ddpcheck.rank.status import Stall
+from ddpcheck.failure import stacks
+from ddpcheck.failure.explain import crash_culprits, judge_stall
+from ddpcheck.failure.liveness import Stall
+from ddpcheck.launcher import monitor
+from ddpcheck.rank import interrupt, rundir
 from tests.conftest import (
     assert_nothing_left,
     process_ended,
@@ -239,7 +240,7 @@ def test_a_run_directory_whose_rank_was_killed_outright_is_swept_next_time(tmp_p
 EARLY_SIGTERM = """
 import os, signal, sys, time
 from pathlib import Path
-from ddpcheck.launcher import interrupt
+from ddpcheck.rank import interrupt
 interrupt.install()
 interrupt.leave_on_sigterm()  # as run_inline does, before its SIGTERM thread starts
 interrupt.remove_on_leave(Path(sys.argv[1]))
@@ -261,7 +262,8 @@ def test_a_launchers_sigterm_before_the_run_answers_it_leaves_nothing(tmp_path) 
 
 SIGNAL_AS_IT_IS_MADE = """
 import os, signal, sys, tempfile
-from ddpcheck.launcher import interrupt, launch
+from ddpcheck.launcher import launch
+from ddpcheck.rank import interrupt
 tempfile.tempdir = sys.argv[1]
 interrupt.install()
 interrupt.leave_on_sigterm()
@@ -288,7 +290,7 @@ def test_a_signal_the_moment_the_run_directory_is_made_leaves_nothing(tmp_path, 
 
 CTRL_C_IN_THE_TEMP_PROBE = """
 import os, signal, tempfile
-from ddpcheck.launcher import interrupt
+from ddpcheck.rank import interrupt
 interrupt.install()
 write = os.write
 def probe_write(fd, data):  # tempfile's probe of the temp directory writes b'blat' to its file
@@ -542,16 +544,16 @@ def test_a_hang_keeps_its_logs_and_shows_the_stuck_ranks_stack(ddpcheck, scratch
 @pytest.mark.integration
 def test_python_stacks_skip_quietly_without_py_spy(monkeypatch) -> None:
     statuses = {1: status(1, "measure", 3, pid=os.getpid(), proc_state="running")}
-    monkeypatch.setattr(watchdog.shutil, "which", lambda name: None)
-    assert watchdog.python_stacks(statuses, [1]) == {}
+    monkeypatch.setattr(stacks.shutil, "which", lambda name: None)
+    assert monitor.python_stacks(statuses, [1]) == {}
     # A stopped or exited rank cannot be read: not even tried.
-    monkeypatch.setattr(watchdog.shutil, "which", lambda name: "/bin/false")
-    assert watchdog.python_stacks({1: {**statuses[1], "proc_state": "stopped"}}, [1]) == {}
-    assert watchdog.python_stacks(statuses, [1]) == {}  # it failed: nothing, no error
+    monkeypatch.setattr(stacks.shutil, "which", lambda name: "/bin/false")
+    assert monitor.python_stacks({1: {**statuses[1], "proc_state": "stopped"}}, [1]) == {}
+    assert monitor.python_stacks(statuses, [1]) == {}  # it failed: nothing, no error
 
 
 def test_a_status_the_judge_cannot_read_costs_the_stacks_not_the_kill() -> None:
-    assert watchdog._stacks_of(Stall({1: {"rank": 1}}, waited_s=5.0, world_size=2)) == {}
+    assert monitor._stacks_of(Stall({1: {"rank": 1}}, waited_s=5.0, world_size=2)) == {}
 
 
 @pytest.mark.integration
@@ -559,10 +561,10 @@ def test_python_stacks_are_bounded_by_their_timeout(monkeypatch, tmp_path) -> No
     slow = tmp_path / "py-spy"
     slow.write_text("#!/bin/sh\nsleep 30\n")
     slow.chmod(0o755)
-    monkeypatch.setattr(watchdog.shutil, "which", lambda name: str(slow))
+    monkeypatch.setattr(stacks.shutil, "which", lambda name: str(slow))
     began = time.monotonic()
     statuses = {1: status(1, "measure", 3, pid=os.getpid(), proc_state="running")}
-    assert watchdog.python_stacks(statuses, [1], timeout=0.5) == {}
+    assert monitor.python_stacks(statuses, [1], timeout=0.5) == {}
     assert time.monotonic() - began < 5
 
 

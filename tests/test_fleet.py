@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from ddpcheck.checks.links import LinksOptions
 from ddpcheck.checks.links.check import judge as judge_links
 from ddpcheck.errors import UsageError
+from ddpcheck.failure.explain import judge_stall
+from ddpcheck.failure.liveness import Stall
 from ddpcheck.launcher.drain import PREFIX, REASON_MAX, act_on, reason
-from ddpcheck.launcher.postmortem import judge_stall
-from ddpcheck.rank.status import Stall
 from ddpcheck.report.fleet import FleetOptions, compressed, culprit_hosts
 from ddpcheck.report.model import Check, Report, Status
 from ddpcheck.report.prometheus import STATUS_VALUE, text_of

@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 
 from ddpcheck.errors import UsageError
+from ddpcheck.failure.explain import judge_inline
+from ddpcheck.failure.liveness import HEARTBEAT_INTERVAL_S, STOPPED_AFTER_BEATS, Stall
 from ddpcheck.launcher import mpi
-from ddpcheck.launcher.postmortem import judge_inline
 from ddpcheck.rank import inline, rundir
-from ddpcheck.rank.liveness import STOPPED_AFTER_BEATS
-from ddpcheck.rank.status import HEARTBEAT_INTERVAL_S, Stall, StatusWriter, StoreTransport
+from ddpcheck.rank.status import StatusWriter, StoreTransport
 from tests.conftest import assert_usage_error, process_ended, removed_in_time
 from tests.support.load import busy_cores
 

@@ -1,6 +1,6 @@
 """Pure: a rank stopped beating when its peers beat on without it, whatever the clock says.
 
-rank/liveness.py's rule at its boundary (a peer's STOPPED_AFTER_BEATS - 1 beats vs
+failure/liveness.py's rule at its boundary (a peer's STOPPED_AFTER_BEATS - 1 beats vs
 STOPPED_AFTER_BEATS), a watcher that was itself held up (every counter moved at once: nobody
 blamed), a stage change as a sign of life, and postmortem.judge_inline reading the rule from
 inline's annotated statuses: old heartbeats on a busy machine name nobody; beats missed do.
@@ -8,16 +8,17 @@ inline's annotated statuses: old heartbeats on a busy machine name nobody; beats
 
 from __future__ import annotations
 
-from ddpcheck.launcher.postmortem import judge_inline
-from ddpcheck.rank import inline
-from ddpcheck.rank.liveness import (
+from ddpcheck.failure.explain import judge_inline
+from ddpcheck.failure.liveness import (
+    FROZEN_AFTER_S,
     STOPPED_AFTER_BEATS,
     BeatTracker,
+    Stall,
     counters,
     missed_beats,
     stopped_beating,
 )
-from ddpcheck.rank.status import FROZEN_AFTER_S, Stall
+from ddpcheck.rank import inline
 
 
 def watched(*observations: dict[int, tuple[int, int]]) -> dict[int, int]:

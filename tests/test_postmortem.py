@@ -19,17 +19,20 @@ import pytest
 
 from ddpcheck.checks.postmortem import PostmortemOptions
 from ddpcheck.checks.postmortem.check import NothingToRead, examine
-from ddpcheck.checks.postmortem.flight import NotADump, find_dumps, parse_dump, rank_of, read_dump
-from ddpcheck.checks.postmortem.judge import judge, last_collective_line, with_last_collectives
+from ddpcheck.checks.postmortem.judge import judge
 from ddpcheck.checks.postmortem.logs import (
     FoundLogs,
-    first_failure,
     judge_logs,
     parse_error_file,
     scan_text,
     summary_exits,
 )
+from ddpcheck.checks.postmortem.logs import (
+    earliest_error as first_failure,
+)
 from ddpcheck.errors import UsageError
+from ddpcheck.failure.collectives import last_collective_line, with_last_collectives
+from ddpcheck.failure.flight import NotADump, find_dumps, parse_dump, rank_of, read_dump
 from ddpcheck.report.model import Check, Status
 from tests.conftest import Run, assert_usage_error
 from tests.support.fr_dumps import dump, entry, nccl_dump, write_json, write_pickle

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcheck.checks.postmortem.flight import RankTrace, parse_dump
 from ddpcheck.checks.postmortem.judge import (
     LAST_COLLECTIVES_COLUMNS,
     judge,
-    last_collective_line,
     last_collectives,
-    with_last_collectives,
     world_size_of,
 )
+from ddpcheck.failure.collectives import last_collective_line, with_last_collectives
+from ddpcheck.failure.flight import RankTrace, parse_dump
 from ddpcheck.report.model import Check, Status
 from tests.support.fr_dumps import dump, entry, nccl_dump
 

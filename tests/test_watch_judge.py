@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from ddpcheck.checks.postmortem.flight import parse_dump as parse_fr_dump
 from ddpcheck.checks.watch.judge import (
     Exit,
     RankView,
-    first_failure,
     judge_crash,
     judge_hang,
-    launcher_exit_codes,
     with_flight_recorders,
 )
+from ddpcheck.checks.watch.judge import (
+    first_failed as first_failure,
+)
 from ddpcheck.checks.watch.progress import Progress
-from ddpcheck.checks.watch.stacks import Frame, parse_dump, parse_faulthandler
+from ddpcheck.failure.flight import parse_dump as parse_fr_dump
+from ddpcheck.failure.launchers import launcher_exit_codes
+from ddpcheck.failure.stacks import Frame, parse_dump, parse_faulthandler
 from tests.support.fr_dumps import dump, entry
 
 TORCH = "/usr/lib/python3.11/site-packages/torch"

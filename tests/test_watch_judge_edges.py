@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 
-from ddpcheck.checks.postmortem.flight import parse_dump as parse_fr_dump
 from ddpcheck.checks.watch.judge import (
     Exit,
     RankView,
-    first_failure,
     judge_crash,
     judge_hang,
     judge_success,
@@ -24,7 +22,11 @@ from ddpcheck.checks.watch.judge import (
     view_to_dict,
     with_flight_recorders,
 )
-from ddpcheck.checks.watch.stacks import Frame, Stack
+from ddpcheck.checks.watch.judge import (
+    first_failed as first_failure,
+)
+from ddpcheck.failure.flight import parse_dump as parse_fr_dump
+from ddpcheck.failure.stacks import Frame, Stack
 from ddpcheck.report.model import Check, Status
 from tests.support.fr_dumps import dump, entry
 from tests.test_watch_judge import ALL_REDUCE, BACKWARD, SLEEPING, TORCH, TRAIN

@@ -2,9 +2,9 @@
 
 Ranks are started through torch.distributed.run's programmatic API
 (`elastic_launch` with a fully specified `LaunchConfig`), off the main thread, each
-rank's output kept in a per-run log directory; the watchdog (watchdog.py) bounds
+rank's output kept in a per-run log directory; the monitor (monitor.py) bounds
 every wait. Whatever the ranks did, `launch()` returns a Report: rank 0's, this
-node's share of a remote verdict, or postmortem.py's account of a crash or hang.
+node's share of a remote verdict, or failure/explain.py's account of a crash or hang.
 Already inside a launch (torchrun, srun), `run_inline` runs the command as that rank.
 """
 
@@ -23,22 +23,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ddpcheck.launcher import interrupt, postmortem
+from ddpcheck.failure import explain
+from ddpcheck.launcher.monitor import POLL_S, Monitor, ProgressCallback, annotate, kill_workers
 from ddpcheck.launcher.plan import LaunchPlan
 from ddpcheck.launcher.presence import Presence, StoreUnreachable
 from ddpcheck.launcher.rendezvous import advertised_address, check_rendezvous_port, hosts_store
-from ddpcheck.launcher.watchdog import (
-    POLL_S,
-    ProgressCallback,
-    Watchdog,
-    annotate,
-    kill_workers,
-)
-from ddpcheck.rank import rundir
+from ddpcheck.rank import interrupt, rundir
 from ddpcheck.rank.faults import Fault
 from ddpcheck.rank.harness import run_rank
 from ddpcheck.rank.rundir import RunSpec
 from ddpcheck.rank.status import read_statuses
+from ddpcheck.rank.torch_logs import USER_CPP_LOG_LEVEL
 from ddpcheck.report import assemble
 from ddpcheck.report.model import Report, Verdict
 from ddpcheck.torch_compat import (
@@ -86,15 +81,15 @@ def launch(
         remover = rundir.remove_once_this_process_is_gone(run_dir, unless_logs_kept=True)
         rundir.write_spec(run_dir, make_spec(command, options, faults, plan))
         agent = AgentThread(plan, run_dir)
-        watchdog = Watchdog(run_dir, plan, on_progress, presence=lambda: agent.presence)
-        _run_until_done(agent, watchdog, stop)
-    failures, launch_error, interrupted = _how_it_ended(agent, watchdog, plan, run_dir, stop.is_set())
+        monitor = Monitor(run_dir, plan, on_progress, presence=lambda: agent.presence)
+        _run_until_done(agent, monitor, stop)
+    failures, launch_error, interrupted = _how_it_ended(agent, monitor, plan, run_dir, stop.is_set())
     if interrupted:
         shutil.rmtree(run_dir, ignore_errors=True)
         interrupt.forget(run_dir)
         rundir.release_remover(remover)
         raise KeyboardInterrupt
-    report = _report_of(command, plan, run_dir, agent, watchdog, failures, launch_error)
+    report = _report_of(command, plan, run_dir, agent, monitor, failures, launch_error)
     kept = rundir.keep_logs(run_dir) if report.verdict == Verdict.ERROR else None
     if kept is None:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -106,7 +101,7 @@ def launch(
 
 
 def _how_it_ended(
-    agent: AgentThread, watchdog: Watchdog, plan: LaunchPlan, run_dir: Path, interrupted: bool
+    agent: AgentThread, monitor: Monitor, plan: LaunchPlan, run_dir: Path, interrupted: bool
 ) -> tuple[dict[int, Any], str | None, bool]:
     """(failed ranks, why the launch itself failed, interrupted?) once the agent is done or abandoned."""
     failures: dict[int, Any] = {}
@@ -120,7 +115,7 @@ def _how_it_ended(
             f"rendezvous store ({plan.rdzv_endpoint or 'local'}); is every node reachable at the "
             "address it advertises?"
         )
-    if watchdog.out_of_budget and plan.budget is not None:
+    if monitor.out_of_budget and plan.budget is not None:
         # The ranks this launcher ended are not culprits: the budget ran out on them.
         failures = {}
         launch_error = (
@@ -136,22 +131,22 @@ def _report_of(
     plan: LaunchPlan,
     run_dir: Path,
     agent: AgentThread,
-    watchdog: Watchdog,
+    monitor: Monitor,
     failures: dict[int, Any],
     launch_error: str | None,
 ) -> Report:
     """Rank 0's report; this node's share of a remote verdict; or the account of what went wrong."""
     report = rundir.read_rank0_report(run_dir)
     shared = rundir.read_verdict(run_dir)
-    if report is None and shared is not None and not (failures or watchdog.stall or launch_error):
+    if report is None and shared is not None and not (failures or monitor.stall or launch_error):
         # Rank 0 lives on another node: it printed the report; this node shares its verdict.
-        return postmortem.remote_node_report(command, plan, *shared)
-    if report is None or failures or watchdog.stall:
+        return explain.remote_node_report(command, plan, *shared)
+    if report is None or failures or monitor.stall:
         # No report, or one whose ranks then crashed or hung (in teardown, say): explain what happened.
-        findings = _findings(plan, run_dir, agent, watchdog, failures, launch_error)
+        findings = _findings(plan, run_dir, agent, monitor, failures, launch_error)
         if report is None:
-            return postmortem.report_for(command=command, **findings)
-        postmortem.add_findings(report, **findings)
+            return explain.report_for(command=command, **findings)
+        explain.add_findings(report, **findings)
     return report
 
 
@@ -159,27 +154,27 @@ def _findings(
     plan: LaunchPlan,
     run_dir: Path,
     agent: AgentThread,
-    watchdog: Watchdog,
+    monitor: Monitor,
     failures: dict[int, Any],
     launch_error: str | None,
 ) -> dict[str, Any]:
-    """What the postmortem needs: every rank's status and exit as far as this node knows, and what
-    the watchdog saw (the stall, the stacks, the flight-recorder dumps)."""
-    exits = {rank: _exit_info(f, watchdog.killed) for rank, f in failures.items()}
+    """What the explanation needs: every rank's status and exit as far as this node knows, and what
+    the monitor saw (the stall, the stacks, the flight-recorder dumps)."""
+    exits = {rank: _exit_info(f, monitor.killed) for rank, f in failures.items()}
     local = annotate(read_statuses(run_dir))
-    watchdog.publish_final(local, exits)
+    monitor.publish_final(local, exits)
     # Another node's account of a crash is worth waiting for only if ranks ran and its store answers.
-    settle = plan.nnodes > 1 and not (watchdog.stall or launch_error) and agent.presence is not None
-    statuses, exits = _world_view(watchdog, local, exits, settle=settle)
+    settle = plan.nnodes > 1 and not (monitor.stall or launch_error) and agent.presence is not None
+    statuses, exits = _world_view(monitor, local, exits, settle=settle)
     return {
         "plan": plan,
         "statuses": statuses,
         "exits": exits,
-        "stall": watchdog.stall,
+        "stall": monitor.stall,
         "launch_error": launch_error,
         "log_tail": lambda rank: _log_tail(run_dir, statuses.get(rank)),
-        "stacks": watchdog.stacks,
-        "flight": watchdog.flight,
+        "stacks": monitor.stacks,
+        "flight": monitor.flight,
     }
 
 
@@ -187,25 +182,25 @@ def _findings(
 INTERRUPTED_ABANDON_AFTER_S = 1.0
 
 
-def _run_until_done(agent: AgentThread, watchdog: Watchdog, stop: threading.Event) -> None:
-    """Start the watchdog and the agent; wait until the ranks are done, abandoned, or a signal came.
+def _run_until_done(agent: AgentThread, monitor: Monitor, stop: threading.Event) -> None:
+    """Start the monitor and the agent; wait until the ranks are done, abandoned, or a signal came.
 
     Whatever ended the wait, every worker is killed and the agent given a bounded time to return.
     """
     try:
         if not stop.is_set():
-            watchdog.start()
+            monitor.start()
             agent.start()
         # The agent may block in native code (a store connect to an unreachable host) for
-        # minutes; the main thread only waits while the watchdog says the run is live.
-        while agent.is_alive() and not watchdog.abandoned() and not stop.is_set():
+        # minutes; the main thread only waits while the monitor says the run is live.
+        while agent.is_alive() and not monitor.abandoned() and not stop.is_set():
             agent.join(POLL_S)
     finally:
-        watchdog.stop()
+        monitor.stop()
         kill_workers()
         if agent.ident is not None:  # started
             # Interrupted, the agent's own return is not worth waiting for: the process leaves.
-            agent.join(INTERRUPTED_ABANDON_AFTER_S if stop.is_set() else watchdog.abandon_after)
+            agent.join(INTERRUPTED_ABANDON_AFTER_S if stop.is_set() else monitor.abandon_after)
         if stop.is_set():
             # An agent still starting ranks when the first kill came may have started one since.
             kill_workers()
@@ -321,7 +316,7 @@ REMOTE_SETTLE_S = 4.0
 
 
 def _world_view(
-    watchdog: Watchdog, local: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]], settle: bool
+    monitor: Monitor, local: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]], settle: bool
 ) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
     """Every rank's status and exit as far as this node can know them.
 
@@ -329,13 +324,13 @@ def _world_view(
     peers that lost their connection, the cause is on another node: wait a moment for
     that node's account (its launcher publishes it once its agent returns).
     """
-    base = {r: s for r, s in (watchdog.snapshot or local).items() if not s.get("remote")}
+    base = {r: s for r, s in (monitor.snapshot or local).items() if not s.get("remote")}
     deadline = time.monotonic() + (REMOTE_SETTLE_S if settle else 0)
     while True:
-        statuses = watchdog.world_statuses(base)
+        statuses = monitor.world_statuses(base)
         # A rank that died there is named here too.
         merged = exits | {r: s["exit"] for r, s in statuses.items() if s.get("remote") and s.get("exit")}
-        if postmortem.crash_culprits(statuses, merged) or time.monotonic() >= deadline:
+        if explain.crash_culprits(statuses, merged) or time.monotonic() >= deadline:
             return statuses, merged
         time.sleep(POLL_S * 2)
 
@@ -404,21 +399,6 @@ def _headline(exc: BaseException) -> str:
     """The first line of an exception's message (torch's store errors add pages after it)."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
     return lines[0].strip() if lines else type(exc).__name__
-
-
-USER_CPP_LOG_LEVEL = "DDPCHECK_USER_TORCH_CPP_LOG_LEVEL"
-
-
-def quiet_torch_cpp_logs() -> None:
-    """Keep torch's C++ warnings (store retries, socket errors) off the launcher's terminal.
-
-    Must run before torch is imported, which reads the level once; ddpcheck reports those
-    failures itself, and the ranks get the user's level back for their log files.
-    """
-    if "torch" in sys.modules:
-        return
-    os.environ[USER_CPP_LOG_LEVEL] = os.environ.get("TORCH_CPP_LOG_LEVEL", "WARNING")
-    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
 
 
 def _exit_info(failure: Any, killed: set[int]) -> dict[str, Any]:

@@ -13,8 +13,8 @@ import socket
 from datetime import timedelta
 from typing import Any
 
-from ddpcheck.launcher.network import route_address
 from ddpcheck.launcher.options import parse_endpoint
+from ddpcheck.rank.network import route_address
 from ddpcheck.torch_compat import store_has
 
 PREFIX = "ddpcheck/node/"

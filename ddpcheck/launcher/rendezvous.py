@@ -7,9 +7,9 @@ import socket
 import psutil
 
 from ddpcheck.errors import UsageError
-from ddpcheck.launcher.network import route_address
 from ddpcheck.launcher.options import parse_endpoint
 from ddpcheck.launcher.plan import LaunchPlan
+from ddpcheck.rank.network import route_address
 
 
 def endpoint_is_local(endpoint: str) -> bool:

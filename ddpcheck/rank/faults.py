@@ -15,8 +15,8 @@ from typing import Any
 
 from ddpcheck.commands import COMMANDS, commands_taking
 from ddpcheck.errors import UsageError
-from ddpcheck.rank.stages import HARNESS as STAGES
-from ddpcheck.rank.stages import MEASURE
+from ddpcheck.failure.stages import HARNESS as STAGES
+from ddpcheck.failure.stages import MEASURE
 
 # kind -> (whether it takes a :STAGE, what it does); which commands take it is in commands.py.
 KINDS: dict[str, tuple[bool, str]] = {

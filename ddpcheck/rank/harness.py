@@ -28,13 +28,14 @@ from ddpcheck.checks.env.probe import rank_fingerprint
 from ddpcheck.command import options_from_dict
 from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, say
-from ddpcheck.launcher import interrupt, postmortem
-from ddpcheck.launcher.network import route_address
-from ddpcheck.rank import inline, rundir, stages
+from ddpcheck.failure import explain, peers, stages
+from ddpcheck.failure.liveness import Stall
+from ddpcheck.rank import inline, interrupt, rundir
 from ddpcheck.rank.context import NullStatus, RankContext
 from ddpcheck.rank.faults import Faults
+from ddpcheck.rank.network import route_address
 from ddpcheck.rank.rundir import RunSpec
-from ddpcheck.rank.status import Stall, StatusWriter
+from ddpcheck.rank.status import StatusWriter
 from ddpcheck.report import assemble
 from ddpcheck.torch_compat import takes_device_id, teardown_may_deadlock
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
     from ddpcheck.report.model import Report
 
-# How often a rank looks for the watchdog's request to dump its flight recorder.
+# How often a rank looks for the launcher's monitor's request to dump its flight recorder.
 FLIGHT_POLL_S = 0.2
 
 
@@ -197,15 +198,15 @@ def _inline_gave_up(
         if rank != 0 and run_dir:
             # Nothing more to write here; a launcher's SIGKILL may come while this rank looks.
             rundir.remove(run_dir)
-        if session is None or not postmortem.is_collateral_error(message):
+        if session is None or not peers.is_collateral_error(message):
             # No store to read, or this rank failed first-hand: then it is the culprit itself.
             say(f"ddpcheck: rank {rank} failed: {headline}")
             if rank == 0 and run_dir and session is not None:
                 rundir.write_rank0_report(
-                    run_dir, postmortem.inline_crash_report(spec, world_size, own, message)
+                    run_dir, explain.inline_crash_report(spec, world_size, own, message)
                 )
             return
-        wait_s = inline.SAMPLE_S if rank != 0 or postmortem.connection_dropped(message) else 0.0
+        wait_s = inline.SAMPLE_S if rank != 0 or peers.connection_dropped(message) else 0.0
         statuses = session.observe(wait_s)
         if not statuses:
             where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
@@ -218,7 +219,7 @@ def _inline_gave_up(
         end_stopped = spec.launcher == "torchrun" and rank == 0
         ended = inline.reap(statuses, end_stopped=end_stopped, store=session.store)
         if rank != 0:
-            check = postmortem.judge_inline(stall, message, rank)
+            check = explain.judge_inline(stall, message, rank)
             say(f"ddpcheck: rank {rank} failed ({headline}): {check.detail}")
             session.said()
             if spec.launcher in ("srun", "mpirun"):
@@ -226,7 +227,7 @@ def _inline_gave_up(
                 session.wait_for_rank0(inline.RANK0_LEAVES_S)
             return
         say(f"ddpcheck: rank 0 failed: {headline}")
-        report = postmortem.inline_report(spec, stall, message)
+        report = explain.inline_report(spec, stall, message)
         if ended:
             report.notes.append(
                 f"ddpcheck ended stopped rank(s) {', '.join(map(str, ended))} on this host (SIGKILL): "
@@ -287,7 +288,7 @@ def on_inline_sigterm(
         world = int(os.environ["WORLD_SIZE"])
         if statuses:
             stalls.append(Stall(statuses, None, world))
-            found.append(": " + postmortem.judge_inline(stalls[0], "SIGTERM", rank).detail)
+            found.append(": " + explain.judge_inline(stalls[0], "SIGTERM", rank).detail)
         else:
             found.append("; the store the ranks shared is gone: the others had ended already")
 
@@ -301,7 +302,7 @@ def on_inline_sigterm(
     if rank == 0 and found and stalls and write_report is not None:
         # The files first: they are what a SIGKILL would cost; each is written whole or not at all.
         with contextlib.suppress(Exception):
-            wrote = write_report(postmortem.sigterm_report(spec, stalls[0]))
+            wrote = write_report(explain.sigterm_report(spec, stalls[0]))
     say(line)
     for said in wrote:
         say(f"ddpcheck: {said}")
@@ -359,7 +360,7 @@ def _world(spec: RunSpec, gathered: list[dict[str, Any]], device: torch.device) 
 
 
 def _answer_flight_requests(run_dir: str, rank: int) -> None:
-    """A thread that dumps this rank's flight recorder when the watchdog asks (a stall): the main
+    """A thread that dumps this rank's flight recorder when the launcher's monitor asks (a stall): the main
     thread may be stuck inside a collective, which gloo waits in without the GIL."""
 
     def watch() -> None:

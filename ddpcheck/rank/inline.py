@@ -5,7 +5,7 @@ store every rank already shares (MASTER_ADDR:MASTER_PORT), over a connection of 
 that a collective blocked on the default store never holds up a beat. Rank 0 watches every
 rank's beat counter and notes, on its own monotonic clock, when each last changed: an age
 that never mixes two hosts' clocks, and how many beats the others made meanwhile: a rank stopped
-beating when its counter stood still while a peer's went on (rank/liveness.py), whatever the
+beating when its counter stood still while a peer's went on (failure/liveness.py), whatever the
 clock says on a busy machine. It publishes that view for the other ranks. The rank that gives
 up (its collective timed out, or a peer's connection dropped) then reads who stopped beating:
 `observe()` returns annotated statuses for postmortem.judge_inline.
@@ -31,9 +31,16 @@ from typing import Any
 
 import psutil
 
-from ddpcheck.rank import rundir, stages
-from ddpcheck.rank.liveness import STOPPED_AFTER_BEATS, BeatTracker, counters, stopped_beating
-from ddpcheck.rank.status import HEARTBEAT_INTERVAL_S, StoreTransport
+from ddpcheck.failure import stages
+from ddpcheck.failure.liveness import (
+    HEARTBEAT_INTERVAL_S,
+    STOPPED_AFTER_BEATS,
+    BeatTracker,
+    counters,
+    stopped_beating,
+)
+from ddpcheck.rank import rundir
+from ddpcheck.rank.status import StoreTransport
 from ddpcheck.torch_compat import store_has
 
 HEARTBEAT_SWITCH = "DDPCHECK_INLINE_HEARTBEAT"
@@ -306,7 +313,7 @@ def annotate(
     A rank on this host is looked at directly (its process, and its heartbeat against this
     host's own clock); one elsewhere by the age rank 0 (or this rank, sampling) measured. The
     age is what a report says; whether a rank stopped beating is `missed_beats`: how many
-    beats a peer made since this rank's counters last moved (rank/liveness.py).
+    beats a peer made since this rank's counters last moved (failure/liveness.py).
     """
     missed = missed or {}
     here, now = socket.gethostname(), time.time()

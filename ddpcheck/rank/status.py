@@ -2,7 +2,7 @@
 
 Each rank keeps one `RankStatus` and publishes it whenever it enters a stage, and a daemon
 thread republishes it (a heartbeat) about twice a second. Where it goes depends on who is
-watching: the launcher's status files (`FileTransport`, read by watchdog.py), and under
+watching: the launcher's status files (`FileTransport`, read by the launcher's monitor.py), and under
 torchrun/srun/mpirun, where no launcher watches, the process group's store
 (`StoreTransport`, read by the rank that gives up). Across nodes the launcher forwards its
 ranks' records through the rendezvous store (presence.py). A rank whose stage stopped moving
@@ -22,13 +22,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE
-from ddpcheck.launcher import interrupt
-from ddpcheck.rank import stages
+from ddpcheck.failure import stages
+from ddpcheck.failure.liveness import HEARTBEAT_INTERVAL_S
+from ddpcheck.rank import interrupt
 from ddpcheck.rank.rundir import status_dir
-
-HEARTBEAT_INTERVAL_S = 0.5
-# Four missed beats: long enough to survive a loaded machine, short enough for a verdict in seconds.
-FROZEN_AFTER_S = 4 * HEARTBEAT_INTERVAL_S + 1.0
 
 
 @dataclass
@@ -59,21 +56,6 @@ class RankStatus:
     def from_dict(cls, data: dict[str, Any]) -> RankStatus:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
-
-
-@dataclass
-class Stall:
-    """What a watcher saw when no rank moved for the bound: the input of postmortem.judge_stall.
-
-    `statuses` are annotated (watchdog.annotate, or inline.annotate): each rank's record plus
-    its process state and heartbeat age as seen without mixing two hosts' clocks.
-    """
-
-    statuses: dict[int, dict[str, Any]]
-    waited_s: float | None
-    world_size: int
-    at: float | None = None
-    elapsed_s: float | None = None
 
 
 class Transport(Protocol):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ddpcheck.rank import stages
+from ddpcheck.failure import stages
 from ddpcheck.rank.status import read_statuses
 from tests.support.load import busy_cores
 from tests.test_failures import _start, _wait_for_workers

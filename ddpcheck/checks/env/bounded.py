@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ddpcheck.launcher import interrupt
+from ddpcheck.rank import interrupt
 
 
 def spawn(binary: str | None, args: list[str]) -> subprocess.Popen[str] | None:

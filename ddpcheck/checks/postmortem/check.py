@@ -10,10 +10,10 @@ import os
 import time
 
 from ddpcheck.checks.postmortem import PostmortemOptions
-from ddpcheck.checks.postmortem.flight import FoundDumps, find_dumps
 from ddpcheck.checks.postmortem.judge import judge
 from ddpcheck.checks.postmortem.logs import FoundLogs, find_logs, judge_logs
 from ddpcheck.errors import UsageError
+from ddpcheck.failure.flight import FoundDumps, find_dumps
 from ddpcheck.report.model import Check, Report, Status
 
 

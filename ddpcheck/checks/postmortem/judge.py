@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ddpcheck.checks.postmortem.flight import Collective, RankTrace, describe, dtype_name, nbytes
+from ddpcheck.failure.collectives import DEFAULT_GROUP, named_collective
+from ddpcheck.failure.flight import Collective, RankTrace, describe, dtype_name, nbytes
 from ddpcheck.report.model import Check, Status, Table
 from ddpcheck.report.naming import span
 from ddpcheck.report.units import human_bytes
 
-DEFAULT_GROUP = "0"  # the name torch gives the default process group
 # Collectives whose ranks legitimately pass inputs of different sizes: only the op and dtypes must agree.
 _SIZES_MAY_DIFFER = ("all_to_all", "alltoall", "scatter", "gather")
 
@@ -114,21 +114,22 @@ def _arrival(
     last = {r: traces[r].last_enqueued(pg) for r in ranks}
     top, bottom = max(last.values()), min(last.values())
     if top == bottom:
-        detail = f"the last collective of {span(ranks)}: {_named(pg, top, ranks, traces)}"
+        detail = f"the last collective of {span(ranks)}: {named_collective(pg, top, ranks, traces)}"
         return Check(name, Status.PASS, detail)
     behind = [r for r in ranks if last[r] == bottom]
     waiting = [r for r in ranks if last[r] > bottom]
     missed = max(bottom + 1, 1)  # a group's first collective is #1; none enqueued yet is -1
     parts = [
-        f"{span(behind)} never called {_named(pg, missed, waiting, traces)}: "
-        f"{'its' if len(behind) == 1 else 'their'} last collective is {_named(pg, bottom, behind, traces)}"
+        f"{span(behind)} never called {named_collective(pg, missed, waiting, traces)}: "
+        f"{'its' if len(behind) == 1 else 'their'} last collective is "
+        f"{named_collective(pg, bottom, behind, traces)}"
     ]
     by_seq: dict[int, list[int]] = defaultdict(list)
     for r in waiting:
         by_seq[last[r]].append(r)
     for seq in sorted(by_seq, reverse=True):
         verb = "waits" if len(by_seq[seq]) == 1 else "wait"
-        parts.append(f"{span(by_seq[seq])} {verb} in {_named(pg, seq, by_seq[seq], traces)}")
+        parts.append(f"{span(by_seq[seq])} {verb} in {named_collective(pg, seq, by_seq[seq], traces)}")
     return Check(name, Status.ERROR, "; ".join(parts), ranks=behind, hosts=_hosts(behind, hosts))
 
 
@@ -173,18 +174,6 @@ def _difference(a: Collective, b: Collective) -> str:
     if a.input_dtypes != b.input_dtypes:
         return "another dtype"
     return "another size"
-
-
-def _named(pg: str, seq: int, ranks: list[int], traces: dict[int, RankTrace]) -> str:
-    """'#4 all_reduce (...) at train.py:60 in main', from the first of `ranks` that still holds it."""
-    if seq < 1:
-        return "none (no collective in this group yet)"
-    for r in ranks:
-        call = traces[r].collectives(pg).get(seq)
-        if call is not None:
-            frame = call.user_frame()
-            return describe(call) + (f" at {frame}" if frame else "")
-    return f"#{seq}"
 
 
 def _label(pg: str, traces: dict[int, RankTrace]) -> str:
@@ -239,39 +228,3 @@ def last_collectives(traces: dict[int, RankTrace], lost: list[int]) -> Table:
         dict(LAST_COLLECTIVES_COLUMNS),
         rows,
     )
-
-
-def last_collective_line(traces: dict[int, RankTrace], rank: int, pg: str = DEFAULT_GROUP) -> str | None:
-    """'last collective: all_reduce #12 (1.0 MiB float32, [262144]); ranks 0, 1 at #13 (all_reduce)':
-    one rank's last collective in a group, with where the others are; None without the rank's dump."""
-    trace = traces.get(rank)
-    if trace is None:
-        return None
-    seq = trace.last_enqueued(pg) if pg in trace.groups() else -1
-    text = f"last collective: {_named(pg, seq, [rank], traces)}"
-    others: dict[int, list[int]] = defaultdict(list)
-    for r, t in sorted(traces.items()):
-        if r != rank and pg in t.groups() and t.last_enqueued(pg) != seq:
-            others[t.last_enqueued(pg)].append(r)
-    for at, ranks in sorted(others.items()):
-        call = traces[ranks[0]].collectives(pg).get(at)
-        text += f"; {span(ranks)} at #{at}" + (f" ({call.op})" if call else "")
-    return text
-
-
-def with_last_collectives(hang: Check, flight: dict[int, RankTrace]) -> Check:
-    """The hang finding with each culprit's last collective from its flight-recorder dump, and where
-    the others are ("rank 1's last collective: all_reduce #3 (...); rank 0 at #4"). A culprit that
-    left no dump (frozen, stopped) is said as such, with the collective the others wait in."""
-    if not flight:
-        return hang
-    said = [f"rank {r}'s {line}" for r in hang.ranks if (line := last_collective_line(flight, r))]
-    silent = [r for r in hang.ranks if r not in flight]
-    if silent and not said:
-        other = min(flight)
-        line = last_collective_line(flight, other)
-        if line:
-            said.append(f"{span(silent)} left no flight-recorder dump; rank {other}'s {line}")
-    if said:
-        hang.detail = f"{hang.detail}; {'; '.join(said)}"
-    return hang

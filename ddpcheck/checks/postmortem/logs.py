@@ -7,7 +7,7 @@ NCCL's debug files. Pure parsers over text (and the few file reads that find it)
 - per-rank `stderr.log`/`stdout.log` (torchrun `--log-dir`, `-r 3`), Slurm's `slurm-*.out`,
   any `*.log`, `*.out`, `*.err`, `*.txt`: "Fatal Python error" (faulthandler), the last line of a
   Python traceback, gloo's "Received data size doesn't match expected size", NCCL's `NCCL WARN`
-  lines and the watchdog's timeout. The rank is the file's place (`attempt_N/<rank>/`), or the
+  lines and NCCL's watchdog timeout. The rank is the file's place (`attempt_N/<rank>/`), or the
   line's prefix: torch's `[rank3]:`, srun `--label`'s `3: `; NCCL's lines start `host:pid:tid`.
 
 A gloo collective mismatch aborts the rank that RECEIVES the wrong size, not the one that
@@ -23,6 +23,8 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from ddpcheck.failure.launchers import torchrun_summary
+from ddpcheck.failure.peers import LOGGED_PEER_DIED, first_failure
 from ddpcheck.report.model import Check, Status
 from ddpcheck.report.naming import span
 
@@ -41,7 +43,6 @@ _TRACEBACK_START = "Traceback (most recent call last):"
 _EXCEPTION = re.compile(
     r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Failure|Exit)): (?P<what>.*)$"
 )
-_PEER_DIED = re.compile(r"Connection (?:reset|closed) by peer|Broken pipe", re.IGNORECASE)
 _TORCH_PREFIX = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
 _SRUN_LABEL = re.compile(r"^\s*(?P<rank>\d+): ")
 _NCCL_PREFIX = re.compile(r"^(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) ")
@@ -49,11 +50,8 @@ _MISMATCH_BYTES = re.compile(r"(?P<got>\d+) vs (?P<expected>\d+)\. Received data
 _SEQ = re.compile(r"SeqNum=(?P<seq>\d+)")
 _OPTYPE = re.compile(r"OpType=(?P<op>\w+)")
 _WATCHDOG_RANK = re.compile(r"\[Rank (?P<rank>\d+)\]")
-# torchrun's failure summary: per failed rank "host : H", "rank : R (local_rank: L)", "exitcode : C ...".
-_SUMMARY_FIELD = re.compile(r"^\s*(?P<key>host|rank|exitcode)\s+:\s*(?P<value>.*)$")
 # "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] ": where in gloo, not what.
 _SOURCE_PLACE = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\] ")
-_ROOT_CAUSE = "Root Cause (first observed failure):"
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,7 @@ class LogFinding:
     @property
     def peer_died(self) -> bool:
         """A casualty: this rank failed because another rank had died."""
-        return self.kind in ("exception", "gloo_timeout") and bool(_PEER_DIED.search(self.text))
+        return self.kind in ("exception", "gloo_timeout") and bool(LOGGED_PEER_DIED.search(self.text))
 
     def mismatch_bytes(self) -> tuple[int, int] | None:
         """gloo's (received, expected) bytes of a collective mismatch."""
@@ -97,7 +95,7 @@ class ErrorFile:
 
     @property
     def peer_died(self) -> bool:
-        return bool(_PEER_DIED.search(self.message))
+        return bool(LOGGED_PEER_DIED.search(self.message))
 
 
 @dataclass
@@ -138,10 +136,9 @@ def parse_error_file(text: str, *, path: str = "", rank: int | None = None) -> E
     return ErrorFile(path, rank, str(message).strip())
 
 
-def first_failure(errors: list[ErrorFile]) -> ErrorFile | None:
+def earliest_error(errors: list[ErrorFile]) -> ErrorFile | None:
     """The earliest error file by its time (those without one come last)."""
-    timed = sorted(errors, key=lambda e: (e.timestamp is None, e.timestamp or 0.0, e.rank or 0))
-    return timed[0] if timed else None
+    return first_failure(errors, when=lambda e: (e.timestamp is None, e.timestamp or 0.0, e.rank or 0))[0]
 
 
 def scan_text(text: str, *, path: str = "", rank: int | None = None) -> list[LogFinding]:
@@ -172,29 +169,17 @@ def scan_text(text: str, *, path: str = "", rank: int | None = None) -> list[Log
 
 def summary_exits(text: str, *, path: str = "") -> list[LogFinding]:
     """torchrun's failure summary: how each failed rank ended, on which host; the root cause marked."""
-    found: list[LogFinding] = []
-    host: str | None = None
-    rank: int | None = None
-    root = False
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.strip() == _ROOT_CAUSE:
-            root = True
-            continue
-        match = _SUMMARY_FIELD.match(line)
-        if not match:
-            continue
-        key, value = match["key"], match["value"].strip()
-        if key == "host":
-            host = value
-        elif key == "rank":
-            rank = int(value.split()[0]) if value.split() and value.split()[0].isdigit() else None
-        elif rank is not None:
-            code = value.split()[0] if value.split() else "?"
-            signal = re.search(r"\((SIG\w+)\)", value)
-            said = f"exit code {code}" + (f" ({signal[1]})" if signal else "")
-            found.append(LogFinding("root_cause" if root else "rank_exit", said, path, number, rank, host))
-            rank = None
-    return found
+    return [
+        LogFinding(
+            "root_cause" if e.root_cause else "rank_exit",
+            f"exit code {e.code}" + (f" ({e.signal})" if e.signal else ""),
+            path,
+            e.line,
+            e.rank,
+            e.host,
+        )
+        for e in torchrun_summary(text)
+    ]
 
 
 def _unprefixed(line: str) -> tuple[str, int | None, str | None]:
@@ -344,7 +329,7 @@ def _ends(found: FoundLogs, receivers: list[int], hosts: dict[int, str]) -> Chec
         else:
             causes.append(rank)
         parts.append(f"rank {rank}: {_said(telling)}{casualty}")
-    first = first_failure(found.errors)
+    first = earliest_error(found.errors)
     if first is not None and first.rank is not None and first.timestamp is not None:
         when = time.strftime("%H:%M:%S UTC", time.gmtime(first.timestamp))
         parts.append(f"first error file: rank {first.rank}'s, at {when}")

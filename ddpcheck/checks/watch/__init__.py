@@ -1,7 +1,8 @@
 """`ddpcheck watch -- COMMAND...`: the user's own training job, run and watched; a hang or crash named.
 
-The declaration only (nothing heavy is imported here): the work is in watcher.py, the verdict in
-judge.py, what runs inside the job's processes in agent.py.
+The declaration only (nothing heavy is imported here): the work is in check.py (the watcher in
+watcher.py, the team of watchers in team.py), the verdict in judge.py, what runs inside the job's
+processes in agent.py.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ COMMAND = Command(
         "ddpcheck watch --json watch.json -- mpirun -np 4 python train.py"
     ),
     options=WatchOptions,
-    implementation="ddpcheck.checks.watch.watcher",
+    implementation="ddpcheck.checks.watch.check",
     ranked=False,
     terse_pass=True,
     interrupt_raises=True,

@@ -15,20 +15,14 @@ import signal
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ddpcheck.checks.postmortem.flight import RankTrace
 from ddpcheck.checks.postmortem.judge import judge as judge_dumps
-from ddpcheck.checks.postmortem.judge import with_last_collectives
-from ddpcheck.checks.watch.stacks import Frame, Stack, collective_frame, user_frame
+from ddpcheck.failure.collectives import with_last_collectives
+from ddpcheck.failure.flight import RankTrace
+from ddpcheck.failure.peers import WATCHED_PEER_GONE, first_failure
+from ddpcheck.failure.stacks import Frame, Stack, collective_frame, user_frame
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import span
 
-# An exception that says a peer went away: the consequence of another rank's failure.
-PEER_GONE = re.compile(
-    r"Connection closed by peer|Connection reset by peer|Broken pipe|Socket closed|pair closure|"
-    r"ECONNRESET|EPIPE|connection was closed|Timed out waiting|timed out|DistNetworkError|"
-    r"NCCL communicator was aborted|ProcessGroup.*abort",
-    re.IGNORECASE,
-)
 MISMATCH = re.compile(r"doesn't match expected size|size mismatch|Mismatch between collectives", re.I)
 
 
@@ -50,7 +44,7 @@ class Exit:
     def secondary(self) -> bool:
         """Ended because of another rank: torn down by the launcher, or its peer's connection gone."""
         return self.kind in ("terminated", "exited") or (
-            self.kind == "exception" and bool(PEER_GONE.search(self.exception))
+            self.kind == "exception" and bool(WATCHED_PEER_GONE.search(self.exception))
         )
 
     def describe(self) -> str:
@@ -167,18 +161,15 @@ def judge_hang(views: list[RankView], silent_s: float, hang_after: float) -> Rep
     return _report(views, [check], blamed)
 
 
-def first_failure(views: list[RankView]) -> tuple[RankView | None, list[RankView]]:
+def first_failed(views: list[RankView]) -> tuple[RankView | None, list[RankView]]:
     """The rank that failed first of its own accord, and the ranks that only followed it."""
-    ended = sorted((v for v in views if v.exit is not None), key=lambda v: v.exit.time)  # type: ignore[union-attr]
-    primary = [v for v in ended if not v.exit.secondary]  # type: ignore[union-attr]
-    if primary:
-        return primary[0], [v for v in ended if v is not primary[0]]
-    return (ended[0] if ended else None), ended[1:]
+    ended = [v for v in views if v.exit is not None]
+    return first_failure(ended, when=lambda v: v.exit.time, collateral=lambda v: v.exit.secondary)  # type: ignore[union-attr]
 
 
 def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Report:
     """The job ended, some rank badly: name the first rank to fail, and a mismatch as a mismatch."""
-    first, followers = first_failure(views)
+    first, followers = first_failed(views)
     if first is None:
         check = Check(
             "crash",
@@ -297,21 +288,6 @@ def _traceback_table(view: RankView, failure: Exit) -> Table:
         {"function": "function", "file": "file", "line": "line"},
         rows,
     )
-
-
-_TORCHRUN_EXIT = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
-_MPIRUN_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
-_SRUN_SIGNAL = re.compile(r"srun: error: \S+: task (\d+): (Killed|Aborted|Segmentation fault|Terminated)")
-_SRUN_NAMES = {"Killed": signal.SIGKILL, "Aborted": signal.SIGABRT, "Segmentation fault": signal.SIGSEGV,
-               "Terminated": signal.SIGTERM}  # fmt: skip
-
-
-def launcher_exit_codes(output: str) -> dict[int, int]:
-    """What torchrun's failure summary, mpirun or srun said of each rank's end (negative: a signal)."""
-    codes = {int(rank): int(code) for rank, code in _TORCHRUN_EXIT.findall(output)}
-    codes.update({int(rank): -int(number) for rank, number in _MPIRUN_SIGNAL.findall(output)})
-    codes.update({int(rank): -int(_SRUN_NAMES[name]) for rank, name in _SRUN_SIGNAL.findall(output)})
-    return codes
 
 
 # ---------------------------------------------------------------- what one watcher tells the others

@@ -87,7 +87,7 @@ class ProcessTree:
     def _environ_of(self, proc: psutil.Process) -> dict[str, str]:
         """Its environment; kept once it names a rank. One without is read again at the next scan: a
         process the launcher has forked but not yet exec'd still shows the launcher's environment,
-        and kept so, that rank was never seen (a job's rank 1 went unnamed on the busy machine)."""
+        and kept so, that rank would never be seen (docs/watch.md)."""
         if proc.pid in self._environ:
             return self._environ[proc.pid]
         try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ddpcheck.checks.watch.stacks import Stack
+from ddpcheck.failure.stacks import Stack
 
 SAMPLES_PER_WINDOW = 5  # stack samples within one --hang-after
 MIN_SAMPLE_INTERVAL_S = 0.5

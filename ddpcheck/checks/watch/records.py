@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ddpcheck.checks.watch import agent
 from ddpcheck.checks.watch.judge import Exit
-from ddpcheck.checks.watch.stacks import Frame, parse_faulthandler
+from ddpcheck.failure.stacks import Frame, parse_faulthandler
 
 
 def _text(path: str) -> str:

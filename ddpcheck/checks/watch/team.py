@@ -16,20 +16,29 @@ import os
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ddpcheck.checks.watch import judge
-from ddpcheck.launcher import interrupt, mpi, slurm
+from ddpcheck.launcher import mpi, slurm
+from ddpcheck.rank import interrupt
+from ddpcheck.rank.torch_logs import quiet_torch_cpp_logs
 from ddpcheck.report.model import Check, Report, Status
-
-if TYPE_CHECKING:
-    from ddpcheck.checks.watch.watcher import Watcher
 
 PUBLISH_S = 0.5
 PORT_OFFSET = 7  # ddpcheck's own inline runs of the same job use the derived port itself
 CONNECT_S = 120.0  # how long task 0's store is waited for (task 0 may start last on a busy node)
 EVIDENCE_S = 30.0  # how long task 0 waits for every task's evidence
 FAILED_GRACE_S = 1.0  # a rank failed somewhere: the others' records have this long to arrive
+
+
+class Watching(Protocol):
+    """What the team needs of this task's watcher (watcher.Watcher)."""
+
+    def step(self) -> str | None: ...
+    def evidence(self, decision: str) -> list[judge.RankView]: ...
+    def verdict(self, decision: str, views: list[judge.RankView], output: str) -> Report: ...
+    def output(self) -> str: ...
+    def job_code(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -58,8 +67,6 @@ def task_of(environ: dict[str, str] | os._Environ[str]) -> Task | None:
 
 
 def connect(task: Task):
-    from ddpcheck.launcher.launch import quiet_torch_cpp_logs
-
     quiet_torch_cpp_logs()  # a store that went with task 0 is expected, not worth a C++ trace
     from torch.distributed import TCPStore
 
@@ -86,7 +93,7 @@ def _set(store, key: str, value: dict) -> None:
     store.set(key, json.dumps(value))
 
 
-def run_team(watcher: Watcher, task: Task, store) -> tuple[str, Report | None]:
+def run_team(watcher: Watching, task: Task, store) -> tuple[str, Report | None]:
     """(the decision, the report on task 0; None elsewhere)."""
     decision = None
     next_publish = 0.0
@@ -94,7 +101,7 @@ def run_team(watcher: Watcher, task: Task, store) -> tuple[str, Report | None]:
         event = watcher.step()
         now = time.monotonic()
         if now >= next_publish:
-            _set(store, f"watch/{task.index}", {"event": event, "code": watcher.proc.returncode})
+            _set(store, f"watch/{task.index}", {"event": event, "code": watcher.job_code()})
             next_publish = now + PUBLISH_S
             if task.index == 0:
                 decision = _decide(store, task)
@@ -106,7 +113,7 @@ def run_team(watcher: Watcher, task: Task, store) -> tuple[str, Report | None]:
         time.sleep(0.1)
     views = watcher.evidence(decision)
     _set(store, f"watch/evidence/{task.index}", {"views": [judge.view_to_dict(v) for v in views],
-                                                 "output": watcher.pump.text()[-20000:]})  # fmt: skip
+                                                 "output": watcher.output()[-20000:]})  # fmt: skip
     if task.index != 0:
         # Task 0 writes the report and exits with the verdict; srun -K then ends the step (SIGTERM
         # to every task), which must not cut this one's own exit (its code, its kept directory).

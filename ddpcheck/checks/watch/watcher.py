@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,14 +23,15 @@ from typing import IO
 
 import psutil
 
-from ddpcheck.checks.postmortem.flight import find_dumps
-from ddpcheck.checks.watch import WatchOptions, agent, judge, processes, stacks
-from ddpcheck.checks.watch.environment import job_environment, make_watch_dir
+from ddpcheck.checks.watch import WatchOptions, agent, judge, processes
+from ddpcheck.checks.watch.environment import job_environment
 from ddpcheck.checks.watch.judge import RankView
 from ddpcheck.checks.watch.progress import Progress, sample_interval
 from ddpcheck.checks.watch.records import exit_of
-from ddpcheck.launcher import interrupt
-from ddpcheck.report.model import Check, Report, Status
+from ddpcheck.failure import stacks
+from ddpcheck.failure.flight import find_dumps
+from ddpcheck.failure.launchers import launcher_exit_codes
+from ddpcheck.report.model import Report
 
 TICK_S = 0.1  # how often the ranks' liveness is read (/proc, one file per rank)
 SCAN_S = 1.0  # how often the process tree is walked for new ranks
@@ -40,6 +39,7 @@ TERM_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this
 LAUNCHER_GRACE_S = 5.0  # a rank failed: how long its launcher has to end the job itself
 DUMP_WAIT_S = 3.0  # how long the ranks have to write their flight-recorder dumps
 TAIL_BYTES = 256 * 1024  # the end of the job's output kept for the judge (launchers' summaries)
+PY_SPY_TIMEOUT_S = 10.0  # one py-spy dump of one rank
 
 
 class OutputPump:
@@ -236,8 +236,7 @@ class Watcher:
     def _guess_of_another(self, rank: int, pid: int) -> bool:
         """Whether `pid` was taken for `rank` (0) only because no rank could be read from its environment
         (it reads as empty while the process is being exec'd) though it is known as another rank: a
-        process has one rank (srun, one watcher per task: task 2's job was also taken for rank 0, and a
-        hang of rank 2 was reported as 'ranks 0, 2', world size 4: 4 runs of 11 under load)."""
+        process has one rank (docs/watch.md, one watcher per task)."""
         assert self.tree is not None
         return self.tree.guessed(pid) and any(
             w.process.pid == pid for r, w in self.ranks.items() if r != rank
@@ -258,14 +257,14 @@ class Watcher:
 
     def _a_rank_failed(self) -> bool:
         views = self.views(with_exits=True)
-        first, _ = judge.first_failure(views)
+        first, _ = judge.first_failed(views)
         return first is not None and first.exit is not None and not first.exit.secondary
 
     def _sample(self, blocking: bool) -> None:
         for rank, watched in self.ranks.items():
             if watched.gone_at is not None or processes.state(watched.process.pid) in ("T", "t"):
                 continue  # a stopped process is not read: its stack cannot change
-            stack = stacks.dump(watched.process.pid, blocking=blocking)
+            stack = stacks.dump(watched.process.pid, timeout=PY_SPY_TIMEOUT_S, blocking=blocking)
             if stack is not None:
                 watched.samples = [*watched.samples[-3:], stack]
                 self.progress.sample(rank, stack, time.monotonic())
@@ -274,7 +273,7 @@ class Watcher:
 
     # ------------------------------------------------------------ what was seen
     def views(self, with_exits: bool) -> list[RankView]:
-        launcher_said = judge.launcher_exit_codes(self.pump.text()) if self.pump and with_exits else {}
+        launcher_said = launcher_exit_codes(self.pump.text()) if self.pump and with_exits else {}
         now = time.monotonic()
         found = []
         for rank, watched in sorted(self.ranks.items()):
@@ -340,6 +339,14 @@ class Watcher:
             self.pump.join(TERM_GRACE_S)
         return self.views(with_exits=True)
 
+    def output(self) -> str:
+        """The end of the job's output (launchers' summaries are read from it)."""
+        return self.pump.text() if self.pump is not None else ""
+
+    def job_code(self) -> int | None:
+        """The job's exit status once it ended."""
+        return self.proc.returncode if self.proc is not None else None
+
     def verdict(self, decision: str, views: list[RankView], output: str) -> Report:
         if decision == "hang":
             report = judge.judge_hang(views, self.silent_s, self.options.hang_after)
@@ -366,96 +373,3 @@ class Watcher:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=TERM_GRACE_S)
         return len(everyone)
-
-
-def run(options: WatchOptions) -> Report:
-    from ddpcheck.checks.watch import team
-
-    began = time.monotonic()
-    task = team.task_of(os.environ)
-    with interrupt.deferred():  # made and registered as one step
-        watch_dir, fresh = make_watch_dir(options.dir)
-        if fresh:
-            interrupt.remove_on_leave(watch_dir)
-    if interrupt.interrupted():
-        raise KeyboardInterrupt
-    print(
-        f"ddpcheck watch: diagnostics (flight-recorder dumps, tracebacks) go to {watch_dir}", file=sys.stderr
-    )
-    watcher = Watcher(options, watch_dir)
-    try:
-        store = team.connect(task) if task is not None else None  # before the job: task 0 is ready
-        # The job starts whole, its process and the tree that ends it: a Ctrl-C is acted on after.
-        with interrupt.deferred():
-            watcher.start()
-        if interrupt.interrupted():
-            raise KeyboardInterrupt
-        if task is None:
-            decision = watcher.watch()
-            report = watcher.verdict(decision, watcher.evidence(decision), watcher.pump.text())  # type: ignore[union-attr]
-        else:
-            decision, found = team.run_team(watcher, task, store)
-            report = found if found is not None else _follower_report(decision, task.index)
-    except KeyboardInterrupt:
-        if watcher.tree is not None:
-            watcher.end()
-        _remove(watch_dir, fresh)
-        raise
-    report.elapsed_s = time.monotonic() - began
-    report.options = {
-        "command": list(options.command),
-        "hang_after": options.hang_after,
-        "keep": options.keep,
-    }
-    report.notes += watcher.notes
-    if report.verdict.exit_code == 0:
-        _remove(watch_dir, fresh)
-    else:
-        report.log_dir = str(watch_dir)
-    interrupt.forget(watch_dir)
-    if options.keep and decision == "hang":
-        _hand_over_output(watcher)
-    return report
-
-
-def _follower_report(decision: str, index: int) -> Report:
-    """The one line of a watcher that is not task 0: task 0 writes the report."""
-    status = Status.PASS if decision == "ended" else Status.ERROR
-    words = {
-        "ended": "the job ran to completion",
-        "hang": "the job hung",
-        "crash": "a rank of the job failed",
-    }
-    detail = f"{words.get(decision, decision)}; the report is task 0's (this is task {index})"
-    return Report(command="watch", checks=[Check("watch", status, detail)], world={"report_on": 0})
-
-
-def _hand_over_output(watcher: Watcher) -> None:
-    """--keep: the report goes out now; a process of its own passes the job's output on until it ends.
-
-    Forked: it copies the two pipes to this terminal until the job closes them, then exits. (Its
-    copy and this process's threads may each take a chunk in the moment before this one exits.)
-    """
-    assert watcher.proc is not None
-    pipes = [p.fileno() for p in (watcher.proc.stdout, watcher.proc.stderr) if p is not None]
-    if os.fork() != 0:
-        return
-    os.setsid()
-    for sig in (signal.SIGINT, signal.SIGTERM):  # a plain copier: a signal ends it, without watch's line
-        signal.signal(sig, signal.SIG_DFL)
-    sinks = {pipes[0]: sys.stdout.fileno(), pipes[-1]: sys.stderr.fileno()}
-    while pipes:
-        ready, _, _ = select.select(pipes, [], [])
-        for fd in ready:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                pipes.remove(fd)
-                continue
-            with contextlib.suppress(OSError):
-                os.write(sinks[fd], chunk)
-    os._exit(0)
-
-
-def _remove(watch_dir: Path, fresh: bool) -> None:
-    if fresh:
-        shutil.rmtree(watch_dir, ignore_errors=True)

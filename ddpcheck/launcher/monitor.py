@@ -1,4 +1,4 @@
-"""The launcher's eyes on its ranks: progress, stalls, crashes, and the kill that ends them.
+"""The monitor of ddpcheck's own ranks: progress, stalls, crashes, and the kill that ends them.
 
 A thread reads every rank's status file. It drives the progress display, declares a
 stall when no rank moved for the timeout (longer while ranks still start), gives up
@@ -9,10 +9,7 @@ In a multi-node run it shares this node's statuses through the rendezvous store.
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -21,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from ddpcheck.checks.postmortem.flight import RankTrace, find_dumps
-from ddpcheck.launcher import interrupt
-from ddpcheck.launcher.postmortem import judge_stall
-from ddpcheck.rank import rundir, stages
+from ddpcheck.failure import stages
+from ddpcheck.failure.explain import judge_stall
+from ddpcheck.failure.flight import RankTrace, find_dumps
+from ddpcheck.failure.liveness import FROZEN_AFTER_S, BeatTracker, Stall, counters
+from ddpcheck.failure.stacks import py_spy_dumps
+from ddpcheck.rank import interrupt, rundir
 from ddpcheck.rank.budget import EXIT_S
-from ddpcheck.rank.liveness import BeatTracker, counters
-from ddpcheck.rank.status import FROZEN_AFTER_S, Stall, read_statuses
+from ddpcheck.rank.status import read_statuses
 
 if TYPE_CHECKING:
     from ddpcheck.launcher.plan import LaunchPlan
@@ -45,7 +43,7 @@ ABANDON_AFTER_S = 5.0
 BUDGET_ABANDON_AFTER_S = 0.5
 
 
-class Watchdog(threading.Thread):
+class Monitor(threading.Thread):
     """Reads every rank's status file; reports progress; ends a stalled or crashed run.
 
     In a multi-node run it also publishes this node's statuses to the rendezvous store
@@ -60,20 +58,20 @@ class Watchdog(threading.Thread):
         on_progress: ProgressCallback | None,
         presence: Callable[[], Presence | None] = lambda: None,
     ) -> None:
-        super().__init__(name="ddpcheck-watchdog", daemon=True)
+        super().__init__(name="ddpcheck-monitor", daemon=True)
         self.run_dir = run_dir
         self.plan = plan
         self.on_progress = on_progress
         self.presence = presence
         self.stall: Stall | None = None
-        self.killed: set[int] = set()  # pids this watchdog killed: collateral, not culprits
+        self.killed: set[int] = set()  # pids this monitor killed: collateral, not culprits
         self.gave_up_at: float | None = None
         self.snapshot: dict[int, dict[str, Any]] | None = None  # statuses just before a crash kill
         self.stacks: dict[int, str] = {}  # rank -> its Python stack (py-spy), taken before a stall's kill
         self.flight: dict[
             int, RankTrace
         ] = {}  # rank -> its flight-recorder dump, taken before a stall's kill
-        self.out_of_budget = False  # --budget ran out before rank 0 reported: this watchdog ended the run
+        self.out_of_budget = False  # --budget ran out before rank 0 reported: this monitor ended the run
         self._stop_event = threading.Event()
         self._beats = BeatTracker()  # what each rank missed of its peers' beats, poll after poll
 
@@ -129,8 +127,7 @@ class Watchdog(threading.Thread):
         """annotate(), and with two ranks or more here, the beats each missed of its peers'.
 
         A rank is frozen when its peers beat on without it (liveness.py), not when a busy
-        machine made every heartbeat late: measured by age, a hang of rank 1 on a loaded
-        2-core machine also named rank 0, whose beats had only come late.
+        machine made every heartbeat late (docs/failures.md).
         """
         annotated = annotate(statuses)
         if len(statuses) < 2:
@@ -187,11 +184,11 @@ class Watchdog(threading.Thread):
 
     @property
     def abandon_after(self) -> float:
-        """How long the agent may take to return once the watchdog gave up."""
+        """How long the agent may take to return once the monitor gave up."""
         return BUDGET_ABANDON_AFTER_S if self.out_of_budget else ABANDON_AFTER_S
 
     def abandoned(self) -> bool:
-        """The watchdog gave up long enough ago that the agent should have returned."""
+        """The monitor gave up long enough ago that the agent should have returned."""
         return self.gave_up_at is not None and time.time() - self.gave_up_at > self.abandon_after
 
     def stop(self) -> None:
@@ -246,7 +243,7 @@ PY_SPY_TIMEOUT_S = 5.0
 
 
 def _stacks_of(stall: Stall) -> dict[int, str]:
-    """The stacks of the ranks the stall names; nothing may keep the watchdog from its kill."""
+    """The stacks of the ranks the stall names; nothing may keep the monitor from its kill."""
     try:
         return python_stacks(stall.statuses, judge_stall(stall).ranks)
     except Exception:  # a status the judge cannot read (another node's, half-written): no stacks
@@ -259,7 +256,7 @@ def flight_dumps(
     """rank -> the flight-recorder dump of each rank of this node, asked for and waited on a moment.
 
     Only ranks that run and have joined the process group can answer (a stopped or frozen one
-    cannot); whatever came by then is read, and nothing may keep the watchdog from its kill.
+    cannot); whatever came by then is read, and nothing may keep the monitor from its kill.
     """
     try:
         rundir.request_flight_dumps(run_dir)
@@ -287,39 +284,13 @@ def python_stacks(
 ) -> dict[int, str]:
     """rank -> the Python stack of each of these ranks that runs on this host, by py-spy.
 
-    Taken while the ranks still live (before the watchdog kills them), all at once and each
+    Taken while the ranks still live (before the monitor kills them), all at once and each
     bounded by `timeout`; nothing when py-spy is not installed or cannot attach (no ptrace).
     """
-    py_spy = shutil.which("py-spy")
     pids = {
         r: statuses[r]["pid"]
         for r in ranks
         if r in statuses and statuses[r].get("pid") and not statuses[r].get("remote")
         if statuses[r].get("proc_state") not in ("exited", "stopped")  # a stopped process cannot be read
     }
-    if py_spy is None or not pids:
-        return {}
-    running = {}
-    for rank, pid in pids.items():
-        with contextlib.suppress(OSError):
-            running[rank] = subprocess.Popen(
-                [py_spy, "dump", "--pid", str(pid)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                start_new_session=True,  # its own group: a timeout ends it and anything it started
-            )
-    deadline = time.monotonic() + timeout
-    stacks = {}
-    for rank, proc in running.items():
-        try:
-            out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            continue
-        if proc.returncode == 0 and out.strip():
-            stacks[rank] = out.strip()
-    return stacks
+    return py_spy_dumps(pids, timeout=timeout)

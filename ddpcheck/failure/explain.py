@@ -1,8 +1,8 @@
-"""A run that could not complete, explained: who crashed, hung or froze, where, and why.
+"""A run of ddpcheck's that could not complete, explained: who crashed, hung or froze, where, and why.
 
 Pure functions over what the launcher saw - every rank's last status, the
-exit codes the agent collected, the watchdog's stall snapshot - so they are
-unit-tested with synthetic data.
+exit codes the agent collected, the monitor's stall snapshot - so they are
+unit-tested with synthetic data. The ranks call them too, inline, under torchrun, srun or mpirun.
 """
 
 from __future__ import annotations
@@ -10,29 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ddpcheck.checks.postmortem.flight import RankTrace
-from ddpcheck.checks.postmortem.judge import with_last_collectives
-from ddpcheck.rank.liveness import stopped_beating
-from ddpcheck.rank.stages import DONE, PRE_JOIN
-from ddpcheck.rank.status import FROZEN_AFTER_S, Stall
+from ddpcheck.failure.collectives import with_last_collectives
+from ddpcheck.failure.flight import RankTrace
+from ddpcheck.failure.liveness import FROZEN_AFTER_S, Stall, stopped_beating
+from ddpcheck.failure.peers import connection_dropped, is_collateral_error
+from ddpcheck.failure.stages import DONE, PRE_JOIN
 from ddpcheck.report.model import Check, Report, Status, Table, Verdict
 
 if TYPE_CHECKING:
     from ddpcheck.rank.rundir import RunSpec
-
-# Errors a rank raises because a *peer* went away: collateral, not the root cause.
-COLLATERAL_MARKERS = (
-    "connection closed by peer",
-    "connection reset by peer",
-    "broken pipe",
-    "timed out",
-    "timeout",
-    "socket closed",
-    "ended the connection",
-    "sigterm",
-    "signalexception",
-    "keyboardinterrupt",
-)
 
 STAGES_COLUMNS = {
     "rank": "rank",
@@ -85,7 +71,7 @@ def add_findings(
 ) -> None:
     """Append what explains a run that crashed, hung or never launched.
 
-    `statuses` are annotated (watchdog.annotate): each carries its process state and
+    `statuses` are annotated (monitor.annotate): each carries its process state and
     heartbeat age as seen on its own host. `stacks` are the Python stacks (py-spy) of the
     stuck ranks, taken before they were killed, when py-spy could take them; `flight` the
     flight-recorder dumps of the ranks that could answer, by rank.
@@ -139,7 +125,7 @@ def crash_culprits(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[st
 def _is_collateral(status: dict[str, Any], exit_info: dict[str, Any]) -> bool:
     message = (status.get("error") or "").lower()
     if message:
-        return any(marker in message for marker in COLLATERAL_MARKERS)
+        return is_collateral_error(message)
     # No error of its own: torn down (by the agent or by ddpcheck) after another rank failed,
     # or it died on its own.
     return exit_info.get("killed_by_ddpcheck") or exit_info.get("signal") in ("SIGTERM", "SIGINT", "SIGHUP")
@@ -279,19 +265,6 @@ def stages_table(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str,
             }
         )
     return Table("stages", "Where every rank was last seen", STAGES_COLUMNS, rows)
-
-
-# Errors that say a peer's connection dropped: the peer is lost (died, or its host went away).
-LOST_MARKERS = ("connection reset by peer", "connection closed by peer", "broken pipe", "socket closed")
-
-
-def is_collateral_error(message: str) -> bool:
-    """A rank's error that a peer caused (it timed out or lost its connection), not its own fault."""
-    return any(marker in message.lower() for marker in COLLATERAL_MARKERS)
-
-
-def connection_dropped(message: str) -> bool:
-    return any(marker in message.lower() for marker in LOST_MARKERS)
 
 
 def judge_inline(stall: Stall, message: str, me: int) -> Check:

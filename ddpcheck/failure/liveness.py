@@ -1,4 +1,4 @@
-"""Pure: which rank stopped beating, judged against its peers' beats rather than the clock.
+"""Pure: when a rank counts as frozen, and which rank stopped beating, judged against its peers' beats.
 
 On a busy machine every heartbeat is late, and a watcher that was itself held up sees every
 rank's beat as old at once. What tells a stopped rank from a slow machine is that its beat
@@ -9,7 +9,12 @@ counter stood still while its peers' counters went on: a rank is stopped when a 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+
+HEARTBEAT_INTERVAL_S = 0.5
+# Four missed beats: long enough to survive a loaded machine, short enough for a verdict in seconds.
+FROZEN_AFTER_S = 4 * HEARTBEAT_INTERVAL_S + 1.0
 
 # Six beats of a peer (3 s at one beat per 0.5 s) with none of its own: long enough that a rank
 # whose threads wait a moment for a core is not blamed, short enough to be known well before
@@ -84,3 +89,18 @@ def missed_beats(
 def stopped_beating(missed: int) -> bool:
     """A peer beat STOPPED_AFTER_BEATS times while this rank beat none."""
     return missed >= STOPPED_AFTER_BEATS
+
+
+@dataclass
+class Stall:
+    """What a watcher saw when no rank moved for the bound: the input of explain.judge_stall.
+
+    `statuses` are annotated (monitor.annotate, or inline.annotate): each rank's record plus
+    its process state and heartbeat age as seen without mixing two hosts' clocks.
+    """
+
+    statuses: dict[int, dict[str, Any]]
+    waited_s: float | None
+    world_size: int
+    at: float | None = None
+    elapsed_s: float | None = None

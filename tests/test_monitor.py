@@ -1,4 +1,4 @@
-"""The launcher's stall detector (launcher/watchdog.py), over real status files in a tmp run dir.
+"""The launcher's stall detector (launcher/monitor.py), over real status files in a tmp run dir.
 
 Pins: the bound is --timeout, or max(--timeout, STARTUP_ALLOWANCE_S) while a rank is missing or
 still at a start-up stage, unless some rank's heartbeat is older than FROZEN_AFTER_S; a stall is
@@ -10,7 +10,7 @@ that fails is ignored; `abandoned` after ABANDON_AFTER_S; `annotate` adds proces
 ages; `kill_workers` kills every descendant, stopped and grandchildren included.
 
 Ranks are never started: the status files are written here, and `kill_workers` is replaced in
-the Watchdog tests (it would kill every child of this process); it is tested alone on `sleep`s.
+the Monitor tests (it would kill every child of this process); it is tested alone on `sleep`s.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from typing import Any
 import psutil
 import pytest
 
-from ddpcheck.launcher import watchdog
+from ddpcheck.failure import stages
+from ddpcheck.failure.explain import judge_stall
+from ddpcheck.failure.liveness import FROZEN_AFTER_S, STOPPED_AFTER_BEATS, Stall
+from ddpcheck.launcher import monitor
+from ddpcheck.launcher.monitor import ABANDON_AFTER_S, STARTUP_ALLOWANCE_S, Monitor, annotate, kill_workers
 from ddpcheck.launcher.plan import LaunchPlan
-from ddpcheck.launcher.postmortem import judge_stall
-from ddpcheck.launcher.watchdog import ABANDON_AFTER_S, STARTUP_ALLOWANCE_S, Watchdog, annotate, kill_workers
-from ddpcheck.rank import stages
-from ddpcheck.rank.liveness import STOPPED_AFTER_BEATS
-from ddpcheck.rank.status import FROZEN_AFTER_S, FileTransport, RankStatus, Stall, StatusWriter
+from ddpcheck.rank.status import FileTransport, RankStatus, StatusWriter
 
 
 def write(run_dir: Path, rank: int, stage: str = "measure: 4K", **fields: Any) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def plan(timeout: float, nproc: int = 2, nnodes: int = 1) -> LaunchPlan:
 
 
 class FakePresence:
-    """What the watchdog asks of presence.Presence: publish, and the other nodes' statuses."""
+    """What the monitor asks of presence.Presence: publish, and the other nodes' statuses."""
 
     def __init__(self, remote: dict[int, dict[str, Any]] | None = None, fail: bool = False) -> None:
         self.remote = remote or {}
@@ -71,24 +71,24 @@ class FakePresence:
 
 @pytest.fixture
 def kills(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Replace kill_workers: record when the watchdog called it."""
+    """Replace kill_workers: record when the monitor called it."""
     calls: list[float] = []
 
     def fake() -> set[int]:
         calls.append(time.monotonic())
         return {424242}
 
-    monkeypatch.setattr(watchdog, "kill_workers", fake)
+    monkeypatch.setattr(monitor, "kill_workers", fake)
     return calls
 
 
 @pytest.fixture
-def watch(tmp_path: Path, kills: list[float]) -> Iterator[Callable[..., Watchdog]]:
-    """Start a Watchdog on tmp_path; every one started is stopped after the test."""
-    started: list[Watchdog] = []
+def watch(tmp_path: Path, kills: list[float]) -> Iterator[Callable[..., Monitor]]:
+    """Start a Monitor on tmp_path; every one started is stopped after the test."""
+    started: list[Monitor] = []
 
-    def start(the_plan: LaunchPlan, presence: FakePresence | None = None, **kwargs: Any) -> Watchdog:
-        dog = Watchdog(tmp_path, the_plan, kwargs.pop("on_progress", None), presence=lambda: presence)
+    def start(the_plan: LaunchPlan, presence: FakePresence | None = None, **kwargs: Any) -> Monitor:
+        dog = Monitor(tmp_path, the_plan, kwargs.pop("on_progress", None), presence=lambda: presence)
         dog.start()
         started.append(dog)
         return dog
@@ -99,15 +99,15 @@ def watch(tmp_path: Path, kills: list[float]) -> Iterator[Callable[..., Watchdog
         assert not dog.is_alive()
 
 
-def wait_for(dog: Watchdog, limit: float = 8.0) -> None:
-    """Until the watchdog gave up (it ends its thread then), bounded."""
+def wait_for(dog: Monitor, limit: float = 8.0) -> None:
+    """Until the monitor gave up (it ends its thread then), bounded."""
     dog.join(timeout=limit)
-    assert not dog.is_alive(), "the watchdog never gave up"
+    assert not dog.is_alive(), "the monitor never gave up"
 
 
 # ------------------------------------------------------------------ the bound
 def bound(statuses: dict[int, dict[str, Any]], timeout: float = 0.5, nproc: int = 2) -> float:
-    return Watchdog(Path("/nonexistent"), plan(timeout, nproc), None)._bound(statuses)
+    return Monitor(Path("/nonexistent"), plan(timeout, nproc), None)._bound(statuses)
 
 
 def status(stage: str = "measure: 4K", age: float = 0.2) -> dict[str, Any]:
@@ -167,7 +167,7 @@ def test_a_stall_is_declared_after_the_timeout_with_what_every_rank_said(
 def test_ranks_still_starting_are_not_stalled_at_the_timeout(
     tmp_path: Path, watch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(watchdog, "STARTUP_ALLOWANCE_S", 1.0)
+    monkeypatch.setattr(monitor, "STARTUP_ALLOWANCE_S", 1.0)
     write(tmp_path, 0)
     write(tmp_path, 1, stage=stages.DEVICE)  # initialising CUDA
     dog = watch(plan(0.2))
@@ -180,7 +180,7 @@ def test_ranks_still_starting_are_not_stalled_at_the_timeout(
 def test_a_missing_rank_is_waited_for_as_long_as_the_allowance(
     tmp_path: Path, watch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(watchdog, "STARTUP_ALLOWANCE_S", 0.9)
+    monkeypatch.setattr(monitor, "STARTUP_ALLOWANCE_S", 0.9)
     write(tmp_path, 0)
     dog = watch(plan(0.2, nproc=2))
     wait_for(dog)
@@ -279,7 +279,7 @@ def test_the_stall_shows_the_other_nodes_under_this_nodes_own(tmp_path: Path, wa
 
 
 def test_a_presence_that_fails_is_ignored(tmp_path: Path, watch, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(watchdog, "PUBLISH_EVERY_S", 0.0)  # publish at every poll
+    monkeypatch.setattr(monitor, "PUBLISH_EVERY_S", 0.0)  # publish at every poll
     write(tmp_path, 0)
     write(tmp_path, 1)
     dog = watch(plan(0.3, nnodes=2), FakePresence(fail=True))
@@ -291,7 +291,7 @@ def test_a_presence_that_fails_is_ignored(tmp_path: Path, watch, monkeypatch: py
 def test_rank_0_drives_the_progress_display_and_statuses_are_published_annotated(
     tmp_path: Path, watch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(watchdog, "PUBLISH_EVERY_S", 0.15)
+    monkeypatch.setattr(monitor, "PUBLISH_EVERY_S", 0.15)
     shown: list[dict[str, Any]] = []
     write(tmp_path, 0, progress={"done": 2, "total": 9, "label": "4K"})
     write(tmp_path, 1)
@@ -329,7 +329,7 @@ def test_stop_ends_a_watch_that_never_gave_up(tmp_path: Path, watch, kills: list
 
 def test_publish_final_sends_exits_as_they_are(tmp_path: Path) -> None:
     presence = FakePresence()
-    dog = Watchdog(tmp_path, plan(5.0), None, presence=lambda: presence)
+    dog = Monitor(tmp_path, plan(5.0), None, presence=lambda: presence)
     statuses = {0: {"rank": 0, "stage": "done"}, 1: {"rank": 1, "stage": "measure"}}
     dog.publish_final(statuses, {1: {"exitcode": -9, "signal": "SIGKILL"}})
     assert presence.published == [
@@ -342,7 +342,7 @@ def test_publish_final_sends_exits_as_they_are(tmp_path: Path) -> None:
 
 
 def test_without_a_presence_the_world_is_this_node(tmp_path: Path) -> None:
-    dog = Watchdog(tmp_path, plan(5.0), None)
+    dog = Monitor(tmp_path, plan(5.0), None)
     local = {0: {"stage": "x"}}
     assert dog.world_statuses(local) is local
     dog.publish_final(local, {})  # nobody to tell: no error
@@ -350,7 +350,7 @@ def test_without_a_presence_the_world_is_this_node(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ crashes
 class FastClock:
-    """time for the watchdog module, with a monotonic clock running `speed` times as fast."""
+    """time for the monitor module, with a monotonic clock running `speed` times as fast."""
 
     def __init__(self, speed: float) -> None:
         self.speed, self.origin = speed, time.monotonic()
@@ -366,8 +366,8 @@ def test_a_crash_ends_the_run_two_seconds_later_with_a_snapshot_and_no_stall(
     tmp_path: Path, watch, kills: list[float], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     speed = 4.0  # the 2 s grace passes in 0.5 s
-    monkeypatch.setattr(watchdog, "time", FastClock(speed))
-    monkeypatch.setattr(watchdog, "PUBLISH_EVERY_S", 1e9)  # only the crash's own publication
+    monkeypatch.setattr(monitor, "time", FastClock(speed))
+    monkeypatch.setattr(monitor, "PUBLISH_EVERY_S", 1e9)  # only the crash's own publication
     write(tmp_path, 0)
     write(tmp_path, 1, error="RuntimeError: injected crash", error_at=time.time())
     presence = FakePresence({2: {"stage": "measure", "remote": True}})
@@ -391,7 +391,7 @@ def test_a_crash_ends_the_run_two_seconds_later_with_a_snapshot_and_no_stall(
 def test_a_crash_is_not_turned_into_a_stall_during_its_grace(
     tmp_path: Path, watch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(watchdog, "time", FastClock(4.0))
+    monkeypatch.setattr(monitor, "time", FastClock(4.0))
     write(tmp_path, 0)
     write(tmp_path, 1, error="RuntimeError: injected crash", error_at=time.time())  # alive, tearing down
     dog = watch(plan(1.0))  # the timeout ends 1 s into the 2 s grace
@@ -400,7 +400,7 @@ def test_a_crash_is_not_turned_into_a_stall_during_its_grace(
 
 
 def test_abandoned_only_after_the_agent_had_its_time(tmp_path: Path) -> None:
-    dog = Watchdog(tmp_path, plan(5.0), None)
+    dog = Monitor(tmp_path, plan(5.0), None)
     assert not dog.abandoned()  # never gave up
     dog.gave_up_at = time.time() - (ABANDON_AFTER_S - 0.5)
     assert not dog.abandoned()
@@ -441,7 +441,7 @@ def wait_state(pid: int, state: str) -> None:
 
 
 class FrozenWallClock:
-    """time for the watchdog module, its wall clock standing at `now`: ages come out exact, however
+    """time for the monitor module, its wall clock standing at `now`: ages come out exact, however
     long annotate's walk of /proc took on a busy machine (10 ms more turned 0.04 s into 0.1)."""
 
     def __init__(self, now: float) -> None:
@@ -461,7 +461,7 @@ def test_annotate_adds_the_process_state_and_ages(children, monkeypatch: pytest.
     wait_state(stopped.pid, psutil.STATUS_STOPPED)
     wait_state(ended.pid, psutil.STATUS_ZOMBIE)  # exited, not yet reaped
     now = time.time()
-    monkeypatch.setattr(watchdog, "time", FrozenWallClock(now))
+    monkeypatch.setattr(monitor, "time", FrozenWallClock(now))
     statuses = {
         0: {"pid": running.pid, "heartbeat": now - 2.26, "stage_since": now - 7.0, "stage": "measure"},
         1: {"pid": stopped.pid, "heartbeat": now - 0.04, "stage_since": now},

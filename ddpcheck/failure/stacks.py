@@ -1,19 +1,30 @@
-"""Each rank's Python stack, read from outside with py-spy; and what a stack says about where a rank is."""
+"""A process's Python stack, read from outside with py-spy; and what a stack says about where it is.
+
+One reader for ddpcheck's own ranks (the launcher's monitor, before a stall's kill) and for the
+ranks of a watched job; each caller bounds py-spy by its own timeout.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sysconfig
+import time
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
-PY_SPY_TIMEOUT_S = 10.0
+Key = TypeVar("Key", bound=Hashable)
 
 # Frames in these files mean "waiting for the other ranks": torch.distributed's calls, and the
 # autograd engine, where DDP's gradient all_reduce is waited for at the end of backward().
 _COLLECTIVE_PARTS = ("/torch/distributed/", "/torch/nn/parallel/distributed.py", "/torch/autograd/")
+_TORCH_FILE = re.compile(r"[/\\]torch[/\\]")
 _LIBRARY_ROOTS = tuple(
     {os.path.realpath(sysconfig.get_paths()[key]) for key in ("stdlib", "purelib", "platlib")}
 )
@@ -21,9 +32,14 @@ _LIBRARY_ROOTS = tuple(
 
 @dataclass(frozen=True)
 class Frame:
+    """One frame of a Python stack: from py-spy, faulthandler, a traceback or a flight-recorder dump."""
+
     function: str
     file: str
     line: int
+
+    def __str__(self) -> str:
+        return f"{os.path.basename(self.file)}:{self.line} in {self.function}"
 
     @property
     def where(self) -> str:
@@ -32,6 +48,10 @@ class Frame:
     @property
     def in_collective(self) -> bool:
         return any(part in self.file for part in _COLLECTIVE_PARTS)
+
+    @property
+    def in_torch(self) -> bool:
+        return bool(_TORCH_FILE.search(self.file))
 
     @property
     def in_library(self) -> bool:
@@ -61,24 +81,52 @@ def py_spy() -> str | None:
     return shutil.which("py-spy")
 
 
-def dump(pid: int, blocking: bool = False) -> Stack | None:
-    """The main thread's stack (None when it cannot be read: the process ended, say).
+def py_spy_dumps(
+    pids: dict[Key, int], *, timeout: float, as_json: bool = False, blocking: bool = True
+) -> dict[Key, str]:
+    """key -> py-spy's dump of each process, all taken at once and together bounded by `timeout`.
 
-    Without `blocking`, py-spy reads the process's memory without pausing it (--nonblocking):
-    what periodic samples use, so that sampling never stalls a rank. The stacks a verdict
-    rests on are read with the process paused, so that they are consistent.
+    A process py-spy could not read (gone, no ptrace, too slow) is left out; nothing at all
+    without py-spy. Without `blocking`, py-spy reads the memory without pausing the process.
     """
     exe = py_spy()
-    if exe is None:
-        return None
-    argv = [exe, "dump", "--pid", str(pid), "--json"] + ([] if blocking else ["--nonblocking"])
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=PY_SPY_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    return parse_dump(done.stdout)
+    if exe is None or not pids:
+        return {}
+    options = (["--json"] if as_json else []) + ([] if blocking else ["--nonblocking"])
+    running = {}
+    for key, pid in pids.items():
+        with contextlib.suppress(OSError):
+            running[key] = subprocess.Popen(
+                [exe, "dump", "--pid", str(pid), *options],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,  # its own group: a timeout ends it and anything it started
+            )
+    deadline = time.monotonic() + timeout
+    dumps = {}
+    for key, proc in running.items():
+        try:
+            out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            continue
+        if proc.returncode == 0 and out.strip():
+            dumps[key] = out.strip()
+    return dumps
+
+
+def dump(pid: int, *, timeout: float, blocking: bool = False) -> Stack | None:
+    """The main thread's stack (None when it cannot be read: the process ended, say).
+
+    Periodic samples read without pausing the process, so that sampling never stalls a rank;
+    the stacks a verdict rests on are read with it paused, so that they are consistent.
+    """
+    text = py_spy_dumps({pid: pid}, timeout=timeout, as_json=True, blocking=blocking).get(pid)
+    return None if text is None else parse_dump(text)
 
 
 def parse_dump(text: str) -> Stack | None:
@@ -94,8 +142,12 @@ def parse_dump(text: str) -> Stack | None:
     return frames or None  # no frame (the interpreter starting or ending): nothing to compare
 
 
-def user_frame(stack: Stack) -> Frame | None:
-    """The innermost frame of the job's own code (not the standard library, not site-packages)."""
+def user_frame(stack: Sequence[Frame], *, outside_torch: bool = False) -> Frame | None:
+    """The innermost frame of the job's own code: outside the standard library and site-packages
+    (the innermost frame when every one is library code), or with `outside_torch` only outside
+    torch (None when every frame is torch's: a flight recorder's frames are torch's and the job's)."""
+    if outside_torch:
+        return next((f for f in stack if not f.in_torch), None)
     return next((f for f in stack if not f.in_library), stack[0] if stack else None)
 
 

@@ -2,12 +2,9 @@
 
 A terminal's Ctrl-C comes at any moment: while Python imports ddpcheck or torch, while the
 agent starts ranks, while the report is written, during the interpreter's own teardown.
-Python's default, a KeyboardInterrupt raised wherever the main thread happens to be, left
-each of these behind (measured by tests/perf/soak.py): a traceback and death by SIGINT (in
-an import, or in teardown after the report), exit 130 without a word (Typer turns a
-KeyboardInterrupt into a silent exit 130), an internal error (a thread joined before it had
-started) with the run directory left; and, seen once in 608 CI runs, std::terminate (SIGABRT)
-with torch's native threads still running at the end. So ddpcheck decides instead:
+Python's default, a KeyboardInterrupt raised wherever the main thread happens to be, leaves
+tracebacks, silent exits and run directories behind (docs/failures.md). So ddpcheck decides
+instead:
 
 - by default (`install`, the first thing the entry point does) the process leaves at once:
   what it owes flushed, the paths given to `remove_on_leave` removed, one line, exit 130,
@@ -66,10 +63,8 @@ def install(noted_before: list[int] | None = None) -> None:
     handler is in place (a signal comes to one or the other, never to neither); one is a Ctrl-C.
     """
     speak(_first_rank(os.environ))
-    # Python finds the temp directory the first time it is asked by making, writing and removing
-    # a file in it: leaving (os._exit) between the two left that file (soak: `devices` under
-    # mpirun, a file named '9jnx17rx' in TMPDIR). Asked now, before a Ctrl-C leaves at once, the
-    # answer is kept for the rest of the process. No temp directory at all is for later to say.
+    # Python finds the temp directory by making and removing a file in it: leaving between the two
+    # leaves that file. Asked now, before a Ctrl-C can leave at once; none at all is for later to say.
     with contextlib.suppress(OSError):
         tempfile.gettempdir()
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
@@ -83,8 +78,7 @@ def install(noted_before: list[int] | None = None) -> None:
 def leave_on_sigterm() -> None:
     """An inline rank about to make its run directory: a launcher's SIGTERM (another rank failed;
     mpirun on a Ctrl-C) now leaves the same clean way, until the run answers it itself
-    (inline.SigtermWatch). By default the rank died there, its run directory left (soak: 1
-    mpirun run in 60)."""
+    (inline.SigtermWatch); by default the rank would die there, its run directory left."""
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_signal)
 
@@ -97,10 +91,9 @@ def _leave_with_launcher() -> None:
     """Once the process that started this rank is gone, act as on a Ctrl-C: it was most likely one.
 
     mpirun ended by a second Ctrl-C leaves its ranks running: one still importing torch or
-    joining the others would wait out its rendezvous timeout (the soak saw them alive 5 s
-    after mpirun), one giving up could not remove its run directory, and `watch` per task
-    would leave the user's job running. A SIGINT of its own takes each of them the way a
-    Ctrl-C does, whatever it is doing then.
+    joining the others would wait out its rendezvous timeout, one giving up could not remove its
+    run directory, and `watch` per task would leave the user's job running. A SIGINT of its own
+    takes each of them the way a Ctrl-C does, whatever it is doing then.
     """
     if _State.launcher_watched:
         return

@@ -26,28 +26,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpcheck.failure.stacks import Frame, user_frame
 from ddpcheck.report.units import human_bytes
 
 # The rank is the name's trailing digits; whatever precedes them is the prefix.
 _RANKED_NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
 _PICKLE_START = b"\x80"  # the PROTO opcode: every pickle of protocol 2 or later
 _JSON_START = b"{"
-# Frames inside torch say only "all_reduce, wrapper": the user's line is the first one outside it.
-_TORCH_FRAME = re.compile(r"[/\\]torch[/\\]")
 
 
 class NotADump(ValueError):
     """The file is not a flight-recorder dump, or not a whole one; the message says why, in one line."""
-
-
-@dataclass(frozen=True)
-class Frame:
-    filename: str
-    line: int
-    name: str
-
-    def __str__(self) -> str:
-        return f"{os.path.basename(self.filename)}:{self.line} in {self.name}"
 
 
 @dataclass(frozen=True)
@@ -71,7 +60,7 @@ class Collective:
 
     def user_frame(self) -> Frame | None:
         """The innermost frame outside torch: the line of the job that called the collective."""
-        return next((f for f in self.frames if not _TORCH_FRAME.search(f.filename)), None)
+        return user_frame(self.frames, outside_torch=True)
 
     def signature(self) -> tuple[str, tuple[tuple[int, ...], ...], tuple[str, ...]]:
         """What every rank of the group must agree on for this collective to complete."""
@@ -275,7 +264,7 @@ def _collective(entry: dict[str, Any]) -> Collective:
         is_p2p=bool(entry.get("is_p2p", False)),
         time_created_ns=int(created) if created else None,
         frames=[
-            Frame(str(f.get("filename", "")), int(f.get("line", 0)), str(f.get("name", "")))
+            Frame(str(f.get("name", "")), str(f.get("filename", "")), int(f.get("line", 0)))
             for f in entry.get("frames", [])
         ],
     )

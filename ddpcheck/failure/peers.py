@@ -1,0 +1,71 @@
+"""What a rank's error says when a *peer* went away: the consequence of another rank's failure.
+
+One list of phrases, grouped by what they mean; each reader takes the groups its verdicts rest
+on (a wider set would blame or excuse other ranks than its tests expect), named below.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+Failed = TypeVar("Failed")
+
+# The peer's end of the connection closed: it died, or its host went away.
+PEER_CLOSED = (r"connection reset by peer", r"connection closed by peer", r"broken pipe")
+SOCKET_CLOSED = (r"socket closed",)
+# The same, as gloo, the store and NCCL word it.
+TRANSPORT_GONE = (
+    r"pair closure",
+    r"ECONNRESET",
+    r"EPIPE",
+    r"connection was closed",
+    r"DistNetworkError",
+    r"NCCL communicator was aborted",
+    r"ProcessGroup.*abort",
+)
+# Waited for a peer that never answered.
+TIMED_OUT = (r"timed out", r"timeout")
+# Torn down by the launcher or by ddpcheck after another rank failed.
+TORN_DOWN = (r"ended the connection", r"sigterm", r"signalexception", r"keyboardinterrupt")
+
+
+def _any(*groups: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(p for group in groups for p in group), re.IGNORECASE)
+
+
+# ddpcheck's ranks: a dropped connection means the peer is lost; a timeout only that it is slow or stuck.
+CONNECTION_DROPPED = _any(PEER_CLOSED, SOCKET_CLOSED)
+# ddpcheck's ranks: any error a peer caused, including the teardown that followed it.
+COLLATERAL = _any(PEER_CLOSED, SOCKET_CLOSED, TIMED_OUT, TORN_DOWN)
+# A watched job's exception: `timeout` alone is left out, the job's own code may say it.
+WATCHED_PEER_GONE = _any(PEER_CLOSED, SOCKET_CLOSED, TRANSPORT_GONE, (r"timed out",))
+# A dead job's log line: gloo's own timeouts are read apart (`gloo_timeout`), so only a closed peer.
+LOGGED_PEER_DIED = _any(PEER_CLOSED)
+
+
+def connection_dropped(message: str) -> bool:
+    """A peer's connection dropped: the peer died, or its host went away."""
+    return bool(CONNECTION_DROPPED.search(message))
+
+
+def is_collateral_error(message: str) -> bool:
+    """A rank's error that a peer caused (it timed out or lost its connection), not its own fault."""
+    return bool(COLLATERAL.search(message))
+
+
+def first_failure(
+    ended: Iterable[Failed],
+    *,
+    when: Callable[[Failed], Any],
+    collateral: Callable[[Failed], bool] = lambda _: False,
+) -> tuple[Failed | None, list[Failed]]:
+    """The rank that failed first of its own accord (by `when`), and the others that ended meanwhile.
+
+    When every failure is collateral, the earliest is the lead all the same.
+    """
+    ordered = sorted(ended, key=when)
+    primary = [f for f in ordered if not collateral(f)]
+    first = primary[0] if primary else (ordered[0] if ordered else None)
+    return first, [f for f in ordered if f is not first]
