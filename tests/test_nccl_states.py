@@ -9,14 +9,16 @@ ranks (tests/support/fr_dumps.py), the peers' #15 is `started`.
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
 from ddpcheck.checks.postmortem.check import examine
 from ddpcheck.checks.postmortem.flight import RankTrace, parse_dump
 from ddpcheck.checks.postmortem.judge import judge
+from ddpcheck.checks.postmortem.recorders import dump_every_recorder, merge
 from ddpcheck.report.model import Check, Status
-from tests.support.fr_dumps import grown_h200_dump, h200_dump, write_pickle
+from tests.support.fr_dumps import dump, entry, grown_h200_dump, h200_dump, write_pickle
 
 ARRIVED = "group 0 (default_pg): every rank arrived"
 GROUP_1 = "group 1: every rank arrived"
@@ -115,3 +117,49 @@ def test_postmortem_of_eight_real_dumps_on_disk_names_the_stuck_rank(tmp_path: P
     arrived = next(c for c in report.checks if c.name == ARRIVED)
     assert arrived.ranks == [7] and "kernel never started" in arrived.detail
     assert report.world["backend"] == "nccl" and report.world["size"] == 8
+
+
+class Recorders:
+    """torch._C._distributed_c10d as a job with an NCCL group and a gloo group has it."""
+
+    def __init__(self, nccl: dict[str, Any] | None, other: dict[str, Any] | None) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        if nccl is not None:
+            self._dump_nccl_trace = self._recorder("nccl", nccl)
+        if other is not None:
+            self._dump_fr_trace = self._recorder("other", other)
+
+    def _recorder(self, name: str, data: dict[str, Any]) -> Any:
+        def dump(**kwargs: Any) -> bytes:
+            self.calls.append((name, kwargs))
+            return pickle.dumps(data)
+
+        return dump
+
+
+def test_both_recorders_are_dumped_as_one_so_an_nccl_jobs_collectives_are_not_lost() -> None:
+    gloo = dump([entry(seq, pg=("2", "cpu_group"), pg_id=2) for seq in (1, 2)])
+    native = Recorders(h200_dump(), gloo)
+    trace = parse_dump(pickle.loads(dump_every_recorder(native)), rank=0)
+    assert trace.groups() == {"0", "1", "2"}
+    assert (trace.backend_of("0"), trace.backend_of("2")) == ("nccl", "gloo")
+    assert (trace.last_enqueued("0"), trace.last_enqueued("2")) == (15, 2)
+    assert ("other", {"includeStackTraces": False}) in native.calls  # gloo's stacks would block
+
+
+def test_an_nccl_job_with_an_empty_other_recorder_keeps_every_nccl_entry() -> None:
+    """What the H200 run measured: 0 entries in _dump_fr_trace(), 16 in _dump_nccl_trace()."""
+    empty = {"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": []}
+    merged = pickle.loads(dump_every_recorder(Recorders(h200_dump(), empty)))
+    assert len(merged["entries"]) == 16 and merged["pg_status"]["0"]["last_started_collective"] == 14
+    assert dump_every_recorder(Recorders(None, empty)) is not None  # a dump with nothing: "nothing recorded"
+    assert dump_every_recorder(Recorders(None, None)) is None
+
+
+def test_one_group_recorded_by_both_backends_is_kept_apart() -> None:
+    gloo = dump([entry(seq, pg=("0", "default_pg"), pg_id=0) for seq in (1, 2, 3)])
+    merged = merge([h200_dump(), gloo])
+    trace = parse_dump(merged, rank=0)
+    assert trace.groups() == {"0", "1", "0:gloo"}
+    assert (trace.last_enqueued("0"), trace.last_started("0")) == (15, 14)  # NCCL's status kept
+    assert trace.last_enqueued("0:gloo") == 3 and trace.backend_of("0:gloo") == "gloo"
