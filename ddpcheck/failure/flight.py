@@ -35,6 +35,14 @@ _PICKLE_START = b"\x80"  # the PROTO opcode: every pickle of protocol 2 or later
 _JSON_START = b"{"
 
 
+# NCCL's states: the CPU enqueued the collective (`scheduled`), its kernel runs (`started`: with
+# peers, waiting for them inside it), or it is done. Gloo leaves every entry `scheduled`.
+SCHEDULED, STARTED, COMPLETED = "scheduled", "started", "completed"
+REACHED = (STARTED, COMPLETED)
+# The backends whose entries move through those states; for the others only enqueueing counts.
+STATEFUL_BACKENDS = ("nccl",)
+
+
 class NotADump(ValueError):
     """The file is not a flight-recorder dump, or not a whole one; the message says why, in one line."""
 
@@ -109,6 +117,19 @@ class RankTrace:
         if status is not None:
             return status.last_enqueued
         return max(self.collectives(pg), default=-1)
+
+    def last_started(self, pg: str) -> int:
+        """The group's last collective whose kernel started on this rank (NCCL's `started` or
+        `completed`): pg_status, or the entries without it."""
+        status = self.pg_status.get(pg)
+        if status is not None and status.last_started >= 0:
+            return status.last_started
+        reached = [seq for seq, e in self.collectives(pg).items() if e.state in REACHED]
+        return max(reached, default=-1)
+
+    def backend_of(self, pg: str) -> str:
+        """The backend that recorded the group's collectives here ('nccl', 'gloo'), '' when none."""
+        return next((e.backend for e in self.entries if e.pg == pg and e.backend), "")
 
     def groups(self) -> set[str]:
         return {e.pg for e in self.entries} | set(self.pg_status)

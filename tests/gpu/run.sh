@@ -17,12 +17,23 @@ trap 'rm -rf "$WORK"' EXIT
 export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 COLUMNS=120
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
+# The whole script ends within DEADLINE_S (5 minutes by default): each step gets its own limit or
+# what is left, whichever is less, and a step with under 10 s left is skipped and said so.
+DEADLINE_S=${DEADLINE_S:-290}
+
 # step NAME LIMIT_S COMMAND...: run it, its output in NAME.txt, one line in summary.txt.
 step() {
-  local name=$1 limit=$2 began=$SECONDS rc
+  local name=$1 limit=$2 began=$SECONDS rc left
   shift 2
-  timeout "$limit" "$@" > "$WORK/$name.txt" 2>&1
+  left=$((DEADLINE_S - SECONDS))
+  if [ "$left" -lt 10 ]; then
+    echo "$name: skipped, the script's $DEADLINE_S s were spent" >> "$WORK/summary.txt"
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  timeout -k 5 "$limit" "$@" > "$WORK/$name.txt" 2>&1
   rc=$?
+  echo "$rc" > "$WORK/$name.rc"
   echo "$name: exit $rc in $((SECONDS - began)) s: $(tail -1 "$WORK/$name.txt")" >> "$WORK/summary.txt"
 }
 
@@ -41,8 +52,21 @@ EOF
 cat "$WORK/versions.txt" >> "$WORK/summary.txt"
 nvidia-smi > "$WORK/nvidia-smi.txt" 2>&1
 
+command -v py-spy >/dev/null || echo "py-spy: absent; watch reads no stacks, only the agent's records and the dumps" >> "$WORK/summary.txt"
+
+# watch and postmortem on NCCL jobs first: the newest paths, and the ones no CPU test reaches.
+# A job hung behind a spinning kernel: its last all_reduce stays `scheduled` in NCCL's recorder.
+step watch-hang 75 python3 -m ddpcheck watch --hang-after 15 --dir "$WORK/watch-hang" \
+  --json "$WORK/watch-hang.json" -- python3 -m torch.distributed.run --nproc-per-node 1 \
+  tests/gpu/jobs/nccl_hang.py
+step postmortem-hang 30 python3 -m ddpcheck postmortem "$WORK/watch-hang" --json "$WORK/postmortem-hang.json"
+# A job that dies of an out-of-memory error.
+step watch-oom 60 python3 -m ddpcheck watch --dir "$WORK/watch-oom" --json "$WORK/watch-oom.json" \
+  -- python3 -m torch.distributed.run --nproc-per-node 1 tests/gpu/jobs/oom.py
+step postmortem-oom 30 python3 -m ddpcheck postmortem "$WORK/watch-oom" --json "$WORK/postmortem-oom.json"
+
 step env 60 python3 -m ddpcheck env --json "$WORK/env.json"
-step gpu-tests 420 python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" \
+step gpu-tests 150 python3 -m pytest -m gpu -q -p no:cacheprovider -o addopts="" --timeout=120 \
   --junitxml "$WORK/gpu-tests.xml" tests
 step allreduce 120 python3 -m ddpcheck allreduce --json "$WORK/allreduce.json"
 step collectives 180 python3 -m ddpcheck collectives --json "$WORK/collectives.json"
@@ -60,6 +84,9 @@ if [ "$GPUS" -gt 0 ]; then
 else
   echo "bench-profile-overhead: skipped, no GPU visible" >> "$WORK/summary.txt"
 fi
+
+# One table: each step's exit, and for the reports its verdict and first finding.
+python3 tests/gpu/summary.py "$WORK" >> "$WORK/summary.txt" 2>&1
 
 # At most 8 files come back: the rest (train, profile, profile-batch4096, the JSON reports) is in the tarball.
 cp "$WORK"/{summary,gpu-tests,allreduce,collectives,links,devices,bench-profile-overhead}.txt "$OUT"/ 2>/dev/null

@@ -136,3 +136,48 @@ def write_json(path: Path, data: dict) -> Path:
         e.pop("frames", None)
     path.write_text(json.dumps(data))
     return path
+
+
+H200_DUMP = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "nccl_trace_rank_0"
+
+
+def h200_dump() -> dict[str, Any]:
+    """The real dump (tests/fixtures/h200): group 0's #1-#15, #15 `scheduled` behind a spinning kernel;
+    group 1's #1."""
+    return pickle.loads(H200_DUMP.read_bytes())
+
+
+def grown_h200_dump(
+    rank: int, world: int, *, states: dict[int, str] | None = None, last: int | None = None,
+    group_1: list[int] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The real dump as rank `rank` of `world` would have written it: group 0 holds every rank,
+    group 1 the ranks in `group_1` (default [0]); `states` sets group 0's entries' states by sequence
+    id (with pg_status to match), `last` drops group 0's entries after it (a rank that never called them)."""
+    data = h200_dump()
+    members = group_1 if group_1 is not None else [0]
+    data["pg_config"]["0"]["ranks"] = str(list(range(world)))
+    data["pg_config"]["1"]["ranks"] = str(members)
+    entries = []
+    for e in data["entries"]:
+        if e["pg_id"] == 1 and rank not in members:
+            continue
+        if e["pg_id"] == 0 and last is not None and e["collective_seq_id"] > last:
+            continue
+        if e["pg_id"] == 0 and states and e["collective_seq_id"] in states:
+            e["state"] = states[e["collective_seq_id"]]
+        entries.append(e)
+    data["entries"] = entries
+    group_0 = [e for e in entries if e["pg_id"] == 0]
+    data["pg_status"]["0"] = {
+        "last_enqueued_collective": max(e["collective_seq_id"] for e in group_0),
+        "last_started_collective": max(
+            (e["collective_seq_id"] for e in group_0 if e["state"] in ("started", "completed")), default=-1
+        ),
+        "last_completed_collective": max(
+            (e["collective_seq_id"] for e in group_0 if e["state"] == "completed"), default=-1
+        ),
+    }
+    if rank not in members:
+        data["pg_status"].pop("1")
+    return data

@@ -19,7 +19,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ddpcheck.failure.collectives import DEFAULT_GROUP, named_collective
-from ddpcheck.failure.flight import Collective, RankTrace, describe, dtype_name, nbytes
+from ddpcheck.failure.flight import (
+    SCHEDULED,
+    STATEFUL_BACKENDS,
+    Collective,
+    RankTrace,
+    describe,
+    dtype_name,
+    nbytes,
+)
 from ddpcheck.report.model import Check, Status, Table
 from ddpcheck.report.naming import span
 from ddpcheck.report.units import human_bytes
@@ -110,27 +118,64 @@ def judge(
 def _arrival(
     pg: str, label: str, ranks: list[int], traces: dict[int, RankTrace], hosts: dict[int, str]
 ) -> Check:
+    """The ranks furthest behind in the group. Under NCCL a rank has arrived at #k when #k's kernel
+    started there: the CPU runs ahead of a stream that may be stuck (a kernel that never ends, a
+    host wait), so enqueued is not enough. Gloo's entries stay `scheduled`: there enqueued counts."""
     name = f"{label}: every rank arrived"
-    last = {r: traces[r].last_enqueued(pg) for r in ranks}
-    top, bottom = max(last.values()), min(last.values())
-    if top == bottom:
-        detail = f"the last collective of {span(ranks)}: {named_collective(pg, top, ranks, traces)}"
-        return Check(name, Status.PASS, detail)
-    behind = [r for r in ranks if last[r] == bottom]
-    waiting = [r for r in ranks if last[r] > bottom]
-    missed = max(bottom + 1, 1)  # a group's first collective is #1; none enqueued yet is -1
-    parts = [
-        f"{span(behind)} never called {named_collective(pg, missed, waiting, traces)}: "
-        f"{'its' if len(behind) == 1 else 'their'} last collective is "
-        f"{named_collective(pg, bottom, behind, traces)}"
-    ]
+    stateful = any(traces[r].backend_of(pg) in STATEFUL_BACKENDS for r in ranks)
+    reached = {r: traces[r].last_started(pg) if stateful else traces[r].last_enqueued(pg) for r in ranks}
+    top, bottom = max(reached.values()), min(reached.values())
+    stuck = [r for r in ranks if stateful and reached[r] == bottom and _stuck_before(traces[r], pg, bottom)]
+    if top == bottom and not (stuck and len(ranks) == 1):
+        said = "started by" if stateful else "of"
+        return Check(
+            name,
+            Status.PASS,
+            f"the last collective {said} {span(ranks)}: {named_collective(pg, top, ranks, traces)}",
+        )
+    behind = [r for r in ranks if reached[r] == bottom]
+    absent = [r for r in behind if r not in stuck]
+    waiting = [r for r in ranks if reached[r] > bottom]
+    parts = [_stuck_said(pg, bottom, stuck, traces)] if stuck else []
+    if absent:
+        parts.append(_never_called(pg, bottom, absent, waiting, traces))
     by_seq: dict[int, list[int]] = defaultdict(list)
     for r in waiting:
-        by_seq[last[r]].append(r)
+        by_seq[reached[r]].append(r)
+    inside = " (its kernel started)" if stateful else ""
     for seq in sorted(by_seq, reverse=True):
         verb = "waits" if len(by_seq[seq]) == 1 else "wait"
-        parts.append(f"{span(by_seq[seq])} {verb} in {named_collective(pg, seq, by_seq[seq], traces)}")
+        parts.append(
+            f"{span(by_seq[seq])} {verb} in {named_collective(pg, seq, by_seq[seq], traces)}{inside}"
+        )
     return Check(name, Status.ERROR, "; ".join(parts), ranks=behind, hosts=_hosts(behind, hosts))
+
+
+def _never_called(
+    pg: str, last: int, behind: list[int], waiting: list[int], traces: dict[int, RankTrace]
+) -> str:
+    missed = max(last + 1, 1)  # a group's first collective is #1; none enqueued yet is -1
+    whose = "its" if len(behind) == 1 else "their"
+    return (
+        f"{span(behind)} never called {named_collective(pg, missed, waiting, traces)}: "
+        f"{whose} last collective is {named_collective(pg, last, behind, traces)}"
+    )
+
+
+def _stuck_before(trace: RankTrace, pg: str, reached: int) -> bool:
+    """The rank enqueued the collective after the last one it reached, and its kernel never started."""
+    following = trace.collectives(pg).get(max(reached + 1, 1))
+    return following is not None and following.state == SCHEDULED
+
+
+def _stuck_said(pg: str, reached: int, stuck: list[int], traces: dict[int, RankTrace]) -> str:
+    seq = max(reached + 1, 1)
+    whose = "its" if len(stuck) == 1 else "their"
+    enqueued = named_collective(pg, seq, stuck, traces)
+    return (
+        f"{span(stuck)} enqueued {enqueued} but {whose} kernel never started: "
+        f"{whose} GPU stream is stuck before it (a kernel that never ends, or a wait on the host)"
+    )
 
 
 def _agreement(
