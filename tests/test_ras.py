@@ -13,6 +13,7 @@ Pure: a thread and sockets, no process.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -125,14 +126,15 @@ class RasService:
 
     pieces: the STATUS report, sent piece by piece, then the connection closed (a report cut
     short is a service that closed mid-answer). handshake: the reply to CLIENT PROTOCOL.
-    silent: accept and never answer. stall: send the pieces, then hold the connection open.
+    silent: the first so many connections accepted and never answered (a stopped process's socket).
+    stall: send the pieces, then hold the connection open.
     """
 
     def __init__(
         self,
         pieces: list[str] | None = None,
         handshake: str = f"SERVER PROTOCOL {ras.PROTOCOL}\n",
-        silent: bool = False,
+        silent: int = 0,
         stall: bool = False,
     ) -> None:
         self.pieces = pieces if pieces is not None else HEALTHY
@@ -157,7 +159,7 @@ class RasService:
             except OSError:
                 return
             self.connections += 1
-            if self.silent:
+            if self.connections <= self.silent:
                 self.held.append(conn)
                 continue
             try:
@@ -267,6 +269,9 @@ def test_problem_job_names_the_dead_and_the_unresponsive(service: RasService) ->
     assert [(f.kind, f.comm) for f in answer.warnings] == [("TIMEOUT", None), ("MISMATCH", "#2-0")]
     (behind,) = [p for p in answer.warnings[1].processes if p.rank is not None]
     assert (behind.rank, behind.state, behind.pid) == (3, "has launched up to operation 1200", 51003)
+    shown = json.loads(json.dumps(status.as_dict()))
+    assert shown["healthy"] is False and shown["answer"]["ranks"] == 16
+    assert [c["ranks_seen"] for c in shown["answer"]["communicators"]] == [14, 6, 8]
     verdict = status.verdict
     assert verdict.startswith("problems: ") and "\n" not in verdict
     assert "1 process dead (pid 52013 on 10.0.0.2, GPU 3)" in verdict
@@ -288,7 +293,7 @@ def test_connection_refused_is_no_service() -> None:
     )
 
 
-@pytest.mark.parametrize("service", [{"silent": True}], indirect=True)
+@pytest.mark.parametrize("service", [{"silent": 1000}], indirect=True)
 def test_a_service_that_never_answers_is_bounded_by_the_timeout(service: RasService) -> None:
     started = time.monotonic()
     status = ras.query(service.address, timeout=2.5)
@@ -296,6 +301,15 @@ def test_a_service_that_never_answers_is_bounded_by_the_timeout(service: RasServ
     assert status.outcome == ras.TIMEOUT and status.healthy is None
     assert status.attempts >= 2  # ncclras connects again after 1 s without an answer
     assert "none answered the handshake" in status.message
+
+
+@pytest.mark.parametrize("service", [{"silent": 1}], indirect=True)
+def test_a_silent_process_is_passed_over_for_one_that_answers(service: RasService) -> None:
+    """Every process of a job on a host listens on the port (SO_REUSEPORT); a stopped one's socket
+    still accepts. ncclras gives each handshake 1 s and connects again: so does this client."""
+    status = ras.query(service.address, timeout=10)
+    assert status.outcome == ras.ANSWERED and status.healthy is True
+    assert status.attempts == 2 and 1 <= status.seconds < 3
 
 
 @pytest.mark.parametrize("service", [{"pieces": HEALTHY[:2], "stall": True}], indirect=True)

@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 DEFAULT_HOST = "localhost"  # NCCL binds "localhost:28028" unless NCCL_RAS_ADDR says otherwise
 DEFAULT_PORT = 28028  # NCCL_RAS_CLIENT_PORT
@@ -235,7 +235,7 @@ _PROCESS = re.compile(r"^\s+Process (\d+) on node (\S*) managing GPUs? (.*?)\s*$
 _UNLISTED = re.compile(r"\[could not find information on (\d+) process")
 _RANK = re.compile(
     r"^\s+Rank (\d+)(?: (.*?))? -- "
-    r"(?:GPU (.+?) managed by process (\d+) on node (\S*)|\[process information not found\])\s*$"
+    r"(?:GPU (.+?) managed by process (\d+) on node ?(\S*)|\[process information not found\])\s*$"
 )
 _RANKS_BARE = re.compile(r"^\s+Rank ([\d,]+) has status (\S+)\s*$")  # 2.24-2.25: ranks NCCL knows nothing of
 _RANK_LIST = re.compile(r"^\s+The (missing|unknown) ranks?: ([\d,]+)\s*$")  # 2.24-2.25
@@ -535,6 +535,16 @@ class RasStatus:
     def raw(self) -> str:
         return self.answer.raw if self.answer else ""
 
+    def as_dict(self) -> dict:
+        """For a JSON report: the fields, `healthy`, and the answer's `ranks` and `ranks_seen`s."""
+        data = asdict(self)
+        data["healthy"] = self.healthy
+        if self.answer is not None:
+            data["answer"]["ranks"] = self.answer.ranks
+            for comm, shown in zip(self.answer.communicators, data["answer"]["communicators"], strict=True):
+                shown["ranks_seen"] = comm.ranks_seen
+        return data
+
 
 class _Closed(Exception):
     pass
@@ -695,12 +705,7 @@ def query(
             _end(status, NO_SERVICE, NO_SERVICE_VERDICT, f"connection refused at {where}")
             break
         except TimeoutError:
-            _end(
-                status,
-                TIMEOUT,
-                f"timeout: could not connect to {where} in {timeout:g} s",
-                "connect timed out",
-            )
+            _timed_out(status, timeout, silent)
             break
         except OSError as error:
             _end(status, CONNECT_ERROR, f"cannot reach NCCL's RAS service at {where}: {error}", str(error))
@@ -713,16 +718,23 @@ def query(
                 silent += 1
                 if time.monotonic() < deadline:
                     continue  # ncclras connects again: another process of the job may answer
-                _end(
-                    status,
-                    TIMEOUT,
-                    f"timeout: NCCL's RAS service at {where} did not answer in {timeout:g} s",
-                    f"{_plural(silent, 'connection')} accepted, none answered the handshake in "
-                    f"{HANDSHAKE_TRY_S:g} s: a stopped or hung NCCL process, or not NCCL on this port",
-                )
+                _timed_out(status, timeout, silent)
                 break
     status.seconds = time.monotonic() - started
     return status
+
+
+def _timed_out(status: RasStatus, timeout: float, silent: int) -> None:
+    if not silent:
+        _end(status, TIMEOUT, f"timeout: could not connect to {status.address} in {timeout:g} s", "connect")
+        return
+    _end(
+        status,
+        TIMEOUT,
+        f"timeout: NCCL's RAS service at {status.address} did not answer in {timeout:g} s",
+        f"{_plural(silent, 'connection')} accepted, none answered the handshake in "
+        f"{HANDSHAKE_TRY_S:g} s: a stopped or hung NCCL process, or not NCCL on this port",
+    )
 
 
 def _end(status: RasStatus, outcome: str, verdict: str, message: str = "") -> bool:
@@ -751,11 +763,12 @@ def _handshake(link: _Link, status: RasStatus, deadline: float, leg: int | None)
         return not _protocol_error(status, f"unexpected answer to the handshake: {line[:200]!r}")
     version_text = line[len("SERVER PROTOCOL ") :]
     status.server_protocol = _atoi(version_text)
-    if status.server_protocol != PROTOCOL:
-        status.notes.append(
-            f"protocol version mismatch (NCCL: {version_text.strip()}; this client: {PROTOCOL}): "
-            "continuing, as NCCL's own client does"
-        )
+    mismatch = (
+        f"protocol version mismatch (NCCL: {version_text.strip()}; this client: {PROTOCOL}): "
+        "continuing, as NCCL's own client does"
+    )
+    if status.server_protocol != PROTOCOL and mismatch not in status.notes:
+        status.notes.append(mismatch)
     if leg is not None:
         try_until = min(deadline, time.monotonic() + HANDSHAKE_TRY_S)
         link.send(f"TIMEOUT {leg}\n", try_until)
