@@ -1,0 +1,1 @@
+"""The failure side: what explains a run or a job that could not complete."""
