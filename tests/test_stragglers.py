@@ -90,14 +90,19 @@ def ns(seconds: float) -> int:
     return round(seconds * 1e9)
 
 
-def raw_dump(recs: list[Rec], at: float, *, backend: str, clock: float, ring: int | None) -> dict[str, Any]:
-    """What a rank's flight recorder holds at true time `at`: the last `ring` entries enqueued by then."""
+def raw_dump(
+    recs: list[Rec], at: float, *, backend: str, clock: float, ring: int | None, ahead: float = 0.0
+) -> dict[str, Any]:
+    """What a rank's flight recorder holds at true time `at`: the last `ring` entries enqueued by then.
+
+    ahead: NCCL's CPU enqueues a collective before its GPU reaches it, by up to this (seeded)."""
     held = [r for r in recs if r.arrive <= at]
     held = held[-ring:] if ring else held
     entries = []
     for rec in held:
         e = entry(rec.seq, op=rec.op, backend=backend, pg=rec.pg, pg_id=rec.pg_id)
-        e["time_created_ns"] = BASE_NS + ns(rec.arrive + clock)
+        lead = random.Random(ns(rec.arrive)).uniform(0, ahead) if ahead else 0.0
+        e["time_created_ns"] = BASE_NS + ns(rec.arrive - lead + clock)
         if backend == "nccl":
             done = rec.release <= at
             e["state"] = "completed" if done else "started"
@@ -117,10 +122,13 @@ def samples(
     clocks: dict[str, float] | None = None,
     offsets: bool = False,
     ring: int | None = None,
+    ahead: float = 0.0,
+    timing: bool = True,
 ) -> list[Sample]:
     """The watcher's samples at true times `at` (default: one, after the job's last collective).
 
-    clocks: each host's clock minus the true time (seconds); offsets: the caller measured them."""
+    clocks: each host's clock minus the true time (seconds); offsets: the caller measured them;
+    ahead: see raw_dump; timing: False drops NCCL's durations."""
     hosts = hosts if hosts is not None else {r: "a" for r in job}
     clocks = clocks or {}
     if at is None:
@@ -128,7 +136,14 @@ def samples(
     out = []
     for t in at:
         clock = {r: clocks.get(hosts.get(r, ""), 0.0) for r in job}
-        dumps = {r: raw_dump(recs, t, backend=backend, clock=clock[r], ring=ring) for r, recs in job.items()}
+        dumps = {
+            r: raw_dump(recs, t, backend=backend, clock=clock[r], ring=ring, ahead=ahead)
+            for r, recs in job.items()
+        }
+        if not timing:  # NCCL without TORCH_NCCL_ENABLE_TIMING: no duration
+            for data in dumps.values():
+                for e in data["entries"]:
+                    e["duration_ms"] = None
         measured = {r: ns(clock[r]) for r in job} if offsets else None
         out.append(sample_from_dumps(t, dumps, hosts, measured))
     return out
@@ -349,6 +364,52 @@ def test_several_slow_ranks_are_named_together() -> None:
     assert stderr_line(found).startswith(
         "ddpcheck watch: ranks 4, 5, 6, 7 (host b07) are slowing the job: their peers waited "
     )
+
+
+def test_nccl_gpu_time_names_the_rank_whose_cpu_enqueues_ahead_of_its_gpu() -> None:
+    """NCCL's CPU enqueues a collective up to 80 ms (most of a step) before its GPU reaches it: the
+    enqueue times say little, the GPU time in each collective names rank 2 anyway."""
+    job = simulate(works(80, 8, seed=14, slow={2: 1.3}))
+    found = verdict(judge(samples(job, backend="nccl", ahead=0.08)))
+    assert found is not None and found.ranks == (2,) and found.estimator == GPU
+    assert found.lag_s == pytest.approx(0.3 * STEP, rel=0.25)
+    assert judge(samples(simulate(works(80, 8, seed=14)), backend="nccl", ahead=0.08)).verdicts == []
+
+
+def test_nccl_without_timing_is_judged_by_enqueue_times() -> None:
+    job = simulate(works(60, 4, seed=15, slow={1: 1.5}))
+    found = verdict(judge(samples(job, backend="nccl", timing=False)))
+    assert found is not None and found.ranks == (1,) and found.estimator == stragglers.ENQUEUE
+
+
+def test_ranks_with_no_host_given_share_one_clock() -> None:
+    job = simulate(works(60, 4, seed=16, slow={0: 1.5}))
+    judged = judge(samples(job, hosts={}))
+    found = verdict(judged)
+    assert found is not None and found.ranks == (0,) and found.hosts == ()
+    assert [g.host for g in judged.groups] == [None]
+    assert stderr_line(found).startswith("ddpcheck watch: rank 0 is slowing the job")
+
+
+def test_a_rank_missing_from_a_sample_is_judged_on_what_the_other_samples_held() -> None:
+    """Rank 3 did not answer the first sample: the collectives its last sample held are judged."""
+    job = simulate(works(60, 4, seed=17, slow={3: 1.5}))
+    last = max(r.release for r in job[0])
+    taken = samples(job, [3.0, last + 1], ring=40)
+    first = taken[0]
+    taken[0] = Sample(first.wall_s, {r: t for r, t in first.traces.items() if r != 3}, first.hosts)
+    found = verdict(judge(taken))
+    assert found is not None and found.ranks == (3,) and found.collectives == 39
+
+
+@given(st.lists(st.floats(-1e3, 1e3), min_size=2, max_size=12))
+def test_each_ranks_peer_median_is_the_median_of_the_others(values: list[float]) -> None:
+    import statistics
+
+    by_rank = dict(enumerate(values))
+    medians = stragglers._peer_medians(by_rank)
+    for rank in by_rank:
+        assert medians[rank] == pytest.approx(statistics.median(v for r, v in by_rank.items() if r != rank))
 
 
 # ---------------------------------------------------------------- the ring buffer

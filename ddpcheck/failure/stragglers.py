@@ -249,24 +249,39 @@ class _Collective:
     at_s: float  # when, on its ranks' own clocks (the median), since the first compared collective
     period_s: float  # from #seq-1 to #seq (the median over its ranks, each on its own clock)
     arrival: dict[int, float]  # on one timeline per collective: only differences between ranks count
-    work: dict[int, float]  # arrival minus the release from #seq-1 (its last arrival)
-
-    def lag(self, rank: int) -> float:
-        """How much later than its peers' median the rank arrived (= its work minus theirs)."""
-        return self.arrival[rank] - statistics.median(a for r, a in self.arrival.items() if r != rank)
+    work: dict[int, float]  # arrival minus the release from #seq-1
+    lag: dict[int, float]  # how much later than its peers' median each rank arrived (= its work minus theirs)
 
     def late(self, rank: int) -> bool:
         """The rank's work was at least MARGIN x its peers' median, and later by MIN_LAG_S."""
-        peers = statistics.median(w for r, w in self.work.items() if r != rank)
-        return peers > 0 and self.work[rank] >= MARGIN * peers and self.lag(rank) >= MIN_LAG_S
+        peers = self.work[rank] - self.lag[rank]  # their median work
+        return peers > 0 and self.work[rank] >= MARGIN * peers and self.lag[rank] >= MIN_LAG_S
 
     def waited(self, ranks: Sequence[int]) -> float:
         """How long the other ranks (their median) waited for `ranks` here: 0 unless one of them was last."""
         last = max(self.arrival, key=self.arrival.__getitem__)
-        others = [a for r, a in self.arrival.items() if r not in ranks]
-        if last not in ranks or not others:
+        if last not in ranks:
             return 0.0
-        return max(0.0, max(self.arrival[r] for r in ranks) - statistics.median(others))
+        if len(ranks) == 1:
+            return max(0.0, self.lag[last])
+        others = [a for r, a in self.arrival.items() if r not in ranks]
+        return max(0.0, self.arrival[last] - statistics.median(others)) if others else 0.0
+
+
+def _peer_medians(values: Mapping[int, float]) -> dict[int, float]:
+    """Each key's median of the OTHER keys' values, for all keys in O(n log n) (not n medians of n)."""
+    order = sorted(values, key=values.__getitem__)
+    ranked = [values[k] for k in order]
+    m = len(ranked) - 1  # the peers of each
+
+    def without(i: int, j: int) -> float:  # the j-th smallest once the i-th smallest is left out
+        return ranked[j] if j < i else ranked[j + 1]
+
+    out = {}
+    for i, key in enumerate(order):
+        half = m // 2
+        out[key] = without(i, half) if m % 2 else (without(i, half - 1) + without(i, half)) / 2
+    return out
 
 
 def _collectives(
@@ -292,24 +307,19 @@ def _collectives(
             base = before[ranks[0]].created_ns - offsets.get(ranks[0], 0)  # in ints: no precision lost
             arrival = {r: (now[r].created_ns - offsets.get(r, 0) - base) / 1e9 for r in ranks}
             release = max((before[r].created_ns - offsets.get(r, 0) - base) / 1e9 for r in ranks)
+        peers = _peer_medians(arrival)
+        at = statistics.median(now[r].created_ns - held[r][seqs[0]].created_ns for r in ranks) / 1e9
         out.append(
             _Collective(
                 seq=k,
                 op=now[ranks[0]].op,
-                at_s=0.0,
+                at_s=at,
                 period_s=period,
                 arrival=arrival,
                 work={r: arrival[r] - release for r in ranks},
+                lag={r: arrival[r] - peers[r] for r in ranks},
             )
         )
-    if out:
-        first = out[0].seq
-        at = {
-            c.seq: statistics.median(held[r][c.seq].created_ns - held[r][first].created_ns for r in ranks)
-            / 1e9
-            for c in out
-        }
-        out = [_Collective(c.seq, c.op, at[c.seq], c.period_s, c.arrival, c.work) for c in out]
     return out
 
 
@@ -419,7 +429,7 @@ def _judge_unit(
                 "rank": rank,
                 "host": hosts.get(rank, ""),
                 "work_s": statistics.median(c.work[rank] for c in window),
-                "lag_s": statistics.median(c.lag(rank) for c in window),
+                "lag_s": statistics.median(c.lag[rank] for c in window),
                 "wait_share": _share(sum(c.waited([rank]) for c in window), unit.window_s),
                 "late": late[rank],
                 "named": rank in named,
@@ -468,7 +478,7 @@ def _heat(label: str, ranks: list[int], hosts: Mapping[int, str], collectives: l
         j = min(int((c.at_s - start) / bucket_s), buckets - 1)
         counts[j] += 1
         for i, rank in enumerate(ranks):
-            sums[i][j] += max(0.0, c.lag(rank))
+            sums[i][j] += max(0.0, c.lag[rank])
     cells = [[s / n if n else None for s, n in zip(row, counts, strict=True)] for row in sums]
     return HeatMap(label, list(ranks), [hosts.get(r, "") for r in ranks], bucket_s, cells)
 
