@@ -42,6 +42,7 @@ from tests.support.fr_dumps import dump, entry
 BASE_NS = 1_790_000_000 * 10**9
 STEP = 0.1  # seconds of work per collective
 H200 = Path(__file__).parent / "fixtures" / "h200" / "nccl_trace_rank_0"
+GLOO = Path(__file__).parent / "fixtures" / "gloo_stragglers"  # real dumps: README.md there says how
 
 
 @dataclass(frozen=True)
@@ -472,6 +473,20 @@ def test_the_real_h200_nccl_dump_a_world_of_one_is_skipped_and_its_durations_rea
     judged = judge([Sample(1.0, {0: read_dump(H200)}, {0: "h200"}, {0: timed})])
     assert check(judged).status is Status.SKIP
     assert check(judged).detail == "every process group has a single rank: nobody to compare with"
+
+
+@pytest.mark.parametrize(("job", "named"), [("healthy", ()), ("rank2_slower", (2,))])
+def test_real_gloo_dumps_a_rank_sleeping_30_percent_longer_is_named_and_a_healthy_job_not(
+    job: str, named: tuple[int, ...]
+) -> None:
+    traces = {r: read_dump(GLOO / job / f"fr{r}") for r in range(4)}
+    judged = judge([Sample(10.0, traces, dict.fromkeys(range(4), "h"))])
+    assert tuple(r for v in judged.verdicts for r in v.ranks) == named
+    assert judged.judged[0].collectives == 59
+    if named:
+        (found,) = judged.verdicts
+        assert found.peers_wait_share == pytest.approx(0.3 / 1.3, abs=0.05)
+        assert found.lag_s == pytest.approx(0.015, abs=0.005)
 
 
 # ---------------------------------------------------------------- the thresholds, either side
