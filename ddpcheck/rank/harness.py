@@ -30,6 +30,7 @@ from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, say
 from ddpcheck.failure import explain, peers, stages
 from ddpcheck.failure.liveness import Stall
+from ddpcheck.failure.recorders import dump_every_recorder
 from ddpcheck.rank import inline, interrupt, rundir
 from ddpcheck.rank.context import NullStatus, RankContext
 from ddpcheck.rank.faults import Faults
@@ -364,13 +365,13 @@ def _answer_flight_requests(run_dir: str, rank: int) -> None:
     thread may be stuck inside a collective, which gloo waits in without the GIL."""
 
     def watch() -> None:
-        from torch._C._distributed_c10d import _dump_fr_trace
+        from torch._C import _distributed_c10d as native
 
         while not rundir.flight_requested(run_dir):
             time.sleep(FLIGHT_POLL_S)
-        # Without the stacks: on torch 2.13 a dump with them, taken while the main thread waits
-        # in a gloo collective, blocks until that collective ends (py-spy has the stacks anyway).
-        rundir.write_flight_dump(run_dir, rank, _dump_fr_trace(includeStackTraces=False))
+        dump = dump_every_recorder(native, nccl_stacks=False)  # py-spy has the stacks
+        if dump is not None:
+            rundir.write_flight_dump(run_dir, rank, dump)
 
     threading.Thread(target=_quietly, args=(watch,), name="ddpcheck-flight", daemon=True).start()
 

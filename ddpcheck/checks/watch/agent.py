@@ -9,7 +9,8 @@ it opens three files of its own in the watch directory, and from then on it only
 - SIGTERM (a launcher tearing the job down): faulthandler's traceback of where the process was,
   and then the default action, so the process ends as fast as it would without watch;
 - a daemon thread that waits for the watcher's dump request and writes this rank's
-  flight-recorder dump (gloo does not dump by itself) to `TORCH_FR_DUMP_TEMP_FILE` + rank.
+  flight-recorder dump, NCCL's recorder and the other backends' as one (gloo does not dump by
+  itself), to `TORCH_FR_DUMP_TEMP_FILE` + rank.
 
 Every file is keyed by pid (a rank's data-loader workers carry its rank too); the watcher maps
 pids to ranks. The watcher reads the same names from here: one contract, both sides.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import faulthandler
+import importlib.util
 import json
 import os
 import signal
@@ -26,7 +28,7 @@ import sys
 import threading
 import time
 import traceback
-from types import TracebackType
+from types import ModuleType, TracebackType
 
 WATCH_DIR_VARIABLE = "DDPCHECK_WATCH_DIR"
 # Where a rank's number comes from, first found first: torchrun's under any outer launcher.
@@ -34,6 +36,7 @@ RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 PROCESSES = "processes"  # the folder of the per-process files
 DUMP_REQUEST = "dump-request"  # the watcher creates it: every rank writes its flight-recorder dump
 DUMP_PREFIX = "nccl_trace_rank_"  # torch's own default name: <prefix><rank>
+_RECORDERS = "ddpcheck_watch_recorders"  # the name failure/recorders.py is loaded under
 POLL_S = 0.5  # how often the dump thread looks for the request (one stat(); nothing else)
 
 
@@ -107,7 +110,8 @@ def _wait_for_dump_request(watch_dir: str) -> None:
 
 
 def dump_flight_recorder() -> None:
-    """This rank's flight-recorder dump, where torch's own dump on timeout would go."""
+    """This rank's flight-recorder dump, where torch's own dump on timeout would go: every recorder
+    its groups use (NCCL's and the others'), as one."""
     c10d = sys.modules.get("torch.distributed")
     rank = rank_of(os.environ)
     prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
@@ -116,14 +120,29 @@ def dump_flight_recorder() -> None:
     try:
         from torch._C import _distributed_c10d as native
 
-        fr_trace = getattr(native, "_dump_fr_trace", None)
-        # Without the stacks: on torch 2.13 a dump with them, taken from this thread while the main
-        # thread waits in a gloo collective, blocks until that collective ends (never, in a hang);
-        # py-spy has every rank's stack anyway.
-        data = fr_trace(includeStackTraces=False) if fr_trace else native._dump_nccl_trace()
-        partial = f"{prefix}{rank}.partial"
-        with open(partial, "wb") as out:
-            out.write(data)
-        os.replace(partial, f"{prefix}{rank}")
+        recorders = _recorders()
+        # Without NCCL's stacks first: should symbolising them block, a dump is already on disk.
+        for stacks in (False, True):
+            data = recorders.dump_every_recorder(native, nccl_stacks=stacks)
+            if data is None:
+                return
+            partial = f"{prefix}{rank}.partial"
+            with open(partial, "wb") as out:
+                out.write(data)
+            os.replace(partial, f"{prefix}{rank}")
     except Exception:
         pass
+
+
+def _recorders() -> ModuleType:
+    """failure/recorders.py, loaded by its path: the job's Python may not have ddpcheck installed."""
+    module = sys.modules.get(_RECORDERS)
+    if module is None:
+        path = os.path.join(
+            os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "failure", "recorders.py"
+        )
+        spec = importlib.util.spec_from_file_location(_RECORDERS, path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        sys.modules[_RECORDERS] = module
+    return module
