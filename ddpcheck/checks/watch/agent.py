@@ -36,6 +36,7 @@ RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 PROCESSES = "processes"  # the folder of the per-process files
 DUMP_REQUEST = "dump-request"  # the watcher creates it: every rank writes its flight-recorder dump
 DUMP_PREFIX = "nccl_trace_rank_"  # torch's own default name: <prefix><rank>
+DEBUG_PIPE_PREFIX = "nccl_pipe_rank_"  # NCCL's debug-info pipes: <prefix><rank>.pipe
 _RECORDERS = "ddpcheck_watch_recorders"  # the name failure/recorders.py is loaded under
 POLL_S = 0.5  # how often the dump thread looks for the request (one stat(); nothing else)
 
