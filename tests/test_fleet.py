@@ -23,8 +23,8 @@ from ddpcheck.launcher.drain import PREFIX, REASON_MAX, act_on, reason
 from ddpcheck.launcher.postmortem import judge_stall
 from ddpcheck.rank.status import Stall
 from ddpcheck.report.fleet import FleetOptions, compressed, culprit_hosts
+from ddpcheck.report.formats.prometheus import STATUS_VALUE, text_of
 from ddpcheck.report.model import Check, Report, Status
-from ddpcheck.report.prometheus import STATUS_VALUE, text_of
 from tests.conftest import assert_nothing_left, assert_usage_error, worker_processes
 from tests.support.scale_data import links_data, rank_identities
 from tests.support.synthetic_reports import collectives_report, links_report

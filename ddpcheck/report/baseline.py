@@ -40,19 +40,20 @@ from ddpcheck.report.model import Check, Report, Status, Table, counted
 # more, so 0.2 - measure your node type with the same bench and pass --tolerance.
 DEFAULT_TOLERANCE = {"cpu": 0.95, "cuda": 0.2}
 
-SETUP_NAMES = {
+# What every report's figures may depend on, whatever its command: the world and its ranks.
+WORLD_SETUP = {
     "world_size": "world size",
     "layout": "ranks per node",
     "backend": "backend",
     "device": "device type",
     "device_name": "device model",
-    "dtype": "dtype",
-    "link_bytes": "link message size",
-    "hidden": "--hidden",
-    "batch": "--batch",
+}
+# The setup's names, in the order a difference is told: the world, every command's declared
+# options (Command.setup), then how many ranks shared a host.
+SETUP_NAMES = {
+    **WORLD_SETUP,
+    **{setup.key: setup.label for command in COMMANDS.values() for setup in command.setup},
     "ranks_per_host": "ranks per host",
-    "bucket_cap_mb": "--bucket-cap-mb",
-    "matrix_size": "--size (matrix side)",
 }
 
 
@@ -136,8 +137,9 @@ def default_tolerance(report: dict[str, Any]) -> float:
 
 # ---------------------------------------------------------------- setups
 def setup_of(report: dict[str, Any]) -> dict[str, Any]:
-    """What a report's figures depend on; None where the report does not say."""
+    """What a report's figures depend on (every key of SETUP_NAMES); None where the report does not say."""
     world, options = report.get("world", {}), report.get("options", {}) or {}
+    command = COMMANDS.get(report.get("command", ""))
     ranks = report.get("ranks", []) or []
     nodes: dict[tuple[Any, Any], int] = {}
     for ident in ranks:
@@ -147,21 +149,19 @@ def setup_of(report: dict[str, Any]) -> dict[str, Any]:
     for ident in ranks:
         per_host[ident.get("host")] += 1
     names = sorted({str(r.get("device_name")) for r in ranks if r.get("device_name")})
-    return {
-        "family": family_of(report.get("command", "")),
+    found: dict[str, Any] = {
+        "family": command.family if command else None,
+        **dict.fromkeys(SETUP_NAMES),
         "world_size": world.get("size"),
         "layout": "+".join(map(str, nodes.values())) if nodes else None,
         "backend": world.get("backend"),
         "device": world.get("device"),
         "device_name": ", ".join(names) or None,
-        "dtype": options.get("dtype"),
-        "link_bytes": options.get("size_bytes", options.get("size")),
-        "hidden": options.get("hidden"),
-        "batch": options.get("batch"),
         "ranks_per_host": "+".join(map(str, sorted(set(per_host.values())))) if per_host else None,
-        "bucket_cap_mb": options.get("bucket_cap_mb"),
-        "matrix_size": options.get("size") if report.get("command") == "devices" else None,
     }
+    for setup in command.setup if command else ():
+        found[setup.key] = next((options[f] for f in setup.fields if f in options), None)
+    return found
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

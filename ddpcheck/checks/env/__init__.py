@@ -53,5 +53,6 @@ COMMAND = Command(
     ),
     options=EnvOptions,
     implementation="ddpcheck.checks.env.host_report",
+    judges=("ddpcheck.checks.env.judge", "ddpcheck.checks.env.agreement", "ddpcheck.checks.env.redact"),
     ranked=False,
 )

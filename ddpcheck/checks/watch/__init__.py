@@ -74,6 +74,7 @@ COMMAND = Command(
     ),
     options=WatchOptions,
     implementation="ddpcheck.checks.watch.watcher",
+    judges=("ddpcheck.checks.watch.judge",),
     ranked=False,
     terse_pass=True,
     interrupt_raises=True,

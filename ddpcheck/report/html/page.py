@@ -44,7 +44,7 @@ def _e(text: Any) -> str:
 
 
 def cell_text(value: Any) -> str:
-    """A cell as the terminal writes it (render.py), so the page and the screen read alike."""
+    """A cell as the terminal writes it (report/terminal.py), so the page and the screen read alike."""
     if value is None:
         return "-"
     if isinstance(value, bool):
