@@ -61,7 +61,7 @@ class LinksOptions:
             raise UsageError(f"--min-gbps must be >= 0 GB/s, got {self.min_gbps:g}")
 
     def for_device(self, device: str) -> LinksOptions:
-        """Defaults from 20 healthy runs and a slowed link named every time (docs/links.md)."""
+        """The device's defaults (docs/links.md says how each was chosen)."""
         gpu = device == "cuda"
         return dataclasses.replace(
             self,
