@@ -26,7 +26,8 @@ from ddpcheck.commands import COMMANDS, family_of
 from ddpcheck.errors import UsageError
 from ddpcheck.report.compare import BaselineOptions, CompareOptions
 from ddpcheck.report.figures import Figure, FigureKind
-from ddpcheck.report.model import Check, Report, Status, Table, counted
+from ddpcheck.report.model import Check, Report, Status, Table
+from ddpcheck.report.naming import counted
 
 # Default --tolerance per device type: above the spread of healthy CPU reruns on shared cores,
 # and below what a GPU fault costs (docs/compare.md, "The tolerance, and how it was chosen").

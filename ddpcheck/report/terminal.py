@@ -18,17 +18,9 @@ from rich.text import Text
 
 from ddpcheck.command import load
 from ddpcheck.commands import COMMANDS
-from ddpcheck.report.model import (
-    SHOWN_ROWS,
-    Report,
-    Status,
-    Table,
-    Verdict,
-    counted,
-    left_out_line,
-    shown_rows,
-    worst_rows,
-)
+from ddpcheck.report.model import Report, Status, Table, Verdict
+from ddpcheck.report.naming import counted
+from ddpcheck.report.rows import SHOWN_ROWS, left_out_line, shown_rows, worst_rows
 
 STATUS_STYLE = {
     Status.PASS: "bold green",
