@@ -24,7 +24,8 @@ import pytest
 from ddpcheck.checks.env import agreement, judge, master, probe, redact, variables
 from ddpcheck.checks.env import check as env_check
 from ddpcheck.report import units
-from ddpcheck.report.model import Check, Report, Status, Verdict, write_json
+from ddpcheck.report.formats.json import write as write_json
+from ddpcheck.report.model import Check, Report, Status, Verdict
 from tests.conftest import needs_gpu
 from tests.support.hung_tool import all_end, started_children, write_hung_tool
 

@@ -23,8 +23,8 @@ from ddpcheck.failure.explain import judge_stall
 from ddpcheck.failure.liveness import Stall
 from ddpcheck.launcher.drain import PREFIX, REASON_MAX, act_on, reason
 from ddpcheck.report.fleet import FleetOptions, compressed, culprit_hosts
+from ddpcheck.report.formats.prometheus import STATUS_VALUE, text_of
 from ddpcheck.report.model import Check, Report, Status
-from ddpcheck.report.prometheus import STATUS_VALUE, text_of
 from tests.conftest import assert_nothing_left, assert_usage_error, worker_processes
 from tests.support.scale_data import links_data, rank_identities
 from tests.support.synthetic_reports import collectives_report, links_report

@@ -5,7 +5,7 @@ The launcher (or, under torchrun, srun and mpirun, each rank's own command line)
 process itself, so that starting Python and torch, launching the ranks and joining the
 group all count. The ranks stop measuring TAIL_S before that end: the gather, the judge,
 the teardown and the report need it. A launcher that watches ends the run EXIT_S before
-the end whatever the ranks are doing (launcher/watchdog.py).
+the end whatever the ranks are doing (launcher/monitor.py).
 """
 
 from __future__ import annotations

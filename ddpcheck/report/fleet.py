@@ -2,7 +2,7 @@
 
 `--hostlist PATH` writes the hosts named by the failing checks in Slurm's compressed syntax
 (`gpu-a[001-004,017]`), ready for `sbatch --exclude=$(cat PATH)`, and an empty file on a pass;
-`--prom PATH` writes node_exporter textfile metrics (report/prometheus.py); `--drain` drains
+`--prom PATH` writes node_exporter textfile metrics (report/formats/prometheus.py); `--drain` drains
 the culprits' Slurm nodes (launcher/drain.py). Only the process that writes the report
 writes these (cli.finish): under torchrun or srun, rank 0's.
 """
@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddpcheck.command import option
-from ddpcheck.report.model import Report, write_text
+from ddpcheck.report.formats.text import write_text
+from ddpcheck.report.model import Report
 
 FLEET = "Fleet"  # the help section
 
@@ -72,9 +73,9 @@ class FleetOptions:
             named = f" ({compressed(hosts)})" if hosts else " (empty: no culprit host)"
             wrote.append(f"wrote the culprit hostlist to {self.hostlist_path}{named}")
         if self.prom_path:
-            from ddpcheck.report.prometheus import write_metrics
+            from ddpcheck.report.formats import prometheus
 
-            write_metrics(report, self.prom_path)
+            prometheus.write(report, self.prom_path)
             wrote.append(f"wrote the Prometheus metrics to {self.prom_path}")
         return wrote
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 
 from ddpcheck.command import option
 from ddpcheck.errors import UsageError
-from ddpcheck.report.model import Report, write_json, write_junit
+from ddpcheck.report.model import Report
 
 OUTPUT = "Output"  # the help section
 
@@ -68,17 +69,14 @@ class OutputOptions:
     def write(self, report: Report) -> list[str]:
         """The report's files, each written whole; one line for each file, saying where."""
         wrote = []
-        if self.json_path:
-            write_json(report, self.json_path)
-            wrote.append(_wrote("JSON report", self.json_path))
-        if self.junit_path:
-            write_junit(report, self.junit_path)
-            wrote.append(_wrote("JUnit report", self.junit_path))
-        if self.html_path:
-            from ddpcheck.report.html import write_html
-
-            write_html(report, self.html_path)
-            wrote.append(_wrote("HTML page", self.html_path))
+        for path, what, module in (
+            (self.json_path, "JSON report", "ddpcheck.report.formats.json"),
+            (self.junit_path, "JUnit report", "ddpcheck.report.formats.junit"),
+            (self.html_path, "HTML page", "ddpcheck.report.html"),  # imports matplotlib: only when asked
+        ):
+            if path:
+                importlib.import_module(module).write(report, path)
+                wrote.append(_wrote(what, path))
         return [line for line in wrote if line]
 
 

@@ -16,18 +16,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from ddpcheck.command import load
 from ddpcheck.commands import COMMANDS
-from ddpcheck.report.model import (
-    SHOWN_ROWS,
-    Report,
-    Status,
-    Table,
-    Verdict,
-    counted,
-    left_out_line,
-    shown_rows,
-    worst_rows,
-)
+from ddpcheck.report.model import Report, Status, Table, Verdict
+from ddpcheck.report.naming import counted
+from ddpcheck.report.rows import SHOWN_ROWS, left_out_line, shown_rows, worst_rows
 
 STATUS_STYLE = {
     Status.PASS: "bold green",
@@ -109,7 +102,7 @@ def render_report(
                     if len(shown) < len(rows):
                         say(console, left_out_line(len(shown), len(rows)), "dim")
                 if table.name in charts:
-                    CHARTS[charts[table.name]](table, rows, console)
+                    load(charts[table.name])(table, rows, console)
         if hidden:
             console.print(Text(f"{' and '.join(hidden)}: with --verbose (-v), and in --json", style="dim"))
         console.print(_checks_table(report))
@@ -412,15 +405,6 @@ def render_rate_chart(table: Table, rows: list[dict[str, Any]], console: Console
     if len(rows) < total:
         title += f" (the {len(rows)} slowest or failing of {total:,} ranks)"
     console.print(_bar_chart(title, bars, top, width))
-
-
-# The chart kinds a command's declaration names, by the function that draws one (table, rows, console).
-CHARTS = {
-    "busbw": render_bandwidth_chart,
-    "breakdown": render_breakdown_chart,
-    "heatmap": render_link_heatmap,
-    "rates": render_rate_chart,
-}
 
 
 class LaunchProgress:

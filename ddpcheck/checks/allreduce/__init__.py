@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddpcheck.checks.collective.options import SweepOptions
-from ddpcheck.command import HARNESS_FAULTS, Command
+from ddpcheck.command import HARNESS_FAULTS, Command, Setup
 
 
 @dataclass(kw_only=True)
@@ -29,9 +29,12 @@ COMMAND = Command(
     options=AllreduceOptions,
     implementation="ddpcheck.checks.allreduce.check",
     faults=("corrupt", *HARNESS_FAULTS),
-    charts={"bandwidth": "busbw"},
-    html_charts=("bandwidth",),
+    charts={"bandwidth": "ddpcheck.report.terminal:render_bandwidth_chart"},
+    html_charts=("ddpcheck.report.html.bandwidth",),
     family="bandwidth",
     figures="ddpcheck.checks.collective.figures:bandwidth_figures",
+    setup=(Setup("dtype", "dtype", ("dtype",)),),
+    metrics="ddpcheck.checks.collective.figures:bandwidth_metrics",
+    judges=("ddpcheck.checks.collective.judge", "ddpcheck.checks.collective.bisection"),
     budgeted=True,
 )

@@ -1,6 +1,6 @@
 """`ddpcheck allreduce`: is the process group sound, who breaks it, and how fast is it?
 
-The classic `ones * rank` reduction and the rank map, then the collective harness
+The classic `ones * rank` reduction and the rank map, then the collective sweep
 (ddpcheck/checks/collective/) with the all_reduce definition: an exact integer pattern at
 every size of the sweep, counted element by element (nccl-tests' #wrong), the
 bandwidth timing, and - only when something was wrong - a bisection over subgroups

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.options import SweepOptions
-from ddpcheck.command import HARNESS_FAULTS, Command, option
+from ddpcheck.command import HARNESS_FAULTS, Command, Setup, option
 from ddpcheck.errors import UsageError
 
 # Every collective defined in collective/ops, in the order `ddpcheck collectives` runs them.
@@ -80,10 +80,13 @@ COMMAND = Command(
     options=CollectivesOptions,
     implementation="ddpcheck.checks.collectives.check",
     faults=("corrupt", *HARNESS_FAULTS),
-    charts={"bandwidth": "busbw"},
+    charts={"bandwidth": "ddpcheck.report.terminal:render_bandwidth_chart"},
     details={"bandwidth": "every collective's bandwidth by message size"},
-    html_charts=("bandwidth",),
+    html_charts=("ddpcheck.report.html.bandwidth",),
     family="bandwidth",
     figures="ddpcheck.checks.collective.figures:bandwidth_figures",
+    setup=(Setup("dtype", "dtype", ("dtype",)),),
+    metrics="ddpcheck.checks.collective.figures:bandwidth_metrics",
+    judges=("ddpcheck.checks.collective.judge", "ddpcheck.checks.collective.bisection"),
     budgeted=True,
 )

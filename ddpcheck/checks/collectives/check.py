@@ -2,7 +2,7 @@
 
 FSDP and ZeRO live on all_gather and reduce_scatter, MoE on all_to_all, pipeline
 parallelism on send/recv, checkpoint loading on broadcast. Each runs through the
-collective harness in turn (nccl-tests' separate *_perf binaries, in one world); each
+collective sweep in turn (nccl-tests' separate *_perf binaries, in one world); each
 gets a check named after it that names the rank, receiver or link at fault.
 """
 

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ddpcheck.command import HARNESS_FAULTS, Command, option
+from ddpcheck.command import HARNESS_FAULTS, Command, Setup, option
 from ddpcheck.errors import UsageError
 
 MAX_SIZE = 32_768  # a 4 GiB float32 matrix, three of them: beyond that the check is the problem
@@ -81,9 +81,12 @@ COMMAND = Command(
     options=DevicesOptions,
     implementation="ddpcheck.checks.devices.check",
     faults=("slowgpu", "sdc", *HARNESS_FAULTS),
-    charts={"devices": "rates"},
-    html_charts=("devices",),
+    charts={"devices": "ddpcheck.report.terminal:render_rate_chart"},
+    html_charts=("ddpcheck.report.html.devices",),
     family="devices",
     figures="ddpcheck.checks.devices.figures:device_figures",
+    setup=(Setup("matrix_size", "--size (matrix side)", ("size",)),),
+    metrics="ddpcheck.checks.devices.figures:device_metrics",
+    judges=("ddpcheck.checks.devices.judge", "ddpcheck.checks.peers"),
     budgeted=True,
 )

@@ -11,7 +11,7 @@ per job:
 - `variables.py`: the distributed environment variables, collected already redacted.
 - `redact.py`: which variable names hold secrets, and values made safe to show.
 - `judge.py`: the `judge_*()` functions, facts -> `Check`s.
-- `host_report.py`: `run()`, the `Report` of `ddpcheck env` and its tables.
+- `check.py`: `run()`, the `Report` of `ddpcheck env` and its tables.
 - `agreement.py`: each rank's fingerprint, and the check that every node agrees.
 - `bounded.py`: a subprocess under a timeout, a function in a thread with a bound.
 
@@ -53,5 +53,6 @@ COMMAND = Command(
     ),
     options=EnvOptions,
     implementation="ddpcheck.checks.env.check",
+    judges=("ddpcheck.checks.env.judge", "ddpcheck.checks.env.agreement", "ddpcheck.checks.env.redact"),
     ranked=False,
 )

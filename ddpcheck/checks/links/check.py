@@ -27,8 +27,8 @@ from ddpcheck.checks.links.outliers import Findings, SlowLink, SlowRank, find_sl
 from ddpcheck.checks.links.schedule import INTER, INTRA, Round, link_plan, nodes_of
 from ddpcheck.checks.links.tables import link_tables
 from ddpcheck.checks.rankmap import judge_rank_map
-from ddpcheck.report.model import Check, Report, Status, counted
-from ddpcheck.report.naming import describe_ranks, node_label, node_of, span, where
+from ddpcheck.report.model import Check, Report, Status
+from ddpcheck.report.naming import counted, describe_ranks, node_label, node_of, span, where
 
 if TYPE_CHECKING:
     from ddpcheck.rank.context import RankContext

@@ -47,5 +47,6 @@ COMMAND = Command(
     ),
     options=PostmortemOptions,
     implementation="ddpcheck.checks.postmortem.check",
+    judges=("ddpcheck.checks.postmortem.judge",),
     ranked=False,
 )

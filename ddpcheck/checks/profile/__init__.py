@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddpcheck.checks.network_options import bucket_option, check_bucket, check_model_size, hidden_option
-from ddpcheck.command import HARNESS_FAULTS, Command, option
+from ddpcheck.command import HARNESS_FAULTS, Command, Setup, option
 from ddpcheck.errors import UsageError
 
 
@@ -61,9 +61,16 @@ COMMAND = Command(
     options=ProfileOptions,
     implementation="ddpcheck.checks.profile.check",
     faults=(*HARNESS_FAULTS, "slow"),
-    charts={"breakdown": "breakdown"},
-    html_charts=("profile",),
+    charts={"breakdown": "ddpcheck.report.terminal:render_breakdown_chart"},
+    html_charts=("ddpcheck.report.html.profile",),
     builds_ddp=True,
     family="profile",
     figures="ddpcheck.checks.profile.figures:profile_figures",
+    setup=(
+        Setup("hidden", "--hidden", ("hidden",)),
+        Setup("batch", "--batch", ("batch",)),
+        Setup("bucket_cap_mb", "--bucket-cap-mb", ("bucket_cap_mb",)),
+    ),
+    metrics="ddpcheck.checks.profile.figures:profile_metrics",
+    judges=("ddpcheck.checks.profile.judge",),
 )

@@ -55,6 +55,8 @@ COMMAND = Command(
     options=TrainOptions,
     implementation="ddpcheck.checks.train.check",
     faults=(*HARNESS_FAULTS, "diverge", "nan", "slow"),
-    html_charts=("train",),
+    html_charts=("ddpcheck.report.html.train",),
     builds_ddp=True,
+    metrics="ddpcheck.checks.train.figures:train_metrics",
+    judges=("ddpcheck.checks.train.judge",),
 )

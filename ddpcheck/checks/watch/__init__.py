@@ -75,6 +75,7 @@ COMMAND = Command(
     ),
     options=WatchOptions,
     implementation="ddpcheck.checks.watch.check",
+    judges=("ddpcheck.checks.watch.judge",),
     ranked=False,
     terse_pass=True,
     interrupt_raises=True,
