@@ -217,7 +217,7 @@ def run_ranked(
     budget_options = budget_options or BudgetOptions()
     faults = validate_ranked(command, options, launch_options, output, baseline, fleet, budget_options)
     starting = budget_options.watch_starting()
-    from ddpcheck.report import assemble
+    from ddpcheck.rank import assemble
     from ddpcheck.report.baseline import load_baseline
 
     known_good = load_baseline(baseline)

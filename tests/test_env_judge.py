@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from ddpcheck.checks.env import agreement, judge, master
+from ddpcheck.checks.env import judge, master
+from ddpcheck.rank import agreement
 from ddpcheck.report.model import Check, Status, Table
 from ddpcheck.report.units import GIB, MIB, UNLIMITED
 

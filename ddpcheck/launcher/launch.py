@@ -28,13 +28,12 @@ from ddpcheck.launcher.monitor import POLL_S, Monitor, ProgressCallback, annotat
 from ddpcheck.launcher.plan import LaunchPlan
 from ddpcheck.launcher.presence import Presence, StoreUnreachable
 from ddpcheck.launcher.rendezvous import advertised_address, check_rendezvous_port, hosts_store
-from ddpcheck.rank import interrupt, rundir
+from ddpcheck.rank import assemble, interrupt, rundir
 from ddpcheck.rank.faults import Fault
 from ddpcheck.rank.harness import run_rank
 from ddpcheck.rank.rundir import RunSpec
 from ddpcheck.rank.status import read_statuses
 from ddpcheck.rank.torch_logs import USER_CPP_LOG_LEVEL
-from ddpcheck.report import assemble
 from ddpcheck.report.model import Report, Verdict
 from ddpcheck.torch_compat import (
     advertise_store_address,

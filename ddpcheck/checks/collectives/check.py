@@ -22,7 +22,7 @@ from ddpcheck.checks.collective.judge import (
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.pattern import sweep_sizes
 from ddpcheck.checks.collectives import CollectivesOptions
-from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
+from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
 
 if TYPE_CHECKING:

@@ -12,7 +12,6 @@ per job:
 - `redact.py`: which variable names hold secrets, and values made safe to show.
 - `judge.py`: the `judge_*()` functions, facts -> `Check`s.
 - `check.py`: `run()`, the `Report` of `ddpcheck env` and its tables.
-- `agreement.py`: each rank's fingerprint, and the check that every node agrees.
 - `bounded.py`: a subprocess under a timeout, a function in a thread with a bound.
 
 This module declares the command; torch is imported inside functions only: importing this
@@ -53,6 +52,6 @@ COMMAND = Command(
     ),
     options=EnvOptions,
     implementation="ddpcheck.checks.env.check",
-    judges=("ddpcheck.checks.env.judge", "ddpcheck.checks.env.agreement", "ddpcheck.checks.env.redact"),
+    judges=("ddpcheck.checks.env.judge", "ddpcheck.checks.env.redact"),
     ranked=False,
 )

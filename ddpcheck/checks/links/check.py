@@ -26,7 +26,7 @@ from ddpcheck.checks.links.fit import StepCost, budget_findings, fit_step
 from ddpcheck.checks.links.outliers import Findings, SlowLink, SlowRank, find_slow_links
 from ddpcheck.checks.links.schedule import INTER, INTRA, Round, link_plan, nodes_of
 from ddpcheck.checks.links.tables import link_tables
-from ddpcheck.checks.rankmap import judge_rank_map
+from ddpcheck.rank.rankmap import judge_rank_map
 from ddpcheck.report.model import Check, Report, Status
 from ddpcheck.report.naming import counted, describe_ranks, node_label, node_of, span, where
 

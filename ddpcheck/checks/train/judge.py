@@ -10,8 +10,8 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.checks.train import TrainOptions
+from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import all_of, hosts_of, where
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcheck.checks.env.agreement import fingerprint_table, judge_agreement
-from ddpcheck.checks.rankmap import hosts_table
 from ddpcheck.commands import family_of
 from ddpcheck.errors import UsageError
+from ddpcheck.rank.agreement import fingerprint_table, judge_agreement
+from ddpcheck.rank.rankmap import hosts_table
 from ddpcheck.report import baseline as baselines
 from ddpcheck.report.compare import BaselineOptions
 from ddpcheck.report.expectations import judge_expected
