@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ddpcheck.command import option
 from ddpcheck.errors import UsageError
-from ddpcheck.report.model import Report, write_json, write_junit
+
+if TYPE_CHECKING:
+    from ddpcheck.report.model import Report
 
 OUTPUT = "Output"  # the help section
 
@@ -67,6 +70,8 @@ class OutputOptions:
 
     def write(self, report: Report) -> list[str]:
         """The report's files, each written whole; one line for each file, saying where."""
+        from ddpcheck.report.model import write_json, write_junit  # not on --help's path
+
         wrote = []
         if self.json_path:
             write_json(report, self.json_path)
