@@ -326,14 +326,14 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Li
     links = LinkColumns.from_rank_data(data)
     kinds = {k: links.inter == (k == INTER) for k in (INTRA, INTER)}
     kinds = {k: mask for k, mask in kinds.items() if mask.any()}
-    speed = 1 / np.maximum(links.latency_us, 1e-3)
     bandwidth, latency = {}, {}
     for kind, mask in kinds.items():
         src, dst = links.src[mask], links.dst[mask]
         # A single link is named only when even its fastest pass was slow: a burst of load that
         # starved one pair for a moment does not last through three passes; a slow cable does.
         bandwidth[kind] = find_slow_links(src, dst, links.gbps[mask], opts.threshold, links.best_gbps[mask])
-        latency[kind] = find_slow_links(src, dst, speed[mask], opts.threshold)
+        speed = np.maximum(links.latency_us[mask], 1e-3)
+        latency[kind] = find_slow_links(src, dst, np.divide(1, speed, out=speed), opts.threshold)
     counts = {k: int(m.sum()) for k, m in kinds.items()}
     report = Report(command="links")
     report.checks.append(judge_rank_map(identities))
@@ -379,8 +379,10 @@ def _annotate(
         reference = found.reference.median if found.reference else float(np.median(links.gbps[kinds[kind]]))
         references[kind] = reference if reference > 0 else np.nan
     # Each link against its kind's reference, every link at once (NaN where there is none).
-    reference_of_link = np.where(links.inter, references[INTER], references[INTRA])
-    links.ratio = np.round(links.gbps / reference_of_link, 3)
+    ratio = np.divide(links.gbps, references[INTER])
+    intra = ~links.inter
+    ratio[intra] = links.gbps[intra] / references[INTRA]
+    links.ratio = np.round(ratio, 3, out=ratio)
     links.status = np.full(len(links), PASS, dtype=np.int8)
     slow_latency = sorted(set().union(*(_blamed(f) for f in latency.values())))
     if slow_latency:  # then the latency check failed (or warns, on CPU ranks)
