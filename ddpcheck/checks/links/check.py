@@ -472,6 +472,8 @@ def _rank_findings(
     kind: str, slow: list[SlowRank], identities: list[dict[str, Any]], measure: str
 ) -> list[str]:
     """One phrase per slow host (when every rank of a node is slow) or per slow rank."""
+    if not slow:  # a healthy fleet: no pass over its ranks
+        return []
     by_node: dict[tuple[str, int], list[SlowRank]] = defaultdict(list)
     for s in slow:
         by_node[node_of(identities[s.rank])].append(s)

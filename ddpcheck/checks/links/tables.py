@@ -75,7 +75,7 @@ def link_tables(
             "link_matrix",
             _matrix_title(world, nodes.count, size, rounds),
             {},
-            heat_map_rows(links, identities),
+            heat_map_rows(links, identities, nodes),
         ),
         Table("slowest_links", slowest_title, LINK_COLUMNS, slowest),
         # Every intra-node link, and one row per node pair and direction between nodes (its slowest
@@ -99,7 +99,7 @@ def link_tables(
                 "link_hosts",
                 f"Links per host ({UNITS}; slowest x: its slowest link against the median)",
                 HOST_COLUMNS if nodes.count <= 2 * HEATMAP_MAX else {},
-                host_rows(links, identities, culprits),
+                host_rows(links, identities, culprits, nodes),
             )
         )
     if world > NODE_GRID_RANKS and nodes.count > 1:
@@ -162,7 +162,9 @@ def _worst_rows(links: LinkColumns, identities: list[dict[str, Any]]) -> list[di
     return [links.row(i, identities) for i in chosen]  # in (src, dst) order
 
 
-def heat_map_rows(links: Links, identities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def heat_map_rows(
+    links: Links, identities: list[dict[str, Any]], nodes: _Nodes | None = None
+) -> list[dict[str, Any]]:
     """Rows of the heat map: rank x rank up to HEATMAP_MAX ranks, node x node up to as many nodes."""
     links = _columns(links)
     world = len(identities)
@@ -175,7 +177,7 @@ def heat_map_rows(links: Links, identities: list[dict[str, Any]]) -> list[dict[s
             {"label": str(rank), "host": identities[rank]["host"], "ratios": cells[rank]}
             for rank in range(world)
         ]
-    nodes = _Nodes(identities)
+    nodes = nodes or _Nodes(identities)
     if nodes.count > HEATMAP_MAX:
         return []  # too many for a terminal: the per-host table and the slowest links say who
     grid = _grid(links, nodes.of_rank, nodes.count)
@@ -300,10 +302,12 @@ HOST_COLUMNS = {
 }
 
 
-def host_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]) -> list[dict[str, Any]]:
+def host_rows(
+    links: Links, identities: list[dict[str, Any]], culprits: set[int], nodes: _Nodes | None = None
+) -> list[dict[str, Any]]:
     """Per node: the median of its own links, of its links to other nodes out and in; named or not."""
     links = _columns(links)
-    nodes = _Nodes(identities)
+    nodes = nodes or _Nodes(identities)
     members: list[list[int]] = [[] for _ in range(nodes.count)]
     for ident in identities:
         members[int(nodes.of_rank[ident["rank"]])].append(ident["rank"])
