@@ -200,8 +200,7 @@ def _judge_rank(
     out, into = links.out_of(rank), links.into(rank)
     out, into = out[alive[out]], into[alive[into]]
     # Most of a rank's links below the threshold is evidence enough, however noisy each is
-    # (the noise guard is for single links): on CPU ranks healthy links spread by 100% when
-    # pairs contend for cores, and the guard hid a rank slowed to a tenth in 2 runs of 7.
+    # (the noise guard is for single links, and hid a slow rank on CPU ranks: docs/links.md).
     bound = threshold * reference.median
     slow_out, slow_in = out[links.value[out] < bound], into[links.value[into] < bound]
     if 2 * (len(slow_out) + len(slow_in)) > len(out) + len(into):
