@@ -10,10 +10,12 @@ writes these (cli.finish): under torchrun or srun, rank 0's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ddpcheck.command import option
-from ddpcheck.report.formats.text import write_text
-from ddpcheck.report.model import Report
+
+if TYPE_CHECKING:
+    from ddpcheck.report.model import Report
 
 FLEET = "Fleet"  # the help section
 
@@ -66,6 +68,8 @@ class FleetOptions:
 
     def write(self, report: Report) -> list[str]:
         """The hostlist and the metrics, each written whole; one line for each file, saying where."""
+        from ddpcheck.report.formats.text import write_text  # not on --help's path
+
         wrote = []
         if self.hostlist_path:
             hosts = culprit_hosts(report)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ddpcheck.command import option
 from ddpcheck.errors import UsageError
-from ddpcheck.report.model import Report
+
+if TYPE_CHECKING:
+    from ddpcheck.report.model import Report
 
 OUTPUT = "Output"  # the help section
 
