@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from types import FrameType
 from typing import Any
 
@@ -39,6 +40,8 @@ def _is_controller(config: pytest.Config) -> bool:
 
 def install(config: pytest.Config) -> None:
     """pytest_configure: SIGINT and SIGTERM stop the run through KeyboardInterrupt, once."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # pytest.main() called from a thread: only the main thread may handle signals
     controller = _is_controller(config)
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
