@@ -1,4 +1,4 @@
-"""Boundary tests of `ddpcheck env`'s pure judges (`checks/env/judge.py`, `checks/env/agreement.py`).
+"""Boundary tests of `ddpcheck env`'s pure judges (`checks/env/judge.py`, `rank/agreement.py`).
 
 Each test pins one rule: the status on either side of a threshold, which variable, device,
 interface, rank or host a verdict names, and the detail sentence word for word.
