@@ -93,7 +93,7 @@ def first_sentence(message: str) -> str:
         return text
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     end = _SENTENCE_END.search(first)
-    cut = first[: end.end()] if end else first
+    cut = first[: end.start()] if end else first  # without its full stop: the caller's words follow
     return cut if len(cut) <= LONGEST_SENTENCE else cut[: LONGEST_SENTENCE - 3].rstrip() + "..."
 
 
