@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from ddpcheck.checks.postmortem.judge import judge as judge_dumps
 from ddpcheck.failure.collectives import with_last_collectives
 from ddpcheck.failure.exits import Exit, first_sentence
-from ddpcheck.failure.exits import signal_name as signal_name  # watch's judge said it first
 from ddpcheck.failure.flight import RankTrace
 from ddpcheck.failure.peers import first_failure
 from ddpcheck.failure.stacks import Frame, Stack, collective_frame, user_frame
