@@ -353,3 +353,25 @@ def test_watchs_crash_detail_cuts_torchs_out_of_memory_message_and_the_json_keep
     (row,) = report.table("ranks").rows
     assert row["state"] == "OutOfMemoryError: CUDA out of memory"
     assert row["exception"] == f"OutOfMemoryError: {OOM}" and row["traceback"] == "Traceback ..."
+
+
+def test_the_agents_start_record_is_read_back_as_who_the_process_is(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "processes").mkdir()
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    agent._record_start(agent.process_file(str(tmp_path), 4242, "start"))
+    start = exits.start_of(tmp_path, 4242)
+    assert start is not None
+    assert (start.rank, start.local_rank, start.host, start.ppid) == (
+        3,
+        1,
+        socket.gethostname(),
+        os.getppid(),
+    )
+    assert start.argv and abs(start.time - time.time()) < 60
+    for name in (*agent.RANK_VARIABLES, "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    agent._record_start(agent.process_file(str(tmp_path), 4243, "start"))  # torchrun itself: no rank
+    launcher = exits.start_of(tmp_path, 4243)
+    assert launcher is not None and (launcher.rank, launcher.local_rank) == (None, None)
+    assert exits.start_of(tmp_path, 4244) is None  # a directory kept before start records
