@@ -11,56 +11,19 @@
 from __future__ import annotations
 
 import re
-import signal
 from collections import Counter
 from dataclasses import dataclass, field
 
 from ddpcheck.checks.postmortem.judge import judge as judge_dumps
 from ddpcheck.failure.collectives import with_last_collectives
+from ddpcheck.failure.exits import Exit, first_sentence
 from ddpcheck.failure.flight import RankTrace
-from ddpcheck.failure.peers import WATCHED_PEER_GONE, first_failure
+from ddpcheck.failure.peers import first_failure
 from ddpcheck.failure.stacks import Frame, Stack, collective_frame, user_frame
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import span
 
 MISMATCH = re.compile(r"doesn't match expected size|size mismatch|Mismatch between collectives", re.I)
-
-
-@dataclass(frozen=True)
-class Exit:
-    """How a rank's process ended, as far as the watcher could tell."""
-
-    time: float  # wall clock (time.time()): ranks on several hosts are ordered by it
-    # 'exception', 'fatal' (a fatal signal: faulthandler's trace), 'terminated' (SIGTERM),
-    # 'exited' (the interpreter's normal end), 'ended' (none of these: SIGKILL, os._exit)
-    kind: str
-    code: int | None = None  # the exit status when known (negative: the signal)
-    exception: str = ""  # 'ValueError: planted failure'
-    traceback: str = ""
-    fatal: str = ""  # faulthandler's first line ('Fatal Python error: Aborted')
-    stack: Stack = ()  # where it was: the exception's frames or faulthandler's, innermost first
-
-    @property
-    def secondary(self) -> bool:
-        """Ended because of another rank: torn down by the launcher, or its peer's connection gone."""
-        return self.kind in ("terminated", "exited") or (
-            self.kind == "exception" and bool(WATCHED_PEER_GONE.search(self.exception))
-        )
-
-    def describe(self) -> str:
-        if self.kind == "exception":
-            return self.exception
-        if self.kind == "fatal":
-            return self.fatal or "a fatal signal"
-        if self.kind == "terminated":
-            return "ended by SIGTERM (the launcher tearing the job down)"
-        if self.kind == "exited":
-            return "exited normally"
-        if self.code is not None and self.code < 0:
-            return f"killed by {signal_name(-self.code)}"
-        if self.code is not None:
-            return f"exited with code {self.code}, without a Python exception"
-        return "ended without a Python exception or a fatal-error trace (SIGKILL, or os._exit)"
 
 
 @dataclass
@@ -73,13 +36,6 @@ class RankView:
     unchanged_s: float | None = None  # how long the stack has stayed the same
     exit: Exit | None = None
     samples: list[Stack] = field(default_factory=list)  # earlier samples, oldest first
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def _where(stack: Stack | None) -> str:
@@ -189,11 +145,12 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
         places = sorted({f"{rank_place(v)}" for v in views if rank_place(v)})
         detail = (
             f"a collective mismatch: the ranks called a collective with different sizes; "
-            f"{_identity(first)} aborted receiving it ({failure.describe()}, in {where}); "
+            f"{_identity(first)} aborted receiving it ({first_sentence(failure.describe())}, in {where}); "
             f"where every rank was: {'; '.join(places)}"
         )
     else:
-        detail = f"{_identity(first)} failed first: {failure.describe()}, in {where}"
+        # A long message (torch's out-of-memory one) said by its first sentence: the whole is in the JSON.
+        detail = f"{_identity(first)} failed first: {first_sentence(failure.describe())}, in {where}"
         if followers:
             detail += f"; {span([v.rank for v in followers])} ended after it"
             torn = [v for v in followers if v.exit is not None and v.exit.kind == "terminated"]
@@ -246,6 +203,7 @@ def _report(views: list[RankView], checks: list[Check], blamed: list[RankView]) 
             "where": _where(stack) if stack else "",
             "frames": [f.to_dict() for f in (stack or ())[:8]],
             "named": v.rank in named,
+            **_whole_exit(v.exit),
         })  # fmt: skip
     table = Table(
         "ranks",
@@ -271,9 +229,16 @@ def _report(views: list[RankView], checks: list[Check], blamed: list[RankView]) 
     return report
 
 
+def _whole_exit(exit: Exit | None) -> dict[str, str]:
+    """A rank's end whole, for the JSON (not shown), where its words were cut to the first sentence."""
+    if exit is None or first_sentence(exit.describe()) == exit.describe().strip():
+        return {}
+    return {"exception": exit.describe(), "traceback": exit.traceback}
+
+
 def _state_words(view: RankView) -> str:
     if view.exit is not None:
-        words = view.exit.describe().splitlines()[0] if view.exit.describe() else ""
+        words = first_sentence(view.exit.describe()) if view.exit.describe() else ""
         return words if len(words) <= 60 else words[:57] + "..."
     return {"T": "stopped", "t": "stopped", "R": "running", "S": "sleeping", "D": "in the kernel"}.get(
         view.state, view.state
