@@ -42,7 +42,7 @@ def write(run_dir: Path, rank: int, stage: str = "measure: 4K", **fields: Any) -
     record.seq = fields.pop("seq", 3)
     for name, value in fields.items():
         setattr(record, name, value)
-    FileTransport(run_dir, rank).publish(record.to_dict())
+    FileTransport(run_dir, rank).publish(record)
     return record.to_dict()
 
 
@@ -106,12 +106,12 @@ def wait_for(dog: Monitor, limit: float = 8.0) -> None:
 
 
 # ------------------------------------------------------------------ the bound
-def bound(statuses: dict[int, dict[str, Any]], timeout: float = 0.5, nproc: int = 2) -> float:
+def bound(statuses: dict[int, RankStatus], timeout: float = 0.5, nproc: int = 2) -> float:
     return Monitor(Path("/nonexistent"), plan(timeout, nproc), None)._bound(statuses)
 
 
-def status(stage: str = "measure: 4K", age: float = 0.2) -> dict[str, Any]:
-    return {"stage": stage, "heartbeat": time.time() - age}
+def status(stage: str = "measure: 4K", age: float = 0.2) -> RankStatus:
+    return RankStatus(0, 0, 0, "h", None, 0, stage=stage, heartbeat=time.time() - age)
 
 
 def test_the_bound_is_the_timeout_once_every_rank_is_past_start_up() -> None:
@@ -462,12 +462,16 @@ def test_annotate_adds_the_process_state_and_ages(children, monkeypatch: pytest.
     wait_state(ended.pid, psutil.STATUS_ZOMBIE)  # exited, not yet reaped
     now = time.time()
     monkeypatch.setattr(monitor, "time", FrozenWallClock(now))
+
+    def record(rank: int, pid: int, **fields: Any) -> RankStatus:
+        return RankStatus(rank, rank, 0, "h", None, pid, **{"heartbeat": now, "stage_since": now, **fields})
+
     statuses = {
-        0: {"pid": running.pid, "heartbeat": now - 2.26, "stage_since": now - 7.0, "stage": "measure"},
-        1: {"pid": stopped.pid, "heartbeat": now - 0.04, "stage_since": now},
-        2: {"pid": ended.pid, "heartbeat": now},
-        3: {"pid": os.getpid()},  # not one of this process's descendants: not a rank of this node
-        4: {"stage": "launched"},  # no pid, no heartbeat yet
+        0: record(0, running.pid, heartbeat=now - 2.26, stage_since=now - 7.0, stage="measure"),
+        1: record(1, stopped.pid, heartbeat=now - 0.04),
+        2: record(2, ended.pid),
+        3: record(3, os.getpid()),  # not one of this process's descendants: not a rank of this node
+        4: record(4, 0, stage="launched"),  # no process yet, its heartbeat just written
     }
     annotated = annotate(statuses)
     assert {r: s["proc_state"] for r, s in annotated.items()} == {
@@ -480,7 +484,7 @@ def test_annotate_adds_the_process_state_and_ages(children, monkeypatch: pytest.
     assert annotated[0]["heartbeat_age_s"] == 2.3 and annotated[0]["in_stage_s"] == 7.0  # tenths
     assert annotated[1]["heartbeat_age_s"] == 0.0
     assert annotated[4]["heartbeat_age_s"] == 0.0 and annotated[4]["in_stage_s"] == 0.0
-    assert annotated[0]["stage"] == "measure" and "proc_state" not in statuses[0]  # a copy, keys kept
+    assert annotated[0]["stage"] == "measure" and "proc_state" not in vars(statuses[0])  # a copy, keys kept
 
 
 @pytest.mark.integration

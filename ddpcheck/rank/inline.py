@@ -39,6 +39,7 @@ from ddpcheck.failure.liveness import (
     counters,
     stopped_beating,
 )
+from ddpcheck.failure.statuses import RankStatus, SeenStatus
 from ddpcheck.rank import rundir
 from ddpcheck.rank.status import StoreTransport
 from ddpcheck.torch_compat import store_has
@@ -107,14 +108,14 @@ def sigterm_look_s(launcher: str | None) -> float:
     return SRUN_SIGTERM_LOOK_S if launcher == "srun" else SIGTERM_LOOK_S
 
 
-def read_records(store: Any, world_size: int) -> dict[int, dict[str, Any]]:
+def read_records(store: Any, world_size: int) -> dict[int, RankStatus]:
     """Every rank's last published record; stops at the first failure (the store is gone or frozen)."""
-    records: dict[int, dict[str, Any]] = {}
+    records: dict[int, RankStatus] = {}
     for rank in range(world_size):
         key = f"{KEY}{rank}"
         try:
             if store_has(store, key):
-                records[rank] = json.loads(store.get(key))
+                records[rank] = RankStatus.from_dict(json.loads(store.get(key)))
         except Exception:
             break
     return records
@@ -129,7 +130,7 @@ class Watch(threading.Thread):
         super().__init__(name="ddpcheck-beat-watch", daemon=True)
         self._store, self._world = store, world_size
         self._lock = threading.Lock()
-        self._records: dict[int, dict[str, Any]] = {}
+        self._records: dict[int, RankStatus] = {}
         self._changed: dict[int, float] = {}
         self._beats = BeatTracker()
         self._stopped = threading.Event()
@@ -147,7 +148,7 @@ class Watch(threading.Thread):
             with self._lock:
                 for rank, record in records.items():
                     old = self._records.get(rank)
-                    if old is None or (old["beats"], old["seq"]) != (record["beats"], record["seq"]):
+                    if old is None or (old.beats, old.seq) != (record.beats, record.seq):
                         self._changed[rank] = now
                     self._records[rank] = record
                 self._beats.see(counters(records))
@@ -158,7 +159,7 @@ class Watch(threading.Thread):
             with contextlib.suppress(Exception):
                 self._store.set(VIEW_KEY, json.dumps(view))
 
-    def snapshot(self) -> tuple[dict[int, dict[str, Any]], dict[int, float], dict[int, int]]:
+    def snapshot(self) -> tuple[dict[int, RankStatus], dict[int, float], dict[int, int]]:
         """Every rank's last record, its heartbeat's age and the beats its peers made since."""
         now = time.monotonic()
         with self._lock:
@@ -199,7 +200,7 @@ class Session:
             waiting = [
                 r
                 for r, s in records.items()
-                if r != self.rank and r not in culprits and s.get("stage") != stages.DONE
+                if r != self.rank and r not in culprits and s.stage != stages.DONE
                 and not _has(self.store, f"{SAID_KEY}{r}")
             ]  # fmt: skip
             if not waiting:
@@ -213,7 +214,7 @@ class Session:
             self._store = connect()
         return self._store
 
-    def observe(self, wait_s: float, connect_s: float = STORE_OP_TIMEOUT_S) -> dict[int, dict[str, Any]]:
+    def observe(self, wait_s: float, connect_s: float = STORE_OP_TIMEOUT_S) -> dict[int, SeenStatus]:
         """Every rank's annotated status, waiting up to `wait_s` for a rank that stopped beating.
 
         Empty when the store does not answer (its host, rank 0 or the launcher, is gone or frozen).
@@ -245,7 +246,7 @@ class Session:
                 else:
                     waited = time.monotonic() - began
                     ages = {
-                        r: waited if first.get(r, {}).get("beats") == s["beats"] else 0.0
+                        r: waited if r in first and first[r].beats == s.beats else 0.0
                         for r, s in records.items()
                     }
                     missed = sampled.missed()
@@ -306,8 +307,8 @@ def _read_view(store: Any) -> dict[str, Any] | None:
 
 
 def annotate(
-    records: dict[int, dict[str, Any]], ages: dict[int, float], missed: dict[int, int] | None = None
-) -> dict[int, dict[str, Any]]:
+    records: dict[int, RankStatus], ages: dict[int, float], missed: dict[int, int] | None = None
+) -> dict[int, SeenStatus]:
     """Records plus process state, heartbeat age and missed beats, as postmortem reads them.
 
     A rank on this host is looked at directly (its process, and its heartbeat against this
@@ -317,16 +318,16 @@ def annotate(
     """
     missed = missed or {}
     here, now = socket.gethostname(), time.time()
-    annotated = {}
+    annotated: dict[int, SeenStatus] = {}
     for rank, record in records.items():
-        same_host = record.get("host") == here
-        age = now - record["heartbeat"] if same_host else ages.get(rank, 0.0)
+        same_host = record.host == here
+        age = now - record.heartbeat if same_host else ages.get(rank, 0.0)
         annotated[rank] = {
-            **record,
-            "proc_state": process_state(record["pid"]) if same_host else "running",
+            **record.as_seen(),
+            "proc_state": process_state(record.pid) if same_host else "running",
             "heartbeat_age_s": round(max(age, 0.0), 1),
             "missed_beats": missed.get(rank, 0),
-            "in_stage_s": round(now - record["stage_since"], 1) if same_host else None,
+            "in_stage_s": round(now - record.stage_since, 1) if same_host else None,
             "same_host": same_host,
         }
     return annotated
@@ -344,7 +345,7 @@ def process_state(pid: int) -> str:
     return "stopped" if state in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP) else "running"
 
 
-def is_culprit(status: dict[str, Any]) -> bool:
+def is_culprit(status: SeenStatus) -> bool:
     """Stopped beating: dead (its process is gone mid-run, without an error of its own), stopped,
     or frozen (a peer beat STOPPED_AFTER_BEATS times while it beat none, and it never said why)."""
     if status["proc_state"] == "exited":
@@ -355,7 +356,7 @@ def is_culprit(status: dict[str, Any]) -> bool:
     return not left and stopped_beating(status.get("missed_beats", 0))
 
 
-def reap(statuses: dict[int, dict[str, Any]], end_stopped: bool, store: Any = None) -> list[int]:
+def reap(statuses: dict[int, SeenStatus], end_stopped: bool, store: Any = None) -> list[int]:
     """Remove the run directories that same-host peers which died left behind.
 
     With `end_stopped` (under torchrun, whose SIGTERM cannot reach a stopped process and which
