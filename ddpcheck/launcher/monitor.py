@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -79,7 +79,7 @@ class Monitor(threading.Thread):
     def run(self) -> None:
         interrupt.block_in_this_thread()  # signals are the main thread's to handle
         started = last_change = last_publish = time.monotonic()
-        last_seen: tuple[Any, ...] = ()
+        last_seen: tuple[tuple[int, int, int, int], ...] = ()  # (rank, seq, progress_seq, ticks)
         crash_seen_at: float | None = None
         while not self._stop_event.wait(POLL_S):
             statuses = read_statuses(self.run_dir)

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import psutil
 
@@ -43,6 +43,9 @@ from ddpcheck.failure.statuses import RankStatus, SeenStatus
 from ddpcheck.rank import rundir
 from ddpcheck.rank.status import StoreTransport
 from ddpcheck.torch_compat import store_has
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
 
 HEARTBEAT_SWITCH = "DDPCHECK_INLINE_HEARTBEAT"
 KEY = "ddpcheck/rank/inline/status/"
@@ -79,7 +82,7 @@ def claim() -> bool:
     return _claimed.acquire(blocking=False)
 
 
-def connect(timeout_s: float = STORE_OP_TIMEOUT_S) -> Any:
+def connect(timeout_s: float = STORE_OP_TIMEOUT_S) -> Store:
     """A client connection of this rank's own to the store every rank of the launch shares."""
     from torch.distributed import TCPStore
 
@@ -108,7 +111,7 @@ def sigterm_look_s(launcher: str | None) -> float:
     return SRUN_SIGTERM_LOOK_S if launcher == "srun" else SIGTERM_LOOK_S
 
 
-def read_records(store: Any, world_size: int) -> dict[int, RankStatus]:
+def read_records(store: Store, world_size: int) -> dict[int, RankStatus]:
     """Every rank's last published record; stops at the first failure (the store is gone or frozen)."""
     records: dict[int, RankStatus] = {}
     for rank in range(world_size):
@@ -121,11 +124,22 @@ def read_records(store: Any, world_size: int) -> dict[int, RankStatus]:
     return records
 
 
+class _Looked(TypedDict):
+    n: int
+    ages: dict[str, float]  # by rank, a string: JSON's keys
+
+
+class View(_Looked, total=False):
+    """What rank 0's watch publishes: its `n`th look, each rank's heartbeat age and beats missed."""
+
+    missed: dict[str, int]  # absent from an older ddpcheck's view
+
+
 class Watch(threading.Thread):
     """Rank 0's watch: when it last saw each rank's beat counter change, by its own clock, and how
     many beats the others made since."""
 
-    def __init__(self, store: Any, world_size: int) -> None:
+    def __init__(self, store: Store | Callable[[], Store], world_size: int) -> None:
         """`store`: the store, or a function that connects to it (called on this thread)."""
         super().__init__(name="ddpcheck-beat-watch", daemon=True)
         self._store, self._world = store, world_size
@@ -177,7 +191,7 @@ class Session:
         self.rank, self.world_size = rank, world_size
         # Connections of their own, opened on their own threads (or when first read): they share
         # nothing with the process group's, and cost the rank's main thread nothing.
-        self._store: Any = None
+        self._store: Store | None = None
         self.transport = StoreTransport(connect, f"{KEY}{rank}")
         self.watch: Watch | None = None
         if rank == 0:
@@ -208,7 +222,7 @@ class Session:
             time.sleep(HEARTBEAT_INTERVAL_S / 2)
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Store:
         """The connection this rank reads the others' records with, opened when first needed."""
         if self._store is None:
             self._store = connect()
@@ -284,14 +298,14 @@ class Session:
             self.watch.stop()
 
 
-def _has(store: Any, key: str) -> bool:
+def _has(store: Store, key: str) -> bool:
     try:
         return store_has(store, key)
     except Exception:
         return False
 
 
-def _answers(store: Any) -> bool:
+def _answers(store: Store) -> bool:
     try:
         store_has(store, VIEW_KEY)
     except Exception:
@@ -299,7 +313,7 @@ def _answers(store: Any) -> bool:
     return True
 
 
-def _read_view(store: Any) -> dict[str, Any] | None:
+def _read_view(store: Store) -> View | None:
     try:
         return json.loads(store.get(VIEW_KEY)) if store_has(store, VIEW_KEY) else None
     except Exception:
@@ -356,7 +370,7 @@ def is_culprit(status: SeenStatus) -> bool:
     return not left and stopped_beating(status.get("missed_beats", 0))
 
 
-def reap(statuses: dict[int, SeenStatus], end_stopped: bool, store: Any = None) -> list[int]:
+def reap(statuses: dict[int, SeenStatus], end_stopped: bool, store: Store | None = None) -> list[int]:
     """Remove the run directories that same-host peers which died left behind.
 
     With `end_stopped` (under torchrun, whose SIGTERM cannot reach a stopped process and which

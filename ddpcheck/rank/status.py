@@ -17,14 +17,18 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE
 from ddpcheck.failure.liveness import HEARTBEAT_INTERVAL_S
 from ddpcheck.failure.statuses import RankStatus
 from ddpcheck.rank import interrupt
 from ddpcheck.rank.rundir import status_dir
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
 
 
 class Transport(Protocol):
@@ -59,7 +63,7 @@ class StoreTransport:
     the rank's main thread nothing.
     """
 
-    def __init__(self, store: Any, key: str) -> None:
+    def __init__(self, store: Store | Callable[[], Store], key: str) -> None:
         self._store, self._key = store, key
         self._pending: RankStatus | None = None
         self._ready = threading.Condition()
@@ -178,7 +182,7 @@ def read_statuses(run_dir: str | Path) -> dict[int, RankStatus]:
     for path in directory.glob("rank-*.json"):
         try:
             status = RankStatus.from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError):  # TypeError: a record without a rank's identity
             continue  # mid-replace on a filesystem without atomic rename; read next poll
         statuses[status.rank] = status
     return statuses
