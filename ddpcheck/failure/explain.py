@@ -8,7 +8,7 @@ unit-tested with synthetic data. The ranks call them too, inline, under torchrun
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ddpcheck.failure.collectives import with_last_collectives
 from ddpcheck.failure.flight import RankTrace
@@ -19,6 +19,7 @@ from ddpcheck.failure.statuses import ExitInfo, SeenStatus
 from ddpcheck.report.model import Check, Report, Status, Table, Verdict
 
 if TYPE_CHECKING:
+    from ddpcheck.launcher.plan import LaunchPlan
     from ddpcheck.rank.rundir import RunSpec
 
 STAGES_COLUMNS = {
@@ -35,7 +36,7 @@ STAGES_COLUMNS = {
 def report_for(
     *,
     command: str,
-    plan: Any,
+    plan: LaunchPlan,
     statuses: dict[int, SeenStatus],
     exits: dict[int, ExitInfo],
     stall: Stall | None,
@@ -61,7 +62,7 @@ def report_for(
 
 def add_findings(
     report: Report,
-    plan: Any,
+    plan: LaunchPlan,
     statuses: dict[int, SeenStatus],
     exits: dict[int, ExitInfo],
     stall: Stall | None,
@@ -405,7 +406,7 @@ SRUN_WAITS = (
 )
 
 
-def remote_node_report(command: str, plan: Any, verdict: Verdict, report_host: str) -> Report:
+def remote_node_report(command: str, plan: LaunchPlan, verdict: Verdict, report_host: str) -> Report:
     """This node's ranks finished; rank 0's node printed the report and shared its verdict."""
     report = Report(command=command)
     report.world = {
