@@ -30,6 +30,7 @@ import pytest
 from ddpcheck.failure import stages
 from ddpcheck.failure.explain import judge_stall
 from ddpcheck.failure.liveness import FROZEN_AFTER_S, STOPPED_AFTER_BEATS, Stall
+from ddpcheck.failure.statuses import SeenStatus
 from ddpcheck.launcher import monitor
 from ddpcheck.launcher.monitor import ABANDON_AFTER_S, STARTUP_ALLOWANCE_S, Monitor, annotate, kill_workers
 from ddpcheck.launcher.plan import LaunchPlan
@@ -53,17 +54,17 @@ def plan(timeout: float, nproc: int = 2, nnodes: int = 1) -> LaunchPlan:
 class FakePresence:
     """What the monitor asks of presence.Presence: publish, and the other nodes' statuses."""
 
-    def __init__(self, remote: dict[int, dict[str, Any]] | None = None, fail: bool = False) -> None:
+    def __init__(self, remote: dict[int, SeenStatus] | None = None, fail: bool = False) -> None:
         self.remote = remote or {}
         self.fail = fail
-        self.published: list[dict[int, dict[str, Any]]] = []
+        self.published: list[dict[int, SeenStatus]] = []
 
-    def publish(self, statuses: dict[int, dict[str, Any]]) -> None:
+    def publish(self, statuses: dict[int, SeenStatus]) -> None:
         if self.fail:
             raise RuntimeError("store gone")
         self.published.append(statuses)
 
-    def world_statuses(self) -> dict[int, dict[str, Any]]:
+    def world_statuses(self) -> dict[int, SeenStatus]:
         if self.fail:
             raise RuntimeError("store gone")
         return self.remote
@@ -292,7 +293,7 @@ def test_rank_0_drives_the_progress_display_and_statuses_are_published_annotated
     tmp_path: Path, watch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(monitor, "PUBLISH_EVERY_S", 0.15)
-    shown: list[dict[str, Any]] = []
+    shown: list[SeenStatus] = []
     write(tmp_path, 0, progress={"done": 2, "total": 9, "label": "4K"})
     write(tmp_path, 1)
     presence = FakePresence()
@@ -307,7 +308,7 @@ def test_rank_0_drives_the_progress_display_and_statuses_are_published_annotated
 
 
 def test_without_rank_0_nothing_drives_the_progress_display(tmp_path: Path, watch) -> None:
-    shown: list[dict[str, Any]] = []
+    shown: list[SeenStatus] = []
     write(tmp_path, 1)  # a node without rank 0
     dog = watch(plan(60.0), on_progress=shown.append)
     time.sleep(0.4)
