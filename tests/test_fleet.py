@@ -21,6 +21,7 @@ from ddpcheck.checks.links.check import judge as judge_links
 from ddpcheck.errors import UsageError
 from ddpcheck.failure.explain import judge_stall
 from ddpcheck.failure.liveness import Stall
+from ddpcheck.failure.statuses import SeenStatus
 from ddpcheck.launcher.drain import PREFIX, REASON_MAX, act_on, reason
 from ddpcheck.report.fleet import FleetOptions, compressed, culprit_hosts
 from ddpcheck.report.formats.prometheus import STATUS_VALUE, text_of
@@ -34,7 +35,9 @@ FIVE_HOSTS = ["gpu-a001", "gpu-a002", "gpu-a003", "gpu-a004", "gpu-a017"]
 
 
 # ------------------------------------------------------------------ --hostlist: pure
-def _status(rank: int, host: str, stage: str, seq: int, state: str = "sleeping", age: float = 0.3) -> dict:
+def _status(
+    rank: int, host: str, stage: str, seq: int, state: str = "sleeping", age: float = 0.3
+) -> SeenStatus:
     return {
         "rank": rank,
         "local_rank": rank % 2,

@@ -21,9 +21,10 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpcheck.failure import explain
+from ddpcheck.failure.statuses import ExitInfo, SeenStatus
 from ddpcheck.launcher.monitor import POLL_S, Monitor, ProgressCallback, annotate, kill_workers
 from ddpcheck.launcher.plan import LaunchPlan
 from ddpcheck.launcher.presence import Presence, StoreUnreachable
@@ -42,6 +43,9 @@ from ddpcheck.torch_compat import (
     rank_log_fields,
     share_rendezvous_port,
 )
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 
 def make_spec(command: str, options: dict[str, Any], faults: list[Fault], plan: LaunchPlan) -> RunSpec:
@@ -209,8 +213,8 @@ def _furthest_stage(run_dir: Path) -> str:
     statuses = read_statuses(run_dir)
     if not statuses:
         return "no rank had started"
-    furthest = max(statuses.values(), key=lambda s: s["seq"])
-    return f"'{furthest['stage']}', rank {furthest['rank']}"
+    furthest = max(statuses.values(), key=lambda s: s.seq)
+    return f"'{furthest.stage}', rank {furthest.rank}"
 
 
 def _as_given(faults: list[Fault]) -> list[str]:
@@ -315,8 +319,8 @@ REMOTE_SETTLE_S = 4.0
 
 
 def _world_view(
-    monitor: Monitor, local: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]], settle: bool
-) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
+    monitor: Monitor, local: dict[int, SeenStatus], exits: dict[int, ExitInfo], settle: bool
+) -> tuple[dict[int, SeenStatus], dict[int, ExitInfo]]:
     """Every rank's status and exit as far as this node can know them.
 
     Other nodes publish how their ranks ended. When this node's own failures are only
@@ -400,8 +404,8 @@ def _headline(exc: BaseException) -> str:
     return lines[0].strip() if lines else type(exc).__name__
 
 
-def _exit_info(failure: Any, killed: set[int]) -> dict[str, Any]:
-    info: dict[str, Any] = {
+def _exit_info(failure: ProcessFailure, killed: set[int]) -> ExitInfo:
+    info: ExitInfo = {
         "exitcode": failure.exitcode,
         "pid": failure.pid,
         "killed_by_ddpcheck": failure.pid in killed,
@@ -414,7 +418,7 @@ def _exit_info(failure: Any, killed: set[int]) -> dict[str, Any]:
     return info
 
 
-def _log_tail(run_dir: Path, status: dict[str, Any] | None) -> str:
+def _log_tail(run_dir: Path, status: SeenStatus | None) -> str:
     """The last lines of a rank's stderr, when that rank ran on this node."""
     if not status or status.get("remote"):
         return ""
