@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ddpcheck.checks.postmortem.judge import judge as judge_dumps
 from ddpcheck.failure.collectives import with_last_collectives
 from ddpcheck.failure.flight import RankTrace
-from ddpcheck.failure.peers import WATCHED_PEER_GONE, first_failure
+from ddpcheck.failure.peers import WATCHED_PEER_GONE, first_failure, peer_gone_words
 from ddpcheck.failure.stacks import Frame, Stack, collective_frame, user_frame
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import span
@@ -274,6 +274,8 @@ def _report(views: list[RankView], checks: list[Check], blamed: list[RankView]) 
 def _state_words(view: RankView) -> str:
     if view.exit is not None:
         words = view.exit.describe().splitlines()[0] if view.exit.describe() else ""
+        if view.exit.kind == "exception" and view.exit.secondary:
+            words = peer_gone_words(words) or words
         return words if len(words) <= 60 else words[:57] + "..."
     return {"T": "stopped", "t": "stopped", "R": "running", "S": "sleeping", "D": "in the kernel"}.get(
         view.state, view.state
