@@ -7,8 +7,10 @@ import io
 import pytest
 from rich.console import Console
 
+from ddpcheck.checks.watch.judge import Exit, RankView, judge_crash
 from ddpcheck.report import terminal
 from ddpcheck.report.model import Check, Report, Status
+from ddpcheck.report.units import human_bytes
 from tests.conftest import assert_usage_error
 from tests.support.saved_reports import run_ddpcheck
 
@@ -52,3 +54,26 @@ def test_watch_names_its_kept_directory_for_what_it_holds() -> None:
     terminal.render_report(report, Console(file=out, width=120, color_system=None))
     assert "the watch directory (dumps, stacks) kept in /tmp/ddpcheck-watch-x" in out.getvalue()
     assert "rank logs" not in out.getvalue()
+
+
+def test_a_job_whose_program_never_started_says_so_with_its_stderr() -> None:
+    never = RankView(0, "node1", 100, exit=Exit(1.0, "ended", code=2))
+    output = "python: can't open file '/home/me/nope.py': [Errno 2] No such file or directory\n"
+    (check,) = judge_crash([never], output, 2).checks
+    assert check.detail == (
+        "the job's program could not start: python: can't open file '/home/me/nope.py': [Errno 2] No such "
+        "file or directory; rank 0 (host node1, pid 100) exited with code 2, without a Python exception"
+    )
+    (check,) = judge_crash([never], "", 2).checks  # nothing said: as before
+    assert check.detail.startswith("rank 0 (host node1, pid 100) failed first: exited with code 2")
+
+
+def test_a_size_split_into_blocks_reads_in_the_unit_of_its_neighbours() -> None:
+    """collectives' 'at' column: all_gather's 1M split over 3 ranks beside sendrecv's 1M."""
+    assert [human_bytes(n) for n in (1048572, 1024**3 - 3, 1000000, 4092)] == [
+        "1.0M",
+        "1.0G",
+        "1000000B",
+        "4092B",
+    ]
+    assert human_bytes(1048572, exact=True) == "1048572B"  # a baseline's figure labels tell them apart

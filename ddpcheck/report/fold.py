@@ -39,11 +39,12 @@ def longest_atom(text: str, whole: bool = False) -> int:
     return max((end - start for start, end in atoms(text, whole)), default=0)
 
 
-def break_offsets(line: str, width: int, whole: bool = False) -> list[int]:
+def break_offsets(line: str, width: int, whole: bool = False, cut: bool = True) -> list[int]:
     """Where to break one line (no newline in it) so that each piece fits `width`, as rich's divide_line.
 
     Breaks fall between atoms; an atom longer than the line breaks between its words, and a word
-    longer than the line (nothing else can be done) is cut at the width.
+    longer than the line is cut at the width (in a table cell nothing else can be done) or, without
+    `cut`, left whole on a line of its own: the terminal wraps it without a newline, so it copies whole.
     """
     offsets: list[int] = []
     line_start, filled = 0, False  # where the current line begins; whether an atom is on it
@@ -51,7 +52,7 @@ def break_offsets(line: str, width: int, whole: bool = False) -> list[int]:
         if filled and end - line_start > width:
             offsets.append(start)
             line_start = start
-        while end - line_start > width:  # a word longer than the line: cut it
+        while cut and end - line_start > width:  # a word longer than the line: cut it
             line_start += width
             offsets.append(line_start)
         filled = True
@@ -77,10 +78,10 @@ def _lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def fold(text: str, width: int, whole: bool = False) -> list[str]:
-    """`text` as lines of at most `width` characters (an atom longer than that alone on its line)."""
+def fold(text: str, width: int, whole: bool = False, cut: bool = True) -> list[str]:
+    """`text` as lines of at most `width` characters (see break_offsets for a longer word)."""
     lines = []
     for _, line in _lines(text):
-        cuts = [0, *break_offsets(line, width, whole), len(line)]
+        cuts = [0, *break_offsets(line, width, whole, cut), len(line)]
         lines += [line[a:b].strip() for a, b in itertools.pairwise(cuts)]
     return lines

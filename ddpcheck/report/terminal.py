@@ -68,7 +68,7 @@ def say(console: Console, message: str, style: str = "") -> None:
 
 def say_folded(console: Console, message: str, style: str = "") -> None:
     """Free text at the terminal's width, never broken inside a number, a path or a command."""
-    for line in fold.fold(message, console.width):
+    for line in fold.fold(message, console.width, cut=False):
         console.print(Text(line, style=style), soft_wrap=True)
 
 
@@ -145,13 +145,13 @@ def render_report(
             say(console, f"{check.status.value} {check.name}: {check.detail}", STATUS_STYLE[check.status])
     if not quiet:
         for line in wrote or ():
-            say(console, line, "dim")
+            say_folded(console, line, "dim")
     for line in actions or ():
         say(console, line, "bold")
     if report.log_dir:
         # watch's directory holds what its watch took (dumps, stacks), not the job's logs.
         kept = "the watch directory (dumps, stacks)" if report.command == "watch" else "rank logs"
-        say(console, f"{kept} kept in {report.log_dir}", "dim")
+        say_folded(console, f"{kept} kept in {report.log_dir}", "dim")
     injected = report.injected_line()
     if injected:  # quiet or not: a planted fault must never read as a hardware one
         say(console, injected, "bold yellow")
@@ -282,7 +282,7 @@ def _records(title: str, headers: list[str], cells: list[list[Cell]], width: int
             if line.cell_len + pair.cell_len <= width:
                 line.append_text(pair)
                 continue
-            folded = fold.fold(pair.plain, width - 4)  # alone wider than a line: its words whole
+            folded = fold.fold(pair.plain, width - 4, cut=False)  # alone wider than a line: words whole
             line.append(folded[0])
             lines += [line, *(Text("    " + more) for more in folded[1:-1])]
             line = Text("    " + folded[-1]) if len(folded) > 1 else Text("    ")

@@ -192,6 +192,8 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
             f"{_identity(first)} aborted receiving it ({failure.describe()}, in {where}); "
             f"where every rank was: {'; '.join(places)}"
         )
+    elif failure.kind == "ended" and not failure.stack and (said := _could_not_start(output)):
+        detail = f"the job's program could not start: {said}; {_identity(first)} {failure.describe()}"
     else:
         detail = f"{_identity(first)} failed first: {failure.describe()}, in {where}"
         if followers:
@@ -204,6 +206,18 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
     if failure.traceback or failure.stack:
         report.tables.append(_traceback_table(first, failure))
     return report
+
+
+# What an interpreter or a shell says when the job's program never ran (its stderr, as the job wrote it).
+NOT_STARTED = re.compile(
+    r"^.*(?:can't open file|No module named|command not found|\[Errno 2\] No such file).*$", re.M
+)
+
+
+def _could_not_start(output: str) -> str:
+    """The job's last line saying its program could not start ('python: can't open file ...'), or ''."""
+    found = NOT_STARTED.findall(output)
+    return found[-1].strip() if found else ""
 
 
 def frame_where(stack: Stack) -> str:
