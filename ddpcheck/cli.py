@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import errno
 import inspect
 import os
@@ -433,7 +434,8 @@ def main() -> None:
             _exit(EXIT_USAGE)
         # Typer's bundled Click raises its own usage errors; they carry exit_code 2.
         if getattr(exc, "exit_code", None) == EXIT_USAGE and hasattr(exc, "format_message"):
-            _usage_exit(_misplaced_option(exc, sys.argv[1:]) or exc.format_message())
+            args = sys.argv[1:]
+            _usage_exit(_misplaced_option(exc, args) or _unknown_option(exc, args) or exc.format_message())
         if os.environ.get("DDPCHECK_DEBUG"):
             raise
         # A bug in ddpcheck itself: the check could not complete. One line, and how to see more.
@@ -481,6 +483,42 @@ def _misplaced_option(exc: Exception, args: list[str]) -> str | None:
     command = args[at] if at is not None else (takers[0] if len(takers) == 1 else "COMMAND")
     rest = args[:at] + args[at + 1 :] if at is not None else args
     return f"{name} is an option of the commands, not of ddpcheck itself: ddpcheck {command} {' '.join(rest)}"
+
+
+def _unknown_option(exc: Exception, args: list[str]) -> str | None:
+    """An option the command does not take: the near names only (not click's loose guesses), and for
+    `watch torchrun --nproc-per-node 2 ...` the `--` that hands the rest to the job."""
+    name = getattr(exc, "option_name", None)
+    ctx = getattr(exc, "ctx", None)
+    if not name or ctx is None or type(exc).__name__ != "NoSuchOption":
+        return None
+    command = ctx.info_name or "ddpcheck"
+    if command == "watch" and "--" not in args and "watch" in args and name in args:
+        valued = {
+            o for p in ctx.command.params if p.param_type_name == "option" and not p.is_flag for o in p.opts
+        }
+        at = args.index("watch")
+        job = next(
+            (
+                i
+                for i in range(at + 1, len(args))
+                if not args[i].startswith("-") and args[i - 1] not in valued
+            ),
+            None,
+        )
+        if job is not None and args.index(name) > job:
+            fixed = " ".join([*args[:job], "--", *args[job:]])
+            return f"no such option {name}: put -- before the job, so that its options reach it: " + (
+                f"ddpcheck {fixed}"
+            )
+    near = [
+        p
+        for p in getattr(exc, "possibilities", None) or []
+        if difflib.SequenceMatcher(None, name, p).ratio() >= 0.8
+    ]
+    said = f" (did you mean {' or '.join(near)}?)" if near else ""
+    where = f"ddpcheck {command} --help" if ctx.parent is not None else "ddpcheck --help"
+    return f"no such option {name}{said}; {where} lists them"
 
 
 def _usage_exit(message: str) -> None:

@@ -43,7 +43,7 @@ class OutputOptions:
     verbose: bool = option(
         False,
         flags=("--verbose", "-v"),
-        help="Also print the detail tables (collectives: one bandwidth table and chart per collective).",
+        help="Also print the detail tables the report leaves out (it names them).",
         panel=OUTPUT,
     )
 

@@ -21,10 +21,13 @@ COMMAND = Command(
     the rank map, an exact data check at every size, and an nccl-tests style
     bandwidth sweep; a wrong result is localised to the rank at fault.
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck allreduce --gpus 8 | ddpcheck allreduce --nproc 4 --sizes 1K:64M "
-        "| ddpcheck allreduce --dtype bfloat16 --min-busbw 300 --json report.json "
-        "| ddpcheck allreduce --gpus 8 --budget 20 --drain (a health check)"
+        "\b\nExamples:\n"
+        "  ddpcheck allreduce --gpus 8\n"
+        "  ddpcheck allreduce --nproc 4 --sizes 1K:64M\n"
+        "  ddpcheck allreduce --dtype bfloat16 --min-busbw 300 --json report.json\n"
+        "  ddpcheck allreduce --gpus 8 --budget 20 --drain  # a health check"
     ),
     options=AllreduceOptions,
     implementation="ddpcheck.checks.allreduce.check",

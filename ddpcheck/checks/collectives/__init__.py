@@ -72,10 +72,13 @@ COMMAND = Command(
     names the rank that sent it, the rank that received it badly, or the link between
     them; a wrong reduction is localised by re-running it on subgroups.
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck collectives --gpus 8 | ddpcheck collectives --nproc 4 --sizes 1K:1M "
-        "| ddpcheck collectives --ops all_gather,reduce_scatter --dtype bfloat16 --min-busbw 100 "
-        "| ddpcheck collectives --nproc 3 --inject corrupt@1"
+        "\b\nExamples:\n"
+        "  ddpcheck collectives --gpus 8\n"
+        "  ddpcheck collectives --nproc 4 --sizes 1K:1M\n"
+        "  ddpcheck collectives --ops all_gather,reduce_scatter --dtype bfloat16 --min-busbw 100\n"
+        "  ddpcheck collectives --nproc 3 --inject corrupt@1"
     ),
     options=CollectivesOptions,
     implementation="ddpcheck.checks.collectives.check",

@@ -73,10 +73,14 @@ COMMAND = Command(
     row remaps, PCIe link, NVLink, XID errors, clocks and throttling) and topology (CPU
     affinity against the GPU's NUMA node). A failure names the rank, GPU and host.
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck devices --gpus 8 | ddpcheck devices --nproc 4 "
-        "| ddpcheck devices --gpus 8 --size 16384 --json devices.json "
-        "| ddpcheck devices --nproc 3 --inject slowgpu@1 | ddpcheck devices --gpus 8 --budget 15 (a prolog)"
+        "\b\nExamples:\n"
+        "  ddpcheck devices --gpus 8\n"
+        "  ddpcheck devices --nproc 4\n"
+        "  ddpcheck devices --gpus 8 --size 16384 --json devices.json\n"
+        "  ddpcheck devices --nproc 3 --inject slowgpu@1\n"
+        "  ddpcheck devices --gpus 8 --budget 15  # a prolog"
     ),
     options=DevicesOptions,
     implementation="ddpcheck.checks.devices.check",

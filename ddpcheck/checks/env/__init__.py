@@ -45,10 +45,13 @@ COMMAND = Command(
     /dev/shm and locked memory are large enough. Secrets are redacted.
     Exits 1 only when something FAILs; warnings exit 0.
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck env | ddpcheck env --json env.json (attach it to a bug report: secrets "
-        "are redacted) | ddpcheck env --quiet --junit env.xml (a CI gate) "
-        "| srun --ntasks-per-node=1 ddpcheck env --quiet (every node of an allocation)"
+        "\b\nExamples:\n"
+        "  ddpcheck env\n"
+        "  ddpcheck env --json env.json  # attach it to a bug report: secrets are redacted\n"
+        "  ddpcheck env --quiet --junit env.xml  # a CI gate\n"
+        "  srun --ntasks-per-node=1 ddpcheck env --quiet  # every node of an allocation"
     ),
     options=EnvOptions,
     implementation="ddpcheck.checks.env.check",

@@ -82,10 +82,14 @@ COMMAND = Command(
     rank i). Each link is judged against the median of comparable links; a rank or host
     most of whose links are slow is named, else the slow link itself.
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck links --gpus 8 | ddpcheck links --nproc 4 --size 4M "
-        "| ddpcheck links --nnodes 16 --rdzv-endpoint node01:29400 --gpus 8 --json links.json "
-        "| ddpcheck links --nproc 4 --inject slowlink@2 | ddpcheck links --gpus 8 --budget 20 (a prolog)"
+        "\b\nExamples:\n"
+        "  ddpcheck links --gpus 8\n"
+        "  ddpcheck links --nproc 4 --size 4M\n"
+        "  ddpcheck links --nnodes 16 --rdzv-endpoint node01:29400 --gpus 8 --json links.json\n"
+        "  ddpcheck links --nproc 4 --inject slowlink@2\n"
+        "  ddpcheck links --gpus 8 --budget 20  # a prolog"
     ),
     options=LinksOptions,
     implementation="ddpcheck.checks.links.check",

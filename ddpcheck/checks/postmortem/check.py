@@ -32,7 +32,10 @@ def examine(directory: str | os.PathLike[str], world_size: int | None = None) ->
     began = time.monotonic()
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
-        raise UsageError(f"{directory}: no such directory")
+        raise UsageError(
+            f"{directory}: "
+            + ("is a file, not a directory" if os.path.exists(directory) else "no such directory")
+        )
     dumps = find_dumps(directory)
     logs = find_logs(directory)
     kept = find_records(directory)

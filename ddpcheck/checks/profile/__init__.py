@@ -53,10 +53,13 @@ COMMAND = Command(
     no_sync()), gradient bytes and bus bandwidth, FLOPs and TFLOP/s, and peak memory;
     warns about stragglers and unsteady ranks by name.
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck profile --gpus 8 | ddpcheck profile --hidden 8192 --batch 64 "
-        "| ddpcheck profile --nproc 4 --hidden 1024 --steps 20 --warmup 5 --json profile.json "
-        "| ddpcheck profile --straggler-threshold 1.1 --peak-tflops 67"
+        "\b\nExamples:\n"
+        "  ddpcheck profile --gpus 8\n"
+        "  ddpcheck profile --hidden 8192 --batch 64\n"
+        "  ddpcheck profile --nproc 4 --hidden 1024 --steps 20 --warmup 5 --json profile.json\n"
+        "  ddpcheck profile --straggler-threshold 1.1 --peak-tflops 67"
     ),
     options=ProfileOptions,
     implementation="ddpcheck.checks.profile.check",

@@ -18,7 +18,7 @@ from ddpcheck.checks.postmortem.judge import judge as judge_dumps
 from ddpcheck.failure.collectives import with_last_collectives
 from ddpcheck.failure.exits import Exit, first_sentence
 from ddpcheck.failure.flight import RankTrace
-from ddpcheck.failure.peers import first_failure
+from ddpcheck.failure.peers import first_failure, peer_gone_words
 from ddpcheck.failure.stacks import Frame, Stack, collective_frame, user_frame
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import span
@@ -148,6 +148,8 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
             f"{_identity(first)} aborted receiving it ({first_sentence(failure.describe())}, in {where}); "
             f"where every rank was: {'; '.join(places)}"
         )
+    elif failure.kind == "ended" and not failure.stack and (said := _could_not_start(output)):
+        detail = f"the job's program could not start: {said}; {_identity(first)} {failure.describe()}"
     else:
         # A long message (torch's out-of-memory one) said by its first sentence: the whole is in the JSON.
         detail = f"{_identity(first)} failed first: {first_sentence(failure.describe())}, in {where}"
@@ -161,6 +163,18 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
     if failure.traceback or failure.stack:
         report.tables.append(_traceback_table(first, failure))
     return report
+
+
+# What an interpreter or a shell says when the job's program never ran (its stderr, as the job wrote it).
+NOT_STARTED = re.compile(
+    r"^.*(?:can't open file|No module named|command not found|\[Errno 2\] No such file).*$", re.M
+)
+
+
+def _could_not_start(output: str) -> str:
+    """The job's last line saying its program could not start ('python: can't open file ...'), or ''."""
+    found = NOT_STARTED.findall(output)
+    return found[-1].strip() if found else ""
 
 
 def frame_where(stack: Stack) -> str:
@@ -239,6 +253,8 @@ def _whole_exit(exit: Exit | None) -> dict[str, str]:
 def _state_words(view: RankView) -> str:
     if view.exit is not None:
         words = first_sentence(view.exit.describe()) if view.exit.describe() else ""
+        if view.exit.kind == "exception" and view.exit.secondary:
+            words = peer_gone_words(words) or words
         return words if len(words) <= 60 else words[:57] + "..."
     return {"T": "stopped", "t": "stopped", "R": "running", "S": "sleeping", "D": "in the kernel"}.get(
         view.state, view.state
