@@ -29,7 +29,7 @@ from ddpcheck.launcher.options import LaunchOptions
 from ddpcheck.rank import interrupt
 from ddpcheck.report.compare import BaselineOptions
 from ddpcheck.report.fleet import FleetOptions
-from ddpcheck.report.outputs import OutputOptions
+from ddpcheck.report.outputs import Files, OutputOptions
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -381,13 +381,14 @@ def _console(output: OutputOptions) -> Console:
     return render.make_console(stderr=output.to_stdout)
 
 
-def _write_files(report: Report, output: OutputOptions, fleet: FleetOptions | None) -> list[str]:
-    """The report's files, and the fleet's (hostlist, metrics); one line for each, saying where."""
-    wrote = output.write(report)
+def _write_files(report: Report, output: OutputOptions, fleet: FleetOptions | None) -> Files:
+    """The report's files, and the fleet's (hostlist, metrics): each written, or said to be lost."""
+    files = Files()
+    output.write(report, files)
     # A node that is not rank 0's holds a one-line stand-in: the hostlist, metrics and drains are rank 0's.
     if fleet is not None and not report.world.get("report_on"):
-        wrote += fleet.write(report)
-    return wrote
+        fleet.write(report, files)
+    return files
 
 
 def finish(
@@ -396,7 +397,7 @@ def finish(
     from ddpcheck.report import terminal as render
 
     # The files first, so that the verdict line, last of all, comes after the lines saying where they went.
-    wrote = _write_files(report, output, fleet)
+    files = _write_files(report, output, fleet)
     actions: list[str] = []
     if fleet is not None and fleet.drain and not report.world.get("report_on"):
         from ddpcheck.launcher.drain import act_on
@@ -404,15 +405,27 @@ def finish(
         actions = act_on(report)
     try:
         render.render_report(
-            report, console, quiet=output.quiet, verbose=output.verbose, wrote=wrote, actions=actions
+            report, console, quiet=output.quiet, verbose=output.verbose, wrote=files.wrote, actions=actions
         )
     except OSError as exc:
         if exc.errno not in (errno.EPIPE, errno.EIO):
             raise
         # The terminal report's reader left (`ddpcheck allreduce | head`) or its terminal closed:
         # the verdict stands, and is the exit code (Typer's own answer, exit 1, would read as FAIL).
+        _say_lost(files.lost)
         _exit(report.verdict.exit_code)
+    # A lost file does not change the verdict, nor its exit code (README's exit codes): one line each,
+    # on stderr, after the report, where they are the last thing seen.
+    _say_lost(files.lost)
     raise typer.Exit(report.verdict.exit_code)
+
+
+def _say_lost(lines: list[str]) -> None:
+    if lines:
+        with contextlib.suppress(Exception):  # the report first, also where stdout and stderr share a pipe
+            sys.stdout.flush()
+    for line in lines:
+        say(line)
 
 
 def main() -> None:

@@ -175,7 +175,7 @@ def _findings(
         "exits": exits,
         "stall": monitor.stall,
         "launch_error": launch_error,
-        "log_tail": lambda rank: _log_tail(run_dir, statuses.get(rank)),
+        "log_tail": lambda rank: _log_tail(run_dir, statuses.get(rank), failures.get(rank)),
         "stacks": monitor.stacks,
         "flight": monitor.flight,
     }
@@ -312,7 +312,25 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
         **compile_cache_env(run_dir),
     }
     with _environment(env):
-        elastic_launch(config, sys.executable)("-u", "-m", "ddpcheck.rank.harness", str(run_dir))
+        elastic_launch(config, sys.executable)(*rank_argv(run_dir))
+
+
+# Python 3.10 has no -P: drop the working directory that -c puts first, then run the harness as -m would.
+_SAFE_PATH_310 = (
+    "import runpy, sys; del sys.path[0]; "
+    "runpy.run_module('ddpcheck.rank.harness', run_name='__main__', alter_sys=True)"
+)
+
+
+def rank_argv(run_dir: Path, safe_path_flag: bool = sys.version_info >= (3, 11)) -> list[str]:
+    """The interpreter's arguments that start one rank.
+
+    Without -P, `python -m` puts the working directory first on the import path, and a
+    `ddpcheck/` folder there (the folder above a clone) hides the installed package.
+    """
+    if safe_path_flag:
+        return ["-u", "-P", "-m", "ddpcheck.rank.harness", str(run_dir)]
+    return ["-u", "-c", _SAFE_PATH_310, str(run_dir)]
 
 
 REMOTE_SETTLE_S = 4.0
@@ -418,11 +436,17 @@ def _exit_info(failure: ProcessFailure, killed: set[int]) -> ExitInfo:
     return info
 
 
-def _log_tail(run_dir: Path, status: SeenStatus | None) -> str:
-    """The last lines of a rank's stderr, when that rank ran on this node."""
-    if not status or status.get("remote"):
-        return ""
-    return rundir.stderr_tail(run_dir, status["local_rank"])
+def _log_tail(run_dir: Path, status: SeenStatus | None, failure: Any = None) -> str:
+    """The last lines of a rank's stderr, when that rank ran on this node.
+
+    A rank that died before its first status (on import, say) is known only by its local
+    failure, which carries its local rank too.
+    """
+    if status and not status.get("remote") and status.get("local_rank") is not None:
+        return rundir.stderr_tail(run_dir, status["local_rank"])
+    if failure is not None and getattr(failure, "local_rank", None) is not None:
+        return rundir.stderr_tail(run_dir, failure.local_rank)
+    return ""
 
 
 def _silence_torch_logging() -> None:

@@ -16,6 +16,7 @@ from ddpcheck.command import option
 
 if TYPE_CHECKING:
     from ddpcheck.report.model import Report
+    from ddpcheck.report.outputs import Files
 
 FLEET = "Fleet"  # the help section
 
@@ -66,22 +67,21 @@ class FleetOptions:
                 "healthy node; run --drain without --inject"
             )
 
-    def write(self, report: Report) -> list[str]:
-        """The hostlist and the metrics, each written whole; one line for each file, saying where."""
+    def write(self, report: Report, files: Files) -> None:
+        """The hostlist and the metrics, each written whole, or a line saying which one was lost and why."""
         from ddpcheck.report.formats.text import write_text  # not on --help's path
 
-        wrote = []
         if self.hostlist_path:
             hosts = culprit_hosts(report)
-            write_text(self.hostlist_path, compressed(hosts) + "\n" if hosts else "")
+            path = self.hostlist_path
             named = f" ({compressed(hosts)})" if hosts else " (empty: no culprit host)"
-            wrote.append(f"wrote the culprit hostlist to {self.hostlist_path}{named}")
+            text = compressed(hosts) + "\n" if hosts else ""
+            files.write("culprit hostlist", path, lambda: write_text(path, text), named)
         if self.prom_path:
             from ddpcheck.report.formats import prometheus
 
-            prometheus.write(report, self.prom_path)
-            wrote.append(f"wrote the Prometheus metrics to {self.prom_path}")
-        return wrote
+            prom = self.prom_path
+            files.write("Prometheus metrics", prom, lambda: prometheus.write(report, prom))
 
 
 def culprit_hosts(report: Report) -> list[str]:

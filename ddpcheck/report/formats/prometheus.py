@@ -25,12 +25,11 @@ STATUS_VALUE = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 3,
 
 
 def write(report: Report, path: str) -> None:
-    """The metrics, written atomically (a temporary file beside PATH, then a rename)."""
-    from prometheus_client import CollectorRegistry, write_to_textfile
+    """The metrics, written atomically (a temporary file beside PATH, then a rename), as every
+    output file is (formats/text.py): the same temporary name, cleaned up the same way."""
+    from ddpcheck.report.formats.text import write_text
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_ReportCollector(report))
-    write_to_textfile(path, registry)
+    write_text(path, text_of(report))
 
 
 def text_of(report: Report) -> str:
