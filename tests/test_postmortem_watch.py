@@ -23,7 +23,8 @@ from ddpcheck.checks.watch import agent, records
 from ddpcheck.checks.watch.judge import Exit, RankView, judge_crash
 from ddpcheck.failure import exits
 from ddpcheck.failure.exits import first_sentence
-from ddpcheck.report.model import Check, Report, Status, write_json
+from ddpcheck.report.formats.json import write as write_json
+from ddpcheck.report.model import Check, Report, Status
 from tests.support.fr_dumps import dump, entry, write_pickle
 
 TORCH = "/usr/lib/python3.11/site-packages/torch"

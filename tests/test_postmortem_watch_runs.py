@@ -18,7 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddpcheck.report.model import Check, Report, Status, write_json
+from ddpcheck.report.formats.json import write as write_json
+from ddpcheck.report.model import Check, Report, Status
 from tests.conftest import Run, assert_usage_error
 
 pytestmark = pytest.mark.integration
