@@ -182,6 +182,8 @@ class Command:
     # Its pure judges, mutated by `mutmut run` (pyproject.toml's only_mutate lists them all).
     judges: tuple[str, ...] = ()
     # Whether its work is sized by the time left: it takes --budget (launcher/budget_options.py).
+    # What the directory a report keeps (its log_dir) holds, as its line names it.
+    kept: str = "rank logs"
     budgeted: bool = False
     # Whether its ranks build DistributedDataParallel, whose constructor imports torch._dynamo,
     # which makes the compile cache directory (TORCHINDUCTOR_CACHE_DIR, in the run directory).

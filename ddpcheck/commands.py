@@ -37,3 +37,9 @@ def family_of(command: str) -> str | None:
     """The family of figures a command's reports hold (None: nothing a baseline compares)."""
     found = COMMANDS.get(command)
     return found.family if found else None
+
+
+def kept_line(command: str, directory: str) -> str:
+    """'rank logs kept in DIR': what a report's kept directory holds, as its command declares it."""
+    found = COMMANDS.get(command)
+    return f"{found.kept if found else 'rank logs'} kept in {directory}"

@@ -149,9 +149,9 @@ def render_report(
     for line in actions or ():
         say(console, line, "bold")
     if report.log_dir:
-        # watch's directory holds what its watch took (dumps, stacks), not the job's logs.
-        kept = "the watch directory (dumps, stacks)" if report.command == "watch" else "rank logs"
-        say_folded(console, f"{kept} kept in {report.log_dir}", "dim")
+        from ddpcheck.commands import kept_line
+
+        say_folded(console, kept_line(report.command, report.log_dir), "dim")
     injected = report.injected_line()
     if injected:  # quiet or not: a planted fault must never read as a hardware one
         say(console, injected, "bold yellow")

@@ -80,5 +80,6 @@ COMMAND = Command(
     judges=("ddpcheck.checks.watch.judge",),
     ranked=False,
     terse_pass=True,
+    kept="the watch directory (dumps, stacks)",  # what watch took, not the job's logs
     interrupt_raises=True,
 )

@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from ddpcheck import __version__
+from ddpcheck.commands import kept_line
 from ddpcheck.report.formats.text import write_or_print
 from ddpcheck.report.model import Check, Report, Status
 
@@ -96,7 +97,7 @@ def to_junit(report: Report) -> ET.Element:
     notes = [
         *([report.injected_line()] if report.injected else []),
         *report.notes,
-        *([f"rank logs kept in {report.log_dir}"] if report.log_dir else []),
+        *([kept_line(report.command, report.log_dir)] if report.log_dir else []),
     ]
     if notes:
         ET.SubElement(suite, "system-out").text = _xml_safe("\n".join(notes))

@@ -152,7 +152,9 @@ def _meta(report: Report) -> str:
             lines.append("options: " + _e(", ".join(shown)))
     lines += [_e(n) for n in report.notes]
     if report.log_dir:
-        lines.append(f"rank logs kept in {_e(report.log_dir)}")
+        from ddpcheck.commands import kept_line
+
+        lines.append(_e(kept_line(report.command, report.log_dir)))
     return "".join(f'<p class="meta">{line}</p>' for line in lines)
 
 
