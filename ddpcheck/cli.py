@@ -498,6 +498,14 @@ def _misplaced_option(exc: Exception, args: list[str]) -> str | None:
     return f"{name} is an option of the commands, not of ddpcheck itself: ddpcheck {command} {' '.join(rest)}"
 
 
+def _runs_a_job(command: str) -> bool:
+    """Whether the command runs a job given after `--` (a positional list of words: watch's COMMAND)."""
+    found = COMMANDS.get(command)
+    return found is not None and any(
+        p.flag.argument and typing.get_origin(p.annotation) is list for p in parameters(found.options)
+    )
+
+
 def _unknown_option(exc: Exception, args: list[str]) -> str | None:
     """An option the command does not take: the near names only (not click's loose guesses), and for
     `watch torchrun --nproc-per-node 2 ...` the `--` that hands the rest to the job."""
@@ -506,11 +514,11 @@ def _unknown_option(exc: Exception, args: list[str]) -> str | None:
     if not name or ctx is None or type(exc).__name__ != "NoSuchOption":
         return None
     command = ctx.info_name or "ddpcheck"
-    if command == "watch" and "--" not in args and "watch" in args and name in args:
+    if _runs_a_job(command) and "--" not in args and command in args and name in args:
         valued = {
             o for p in ctx.command.params if p.param_type_name == "option" and not p.is_flag for o in p.opts
         }
-        at = args.index("watch")
+        at = args.index(command)
         job = next(
             (
                 i
