@@ -100,8 +100,12 @@ def _signature(stack: Stack | None) -> tuple[str, Frame | None]:
     return _waiting_in(stack), user_frame(stack)
 
 
-def judge_hang(views: list[RankView], silent_s: float, hang_after: float) -> Report:
-    """Every rank made no progress for `silent_s` >= hang_after: name the ones that differ."""
+def judge_hang(
+    views: list[RankView], silent_s: float, hang_after: float, *, why: str | None = None
+) -> Report:
+    """Every rank made no progress for `silent_s` >= hang_after: name the ones that differ.
+
+    `why`: what the finding ends with, in parentheses (watch's --hang-after by default)."""
     stopped = [v for v in views if v.state in ("T", "t")]
     blamed: list[RankView]
     if stopped:
@@ -146,7 +150,7 @@ def judge_hang(views: list[RankView], silent_s: float, hang_after: float) -> Rep
     check = Check(
         "collective mismatch" if mismatch else "hang",
         Status.ERROR,
-        detail + f" (--hang-after {hang_after:g} s)",
+        detail + f" ({why or f'--hang-after {hang_after:g} s'})",
         ranks=[v.rank for v in blamed],
         hosts=list(dict.fromkeys(v.host for v in blamed)),
     )
