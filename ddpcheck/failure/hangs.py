@@ -101,11 +101,11 @@ def _signature(stack: Stack | None) -> tuple[str, Frame | None]:
 
 
 def judge_hang(
-    views: list[RankView], silent_s: float, hang_after: float, *, why: str | None = None
+    views: list[RankView], silent_s: float, hang_after: float, *, reason: str | None = None
 ) -> Report:
     """Every rank made no progress for `silent_s` >= hang_after: name the ones that differ.
 
-    `why`: what the finding ends with, in parentheses (watch's --hang-after by default)."""
+    `reason`: what the finding ends with, in parentheses (watch's --hang-after by default)."""
     stopped = [v for v in views if v.state in ("T", "t")]
     blamed: list[RankView]
     if stopped:
@@ -150,7 +150,7 @@ def judge_hang(
     check = Check(
         "collective mismatch" if mismatch else "hang",
         Status.ERROR,
-        detail + f" ({why or f'--hang-after {hang_after:g} s'})",
+        detail + f" ({reason or f'--hang-after {hang_after:g} s'})",
         ranks=[v.rank for v in blamed],
         hosts=list(dict.fromkeys(v.host for v in blamed)),
     )

@@ -68,7 +68,7 @@ def judge(seen: Seen, interval: float) -> Report:
             if not stopped
             else "a stopped rank holds its peers"
         )
-        report = judge_hang(live, interval, interval, why=why)
+        report = judge_hang(live, interval, interval, reason=why)
         hosts = {v.rank: v.host for v in views}
         report = with_flight_recorders(report, seen.traces, hosts, len(views))
         if len(live) < len(views):

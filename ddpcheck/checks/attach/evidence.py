@@ -136,6 +136,8 @@ def _ask_pipes(job: Job, notes: list[str]) -> float | None:
             if not stat.S_ISFIFO(os.stat(path).st_mode):
                 continue
             fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except FileNotFoundError:
+            continue  # not made: NCCL makes it (a gloo job never does)
         except OSError as error:
             why = "nobody reads it" if error.errno == errno.ENXIO else (error.strerror or str(error))
             notes.append(f"rank {rank}'s debug-info pipe {path}: {why}")

@@ -146,12 +146,16 @@ def _srun_steps(srun: psutil.Process) -> list[int]:
 def from_all() -> Job:
     """Every rank process on this node: a python with a rank variable, under a launcher or loading torch."""
     mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    # Under srun (--overlap --jobid J): only job J's processes, not another job's sharing the node.
+    slurm_job = os.environ.get("SLURM_JOB_ID")
     roots: list[int] = []
     for proc in psutil.process_iter(["name"]):
         if proc.pid in mine or not is_python(proc) or is_starter(proc):
             continue
         environ = _environ(proc)
         if not has_rank(environ) or "ddpcheck" in " ".join(_cmdline(proc)[:3]):
+            continue
+        if slurm_job and environ.get("SLURM_JOB_ID") != slurm_job:
             continue
         try:
             under_launcher = is_starter(proc.parent()) if proc.parent() else False
@@ -163,7 +167,11 @@ def from_all() -> Job:
         if root.pid not in roots:
             roots.append(root.pid)
     if not roots:
-        raise NoJob("--all: no rank process on this node (no python with RANK, OMPI_COMM_WORLD_RANK, ...)")
+        within = f" of Slurm job {slurm_job}" if slurm_job else ""
+        raise NoJob(f"--all: no rank process{within} on this node (no python with RANK, SLURM_PROCID, ...)")
+    if len(roots) > 1 and not slurm_job:
+        shown = ", ".join(f"{pid} ({' '.join(_cmdline(psutil.Process(pid))[:3])[:40]})" for pid in roots)
+        raise NoJob(f"--all: {len(roots)} jobs on this node, under pids {shown}: attach one by its pid")
     return _job(roots)
 
 
