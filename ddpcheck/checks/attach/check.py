@@ -15,7 +15,7 @@ import time
 import psutil
 
 from ddpcheck.checks.attach import AttachOptions, evidence, find, nodes
-from ddpcheck.checks.attach.evidence import SAMPLES, Seen
+from ddpcheck.checks.attach.evidence import IO_PROGRESS_BYTES, SAMPLES, Seen
 from ddpcheck.checks.watch.judge import with_flight_recorders
 from ddpcheck.failure import ras
 from ddpcheck.failure.hangs import _report, judge_hang
@@ -54,12 +54,17 @@ def judge(seen: Seen, interval: float) -> Report:
     views = seen.views
     live = [v for v in views if v.rank not in seen.gone]
     stopped = [v for v in live if v.state in ("T", "t")]
-    if seen.changed and not stopped:
+    moving = bool(live) and {v.rank for v in live} <= set(seen.moving)
+    if (seen.changed or moving) and not stopped:
+        how = (
+            f"the stack of {span(seen.changed)} changed between {SAMPLES} samples over {interval:g} s"
+            if seen.changed
+            else f"every rank moved data (>= {IO_PROGRESS_BYTES // 1024} KiB) in {interval:g} s"
+        )
         check = Check(
             "job",
             Status.PASS,
-            f"making progress: the stack of {span(seen.changed)} changed between {SAMPLES} samples over "
-            f"{interval:g} s; {len(views)} rank{'s' if len(views) != 1 else ''}, none stopped",
+            f"making progress: {how}; {len(views)} rank{'s' if len(views) != 1 else ''}, none stopped",
         )
         report = _report(views, [check], [])
     else:

@@ -2,10 +2,13 @@
 
 Every rank's Python stack is read SAMPLES times over --interval with py-spy's --nonblocking (the
 rank is never paused: a stuck rank's memory stands still, so its reads are consistent); a rank
-whose stack changed between samples is progress. Meanwhile, in a thread, NCCL's RAS service is
-asked once (only when the job loaded NCCL: on this host's port another job's service would answer),
-and each rank's debug-info pipe (TORCH_NCCL_DEBUG_INFO_PIPE_FILE) is written to, so that NCCL dumps
-its flight recorder; the dumps are read at the end, with those the job had already written.
+whose stack changed between samples is progress. So is every rank moving data through the kernel
+meanwhile (/proc/PID/io): a healthy job on a busy machine can sit in the same all_reduce line at
+every sample, yet its gloo sockets carry hundreds of KB a second, where a stuck job's carry none.
+Meanwhile, in a thread, NCCL's RAS service is asked once (only when the job loaded NCCL: on this
+host's port another job's service would answer), and each rank's debug-info pipe
+(TORCH_NCCL_DEBUG_INFO_PIPE_FILE) is written to, so that NCCL dumps its flight recorder; the
+dumps are read at the end, with those the job had already written.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from ddpcheck.failure.stacks import Stack, parse_dump, py_spy_dumps
 SAMPLES = 3  # stacks per rank over --interval: two could fall on the same line of a running loop
 PY_SPY_TIMEOUT_S = 5.0  # one round of py-spy dumps, every rank at once
 RAS_TIMEOUT_S = 6.0  # runs beside the sampling; NCCL's own gathering is cut to fit (ras.leg_timeout)
+# Bytes every rank must read or write in the sampling window for the job to be moving: a healthy
+# 3-rank gloo job on a loaded 2-core machine wrote ~750 KB/s per rank, a stuck one 0 (docs/attach.md).
+IO_PROGRESS_BYTES = 16 * 1024
 PIPE_WAIT_S = 3.0  # how long NCCL has to write a dump after its pipe was written to
 # torch's names: where a rank's flight-recorder dump goes (<prefix><rank>), and the pipe that asks for one.
 DUMP_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
@@ -40,6 +46,7 @@ class Seen:
     views: list[RankView]
     changed: list[int]  # ranks whose stack changed between samples
     gone: list[int]  # ranks that ended while attach read them
+    moving: list[int] = field(default_factory=list)  # ranks whose I/O grew by IO_PROGRESS_BYTES meanwhile
     traces: dict[int, RankTrace] = field(default_factory=dict)
     ras: ras.RasStatus | None = None
     ras_skipped: str = ""  # why NCCL's RAS service was not asked
@@ -56,7 +63,14 @@ def read(job: Job, interval: float) -> Seen:
         environ = job.environ.get(nccl, {})
         thread = threading.Thread(target=_ask_ras, args=(environ, asking), daemon=True)
         thread.start()
+    io_before = {rank: io_bytes(p.pid) for rank, p in job.ranks.items()}
     history = sample(job, interval)
+    io_after = {rank: io_bytes(p.pid) for rank, p in job.ranks.items()}
+    moving = sorted(
+        rank
+        for rank, before in io_before.items()
+        if before is not None and (io_after[rank] or 0) - before >= IO_PROGRESS_BYTES
+    )
     views, gone = [], []
     for rank, process in sorted(job.ranks.items()):
         letter = state(process.pid)
@@ -83,7 +97,7 @@ def read(job: Job, interval: float) -> Seen:
     if asked is not None:
         time.sleep(max(0.0, asked + PIPE_WAIT_S - time.time()))
     traces = read_dumps(job, notes)
-    seen = Seen(views, sorted(changed), gone, traces, notes=notes)
+    seen = Seen(views, sorted(changed), gone, moving, traces, notes=notes)
     if thread is not None:
         thread.join(RAS_TIMEOUT_S + 1)
         seen.ras = asking.get("status")  # type: ignore[assignment]
@@ -108,6 +122,16 @@ def sample(job: Job, interval: float) -> dict[int, list[Stack]]:
             if stack:
                 history[rank].append(stack)
     return history
+
+
+def io_bytes(pid: int) -> int | None:
+    """Bytes the process read and wrote through system calls (sockets included), all its threads."""
+    try:
+        with open(f"/proc/{pid}/io") as io:
+            fields = dict(line.split(":", 1) for line in io if ":" in line)
+        return int(fields["rchar"]) + int(fields["wchar"])
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def loads_nccl(pid: int) -> bool:

@@ -39,7 +39,7 @@ def agree(seen: Seen, directory: str, nodes: int) -> tuple[Seen, list[str]]:
     host = socket.gethostname()
     mine = os.path.join(directory, f"{host}.json")
     data = {"host": host, "views": [view_to_dict(v) for v in seen.views], "changed": seen.changed,
-            "gone": seen.gone, "notes": seen.notes}  # fmt: skip
+            "moving": seen.moving, "gone": seen.gone, "notes": seen.notes}  # fmt: skip
     with open(mine + ".part", "w") as out:
         json.dump(data, out)
     os.replace(mine + ".part", mine)
@@ -56,14 +56,15 @@ def agree(seen: Seen, directory: str, nodes: int) -> tuple[Seen, list[str]]:
         if len(found) >= nodes or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    views, changed, gone, notes = [], set(), set(), []
+    views, changed, gone, moving, notes = [], set(), set(), set(), []
     for other in found.values():
         views += [view_from_dict(v) for v in other["views"]]
         changed.update(other["changed"])
         gone.update(other["gone"])
+        moving.update(other["moving"])
         if other["host"] != host:
             notes += [f"{other['host']}: {n}" for n in other["notes"]]
-    merged = Seen(sorted(views, key=lambda v: v.rank), sorted(changed), sorted(gone), seen.traces,
-                  seen.ras, seen.ras_skipped, seen.notes + notes)  # fmt: skip
+    merged = Seen(sorted(views, key=lambda v: v.rank), sorted(changed), sorted(gone), sorted(moving),
+                  seen.traces, seen.ras, seen.ras_skipped, seen.notes + notes)  # fmt: skip
     missing = [] if len(found) >= nodes else [f"{nodes - len(found)} of {nodes} node(s)"]
     return merged, missing
