@@ -2,9 +2,8 @@
 
 The handler goes in before anything heavy is imported (Typer, the commands, later torch):
 importing them takes seconds on a busy host, and a Ctrl-C then must not end in a traceback.
-Even ddpcheck's own first modules take a moment to load there (the soak saw torchrun pass a
-Ctrl-C to ranks still loading `interrupt`: a KeyboardInterrupt traceback each): a signal that
-comes meanwhile is noted first, by a handler that needs no import, and acted on once
+Even ddpcheck's own first modules take a moment to load there (docs/failures.md): a signal
+that comes meanwhile is noted first, by a handler that needs no import, and acted on once
 `interrupt` answers Ctrl-C.
 """
 

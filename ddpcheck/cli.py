@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import errno
 import inspect
 import os
@@ -28,7 +29,7 @@ from ddpcheck.launcher.options import LaunchOptions
 from ddpcheck.rank import interrupt
 from ddpcheck.report.compare import BaselineOptions
 from ddpcheck.report.fleet import FleetOptions
-from ddpcheck.report.outputs import OutputOptions
+from ddpcheck.report.outputs import Files, OutputOptions
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -217,7 +218,7 @@ def run_ranked(
     budget_options = budget_options or BudgetOptions()
     faults = validate_ranked(command, options, launch_options, output, baseline, fleet, budget_options)
     starting = budget_options.watch_starting()
-    from ddpcheck.report import assemble
+    from ddpcheck.rank import assemble
     from ddpcheck.report.baseline import load_baseline
 
     known_good = load_baseline(baseline)
@@ -380,13 +381,14 @@ def _console(output: OutputOptions) -> Console:
     return render.make_console(stderr=output.to_stdout)
 
 
-def _write_files(report: Report, output: OutputOptions, fleet: FleetOptions | None) -> list[str]:
-    """The report's files, and the fleet's (hostlist, metrics); one line for each, saying where."""
-    wrote = output.write(report)
+def _write_files(report: Report, output: OutputOptions, fleet: FleetOptions | None) -> Files:
+    """The report's files, and the fleet's (hostlist, metrics): each written, or said to be lost."""
+    files = Files()
+    output.write(report, files)
     # A node that is not rank 0's holds a one-line stand-in: the hostlist, metrics and drains are rank 0's.
     if fleet is not None and not report.world.get("report_on"):
-        wrote += fleet.write(report)
-    return wrote
+        fleet.write(report, files)
+    return files
 
 
 def finish(
@@ -395,7 +397,7 @@ def finish(
     from ddpcheck.report import terminal as render
 
     # The files first, so that the verdict line, last of all, comes after the lines saying where they went.
-    wrote = _write_files(report, output, fleet)
+    files = _write_files(report, output, fleet)
     actions: list[str] = []
     if fleet is not None and fleet.drain and not report.world.get("report_on"):
         from ddpcheck.launcher.drain import act_on
@@ -403,15 +405,27 @@ def finish(
         actions = act_on(report)
     try:
         render.render_report(
-            report, console, quiet=output.quiet, verbose=output.verbose, wrote=wrote, actions=actions
+            report, console, quiet=output.quiet, verbose=output.verbose, wrote=files.wrote, actions=actions
         )
     except OSError as exc:
         if exc.errno not in (errno.EPIPE, errno.EIO):
             raise
         # The terminal report's reader left (`ddpcheck allreduce | head`) or its terminal closed:
         # the verdict stands, and is the exit code (Typer's own answer, exit 1, would read as FAIL).
+        _say_lost(files.lost)
         _exit(report.verdict.exit_code)
+    # A lost file does not change the verdict, nor its exit code (README's exit codes): one line each,
+    # on stderr, after the report, where they are the last thing seen.
+    _say_lost(files.lost)
     raise typer.Exit(report.verdict.exit_code)
+
+
+def _say_lost(lines: list[str]) -> None:
+    if lines:
+        with contextlib.suppress(Exception):  # the report first, also where stdout and stderr share a pipe
+            sys.stdout.flush()
+    for line in lines:
+        say(line)
 
 
 def main() -> None:
@@ -433,7 +447,8 @@ def main() -> None:
             _exit(EXIT_USAGE)
         # Typer's bundled Click raises its own usage errors; they carry exit_code 2.
         if getattr(exc, "exit_code", None) == EXIT_USAGE and hasattr(exc, "format_message"):
-            _usage_exit(_misplaced_option(exc, sys.argv[1:]) or exc.format_message())
+            args = sys.argv[1:]
+            _usage_exit(_misplaced_option(exc, args) or _unknown_option(exc, args) or exc.format_message())
         if os.environ.get("DDPCHECK_DEBUG"):
             raise
         # A bug in ddpcheck itself: the check could not complete. One line, and how to see more.
@@ -481,6 +496,42 @@ def _misplaced_option(exc: Exception, args: list[str]) -> str | None:
     command = args[at] if at is not None else (takers[0] if len(takers) == 1 else "COMMAND")
     rest = args[:at] + args[at + 1 :] if at is not None else args
     return f"{name} is an option of the commands, not of ddpcheck itself: ddpcheck {command} {' '.join(rest)}"
+
+
+def _unknown_option(exc: Exception, args: list[str]) -> str | None:
+    """An option the command does not take: the near names only (not click's loose guesses), and for
+    `watch torchrun --nproc-per-node 2 ...` the `--` that hands the rest to the job."""
+    name = getattr(exc, "option_name", None)
+    ctx = getattr(exc, "ctx", None)
+    if not name or ctx is None or type(exc).__name__ != "NoSuchOption":
+        return None
+    command = ctx.info_name or "ddpcheck"
+    if command == "watch" and "--" not in args and "watch" in args and name in args:
+        valued = {
+            o for p in ctx.command.params if p.param_type_name == "option" and not p.is_flag for o in p.opts
+        }
+        at = args.index("watch")
+        job = next(
+            (
+                i
+                for i in range(at + 1, len(args))
+                if not args[i].startswith("-") and args[i - 1] not in valued
+            ),
+            None,
+        )
+        if job is not None and args.index(name) > job:
+            fixed = " ".join([*args[:job], "--", *args[job:]])
+            return f"no such option {name}: put -- before the job, so that its options reach it: " + (
+                f"ddpcheck {fixed}"
+            )
+    near = [
+        p
+        for p in getattr(exc, "possibilities", None) or []
+        if difflib.SequenceMatcher(None, name, p).ratio() >= 0.8
+    ]
+    said = f" (did you mean {' or '.join(near)}?)" if near else ""
+    where = f"ddpcheck {command} --help" if ctx.parent is not None else "ddpcheck --help"
+    return f"no such option {name}{said}; {where} lists them"
 
 
 def _usage_exit(message: str) -> None:

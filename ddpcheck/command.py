@@ -4,7 +4,8 @@ A command declares itself once, in its own folder under `checks/` (or, for the c
 that only read saved reports, in `report/`): its name and help, its typed Options (each
 field carrying the help text and command-line metadata the Typer declaration is generated
 from), the `--inject` kinds it takes, the module that measures and judges it, the tables the
-terminal and the HTML page chart, and the family of figures a baseline compares.
+terminal and the HTML page chart, the family of figures a baseline compares and the options
+it must share with the run, the Prometheus metrics its reports export, and its pure judges.
 
 Torch-free and Typer-free: `ddpcheck --help` reads every declaration, so they stay light;
 the module that does the work is imported only when the command runs.
@@ -126,6 +127,21 @@ def options_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
 
 
 @dataclass(frozen=True)
+class Setup:
+    """An option a baseline's run must share for the figures that depend on it to be compared."""
+
+    key: str  # the name FigureKind.needs gives it
+    label: str  # how a difference in it is named ("link message size 1M -> 4M")
+    fields: tuple[str, ...]  # the Options fields a saved report holds it in, the first present wins
+
+
+def load(reference: str) -> Any:
+    """The object a declaration names as "module:name", imported only now."""
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
 class Command:
     """One command, declared once.
 
@@ -144,22 +160,28 @@ class Command:
     # A passing report is its verdict line alone (`watch`: the job's own output is what was wanted).
     terse_pass: bool = False
     # A command that starts no ranks takes a Ctrl-C as one KeyboardInterrupt in its run(), to end
-    # what it started first (`watch`: the user's job); any other leaves at once. Raised anywhere,
-    # a KeyboardInterrupt can land in code that swallows it: torch's native import of numpy did
-    # (`env` went on to exit 0, or failed later importing a half-loaded numpy).
+    # what it started first (`watch`: the user's job); any other leaves at once, as a
+    # KeyboardInterrupt raised anywhere can land in code that swallows it (torch's import of numpy).
     interrupt_raises: bool = False
     faults: tuple[str, ...] = ()  # the --inject kinds it takes
-    # Tables the terminal draws a chart for after the table itself (report/terminal.py's kinds).
+    # Tables the terminal draws a chart for after the table itself: table name -> "module:function",
+    # the function drawing it from (table, rows, console).
     charts: Mapping[str, str] = field(default_factory=dict)
     # Tables the terminal shows only with --verbose, each with the words of the note that says so.
     details: Mapping[str, str] = field(default_factory=dict)
-    # The HTML page's charts, by maker (report/html/: bandwidth, links, profile, train).
+    # The HTML page's chart makers: modules with `charts(report) -> list[Chart]` (report/html/).
     html_charts: tuple[str, ...] = ()
     # Commands of one family hold the same kinds of figures: --baseline and --tolerance
     # compare a run with a saved one of its family (allreduce with collectives, say).
     family: str | None = None
     figures: str | None = None  # "module:function", report dict -> list[Figure]
-    # Whether its work is sized by the time left: it takes --budget (launcher/budget.py).
+    # The options a baseline's run must share for its figures to be compared (FigureKind.needs).
+    setup: tuple[Setup, ...] = ()
+    # "module:function", its report's rows by table name -> the Prometheus metrics it exports.
+    metrics: str | None = None
+    # Its pure judges, mutated by `mutmut run` (pyproject.toml's only_mutate lists them all).
+    judges: tuple[str, ...] = ()
+    # Whether its work is sized by the time left: it takes --budget (launcher/budget_options.py).
     budgeted: bool = False
     # Whether its ranks build DistributedDataParallel, whose constructor imports torch._dynamo,
     # which makes the compile cache directory (TORCHINDUCTOR_CACHE_DIR, in the run directory).
@@ -174,7 +196,4 @@ class Command:
 
     def figures_of(self, report: Mapping[str, Any]) -> list[Any]:
         """The figures a saved report of this command holds (none for a command that measures nothing)."""
-        if self.figures is None:
-            return []
-        module, _, function = self.figures.partition(":")
-        return getattr(importlib.import_module(module), function)(report)
+        return load(self.figures)(report) if self.figures else []

@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.support import purity
+from tests.support import interrupt, purity
 from tests.support.slurm import slurm  # noqa: F401  (a real Slurm: the fixture, for every test file)
 
 # Pure tests and integration tests (tests/support/purity.py): the mark by a rule, and a guard
@@ -24,10 +24,25 @@ pytest_runtest_setup = purity.guard_phase
 pytest_runtest_call = purity.guard_phase
 
 
+@pytest.hookimpl(trylast=True)  # after xdist has registered its controller (tests/support/interrupt.py)
+def pytest_configure(config: pytest.Config) -> None:
+    interrupt.install(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    interrupt.end_what_the_tests_started()
+
+
 # The files that take longest, first. With a file whole per worker (`--dist loadfile`), the
 # file that starts last sets the end: by name, test_watch.py (about 170 s) came last, and one
 # worker ran it alone while the other had nothing left.
-LONGEST_FIRST = ("test_watch.py", "test_failures.py", "test_launchers.py", "test_multinode.py")
+LONGEST_FIRST = (
+    "test_watch.py",
+    "test_examples.py",
+    "test_failures.py",
+    "test_launchers.py",
+    "test_multinode.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

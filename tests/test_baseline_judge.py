@@ -315,14 +315,22 @@ def test_setup_of_reads_the_layout_models_and_options() -> None:
         "backend": "nccl",
         "device": "cuda",
         "device_name": "A100, H100",
-        "dtype": "bf16",
-        "link_bytes": 4096,
-        "hidden": 8,
-        "batch": 4,
+        # Only the options its command declares part of the setup (Command.setup): not links' size.
+        "dtype": None,
+        "link_bytes": None,
+        "hidden": None,
+        "batch": None,
         "ranks_per_host": "1+2",
-        "bucket_cap_mb": 25.0,
+        "bucket_cap_mb": None,
         "matrix_size": 4096,
     }
+    profile = baseline.setup_of({**report, "command": "profile"})
+    assert (profile["hidden"], profile["batch"], profile["bucket_cap_mb"], profile["matrix_size"]) == (
+        8,
+        4,
+        25.0,
+        None,
+    )
 
 
 def test_the_layout_counts_ranks_per_host_and_node_rank() -> None:

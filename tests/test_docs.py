@@ -11,23 +11,14 @@ from urllib.parse import unquote
 
 import pytest
 
+from ddpcheck.commands import COMMANDS
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
 
 README_MAX_LINES = 400
-# Every command has a page of its own, docs/<command>.md (`compare` shares its page with --baseline).
-COMMAND_PAGES = {
-    "env": "env.md",
-    "allreduce": "allreduce.md",
-    "collectives": "collectives.md",
-    "train": "train.md",
-    "profile": "profile.md",
-    "links": "links.md",
-    "show": "show.md",
-    "compare": "compare.md",
-}
 # The set-up commands, verbatim: CI (.ci/run) runs the second.
 SETUP_COMMANDS = [
     "pip install torch==2.13.0 -e . && ddpcheck allreduce",
@@ -131,9 +122,10 @@ def test_readme_is_a_front_door() -> None:
     )
 
 
-@pytest.mark.parametrize("command", sorted(COMMAND_PAGES))
+# Every command has a page of its own, docs/<command>.md (`compare` shares its page with --baseline).
+@pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_every_command_has_a_page_linked_from_the_readme(command: str) -> None:
-    page = DOCS / COMMAND_PAGES[command]
+    page = DOCS / f"{command}.md"
     assert page.is_file(), f"no docs page for `ddpcheck {command}`: {page.relative_to(ROOT)}"
     assert f"ddpcheck {command}" in page.read_text(encoding="utf-8")
     readme_targets = {target.partition("#")[0] for _, target in links(README)}

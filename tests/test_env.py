@@ -21,10 +21,13 @@ from typing import Any
 
 import pytest
 
-from ddpcheck.checks.env import agreement, judge, master, probe, redact, variables
 from ddpcheck.checks.env import check as env_check
+from ddpcheck.checks.env import judge, master, probe, redact, variables
+from ddpcheck.rank import agreement
+from ddpcheck.rank.fingerprint import rank_fingerprint
 from ddpcheck.report import units
-from ddpcheck.report.model import Check, Report, Status, Verdict, write_json
+from ddpcheck.report.formats.json import write as write_json
+from ddpcheck.report.model import Check, Report, Status, Verdict
 from tests.conftest import needs_gpu
 from tests.support.hung_tool import all_end, started_children, write_hung_tool
 
@@ -612,11 +615,11 @@ def test_rank_fingerprint_is_cheap_and_real() -> None:
 
     import torch
 
-    probe.rank_fingerprint()  # the first call may touch files for the first time
+    rank_fingerprint()  # the first call may touch files for the first time
     times = []
     for _ in range(5):
         start = time.perf_counter()
-        fp = probe.rank_fingerprint()
+        fp = rank_fingerprint()
         times.append(time.perf_counter() - start)
     assert statistics.median(times) < 0.05
     assert fp["torch"] == torch.__version__ and fp["python"] == platform.python_version()
@@ -718,8 +721,8 @@ def test_gpu_host_is_seen_whole() -> None:
         topology = report.table("topology")
         assert topology is not None and topology.rows[0]["device"] == "GPU0"
     torch.cuda.set_device(0)  # as the harness does before it takes the fingerprint
-    probe.rank_fingerprint()
+    rank_fingerprint()
     start = time.perf_counter()
-    fp = probe.rank_fingerprint()
+    fp = rank_fingerprint()
     assert time.perf_counter() - start < 0.05
     assert fp["gpu"] == torch.cuda.get_device_name(0) and fp["nccl"] and fp["cuda"] == torch.version.cuda

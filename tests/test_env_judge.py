@@ -1,4 +1,4 @@
-"""Boundary tests of `ddpcheck env`'s pure judges (`checks/env/judge.py`, `checks/env/agreement.py`).
+"""Boundary tests of `ddpcheck env`'s pure judges (`checks/env/judge.py`, `rank/agreement.py`).
 
 Each test pins one rule: the status on either side of a threshold, which variable, device,
 interface, rank or host a verdict names, and the detail sentence word for word.
@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from ddpcheck.checks.env import agreement, judge, master
+from ddpcheck.checks.env import judge, master
+from ddpcheck.rank import agreement
 from ddpcheck.report.model import Check, Status, Table
 from ddpcheck.report.units import GIB, MIB, UNLIMITED
 

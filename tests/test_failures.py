@@ -24,6 +24,7 @@ import pytest
 from ddpcheck.failure import stacks
 from ddpcheck.failure.explain import crash_culprits, judge_stall
 from ddpcheck.failure.liveness import Stall
+from ddpcheck.failure.statuses import SeenStatus
 from ddpcheck.launcher import monitor
 from ddpcheck.rank import interrupt, rundir
 from tests.conftest import (
@@ -42,7 +43,9 @@ QUICK = ("--sizes", "1K", "--iters", "1")
 
 
 # ------------------------------------------------------------------ pure diagnosis
-def status(rank: int, stage: str, seq: int, *, age: float = 0.3, state: str = "sleeping", **extra) -> dict:
+def status(
+    rank: int, stage: str, seq: int, *, age: float = 0.3, state: str = "sleeping", **extra
+) -> SeenStatus:
     """A rank's status as the watchdog annotates it (process state, heartbeat age)."""
     return {
         "rank": rank,

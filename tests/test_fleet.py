@@ -21,10 +21,11 @@ from ddpcheck.checks.links.check import judge as judge_links
 from ddpcheck.errors import UsageError
 from ddpcheck.failure.explain import judge_stall
 from ddpcheck.failure.liveness import Stall
+from ddpcheck.failure.statuses import SeenStatus
 from ddpcheck.launcher.drain import PREFIX, REASON_MAX, act_on, reason
 from ddpcheck.report.fleet import FleetOptions, compressed, culprit_hosts
+from ddpcheck.report.formats.prometheus import STATUS_VALUE, text_of
 from ddpcheck.report.model import Check, Report, Status
-from ddpcheck.report.prometheus import STATUS_VALUE, text_of
 from tests.conftest import assert_nothing_left, assert_usage_error, worker_processes
 from tests.support.scale_data import links_data, rank_identities
 from tests.support.synthetic_reports import collectives_report, links_report
@@ -34,7 +35,9 @@ FIVE_HOSTS = ["gpu-a001", "gpu-a002", "gpu-a003", "gpu-a004", "gpu-a017"]
 
 
 # ------------------------------------------------------------------ --hostlist: pure
-def _status(rank: int, host: str, stage: str, seq: int, state: str = "sleeping", age: float = 0.3) -> dict:
+def _status(
+    rank: int, host: str, stage: str, seq: int, state: str = "sleeping", age: float = 0.3
+) -> SeenStatus:
     return {
         "rank": rank,
         "local_rank": rank % 2,

@@ -19,7 +19,8 @@ from tests.support.synthetic_reports import collectives_report, links_report
 
 pytest.importorskip("matplotlib", reason="--html needs matplotlib: pip install 'ddpcheck[html]'")
 
-from ddpcheck.report.html import render_html, write_html
+from ddpcheck.report.html import render_html
+from ddpcheck.report.html import write as write_html
 
 # Every test here starts processes (the real command, a shell, a browser).
 pytestmark = pytest.mark.integration

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ddpcheck.report.model import Check, Report, Status, report_from_dict, to_junit
+from ddpcheck.report.formats.junit import to_junit
+from ddpcheck.report.model import Check, Report, Status, report_from_dict
 from ddpcheck.report.terminal import render_report
 from tests.conftest import assert_usage_error
 

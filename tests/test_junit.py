@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from ddpcheck import __version__
-from ddpcheck.report.model import Check, Report, Status, Table, to_junit, write_junit
+from ddpcheck.report.formats.junit import to_junit
+from ddpcheck.report.formats.junit import write as write_junit
+from ddpcheck.report.model import Check, Report, Status, Table
 from tests.conftest import assert_nothing_left
 
 # ----------------------------------------------------- a structural checker

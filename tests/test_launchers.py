@@ -8,6 +8,7 @@ in rank 1's one line, the exit codes, that every process (the launcher too) ende
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -124,17 +125,17 @@ def test_rank_0_ages_heartbeats_by_its_own_clock_and_counts_what_peers_beat(tmp_
         records, ages, missed = watch.snapshot()
         # Both beat. A snapshot taken between one rank's beat and the other's shows the later one
         # a beat or so behind (CI saw {0: 1}); no stop, which takes STOPPED_AFTER_BEATS.
-        assert records[1]["beats"] >= 2 and ages[1] < 1.5 and max(missed.values()) < STOPPED_AFTER_BEATS
+        assert records[1].beats >= 2 and ages[1] < 1.5 and max(missed.values()) < STOPPED_AFTER_BEATS
         assert not any(inline.is_culprit(r) for r in inline.annotate(records, ages, missed).values())
         # Rank 1's clock an hour behind: its wall-clock heartbeat must not matter.
-        skewed = {1: {**records[1], "heartbeat": records[1]["heartbeat"] - 3600}}
+        skewed = {1: dataclasses.replace(records[1], heartbeat=records[1].heartbeat - 3600)}
         assert inline.annotate(skewed, ages, missed)[1]["heartbeat_age_s"] < 1.5
         writers[1].close()  # rank 1 freezes: its beats stop, rank 0's go on
         # Until the watch saw rank 0 beat STOPPED_AFTER_BEATS + 2 times more (a fixed 4.5 s sleep
         # left no beat to spare where the watcher's looks fell badly); bounded.
         records, ages, missed = watch.snapshot()
-        beats_then, deadline = records[0]["beats"], time.monotonic() + 30
-        while records[0]["beats"] < beats_then + STOPPED_AFTER_BEATS + 2 and time.monotonic() < deadline:
+        beats_then, deadline = records[0].beats, time.monotonic() + 30
+        while records[0].beats < beats_then + STOPPED_AFTER_BEATS + 2 and time.monotonic() < deadline:
             time.sleep(HEARTBEAT_INTERVAL_S)
             records, ages, missed = watch.snapshot()
         frozen = inline.annotate(records, ages, missed)

@@ -18,6 +18,7 @@ from ddpcheck.failure.liveness import (
     missed_beats,
     stopped_beating,
 )
+from ddpcheck.failure.statuses import RankStatus
 from ddpcheck.rank import inline
 
 
@@ -82,7 +83,10 @@ def test_the_tracker_counts_a_late_peer_from_the_beat_count_it_was_first_seen_wi
 
 def test_counters_are_each_records_beats_and_stage_seq() -> None:
     """What the watchdog and inline feed the tracker from the ranks' status records."""
-    records = {0: {"beats": 12, "seq": 3, "stage": "measure"}, 4: {"beats": 9, "seq": 8}}
+    records = {
+        0: RankStatus(0, 0, 0, "h", None, 100, beats=12, seq=3, stage="measure"),
+        4: RankStatus(4, 0, 1, "h", None, 104, beats=9, seq=8),
+    }
     assert counters(records) == {0: (12, 3), 4: (9, 8)}
 
 

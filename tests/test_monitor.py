@@ -30,6 +30,7 @@ import pytest
 from ddpcheck.failure import stages
 from ddpcheck.failure.explain import judge_stall
 from ddpcheck.failure.liveness import FROZEN_AFTER_S, STOPPED_AFTER_BEATS, Stall
+from ddpcheck.failure.statuses import SeenStatus
 from ddpcheck.launcher import monitor
 from ddpcheck.launcher.monitor import ABANDON_AFTER_S, STARTUP_ALLOWANCE_S, Monitor, annotate, kill_workers
 from ddpcheck.launcher.plan import LaunchPlan
@@ -42,7 +43,7 @@ def write(run_dir: Path, rank: int, stage: str = "measure: 4K", **fields: Any) -
     record.seq = fields.pop("seq", 3)
     for name, value in fields.items():
         setattr(record, name, value)
-    FileTransport(run_dir, rank).publish(record.to_dict())
+    FileTransport(run_dir, rank).publish(record)
     return record.to_dict()
 
 
@@ -53,17 +54,17 @@ def plan(timeout: float, nproc: int = 2, nnodes: int = 1) -> LaunchPlan:
 class FakePresence:
     """What the monitor asks of presence.Presence: publish, and the other nodes' statuses."""
 
-    def __init__(self, remote: dict[int, dict[str, Any]] | None = None, fail: bool = False) -> None:
+    def __init__(self, remote: dict[int, SeenStatus] | None = None, fail: bool = False) -> None:
         self.remote = remote or {}
         self.fail = fail
-        self.published: list[dict[int, dict[str, Any]]] = []
+        self.published: list[dict[int, SeenStatus]] = []
 
-    def publish(self, statuses: dict[int, dict[str, Any]]) -> None:
+    def publish(self, statuses: dict[int, SeenStatus]) -> None:
         if self.fail:
             raise RuntimeError("store gone")
         self.published.append(statuses)
 
-    def world_statuses(self) -> dict[int, dict[str, Any]]:
+    def world_statuses(self) -> dict[int, SeenStatus]:
         if self.fail:
             raise RuntimeError("store gone")
         return self.remote
@@ -106,12 +107,12 @@ def wait_for(dog: Monitor, limit: float = 8.0) -> None:
 
 
 # ------------------------------------------------------------------ the bound
-def bound(statuses: dict[int, dict[str, Any]], timeout: float = 0.5, nproc: int = 2) -> float:
+def bound(statuses: dict[int, RankStatus], timeout: float = 0.5, nproc: int = 2) -> float:
     return Monitor(Path("/nonexistent"), plan(timeout, nproc), None)._bound(statuses)
 
 
-def status(stage: str = "measure: 4K", age: float = 0.2) -> dict[str, Any]:
-    return {"stage": stage, "heartbeat": time.time() - age}
+def status(stage: str = "measure: 4K", age: float = 0.2) -> RankStatus:
+    return RankStatus(0, 0, 0, "h", None, 0, stage=stage, heartbeat=time.time() - age)
 
 
 def test_the_bound_is_the_timeout_once_every_rank_is_past_start_up() -> None:
@@ -292,7 +293,7 @@ def test_rank_0_drives_the_progress_display_and_statuses_are_published_annotated
     tmp_path: Path, watch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(monitor, "PUBLISH_EVERY_S", 0.15)
-    shown: list[dict[str, Any]] = []
+    shown: list[SeenStatus] = []
     write(tmp_path, 0, progress={"done": 2, "total": 9, "label": "4K"})
     write(tmp_path, 1)
     presence = FakePresence()
@@ -307,7 +308,7 @@ def test_rank_0_drives_the_progress_display_and_statuses_are_published_annotated
 
 
 def test_without_rank_0_nothing_drives_the_progress_display(tmp_path: Path, watch) -> None:
-    shown: list[dict[str, Any]] = []
+    shown: list[SeenStatus] = []
     write(tmp_path, 1)  # a node without rank 0
     dog = watch(plan(60.0), on_progress=shown.append)
     time.sleep(0.4)
@@ -462,12 +463,16 @@ def test_annotate_adds_the_process_state_and_ages(children, monkeypatch: pytest.
     wait_state(ended.pid, psutil.STATUS_ZOMBIE)  # exited, not yet reaped
     now = time.time()
     monkeypatch.setattr(monitor, "time", FrozenWallClock(now))
+
+    def record(rank: int, pid: int, **fields: Any) -> RankStatus:
+        return RankStatus(rank, rank, 0, "h", None, pid, **{"heartbeat": now, "stage_since": now, **fields})
+
     statuses = {
-        0: {"pid": running.pid, "heartbeat": now - 2.26, "stage_since": now - 7.0, "stage": "measure"},
-        1: {"pid": stopped.pid, "heartbeat": now - 0.04, "stage_since": now},
-        2: {"pid": ended.pid, "heartbeat": now},
-        3: {"pid": os.getpid()},  # not one of this process's descendants: not a rank of this node
-        4: {"stage": "launched"},  # no pid, no heartbeat yet
+        0: record(0, running.pid, heartbeat=now - 2.26, stage_since=now - 7.0, stage="measure"),
+        1: record(1, stopped.pid, heartbeat=now - 0.04),
+        2: record(2, ended.pid),
+        3: record(3, os.getpid()),  # not one of this process's descendants: not a rank of this node
+        4: record(4, 0, stage="launched"),  # no process yet, its heartbeat just written
     }
     annotated = annotate(statuses)
     assert {r: s["proc_state"] for r, s in annotated.items()} == {
@@ -480,7 +485,7 @@ def test_annotate_adds_the_process_state_and_ages(children, monkeypatch: pytest.
     assert annotated[0]["heartbeat_age_s"] == 2.3 and annotated[0]["in_stage_s"] == 7.0  # tenths
     assert annotated[1]["heartbeat_age_s"] == 0.0
     assert annotated[4]["heartbeat_age_s"] == 0.0 and annotated[4]["in_stage_s"] == 0.0
-    assert annotated[0]["stage"] == "measure" and "proc_state" not in statuses[0]  # a copy, keys kept
+    assert annotated[0]["stage"] == "measure" and "proc_state" not in vars(statuses[0])  # a copy, keys kept
 
 
 @pytest.mark.integration

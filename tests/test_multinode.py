@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from ddpcheck.checks.rankmap import hosts_table, judge_rank_map
 from ddpcheck.errors import UsageError
 from ddpcheck.launcher.options import LaunchOptions
 from ddpcheck.launcher.slurm import (
@@ -20,6 +19,7 @@ from ddpcheck.launcher.slurm import (
     torch_environment,
     under_srun,
 )
+from ddpcheck.rank.rankmap import hosts_table, judge_rank_map
 from ddpcheck.report.model import Check, Status
 from ddpcheck.report.naming import describe_ranks
 from tests.conftest import assert_nothing_left, worker_processes

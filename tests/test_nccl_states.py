@@ -9,6 +9,7 @@ ranks (tests/support/fr_dumps.py), the peers' #15 is `started`.
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from ddpcheck.checks.postmortem.check import examine
 from ddpcheck.checks.postmortem.judge import judge
 from ddpcheck.failure.flight import RankTrace, parse_dump
-from ddpcheck.failure.recorders import dump_every_recorder, merge
+from ddpcheck.failure.recorders import dump_every_recorder, merge, poke_debug_pipes
 from ddpcheck.report.model import Check, Status
 from tests.support.fr_dumps import dump, entry, grown_h200_dump, h200_dump, write_pickle
 
@@ -163,3 +164,16 @@ def test_one_group_recorded_by_both_backends_is_kept_apart() -> None:
     assert trace.groups() == {"0", "1", "0:gloo"}
     assert (trace.last_enqueued("0"), trace.last_started("0")) == (15, 14)  # NCCL's status kept
     assert trace.last_enqueued("0:gloo") == 3 and trace.backend_of("0:gloo") == "gloo"
+
+
+def test_nccls_debug_pipes_are_poked_and_a_pipe_without_reader_is_passed_over(tmp_path: Path) -> None:
+    prefix = str(tmp_path / "nccl_pipe_rank_")
+    os.mkfifo(f"{prefix}0.pipe")
+    os.mkfifo(f"{prefix}1.pipe")  # its rank is gone: nobody reads
+    reader = os.open(f"{prefix}0.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        assert poke_debug_pipes(prefix) == [f"{prefix}0.pipe"]
+        assert os.read(reader, 16) == b"1"
+    finally:
+        os.close(reader)
+    assert poke_debug_pipes(str(tmp_path / "none_")) == []

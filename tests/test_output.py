@@ -413,7 +413,7 @@ def test_the_counts_come_in_one_order() -> None:
 
 
 def test_all_of_counts_right() -> None:
-    from ddpcheck.report.model import all_of
+    from ddpcheck.report.naming import all_of
 
     assert [all_of(n, "rank") for n in (1, 2, 3)] == ["the one rank", "both ranks", "all 3 ranks"]
 

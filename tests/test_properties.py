@@ -30,8 +30,10 @@ from ddpcheck.checks.env.variables import DIST_ENV_PREFIXES, distributed_env
 from ddpcheck.checks.links.outliers import find_slow
 from ddpcheck.report import show
 from ddpcheck.report import terminal as render
+from ddpcheck.report.formats.json import write as write_json
+from ddpcheck.report.formats.junit import write as write_junit
 from ddpcheck.report.html import render_html
-from ddpcheck.report.model import Check, Report, Status, Table, write_json, write_junit
+from ddpcheck.report.model import Check, Report, Status, Table
 
 BOUNDED = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Each example of the secrets test renders a whole report four ways (HTML with charts among them).

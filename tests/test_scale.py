@@ -15,7 +15,7 @@ from ddpcheck.checks.devices import judge as devices
 from ddpcheck.checks.profile import ProfileOptions
 from ddpcheck.checks.profile.judge import _median_without, straggler_ratios
 from ddpcheck.checks.profile.judge import judge as judge_profile
-from ddpcheck.report.model import SHOWN_ROWS, shown_rows
+from ddpcheck.report.rows import SHOWN_ROWS, shown_rows
 from ddpcheck.report.terminal import render_report
 from tests.support import scale_data
 

@@ -179,7 +179,7 @@ def test_option_before_the_command_says_where_it_goes(ddpcheck, scratch) -> None
     ), run.stderr
     run = ddpcheck("--frobnicate", "allreduce")  # an option of no command: Click's own answer
     assert_usage_error(run, scratch)
-    assert "No such option: --frobnicate" in run.stderr
+    assert "no such option --frobnicate; ddpcheck --help lists them" in run.stderr
 
 
 def test_unknown_collective_suggests_the_close_one(ddpcheck, scratch) -> None:

@@ -8,16 +8,18 @@ unit-tested with synthetic data. The ranks call them too, inline, under torchrun
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ddpcheck.failure.collectives import with_last_collectives
 from ddpcheck.failure.flight import RankTrace
 from ddpcheck.failure.liveness import FROZEN_AFTER_S, Stall, stopped_beating
 from ddpcheck.failure.peers import connection_dropped, is_collateral_error
 from ddpcheck.failure.stages import DONE, PRE_JOIN
+from ddpcheck.failure.statuses import ExitInfo, SeenStatus
 from ddpcheck.report.model import Check, Report, Status, Table, Verdict
 
 if TYPE_CHECKING:
+    from ddpcheck.launcher.plan import LaunchPlan
     from ddpcheck.rank.rundir import RunSpec
 
 STAGES_COLUMNS = {
@@ -34,9 +36,9 @@ STAGES_COLUMNS = {
 def report_for(
     *,
     command: str,
-    plan: Any,
-    statuses: dict[int, dict[str, Any]],
-    exits: dict[int, dict[str, Any]],
+    plan: LaunchPlan,
+    statuses: dict[int, SeenStatus],
+    exits: dict[int, ExitInfo],
     stall: Stall | None,
     launch_error: str | None,
     log_tail: Callable[[int], str],
@@ -60,9 +62,9 @@ def report_for(
 
 def add_findings(
     report: Report,
-    plan: Any,
-    statuses: dict[int, dict[str, Any]],
-    exits: dict[int, dict[str, Any]],
+    plan: LaunchPlan,
+    statuses: dict[int, SeenStatus],
+    exits: dict[int, ExitInfo],
     stall: Stall | None,
     launch_error: str | None,
     log_tail: Callable[[int], str],
@@ -109,7 +111,7 @@ def add_findings(
         report.tables.append(Table("stderr", title, columns, tails))
 
 
-def crash_culprits(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]]) -> list[int] | None:
+def crash_culprits(statuses: dict[int, SeenStatus], exits: dict[int, ExitInfo]) -> list[int] | None:
     """Ranks that failed first-hand; peers that merely lost their connection are left out.
 
     None when every failure is collateral (timeouts, lost connections): then no rank
@@ -122,7 +124,7 @@ def crash_culprits(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[st
     return None
 
 
-def _is_collateral(status: dict[str, Any], exit_info: dict[str, Any]) -> bool:
+def _is_collateral(status: SeenStatus, exit_info: ExitInfo) -> bool:
     message = (status.get("error") or "").lower()
     if message:
         return is_collateral_error(message)
@@ -131,7 +133,7 @@ def _is_collateral(status: dict[str, Any], exit_info: dict[str, Any]) -> bool:
     return exit_info.get("killed_by_ddpcheck") or exit_info.get("signal") in ("SIGTERM", "SIGINT", "SIGHUP")
 
 
-def describe_crash(rank: int, status: dict[str, Any], exit_info: dict[str, Any]) -> Check:
+def describe_crash(rank: int, status: SeenStatus, exit_info: ExitInfo) -> Check:
     who = _who(rank, status, exit_info)
     stage = status.get("stage", "before it reported any stage")
     if status.get("error"):
@@ -221,18 +223,18 @@ def judge_stall(stall: Stall) -> Check:
     return Check("hang", Status.ERROR, "; ".join(parts), culprits, hosts)
 
 
-def _frozen(status: dict[str, Any]) -> bool:
+def _frozen(status: SeenStatus) -> bool:
     return status.get("proc_state") == "stopped" or _beat_stopped(status)
 
 
-def _beat_stopped(status: dict[str, Any]) -> bool:
+def _beat_stopped(status: SeenStatus) -> bool:
     """Against its peers where a watcher counted their beats (inline runs: `missed_beats`), else by age."""
     if "missed_beats" in status:
         return stopped_beating(status["missed_beats"])
     return status.get("heartbeat_age_s", 0) > FROZEN_AFTER_S
 
 
-def stages_table(statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]]) -> Table:
+def stages_table(statuses: dict[int, SeenStatus], exits: dict[int, ExitInfo]) -> Table:
     """Where every rank was last seen, as its own host saw it."""
     rows = []
     for rank, s in sorted(statuses.items()):
@@ -338,11 +340,11 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
     return Check(name, Status.ERROR, "; ".join(parts), culprits, hosts)
 
 
-def _ended_mid_run(status: dict[str, Any]) -> bool:
+def _ended_mid_run(status: SeenStatus) -> bool:
     return not status.get("error") and status.get("stage") != DONE
 
 
-def _stopped_beating(status: dict[str, Any]) -> bool:
+def _stopped_beating(status: SeenStatus) -> bool:
     """Stopped, or frozen; a rank that said why its beats end (it gave up, or finished) is neither."""
     if status["proc_state"] == "stopped":
         return True
@@ -351,7 +353,7 @@ def _stopped_beating(status: dict[str, Any]) -> bool:
     return _beat_stopped(status)
 
 
-def _silence(status: dict[str, Any]) -> str:
+def _silence(status: SeenStatus) -> str:
     """'no heartbeat for N s', and what its peers did meanwhile when that was counted."""
     said = f"no heartbeat for {status['heartbeat_age_s']:.0f} s"
     if status.get("missed_beats"):
@@ -390,7 +392,7 @@ def _inline_report(spec: RunSpec, stall: Stall, message: str, how: str, me: int)
     return report
 
 
-def inline_crash_report(spec: RunSpec, world_size: int, record: dict[str, Any], message: str) -> Report:
+def inline_crash_report(spec: RunSpec, world_size: int, record: SeenStatus, message: str) -> Report:
     """Rank 0's report when rank 0 itself failed first-hand under torchrun, srun or mpirun."""
     report = Report(command=spec.command)
     report.world = {"size": world_size, "backend": spec.backend, "device": spec.device}
@@ -404,7 +406,7 @@ SRUN_WAITS = (
 )
 
 
-def remote_node_report(command: str, plan: Any, verdict: Verdict, report_host: str) -> Report:
+def remote_node_report(command: str, plan: LaunchPlan, verdict: Verdict, report_host: str) -> Report:
     """This node's ranks finished; rank 0's node printed the report and shared its verdict."""
     report = Report(command=command)
     report.world = {
@@ -426,7 +428,7 @@ def remote_node_report(command: str, plan: Any, verdict: Verdict, report_host: s
     return report
 
 
-def _who(rank: int, status: dict[str, Any], exit_info: dict[str, Any] | None = None) -> str:
+def _who(rank: int, status: SeenStatus, exit_info: ExitInfo | None = None) -> str:
     host = status.get("host", "?")
     pid = status.get("pid") or (exit_info or {}).get("pid", "?")
     elsewhere = ", on another node: as last reported there" if status.get("remote") else ""

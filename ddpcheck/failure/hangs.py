@@ -8,51 +8,14 @@ the ranks waiting in a collective are listed as waiting. Shared by `watch` (a jo
 
 from __future__ import annotations
 
-import signal
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ddpcheck.failure.peers import WATCHED_PEER_GONE
+from ddpcheck.failure.exits import Exit, first_sentence
+from ddpcheck.failure.peers import peer_gone_words
 from ddpcheck.failure.stacks import Frame, Stack, collective_frame, user_frame
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import span
-
-
-@dataclass(frozen=True)
-class Exit:
-    """How a rank's process ended, as far as the watcher could tell."""
-
-    time: float  # wall clock (time.time()): ranks on several hosts are ordered by it
-    # 'exception', 'fatal' (a fatal signal: faulthandler's trace), 'terminated' (SIGTERM),
-    # 'exited' (the interpreter's normal end), 'ended' (none of these: SIGKILL, os._exit)
-    kind: str
-    code: int | None = None  # the exit status when known (negative: the signal)
-    exception: str = ""  # 'ValueError: planted failure'
-    traceback: str = ""
-    fatal: str = ""  # faulthandler's first line ('Fatal Python error: Aborted')
-    stack: Stack = ()  # where it was: the exception's frames or faulthandler's, innermost first
-
-    @property
-    def secondary(self) -> bool:
-        """Ended because of another rank: torn down by the launcher, or its peer's connection gone."""
-        return self.kind in ("terminated", "exited") or (
-            self.kind == "exception" and bool(WATCHED_PEER_GONE.search(self.exception))
-        )
-
-    def describe(self) -> str:
-        if self.kind == "exception":
-            return self.exception
-        if self.kind == "fatal":
-            return self.fatal or "a fatal signal"
-        if self.kind == "terminated":
-            return "ended by SIGTERM (the launcher tearing the job down)"
-        if self.kind == "exited":
-            return "exited normally"
-        if self.code is not None and self.code < 0:
-            return f"killed by {signal_name(-self.code)}"
-        if self.code is not None:
-            return f"exited with code {self.code}, without a Python exception"
-        return "ended without a Python exception or a fatal-error trace (SIGKILL, or os._exit)"
 
 
 @dataclass
@@ -65,13 +28,6 @@ class RankView:
     unchanged_s: float | None = None  # how long the stack has stayed the same
     exit: Exit | None = None
     samples: list[Stack] = field(default_factory=list)  # earlier samples, oldest first
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def _where(stack: Stack | None) -> str:
@@ -187,6 +143,7 @@ def _report(views: list[RankView], checks: list[Check], blamed: list[RankView]) 
             "where": _where(stack) if stack else "",
             "frames": [f.to_dict() for f in (stack or ())[:8]],
             "named": v.rank in named,
+            **_whole_exit(v.exit),
         })  # fmt: skip
     table = Table(
         "ranks",
@@ -212,9 +169,18 @@ def _report(views: list[RankView], checks: list[Check], blamed: list[RankView]) 
     return report
 
 
+def _whole_exit(exit: Exit | None) -> dict[str, str]:
+    """A rank's end whole, for the JSON (not shown), where its words were cut to the first sentence."""
+    if exit is None or first_sentence(exit.describe()) == exit.describe().strip():
+        return {}
+    return {"exception": exit.describe(), "traceback": exit.traceback}
+
+
 def _state_words(view: RankView) -> str:
     if view.exit is not None:
-        words = view.exit.describe().splitlines()[0] if view.exit.describe() else ""
+        words = first_sentence(view.exit.describe()) if view.exit.describe() else ""
+        if view.exit.kind == "exception" and view.exit.secondary:
+            words = peer_gone_words(words) or words
         return words if len(words) <= 60 else words[:57] + "..."
     return {"T": "stopped", "t": "stopped", "R": "running", "S": "sleeping", "D": "in the kernel"}.get(
         view.state, view.state

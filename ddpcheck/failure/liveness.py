@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from ddpcheck.failure.statuses import RankStatus, SeenStatus
 
 HEARTBEAT_INTERVAL_S = 0.5
 # Four missed beats: long enough to survive a loaded machine, short enough for a verdict in seconds.
@@ -64,9 +65,9 @@ class BeatTracker:
         return {rank: c[0] for rank, c in self._last.items()}
 
 
-def counters(records: Mapping[int, Mapping[str, Any]]) -> dict[int, Counters]:
+def counters(records: Mapping[int, RankStatus]) -> dict[int, Counters]:
     """What liveness compares of each rank's status record: its beat and stage counters."""
-    return {rank: (record["beats"], record["seq"]) for rank, record in records.items()}
+    return {rank: (record.beats, record.seq) for rank, record in records.items()}
 
 
 def missed_beats(
@@ -99,7 +100,7 @@ class Stall:
     its process state and heartbeat age as seen without mixing two hosts' clocks.
     """
 
-    statuses: dict[int, dict[str, Any]]
+    statuses: dict[int, SeenStatus]
     waited_s: float | None
     world_size: int
     at: float | None = None

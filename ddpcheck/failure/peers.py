@@ -45,6 +45,26 @@ WATCHED_PEER_GONE = _any(PEER_CLOSED, SOCKET_CLOSED, TRANSPORT_GONE, (r"timed ou
 LOGGED_PEER_DIED = _any(PEER_CLOSED)
 
 
+# How a report says each group, in place of the error's own words (a path into gloo's sources).
+_SAID = (
+    (_any(PEER_CLOSED, SOCKET_CLOSED, TRANSPORT_GONE), "connection closed by peer"),
+    (_any(TIMED_OUT), "timed out waiting for a peer"),
+)
+
+
+def peer_gone_words(exception: str) -> str | None:
+    """'RuntimeError: connection closed by peer' for an exception a lost peer caused; None otherwise.
+
+    `exception` is 'Type: message' ('RuntimeError: [/__w/pytorch/.../pair.cc:534] Connection closed
+    by peer [127.0.0.1]:29500'): a rank that only lost its peer is said by what happened to it.
+    """
+    kind, _, message = exception.partition(": ")
+    for pattern, said in _SAID:
+        if pattern.search(message or kind):
+            return f"{kind}: {said}" if message else said
+    return None
+
+
 def connection_dropped(message: str) -> bool:
     """A peer's connection dropped: the peer died, or its host went away."""
     return bool(CONNECTION_DROPPED.search(message))

@@ -7,12 +7,15 @@ only: the watch agent loads this file by its path inside the user's job.
 
 from __future__ import annotations
 
+import glob
+import os
 import pickle
 from collections.abc import Callable
 from typing import Any
 
 NCCL_RECORDER = "_dump_nccl_trace"
 OTHER_RECORDER = "_dump_fr_trace"
+PIPE_SUFFIX = ".pipe"  # torch's debug-info pipe: TORCH_NCCL_DEBUG_INFO_PIPE_FILE + rank + ".pipe"
 
 
 def dump_every_recorder(native: Any, *, nccl_stacks: bool = True) -> bytes | None:
@@ -63,3 +66,23 @@ def _loaded(take: Callable[[], bytes]) -> dict[str, Any] | None:
     except Exception:
         return None
     return data if isinstance(data, dict) else None
+
+
+def poke_debug_pipes(prefix: str) -> list[str]:
+    """Ask NCCL's watchdog of every rank whose debug-info pipe exists to dump its recorder (one byte
+    written to `<prefix><rank>.pipe`): it answers even while the rank's Python cannot run. The pipes
+    that took it; one with no reader (its rank gone, or NCCL not up) is passed over, never waited on."""
+    poked = []
+    for path in sorted(glob.glob(glob.escape(prefix) + "*" + PIPE_SUFFIX)):
+        try:
+            pipe = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            os.write(pipe, b"1")
+            poked.append(path)
+        except OSError:
+            pass
+        finally:
+            os.close(pipe)
+    return poked

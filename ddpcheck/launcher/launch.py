@@ -21,20 +21,20 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpcheck.failure import explain
+from ddpcheck.failure.statuses import ExitInfo, SeenStatus
 from ddpcheck.launcher.monitor import POLL_S, Monitor, ProgressCallback, annotate, kill_workers
 from ddpcheck.launcher.plan import LaunchPlan
 from ddpcheck.launcher.presence import Presence, StoreUnreachable
 from ddpcheck.launcher.rendezvous import advertised_address, check_rendezvous_port, hosts_store
-from ddpcheck.rank import interrupt, rundir
+from ddpcheck.rank import assemble, interrupt, rundir
 from ddpcheck.rank.faults import Fault
 from ddpcheck.rank.harness import run_rank
 from ddpcheck.rank.rundir import RunSpec
 from ddpcheck.rank.status import read_statuses
 from ddpcheck.rank.torch_logs import USER_CPP_LOG_LEVEL
-from ddpcheck.report import assemble
 from ddpcheck.report.model import Report, Verdict
 from ddpcheck.torch_compat import (
     advertise_store_address,
@@ -43,6 +43,9 @@ from ddpcheck.torch_compat import (
     rank_log_fields,
     share_rendezvous_port,
 )
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 
 def make_spec(command: str, options: dict[str, Any], faults: list[Fault], plan: LaunchPlan) -> RunSpec:
@@ -172,7 +175,7 @@ def _findings(
         "exits": exits,
         "stall": monitor.stall,
         "launch_error": launch_error,
-        "log_tail": lambda rank: _log_tail(run_dir, statuses.get(rank)),
+        "log_tail": lambda rank: _log_tail(run_dir, statuses.get(rank), failures.get(rank)),
         "stacks": monitor.stacks,
         "flight": monitor.flight,
     }
@@ -210,8 +213,8 @@ def _furthest_stage(run_dir: Path) -> str:
     statuses = read_statuses(run_dir)
     if not statuses:
         return "no rank had started"
-    furthest = max(statuses.values(), key=lambda s: s["seq"])
-    return f"'{furthest['stage']}', rank {furthest['rank']}"
+    furthest = max(statuses.values(), key=lambda s: s.seq)
+    return f"'{furthest.stage}', rank {furthest.rank}"
 
 
 def _as_given(faults: list[Fault]) -> list[str]:
@@ -309,15 +312,33 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
         **compile_cache_env(run_dir),
     }
     with _environment(env):
-        elastic_launch(config, sys.executable)("-u", "-m", "ddpcheck.rank.harness", str(run_dir))
+        elastic_launch(config, sys.executable)(*rank_argv(run_dir))
+
+
+# Python 3.10 has no -P: drop the working directory that -c puts first, then run the harness as -m would.
+_SAFE_PATH_310 = (
+    "import runpy, sys; del sys.path[0]; "
+    "runpy.run_module('ddpcheck.rank.harness', run_name='__main__', alter_sys=True)"
+)
+
+
+def rank_argv(run_dir: Path, safe_path_flag: bool = sys.version_info >= (3, 11)) -> list[str]:
+    """The interpreter's arguments that start one rank.
+
+    Without -P, `python -m` puts the working directory first on the import path, and a
+    `ddpcheck/` folder there (the folder above a clone) hides the installed package.
+    """
+    if safe_path_flag:
+        return ["-u", "-P", "-m", "ddpcheck.rank.harness", str(run_dir)]
+    return ["-u", "-c", _SAFE_PATH_310, str(run_dir)]
 
 
 REMOTE_SETTLE_S = 4.0
 
 
 def _world_view(
-    monitor: Monitor, local: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]], settle: bool
-) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
+    monitor: Monitor, local: dict[int, SeenStatus], exits: dict[int, ExitInfo], settle: bool
+) -> tuple[dict[int, SeenStatus], dict[int, ExitInfo]]:
     """Every rank's status and exit as far as this node can know them.
 
     Other nodes publish how their ranks ended. When this node's own failures are only
@@ -401,8 +422,8 @@ def _headline(exc: BaseException) -> str:
     return lines[0].strip() if lines else type(exc).__name__
 
 
-def _exit_info(failure: Any, killed: set[int]) -> dict[str, Any]:
-    info: dict[str, Any] = {
+def _exit_info(failure: ProcessFailure, killed: set[int]) -> ExitInfo:
+    info: ExitInfo = {
         "exitcode": failure.exitcode,
         "pid": failure.pid,
         "killed_by_ddpcheck": failure.pid in killed,
@@ -415,11 +436,17 @@ def _exit_info(failure: Any, killed: set[int]) -> dict[str, Any]:
     return info
 
 
-def _log_tail(run_dir: Path, status: dict[str, Any] | None) -> str:
-    """The last lines of a rank's stderr, when that rank ran on this node."""
-    if not status or status.get("remote"):
-        return ""
-    return rundir.stderr_tail(run_dir, status["local_rank"])
+def _log_tail(run_dir: Path, status: SeenStatus | None, failure: Any = None) -> str:
+    """The last lines of a rank's stderr, when that rank ran on this node.
+
+    A rank that died before its first status (on import, say) is known only by its local
+    failure, which carries its local rank too.
+    """
+    if status and not status.get("remote") and status.get("local_rank") is not None:
+        return rundir.stderr_tail(run_dir, status["local_rank"])
+    if failure is not None and getattr(failure, "local_rank", None) is not None:
+        return rundir.stderr_tail(run_dir, failure.local_rank)
+    return ""
 
 
 def _silence_torch_logging() -> None:

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -23,6 +23,7 @@ from ddpcheck.failure.explain import judge_stall
 from ddpcheck.failure.flight import RankTrace, find_dumps
 from ddpcheck.failure.liveness import FROZEN_AFTER_S, BeatTracker, Stall, counters
 from ddpcheck.failure.stacks import py_spy_dumps
+from ddpcheck.failure.statuses import ExitInfo, RankStatus, SeenStatus
 from ddpcheck.rank import interrupt, rundir
 from ddpcheck.rank.budget import EXIT_S
 from ddpcheck.rank.status import read_statuses
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from ddpcheck.launcher.plan import LaunchPlan
     from ddpcheck.launcher.presence import Presence
 
-ProgressCallback = Callable[[dict[str, Any]], None]
+ProgressCallback = Callable[[SeenStatus], None]
 POLL_S = 0.1
 PUBLISH_EVERY_S = 0.5
 STARTUP_ALLOWANCE_S = 120.0
@@ -66,7 +67,7 @@ class Monitor(threading.Thread):
         self.stall: Stall | None = None
         self.killed: set[int] = set()  # pids this monitor killed: collateral, not culprits
         self.gave_up_at: float | None = None
-        self.snapshot: dict[int, dict[str, Any]] | None = None  # statuses just before a crash kill
+        self.snapshot: dict[int, SeenStatus] | None = None  # statuses just before a crash kill
         self.stacks: dict[int, str] = {}  # rank -> its Python stack (py-spy), taken before a stall's kill
         self.flight: dict[
             int, RankTrace
@@ -78,22 +79,22 @@ class Monitor(threading.Thread):
     def run(self) -> None:
         interrupt.block_in_this_thread()  # signals are the main thread's to handle
         started = last_change = last_publish = time.monotonic()
-        last_seen: tuple[Any, ...] = ()
+        last_seen: tuple[tuple[int, int, int, int], ...] = ()  # (rank, seq, progress_seq, ticks)
         crash_seen_at: float | None = None
         while not self._stop_event.wait(POLL_S):
             statuses = read_statuses(self.run_dir)
             self._beats.see(counters(statuses))
-            seen = tuple(sorted((r, s["seq"], s["progress_seq"], s["ticks"]) for r, s in statuses.items()))
+            seen = tuple(sorted((r, s.seq, s.progress_seq, s.ticks) for r, s in statuses.items()))
             now = time.monotonic()
             if seen != last_seen:
                 last_seen, last_change = seen, now
             if self.on_progress and 0 in statuses:
                 # Rank 0's status, and how many of this node's ranks have started (a status file each).
-                self.on_progress({**statuses[0], "ranks_started": len(statuses)})
+                self.on_progress({**statuses[0].as_seen(), "ranks_started": len(statuses)})
             if now - last_publish > PUBLISH_EVERY_S:
                 last_publish = now
                 self._publish(statuses)
-            if any(s.get("error") for s in statuses.values()):
+            if any(s.error for s in statuses.values()):
                 # A rank crashed: give the agent a moment to notice, then end the others,
                 # keeping how every rank looked (alive? frozen?) before they were killed.
                 if crash_seen_at is None:
@@ -123,7 +124,7 @@ class Monitor(threading.Thread):
                 self._give_up()
                 return
 
-    def _annotated(self, statuses: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    def _annotated(self, statuses: dict[int, RankStatus]) -> dict[int, SeenStatus]:
         """annotate(), and with two ranks or more here, the beats each missed of its peers'.
 
         A rank is frozen when its peers beat on without it (liveness.py), not when a busy
@@ -135,15 +136,15 @@ class Monitor(threading.Thread):
         missed = self._beats.missed()
         return {rank: {**s, "missed_beats": missed.get(rank, 0)} for rank, s in annotated.items()}
 
-    def _bound(self, statuses: dict[int, dict[str, Any]]) -> float:
+    def _bound(self, statuses: dict[int, RankStatus]) -> float:
         """--timeout, or more while ranks are still starting (importing torch, initialising CUDA).
 
         A frozen rank gets no allowance: its heartbeat stopped, it is not slow, it is stuck.
         """
         now = time.time()
-        frozen = any(now - s["heartbeat"] > FROZEN_AFTER_S for s in statuses.values())
+        frozen = any(now - s.heartbeat > FROZEN_AFTER_S for s in statuses.values())
         starting = len(statuses) < self.plan.nproc or any(
-            s["stage"] in stages.STARTUP for s in statuses.values()
+            s.stage in stages.STARTUP for s in statuses.values()
         )
         return max(self.plan.timeout, STARTUP_ALLOWANCE_S) if starting and not frozen else self.plan.timeout
 
@@ -161,18 +162,22 @@ class Monitor(threading.Thread):
         self.gave_up_at = time.time()
         self.killed |= kill_workers()
 
-    def _publish(self, statuses: dict[int, dict[str, Any]], annotated: bool = False) -> None:
+    def _publish(self, statuses: dict[int, RankStatus]) -> None:
+        self._send(lambda: self._annotated(statuses))
+
+    def publish_final(self, statuses: dict[int, SeenStatus], exits: dict[int, ExitInfo]) -> None:
+        """How this node's ranks ended (exit codes, signals), for node 0's report."""
+        self._send(lambda: {r: {**s, "exit": exits.get(r)} for r, s in statuses.items()})
+
+    def _send(self, statuses: Callable[[], dict[int, SeenStatus]]) -> None:
+        """Publish `statuses()`, made only in a multi-node run: annotating looks at every process."""
         presence = self.presence()
         if presence is not None:
             # The store may be gone (node 0 ended): then there is no one left to tell.
             with contextlib.suppress(Exception):
-                presence.publish(statuses if annotated else self._annotated(statuses))
+                presence.publish(statuses())
 
-    def publish_final(self, statuses: dict[int, dict[str, Any]], exits: dict[int, dict[str, Any]]) -> None:
-        """How this node's ranks ended (exit codes, signals), for node 0's report."""
-        self._publish({r: {**s, "exit": exits.get(r)} for r, s in statuses.items()}, annotated=True)
-
-    def world_statuses(self, local: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    def world_statuses(self, local: dict[int, SeenStatus]) -> dict[int, SeenStatus]:
         """This node's statuses, and in a multi-node run the other nodes' last published ones."""
         presence = self.presence()
         if presence is None:
@@ -197,7 +202,7 @@ class Monitor(threading.Thread):
             self.join(timeout=5)
 
 
-def annotate(statuses: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def annotate(statuses: dict[int, RankStatus]) -> dict[int, SeenStatus]:
     """Add what only this host can see: each rank's process state and heartbeat age.
 
     Done where the ranks run, so that ages never mix two hosts' clocks.
@@ -206,10 +211,10 @@ def annotate(statuses: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     now = time.time()
     return {
         rank: {
-            **s,
-            "proc_state": "exited" if states.get(s.get("pid"), "zombie") == "zombie" else states[s["pid"]],
-            "heartbeat_age_s": round(now - s.get("heartbeat", now), 1),
-            "in_stage_s": round(now - s.get("stage_since", now), 1),
+            **s.as_seen(),
+            "proc_state": "exited" if states.get(s.pid, "zombie") == "zombie" else states[s.pid],
+            "heartbeat_age_s": round(now - s.heartbeat, 1),
+            "in_stage_s": round(now - s.stage_since, 1),
         }
         for rank, s in statuses.items()
     }
@@ -251,7 +256,7 @@ def _stacks_of(stall: Stall) -> dict[int, str]:
 
 
 def flight_dumps(
-    run_dir: Path, statuses: dict[int, dict[str, Any]], wait_s: float = FLIGHT_WAIT_S
+    run_dir: Path, statuses: dict[int, SeenStatus], wait_s: float = FLIGHT_WAIT_S
 ) -> dict[int, RankTrace]:
     """rank -> the flight-recorder dump of each rank of this node, asked for and waited on a moment.
 
@@ -280,7 +285,7 @@ def flight_dumps(
 
 
 def python_stacks(
-    statuses: dict[int, dict[str, Any]], ranks: list[int], timeout: float = PY_SPY_TIMEOUT_S
+    statuses: dict[int, SeenStatus], ranks: list[int], timeout: float = PY_SPY_TIMEOUT_S
 ) -> dict[int, str]:
     """rank -> the Python stack of each of these ranks that runs on this host, by py-spy.
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import socket
 from datetime import timedelta
-from typing import Any
 
+from ddpcheck.failure.statuses import SeenStatus
 from ddpcheck.launcher.options import parse_endpoint
 from ddpcheck.rank.network import route_address
 from ddpcheck.torch_compat import store_has
@@ -48,7 +48,7 @@ class Presence:
         me = {"host": socket.gethostname(), "address": route_address(host, port)}
         self.store.set(f"{PREFIX}{node_rank}", json.dumps(me))
 
-    def arrived(self) -> dict[int, dict[str, Any]]:
+    def arrived(self) -> dict[int, dict[str, str]]:
         """Node rank -> {host, address} of every node that reached the store."""
         found = {}
         for node in range(self.nnodes):
@@ -57,13 +57,13 @@ class Presence:
                 found[node] = json.loads(self.store.get(key))
         return found
 
-    def publish(self, statuses: dict[int, dict[str, Any]]) -> None:
+    def publish(self, statuses: dict[int, SeenStatus]) -> None:
         """This node's ranks' statuses, for node 0's report when a rank elsewhere hangs."""
         self.store.set(f"{STATUS_PREFIX}{self.node_rank}", json.dumps(statuses))
 
-    def world_statuses(self) -> dict[int, dict[str, Any]]:
+    def world_statuses(self) -> dict[int, SeenStatus]:
         """The other nodes' last published statuses, by global rank, marked remote."""
-        merged: dict[int, dict[str, Any]] = {}
+        merged: dict[int, SeenStatus] = {}
         for node in range(self.nnodes):
             key = f"{STATUS_PREFIX}{node}"
             if node == self.node_rank or not store_has(self.store, key):

@@ -5,16 +5,17 @@ The launcher (or, under torchrun, srun and mpirun, each rank's own command line)
 process itself, so that starting Python and torch, launching the ranks and joining the
 group all count. The ranks stop measuring TAIL_S before that end: the gather, the judge,
 the teardown and the report need it. A launcher that watches ends the run EXIT_S before
-the end whatever the ranks are doing (launcher/watchdog.py).
+the end whatever the ranks are doing (launcher/monitor.py).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ddpcheck.report.model import Check, Status, Table
+if TYPE_CHECKING:
+    from ddpcheck.report.model import Check, Table
 
 # What a run needs after its last measurement (gather, judge, teardown, report), with a margin
 # for NCCL's teardown on many GPUs (docs/fleet.md).
@@ -48,5 +49,7 @@ class Budget:
 def budget_check(seconds: float, said: str, cut: bool, rows: list[dict[str, Any]]) -> tuple[Check, Table]:
     """Every measuring command's `budget` check and JSON table: cutting to fit is what --budget asks
     for, so the check passes; its line says what ran, and whether anything was cut."""
+    from ddpcheck.report.model import Check, Status, Table  # not on --help's path
+
     detail = f"budget {seconds:g} s: {said}" + (" (cut to fit)" if cut else "")
     return Check("budget", Status.PASS, detail), Table("budget", "What --budget cut", {}, rows)

@@ -24,20 +24,19 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ddpcheck.checks.env.probe import rank_fingerprint
 from ddpcheck.command import options_from_dict
 from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, say
 from ddpcheck.failure import explain, peers, stages
 from ddpcheck.failure.liveness import Stall
 from ddpcheck.failure.recorders import dump_every_recorder
-from ddpcheck.rank import inline, interrupt, rundir
+from ddpcheck.rank import assemble, inline, interrupt, rundir
 from ddpcheck.rank.context import NullStatus, RankContext
 from ddpcheck.rank.faults import Faults
+from ddpcheck.rank.fingerprint import rank_fingerprint
 from ddpcheck.rank.network import route_address
 from ddpcheck.rank.rundir import RunSpec
 from ddpcheck.rank.status import StatusWriter
-from ddpcheck.report import assemble
 from ddpcheck.torch_compat import takes_device_id, teardown_may_deadlock
 
 if TYPE_CHECKING:

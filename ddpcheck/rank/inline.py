@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import psutil
 
@@ -39,9 +39,13 @@ from ddpcheck.failure.liveness import (
     counters,
     stopped_beating,
 )
+from ddpcheck.failure.statuses import RankStatus, SeenStatus
 from ddpcheck.rank import rundir
 from ddpcheck.rank.status import StoreTransport
 from ddpcheck.torch_compat import store_has
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
 
 HEARTBEAT_SWITCH = "DDPCHECK_INLINE_HEARTBEAT"
 KEY = "ddpcheck/rank/inline/status/"
@@ -78,7 +82,7 @@ def claim() -> bool:
     return _claimed.acquire(blocking=False)
 
 
-def connect(timeout_s: float = STORE_OP_TIMEOUT_S) -> Any:
+def connect(timeout_s: float = STORE_OP_TIMEOUT_S) -> Store:
     """A client connection of this rank's own to the store every rank of the launch shares."""
     from torch.distributed import TCPStore
 
@@ -107,29 +111,40 @@ def sigterm_look_s(launcher: str | None) -> float:
     return SRUN_SIGTERM_LOOK_S if launcher == "srun" else SIGTERM_LOOK_S
 
 
-def read_records(store: Any, world_size: int) -> dict[int, dict[str, Any]]:
+def read_records(store: Store, world_size: int) -> dict[int, RankStatus]:
     """Every rank's last published record; stops at the first failure (the store is gone or frozen)."""
-    records: dict[int, dict[str, Any]] = {}
+    records: dict[int, RankStatus] = {}
     for rank in range(world_size):
         key = f"{KEY}{rank}"
         try:
             if store_has(store, key):
-                records[rank] = json.loads(store.get(key))
+                records[rank] = RankStatus.from_dict(json.loads(store.get(key)))
         except Exception:
             break
     return records
+
+
+class _Looked(TypedDict):
+    n: int
+    ages: dict[str, float]  # by rank, a string: JSON's keys
+
+
+class View(_Looked, total=False):
+    """What rank 0's watch publishes: its `n`th look, each rank's heartbeat age and beats missed."""
+
+    missed: dict[str, int]  # absent from an older ddpcheck's view
 
 
 class Watch(threading.Thread):
     """Rank 0's watch: when it last saw each rank's beat counter change, by its own clock, and how
     many beats the others made since."""
 
-    def __init__(self, store: Any, world_size: int) -> None:
+    def __init__(self, store: Store | Callable[[], Store], world_size: int) -> None:
         """`store`: the store, or a function that connects to it (called on this thread)."""
         super().__init__(name="ddpcheck-beat-watch", daemon=True)
         self._store, self._world = store, world_size
         self._lock = threading.Lock()
-        self._records: dict[int, dict[str, Any]] = {}
+        self._records: dict[int, RankStatus] = {}
         self._changed: dict[int, float] = {}
         self._beats = BeatTracker()
         self._stopped = threading.Event()
@@ -147,7 +162,7 @@ class Watch(threading.Thread):
             with self._lock:
                 for rank, record in records.items():
                     old = self._records.get(rank)
-                    if old is None or (old["beats"], old["seq"]) != (record["beats"], record["seq"]):
+                    if old is None or (old.beats, old.seq) != (record.beats, record.seq):
                         self._changed[rank] = now
                     self._records[rank] = record
                 self._beats.see(counters(records))
@@ -158,7 +173,7 @@ class Watch(threading.Thread):
             with contextlib.suppress(Exception):
                 self._store.set(VIEW_KEY, json.dumps(view))
 
-    def snapshot(self) -> tuple[dict[int, dict[str, Any]], dict[int, float], dict[int, int]]:
+    def snapshot(self) -> tuple[dict[int, RankStatus], dict[int, float], dict[int, int]]:
         """Every rank's last record, its heartbeat's age and the beats its peers made since."""
         now = time.monotonic()
         with self._lock:
@@ -176,7 +191,7 @@ class Session:
         self.rank, self.world_size = rank, world_size
         # Connections of their own, opened on their own threads (or when first read): they share
         # nothing with the process group's, and cost the rank's main thread nothing.
-        self._store: Any = None
+        self._store: Store | None = None
         self.transport = StoreTransport(connect, f"{KEY}{rank}")
         self.watch: Watch | None = None
         if rank == 0:
@@ -199,7 +214,7 @@ class Session:
             waiting = [
                 r
                 for r, s in records.items()
-                if r != self.rank and r not in culprits and s.get("stage") != stages.DONE
+                if r != self.rank and r not in culprits and s.stage != stages.DONE
                 and not _has(self.store, f"{SAID_KEY}{r}")
             ]  # fmt: skip
             if not waiting:
@@ -207,13 +222,13 @@ class Session:
             time.sleep(HEARTBEAT_INTERVAL_S / 2)
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Store:
         """The connection this rank reads the others' records with, opened when first needed."""
         if self._store is None:
             self._store = connect()
         return self._store
 
-    def observe(self, wait_s: float, connect_s: float = STORE_OP_TIMEOUT_S) -> dict[int, dict[str, Any]]:
+    def observe(self, wait_s: float, connect_s: float = STORE_OP_TIMEOUT_S) -> dict[int, SeenStatus]:
         """Every rank's annotated status, waiting up to `wait_s` for a rank that stopped beating.
 
         Empty when the store does not answer (its host, rank 0 or the launcher, is gone or frozen).
@@ -245,7 +260,7 @@ class Session:
                 else:
                     waited = time.monotonic() - began
                     ages = {
-                        r: waited if first.get(r, {}).get("beats") == s["beats"] else 0.0
+                        r: waited if r in first and first[r].beats == s.beats else 0.0
                         for r, s in records.items()
                     }
                     missed = sampled.missed()
@@ -283,14 +298,14 @@ class Session:
             self.watch.stop()
 
 
-def _has(store: Any, key: str) -> bool:
+def _has(store: Store, key: str) -> bool:
     try:
         return store_has(store, key)
     except Exception:
         return False
 
 
-def _answers(store: Any) -> bool:
+def _answers(store: Store) -> bool:
     try:
         store_has(store, VIEW_KEY)
     except Exception:
@@ -298,7 +313,7 @@ def _answers(store: Any) -> bool:
     return True
 
 
-def _read_view(store: Any) -> dict[str, Any] | None:
+def _read_view(store: Store) -> View | None:
     try:
         return json.loads(store.get(VIEW_KEY)) if store_has(store, VIEW_KEY) else None
     except Exception:
@@ -306,8 +321,8 @@ def _read_view(store: Any) -> dict[str, Any] | None:
 
 
 def annotate(
-    records: dict[int, dict[str, Any]], ages: dict[int, float], missed: dict[int, int] | None = None
-) -> dict[int, dict[str, Any]]:
+    records: dict[int, RankStatus], ages: dict[int, float], missed: dict[int, int] | None = None
+) -> dict[int, SeenStatus]:
     """Records plus process state, heartbeat age and missed beats, as postmortem reads them.
 
     A rank on this host is looked at directly (its process, and its heartbeat against this
@@ -317,16 +332,16 @@ def annotate(
     """
     missed = missed or {}
     here, now = socket.gethostname(), time.time()
-    annotated = {}
+    annotated: dict[int, SeenStatus] = {}
     for rank, record in records.items():
-        same_host = record.get("host") == here
-        age = now - record["heartbeat"] if same_host else ages.get(rank, 0.0)
+        same_host = record.host == here
+        age = now - record.heartbeat if same_host else ages.get(rank, 0.0)
         annotated[rank] = {
-            **record,
-            "proc_state": process_state(record["pid"]) if same_host else "running",
+            **record.as_seen(),
+            "proc_state": process_state(record.pid) if same_host else "running",
             "heartbeat_age_s": round(max(age, 0.0), 1),
             "missed_beats": missed.get(rank, 0),
-            "in_stage_s": round(now - record["stage_since"], 1) if same_host else None,
+            "in_stage_s": round(now - record.stage_since, 1) if same_host else None,
             "same_host": same_host,
         }
     return annotated
@@ -344,7 +359,7 @@ def process_state(pid: int) -> str:
     return "stopped" if state in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP) else "running"
 
 
-def is_culprit(status: dict[str, Any]) -> bool:
+def is_culprit(status: SeenStatus) -> bool:
     """Stopped beating: dead (its process is gone mid-run, without an error of its own), stopped,
     or frozen (a peer beat STOPPED_AFTER_BEATS times while it beat none, and it never said why)."""
     if status["proc_state"] == "exited":
@@ -355,7 +370,7 @@ def is_culprit(status: dict[str, Any]) -> bool:
     return not left and stopped_beating(status.get("missed_beats", 0))
 
 
-def reap(statuses: dict[int, dict[str, Any]], end_stopped: bool, store: Any = None) -> list[int]:
+def reap(statuses: dict[int, SeenStatus], end_stopped: bool, store: Store | None = None) -> list[int]:
     """Remove the run directories that same-host peers which died left behind.
 
     With `end_stopped` (under torchrun, whose SIGTERM cannot reach a stopped process and which

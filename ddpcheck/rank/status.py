@@ -17,49 +17,22 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE
-from ddpcheck.failure import stages
 from ddpcheck.failure.liveness import HEARTBEAT_INTERVAL_S
+from ddpcheck.failure.statuses import RankStatus
 from ddpcheck.rank import interrupt
 from ddpcheck.rank.rundir import status_dir
 
-
-@dataclass
-class RankStatus:
-    """What one rank says about itself; its JSON form is what every transport carries."""
-
-    rank: int
-    local_rank: int
-    node: int
-    host: str
-    address: str | None
-    pid: int
-    stage: str = stages.LAUNCHED
-    seq: int = 0  # counts stages, so ranks at the same point of a run agree on it
-    stage_since: float = field(default_factory=time.time)
-    heartbeat: float = field(default_factory=time.time)
-    beats: int = 0  # counts heartbeats: a reader on another host sees it change without trusting our clock
-    progress: dict[str, Any] | None = None
-    progress_seq: int = 0
-    ticks: int = 0
-    error: str | None = None
-    error_at: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RankStatus:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+if TYPE_CHECKING:
+    from torch.distributed import Store
 
 
 class Transport(Protocol):
-    def publish(self, record: dict[str, Any]) -> None: ...
+    def publish(self, record: RankStatus) -> None: ...
 
 
 class FileTransport:
@@ -72,10 +45,10 @@ class FileTransport:
         with contextlib.suppress(FileNotFoundError):  # then publish finds no directory: nobody to tell
             self._path.parent.mkdir(exist_ok=True)
 
-    def publish(self, record: dict[str, Any]) -> None:
+    def publish(self, record: RankStatus) -> None:
         tmp = self._path.with_suffix(f".tmp{threading.get_ident()}")
         try:
-            tmp.write_text(json.dumps(record))
+            tmp.write_text(json.dumps(record.to_dict()))
             os.replace(tmp, self._path)
         except FileNotFoundError:
             pass  # the run directory is being removed: the run is over, there is no one to tell
@@ -90,14 +63,14 @@ class StoreTransport:
     the rank's main thread nothing.
     """
 
-    def __init__(self, store: Any, key: str) -> None:
+    def __init__(self, store: Store | Callable[[], Store], key: str) -> None:
         self._store, self._key = store, key
-        self._pending: dict[str, Any] | None = None
+        self._pending: RankStatus | None = None
         self._ready = threading.Condition()
         self._closed = False
         threading.Thread(target=self._send, name="ddpcheck-store-status", daemon=True).start()
 
-    def publish(self, record: dict[str, Any]) -> None:
+    def publish(self, record: RankStatus) -> None:
         with self._ready:
             self._pending = record
             self._ready.notify()
@@ -121,7 +94,7 @@ class StoreTransport:
                     return
                 record, self._pending = self._pending, None
             with contextlib.suppress(Exception):  # the store's host ended or froze: nobody to tell
-                self._store.set(self._key, json.dumps(record))
+                self._store.set(self._key, json.dumps(record.to_dict()))
 
 
 class StatusWriter:
@@ -191,7 +164,7 @@ class StatusWriter:
     def _write(self) -> None:
         with self._lock:
             self.record.heartbeat = time.time()
-            record = self.record.to_dict()
+            record = dataclasses.replace(self.record)  # a snapshot: transports read it after the lock
             for transport in self._transports:
                 transport.publish(record)
             fallible = list(self._fallible)
@@ -200,16 +173,16 @@ class StatusWriter:
                 transport.publish(record)
 
 
-def read_statuses(run_dir: str | Path) -> dict[int, dict[str, Any]]:
+def read_statuses(run_dir: str | Path) -> dict[int, RankStatus]:
     """Every rank's last written status, by global rank (ranks that never wrote are absent)."""
-    statuses: dict[int, dict[str, Any]] = {}
+    statuses: dict[int, RankStatus] = {}
     directory = status_dir(run_dir)
     if not directory.is_dir():
         return statuses
     for path in directory.glob("rank-*.json"):
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            status = RankStatus.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):  # TypeError: a record without a rank's identity
             continue  # mid-replace on a filesystem without atomic rename; read next poll
-        statuses[int(data["rank"])] = data
+        statuses[status.rank] = status
     return statuses

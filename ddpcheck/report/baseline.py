@@ -25,34 +25,28 @@ from ddpcheck import __version__
 from ddpcheck.commands import COMMANDS, family_of
 from ddpcheck.errors import UsageError
 from ddpcheck.report.compare import BaselineOptions, CompareOptions
-from ddpcheck.report.figures import Figure
-from ddpcheck.report.model import Check, Report, Status, Table, counted
+from ddpcheck.report.figures import Figure, FigureKind
+from ddpcheck.report.model import Check, Report, Status, Table
+from ddpcheck.report.naming import counted
 
-# Default --tolerance per device type. CPU: from 20 healthy runs each of allreduce and of
-# profile on this 2-core machine shared with four other engineers' tests, in two sessions
-# (tests/perf/bench_baseline_spread.py, figures in docs/compare.md): over all ordered pairs of
-# runs, the worst figure kept 0.115x (allreduce, busy session) and 0.078x (profile) of the
-# other run's speed, so a healthy rerun needs a tolerance above 0.92; 0.95 passes every pair
-# and still fails a figure at under 0.05x: a link throttled by tc, a rank that sleeps. That
-# catches only gross faults: shared cores make CPU timings swing 10x. GPU: not measured here
-# (no GPU on this machine); NCCL's timings over many iterations on dedicated GPUs vary by a few
-# percent, and what an operator hunts (a downed NVLink, a PCIe or TCP fallback) costs 2x or
-# more, so 0.2 - measure your node type with the same bench and pass --tolerance.
+# Default --tolerance per device type: above the spread of healthy CPU reruns on shared cores,
+# and below what a GPU fault costs (docs/compare.md, "The tolerance, and how it was chosen").
 DEFAULT_TOLERANCE = {"cpu": 0.95, "cuda": 0.2}
 
-SETUP_NAMES = {
+# What every report's figures may depend on, whatever its command: the world and its ranks.
+WORLD_SETUP = {
     "world_size": "world size",
     "layout": "ranks per node",
     "backend": "backend",
     "device": "device type",
     "device_name": "device model",
-    "dtype": "dtype",
-    "link_bytes": "link message size",
-    "hidden": "--hidden",
-    "batch": "--batch",
+}
+# The setup's names, in the order a difference is told: the world, every command's declared
+# options (Command.setup), then how many ranks shared a host.
+SETUP_NAMES = {
+    **WORLD_SETUP,
+    **{setup.key: setup.label for command in COMMANDS.values() for setup in command.setup},
     "ranks_per_host": "ranks per host",
-    "bucket_cap_mb": "--bucket-cap-mb",
-    "matrix_size": "--size (matrix side)",
 }
 
 
@@ -136,8 +130,9 @@ def default_tolerance(report: dict[str, Any]) -> float:
 
 # ---------------------------------------------------------------- setups
 def setup_of(report: dict[str, Any]) -> dict[str, Any]:
-    """What a report's figures depend on; None where the report does not say."""
+    """What a report's figures depend on (every key of SETUP_NAMES); None where the report does not say."""
     world, options = report.get("world", {}), report.get("options", {}) or {}
+    command = COMMANDS.get(report.get("command", ""))
     ranks = report.get("ranks", []) or []
     nodes: dict[tuple[Any, Any], int] = {}
     for ident in ranks:
@@ -147,21 +142,19 @@ def setup_of(report: dict[str, Any]) -> dict[str, Any]:
     for ident in ranks:
         per_host[ident.get("host")] += 1
     names = sorted({str(r.get("device_name")) for r in ranks if r.get("device_name")})
-    return {
-        "family": family_of(report.get("command", "")),
+    found: dict[str, Any] = {
+        "family": command.family if command else None,
+        **dict.fromkeys(SETUP_NAMES),
         "world_size": world.get("size"),
         "layout": "+".join(map(str, nodes.values())) if nodes else None,
         "backend": world.get("backend"),
         "device": world.get("device"),
         "device_name": ", ".join(names) or None,
-        "dtype": options.get("dtype"),
-        "link_bytes": options.get("size_bytes", options.get("size")),
-        "hidden": options.get("hidden"),
-        "batch": options.get("batch"),
         "ranks_per_host": "+".join(map(str, sorted(set(per_host.values())))) if per_host else None,
-        "bucket_cap_mb": options.get("bucket_cap_mb"),
-        "matrix_size": options.get("size") if report.get("command") == "devices" else None,
     }
+    for setup in command.setup if command else ():
+        found[setup.key] = next((options[f] for f in setup.fields if f in options), None)
+    return found
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -214,6 +207,16 @@ def figures_of(report: dict[str, Any]) -> list[Figure]:
 
 
 # ---------------------------------------------------------------- comparing
+@dataclass
+class Selection:
+    """The figures two reports share, sorted by what can be compared and why the rest cannot."""
+
+    pairs: list[tuple[Figure, Figure]]  # (then, now), in the baseline's order
+    latency_bound: list[Figure]  # sizes left out: too small to measure bandwidth
+    skipped: list[FigureKind]  # kinds that depend on what differs
+    strict: bool  # CPU ranks: the rerun must be bandwidth-bound at a size too
+
+
 def compare(
     old: dict[str, Any], new: dict[str, Any], tolerance: float, source: str = "the baseline"
 ) -> Comparison:
@@ -224,83 +227,123 @@ def compare(
     the baseline by more than `tolerance` (a fraction of the baseline's throughput: a time
     that grew by 1/(1 - tolerance) counts the same as a bandwidth that fell by tolerance).
     """
+    diff = _same_family_differences(old, new, source)
+    chosen = select(old, new, diff)
+    if not chosen.pairs:
+        why = describe_differences(diff) if diff else "no figure of one is in the other"
+        raise UsageError(f"nothing to compare with {source}: {why}")
+    rows = [score(then, now, tolerance) for then, now in chosen.pairs]
+    table = _comparison_table(rows, source, tolerance)
+    notes = _notes(chosen, diff, _found(chosen, rows, "better"))
+    return Comparison(_verdict(chosen, rows, notes, source, tolerance), table, diff)
+
+
+def _same_family_differences(
+    old: dict[str, Any], new: dict[str, Any], source: str
+) -> dict[str, tuple[Any, Any]]:
+    """How the two setups differ; a UsageError when the reports hold no figures in common."""
     old_setup, new_setup = setup_of(old), setup_of(new)
     if old_setup["family"] != new_setup["family"]:
         raise UsageError(
             f"{source} is a report of `{old.get('command')}` and this is `{new.get('command')}`: "
             "they have no figures in common"
         )
-    diff = differences(old_setup, new_setup)
+    return differences(old_setup, new_setup)
+
+
+def select(old: dict[str, Any], new: dict[str, Any], diff: dict[str, tuple[Any, Any]]) -> Selection:
+    """The figures both reports hold, of kinds that do not depend on what differs, bandwidth-bound."""
     then = {f.key: f for f in figures_of(old)}
     now = {f.key: f for f in figures_of(new)}
     common = [key for key in then if key in now]
     kinds = {then[key].kind for key in common}
     blocked = {kind for kind in kinds if set(kind.needs) & diff.keys()}
     usable = kinds - blocked
-    skipped = sorted(blocked, key=lambda kind: kind.name)
     usable -= {kind for kind in usable if kind.stands_in_for in {k.name for k in usable}}
     compared = [k for k in common if then[k].kind in usable]
-    # The baseline says which sizes are bandwidth-bound. On CPU ranks the rerun must agree:
-    # there a healthy run's own curve wanders, and a size that fell below half its run's peak
-    # measures the scheduler (measured: a healthy 256K at 0.016x). On GPUs a mid-size dip is
-    # what an NCCL upgrade's new algorithm does, and is judged. The largest size always counts.
+    # The baseline says which sizes are bandwidth-bound; on CPU ranks, whose own curve wanders,
+    # the rerun must agree. On GPUs a mid-size dip (an NCCL upgrade's new algorithm) is judged.
     strict = new.get("world", {}).get("device") == "cpu"
 
     def bound(key: tuple[Any, ...]) -> bool:
         return then[key].bandwidth_bound and (now[key].bandwidth_bound or not strict)
 
-    pairs = [(then[k], now[k]) for k in compared if bound(k)]
-    latency_bound = [then[k] for k in compared if not bound(k)]
-    if not pairs:
-        why = describe_differences(diff) if diff else "no figure of one is in the other"
-        raise UsageError(f"nothing to compare with {source}: {why}")
-    rows, worse, better = [], [], []
-    for a, b in pairs:
-        speed = b.value / a.value if a.higher_is_better else a.value / b.value
-        # Better mirrors worse: a speed-up counts only beyond what noise could make (1 / (1 - tol)).
-        status = "FAIL" if speed < 1 - tolerance else ("better" if speed * (1 - tolerance) > 1 else "PASS")
-        rows.append(
-            {
-                "figure": a.label,
-                "kind": a.kind.name,
-                "unit": a.unit,
-                "then": a.value,
-                "now": b.value,
-                "ratio": round(b.value / a.value, 3),
-                "speed": round(speed, 3),
-                "status": status,
-            }
-        )
-        (worse if status == "FAIL" else better if status == "better" else []).append((b, speed))
-    table = Table(
+    return Selection(
+        pairs=[(then[k], now[k]) for k in compared if bound(k)],
+        latency_bound=[then[k] for k in compared if not bound(k)],
+        skipped=sorted(blocked, key=lambda kind: kind.name),
+        strict=strict,
+    )
+
+
+def speed_of(then: Figure, now: Figure) -> float:
+    """How fast `now` is relative to `then`, whichever way is better: above 1 is faster."""
+    return now.value / then.value if then.higher_is_better else then.value / now.value
+
+
+def score(then: Figure, now: Figure, tolerance: float) -> dict[str, Any]:
+    """One figure's row: then, now, the ratio, its speed relative to then, and its status."""
+    speed = speed_of(then, now)
+    # Better mirrors worse: a speed-up counts only beyond what noise could make (1 / (1 - tol)).
+    status = "FAIL" if speed < 1 - tolerance else ("better" if speed * (1 - tolerance) > 1 else "PASS")
+    return {
+        "figure": then.label,
+        "kind": then.kind.name,
+        "unit": then.unit,
+        "then": then.value,
+        "now": now.value,
+        "ratio": round(now.value / then.value, 3),
+        "speed": round(speed, 3),
+        "status": status,
+    }
+
+
+def _found(chosen: Selection, rows: list[dict[str, Any]], status: str) -> list[tuple[Figure, float]]:
+    """The figures (now) whose row has this status, with their speed (unrounded)."""
+    return [
+        (now, speed_of(then, now))
+        for (then, now), row in zip(chosen.pairs, rows, strict=True)
+        if row["status"] == status
+    ]
+
+
+def _comparison_table(rows: list[dict[str, Any]], source: str, tolerance: float) -> Table:
+    columns = {"figure": "figure", "unit": "unit", "then": "then", "now": "now", "ratio": "ratio"}
+    return Table(
         "baseline",
         f"Compared with {source} (tolerance {tolerance:.0%}; ratio = now / then)",
-        {
-            "figure": "figure",
-            "unit": "unit",
-            "then": "then",
-            "now": "now",
-            "ratio": "ratio",
-            "status": "status",
-        },
+        {**columns, "status": "status"},
         rows,
     )
-    speeds = [r["speed"] for r in rows]
+
+
+def _notes(
+    chosen: Selection, diff: dict[str, tuple[Any, Any]], better: list[tuple[Figure, float]]
+) -> list[str]:
+    """What was left out and why, and what got better."""
     notes = []
     reasons: dict[str, list[str]] = defaultdict(list)
-    for kind in skipped:  # each with only the differences it depends on
+    for kind in chosen.skipped:  # each with only the differences it depends on
         reasons[describe_differences({k: v for k, v in diff.items() if k in kind.needs})].append(kind.label)
     notes += [f"not compared: {', '.join(names)} ({why})" for why, names in reasons.items()]
-    if diff and not skipped:
+    if diff and not chosen.skipped:
         notes.append(f"setups differ ({describe_differences(diff)}); compared what does not depend on it")
-    if latency_bound:
+    if chosen.latency_bound:
         notes.append(
-            f"{counted(len(latency_bound), 'latency-bound size')} left out "
-            f"(below half the peak busbw{' in either run' if strict else ''})"
+            f"{counted(len(chosen.latency_bound), 'latency-bound size')} left out "
+            f"(below half the peak busbw{' in either run' if chosen.strict else ''})"
         )
     if better:
         notes.append(f"{counted(len(better), 'figure')} better than the baseline: {_named(better)}")
+    return notes
+
+
+def _verdict(
+    chosen: Selection, rows: list[dict[str, Any]], notes: list[str], source: str, tolerance: float
+) -> Check:
+    """FAIL naming the worse figures and who measured them; else PASS with the median speed."""
     tail = "".join(f"; {n}" for n in notes)
+    worse = _found(chosen, rows, "FAIL")
     if worse:
         # The figures that name a rank or host first, then the worst: what to look at comes first.
         worse.sort(key=lambda found: (not found[0].ranks and not found[0].hosts, found[1]))
@@ -310,7 +353,8 @@ def compare(
             f"{len(worse)} of {counted(len(rows), 'figure')} worse than {source} by more than "
             f"{tolerance:.0%}: {_named(worse)}{tail}"
         )
-        return Comparison(Check("baseline", Status.FAIL, detail, ranks, hosts), table, diff)
+        return Check("baseline", Status.FAIL, detail, ranks, hosts)
+    speeds = [r["speed"] for r in rows]
     middle = statistics.median(speeds)
     direction = (
         "faster than" if middle > 1 else "slower than, within tolerance of" if middle < 1 else "as fast as"
@@ -320,7 +364,7 @@ def compare(
         f"the median figure at {middle:.2f}x its speed ({direction} it; from {min(speeds):.2f}x "
         f"to {max(speeds):.2f}x){tail}"
     )
-    return Comparison(Check("baseline", Status.PASS, detail), table, diff)
+    return Check("baseline", Status.PASS, detail)
 
 
 def _named(found: Iterable[tuple[Figure, float]], limit: int = 6) -> str:

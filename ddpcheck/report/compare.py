@@ -80,5 +80,6 @@ COMMAND = Command(
     ),
     options=CompareOptions,
     implementation="ddpcheck.report.baseline",
+    judges=("ddpcheck.report.baseline",),
     ranked=False,
 )

@@ -2,7 +2,7 @@
 
 `--hostlist PATH` writes the hosts named by the failing checks in Slurm's compressed syntax
 (`gpu-a[001-004,017]`), ready for `sbatch --exclude=$(cat PATH)`, and an empty file on a pass;
-`--prom PATH` writes node_exporter textfile metrics (report/prometheus.py); `--drain` drains
+`--prom PATH` writes node_exporter textfile metrics (report/formats/prometheus.py); `--drain` drains
 the culprits' Slurm nodes (launcher/drain.py). Only the process that writes the report
 writes these (cli.finish): under torchrun or srun, rank 0's.
 """
@@ -10,9 +10,13 @@ writes these (cli.finish): under torchrun or srun, rank 0's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ddpcheck.command import option
-from ddpcheck.report.model import Report, write_text
+
+if TYPE_CHECKING:
+    from ddpcheck.report.model import Report
+    from ddpcheck.report.outputs import Files
 
 FLEET = "Fleet"  # the help section
 
@@ -63,20 +67,21 @@ class FleetOptions:
                 "healthy node; run --drain without --inject"
             )
 
-    def write(self, report: Report) -> list[str]:
-        """The hostlist and the metrics, each written whole; one line for each file, saying where."""
-        wrote = []
+    def write(self, report: Report, files: Files) -> None:
+        """The hostlist and the metrics, each written whole, or a line saying which one was lost and why."""
+        from ddpcheck.report.formats.text import write_text  # not on --help's path
+
         if self.hostlist_path:
             hosts = culprit_hosts(report)
-            write_text(self.hostlist_path, compressed(hosts) + "\n" if hosts else "")
+            path = self.hostlist_path
             named = f" ({compressed(hosts)})" if hosts else " (empty: no culprit host)"
-            wrote.append(f"wrote the culprit hostlist to {self.hostlist_path}{named}")
+            text = compressed(hosts) + "\n" if hosts else ""
+            files.write("culprit hostlist", path, lambda: write_text(path, text), named)
         if self.prom_path:
-            from ddpcheck.report.prometheus import write_metrics
+            from ddpcheck.report.formats import prometheus
 
-            write_metrics(report, self.prom_path)
-            wrote.append(f"wrote the Prometheus metrics to {self.prom_path}")
-        return wrote
+            prom = self.prom_path
+            files.write("Prometheus metrics", prom, lambda: prometheus.write(report, prom))
 
 
 def culprit_hosts(report: Report) -> list[str]:

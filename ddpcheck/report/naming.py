@@ -61,3 +61,15 @@ def span(ranks: list[int]) -> str:
 
 def hosts_of(ranks: list[int], identities: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(identities[r]["host"] for r in ranks))
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 rank', '2 ranks': a count and its noun, for details and verdict lines."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def all_of(n: int, noun: str) -> str:
+    """'the one rank', 'both ranks', 'all 4 ranks'."""
+    if n == 1:
+        return f"the one {noun}"
+    return f"both {noun}s" if n == 2 else f"all {n} {noun}s"

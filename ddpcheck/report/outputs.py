@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ddpcheck.command import option
 from ddpcheck.errors import UsageError
-from ddpcheck.report.model import Report, write_json, write_junit
+
+if TYPE_CHECKING:
+    from ddpcheck.report.model import Report
 
 OUTPUT = "Output"  # the help section
 
@@ -39,7 +46,7 @@ class OutputOptions:
     verbose: bool = option(
         False,
         flags=("--verbose", "-v"),
-        help="Also print the detail tables (collectives: one bandwidth table and chart per collective).",
+        help="Also print the detail tables the report leaves out (it names them).",
         panel=OUTPUT,
     )
 
@@ -65,30 +72,46 @@ class OutputOptions:
         """A report on stdout moves the terminal report to stderr."""
         return self.json_path == "-" or self.junit_path == "-"
 
-    def write(self, report: Report) -> list[str]:
-        """The report's files, each written whole; one line for each file, saying where."""
-        wrote = []
-        if self.json_path:
-            write_json(report, self.json_path)
-            wrote.append(_wrote("JSON report", self.json_path))
-        if self.junit_path:
-            write_junit(report, self.junit_path)
-            wrote.append(_wrote("JUnit report", self.junit_path))
-        if self.html_path:
-            from ddpcheck.report.html import write_html
-
-            write_html(report, self.html_path)
-            wrote.append(_wrote("HTML page", self.html_path))
-        return [line for line in wrote if line]
+    def write(self, report: Report, files: Files) -> None:
+        """The report's files, each written whole, or a line saying which one was lost and why."""
+        for path, what, module in (
+            (self.json_path, "JSON report", "ddpcheck.report.formats.json"),
+            (self.junit_path, "JUnit report", "ddpcheck.report.formats.junit"),
+            (self.html_path, "HTML page", "ddpcheck.report.html"),  # imports matplotlib: only when asked
+        ):
+            if path:
+                writer = importlib.import_module(module).write
+                files.write(what, path, functools.partial(writer, report, path))
 
 
-def _wrote(what: str, path: str) -> str:
-    """'wrote the JSON report to r.json'; nothing for '-' (stdout holds it, and only it)."""
-    return "" if path == "-" else f"wrote the {what} to {path}"
+@dataclass
+class Files:
+    """What became of the files a report was asked for: one line for each, written or lost.
+
+    A file that cannot be written (a full disk, a directory gone read-only) is one line on
+    stderr; the run's verdict, tables and exit code stand (README's exit codes).
+    """
+
+    wrote: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+
+    def write(self, what: str, path: str, writer: Callable[[], None], detail: str = "") -> None:
+        try:
+            writer()
+        except OSError as exc:
+            where = "standard output" if path == "-" else path
+            self.lost.append(f"ddpcheck: could not write the {what} to {where}: {exc.strerror or exc}")
+            return
+        if path != "-":  # nothing for '-': stdout holds the file, and only it
+            self.wrote.append(f"wrote the {what} to {path}{detail}")
 
 
 def check_writable(path: str | None, flag: str) -> None:
-    """Refuse an output path that cannot be written before anything is launched."""
+    """Refuse an output path that cannot be written before anything is launched.
+
+    The directory is really tried (a file created there and removed): os.access says yes to
+    root everywhere, /sys and read-only mounts included.
+    """
     if not path or path == "-":
         return
     if os.path.isdir(path):
@@ -96,5 +119,12 @@ def check_writable(path: str | None, flag: str) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise UsageError(f"{flag} {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+    probe = os.path.join(parent, f".{os.path.basename(path)}.probe{os.getpid()}")
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot create a file in {parent} ({exc.strerror or exc})") from None
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    if os.path.exists(path) and not os.access(path, os.W_OK):
         raise UsageError(f"{flag} {path}: not writable")

@@ -7,10 +7,13 @@ so the terminal shows what the run showed and the exit code is the run's verdict
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ddpcheck.command import Command, option
 from ddpcheck.errors import UsageError
-from ddpcheck.report.model import NotAReport, Report, read_report
+
+if TYPE_CHECKING:
+    from ddpcheck.report.model import Report
 
 
 @dataclass(kw_only=True)
@@ -23,6 +26,8 @@ class ShowOptions:
 
 def load(path: str) -> Report:
     """The saved report at `path`; a file that is not one is a usage error (one line, exit 2)."""
+    from ddpcheck.report.model import NotAReport, read_report  # not on --help's path
+
     try:
         return read_report(path)
     except NotAReport as exc:

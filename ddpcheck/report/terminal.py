@@ -10,24 +10,19 @@ import sys
 from typing import Any
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, Group, RenderableType
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
-from rich.text import Text
+from rich.text import Lines, Text
 
+from ddpcheck.command import load
 from ddpcheck.commands import COMMANDS
-from ddpcheck.report.model import (
-    SHOWN_ROWS,
-    Report,
-    Status,
-    Table,
-    Verdict,
-    counted,
-    left_out_line,
-    shown_rows,
-    worst_rows,
-)
+from ddpcheck.report import fold
+from ddpcheck.report.model import Report, Status, Table, Verdict
+from ddpcheck.report.naming import counted
+from ddpcheck.report.rows import SHOWN_ROWS, left_out_line, shown_rows, worst_rows
 
 STATUS_STYLE = {
     Status.PASS: "bold green",
@@ -71,6 +66,38 @@ def say(console: Console, message: str, style: str = "") -> None:
     console.print(Text(message, style=style), soft_wrap=True)
 
 
+def say_folded(console: Console, message: str, style: str = "") -> None:
+    """Free text at the terminal's width, never broken inside a number, a path or a command."""
+    for line in fold.fold(message, console.width, cut=False):
+        console.print(Text(line, style=style), soft_wrap=True)
+
+
+class Cell(Text):
+    """Text that wraps between atoms (report/fold.py), never inside a number with its unit, a path or a
+    command; `whole`: a short table cell, kept on one line."""
+
+    def __init__(self, text: str = "", style: str = "", whole: bool = False) -> None:
+        super().__init__(text, style=style)
+        self.whole = whole
+
+    def wrap(self, console: Console, width: int, **kwargs: Any) -> Lines:
+        if kwargs.get("no_wrap") or self.no_wrap:
+            return super().wrap(console, width, **kwargs)
+        lines = Lines()
+        for line in self.split(allow_blank=True):
+            pieces = line.divide(fold.break_offsets(line.plain, width, self.whole))
+            for piece in pieces:
+                piece.rstrip_end(width)
+                piece.rstrip()
+            pieces.justify(console, width, justify=kwargs.get("justify") or self.justify or "default")
+            lines.extend(pieces)
+        return lines
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        widest = super().__rich_measure__(console, options).maximum
+        return Measurement(min(widest, fold.longest_atom(self.plain, self.whole)), widest)
+
+
 def render_report(
     report: Report,
     console: Console,
@@ -90,7 +117,7 @@ def render_report(
         return
     if not quiet:
         for note in report.notes:
-            console.print(Text(note, style="dim"))  # free text: wraps at the terminal's width
+            say_folded(console, note, "dim")  # free text: wraps at the terminal's width
         command = COMMANDS.get(report.command)
         charts = command.charts if command else {}
         details = command.details if command else {}
@@ -109,20 +136,22 @@ def render_report(
                     if len(shown) < len(rows):
                         say(console, left_out_line(len(shown), len(rows)), "dim")
                 if table.name in charts:
-                    CHARTS[charts[table.name]](table, rows, console)
+                    load(charts[table.name])(table, rows, console)
         if hidden:
             console.print(Text(f"{' and '.join(hidden)}: with --verbose (-v), and in --json", style="dim"))
-        console.print(_checks_table(report))
+        console.print(_checks_table(report, console.width))
     else:
         for check in report.failing():
             say(console, f"{check.status.value} {check.name}: {check.detail}", STATUS_STYLE[check.status])
     if not quiet:
         for line in wrote or ():
-            say(console, line, "dim")
+            say_folded(console, line, "dim")
     for line in actions or ():
         say(console, line, "bold")
     if report.log_dir:
-        say(console, f"rank logs kept in {report.log_dir}", "dim")
+        # watch's directory holds what its watch took (dumps, stacks), not the job's logs.
+        kept = "the watch directory (dumps, stacks)" if report.command == "watch" else "rank logs"
+        say_folded(console, f"{kept} kept in {report.log_dir}", "dim")
     injected = report.injected_line()
     if injected:  # quiet or not: a planted fault must never read as a hardware one
         say(console, injected, "bold yellow")
@@ -160,51 +189,56 @@ def _culprit(check: Any) -> str:
 
 def rich_table(
     table: Table, title: str | None = None, rows: list[dict[str, Any]] | None = None, width: int | None = None
-) -> RichTable:
+) -> RenderableType:
     """The table, or one group of it (`title` and `rows`), fitted to `width` columns when given.
 
-    A number is never cut: when the table is wider than `width`, each numeric column keeps the
-    width of its widest value (its header wraps instead) and only text columns fold.
+    Nothing that must be read whole is cut: when the table is wider than `width`, each numeric
+    column keeps the width of its widest value (its header wraps instead), each text column the
+    width of its longest atom (a path, a number with its unit, a command, a short value such as
+    'exited 1': report/fold.py) and only the rest of the text folds. When even that does not fit,
+    the table is written as one record per row (`_records`).
     """
     rows = table.rows if rows is None else rows
-    cells = [[_cell(row.get(key)) for key in table.columns] for row in rows]
-    numeric = [any(isinstance(row.get(key), (int, float)) for row in rows) for key in table.columns]
+    # A column empty in every row (postmortem's 'called at' from dumps without stacks) takes no room.
+    keys = [key for key in table.columns if not rows or any(row.get(key) != "" for row in rows)]
+    numeric = [any(isinstance(row.get(key), (int, float)) for row in rows) for key in keys]
+    cells = [[_cell(row.get(key)) for key in keys] for row in rows]
+    headers = [table.columns[key] for key in keys]
+    heading = title or table.title
 
     def build(fixed: list[int | None]) -> RichTable:
-        out = RichTable(
-            title=Text(title or table.title), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold"
-        )
-        for header, is_number, column_width in zip(table.columns.values(), numeric, fixed, strict=True):
+        out = RichTable(title=Text(heading), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold")
+        for header, is_number, column_width in zip(headers, numeric, fixed, strict=True):
             out.add_column(
-                header, justify="right" if is_number else "left", overflow="fold", width=column_width
+                Cell(header), justify="right" if is_number else "left", overflow="fold", width=column_width
             )
         for row in cells:
             out.add_row(*row)
         return out
 
-    natural = build([None] * len(table.columns))
+    natural = build([None] * len(headers))
     if width is None:
         return natural
     table_width = _measure(natural)
     if table_width <= width:
         return natural
-    headers = list(table.columns.values())
     widest = [max((row[i].cell_len for row in cells), default=0) for i in range(len(headers))]
     wants = [max(len(header), w) for header, w in zip(headers, widest, strict=True)]
-    # The least each column can take: a number its own width (its header wraps), text one
-    # character (it folds). Then, while there is room, the cheapest first at each tier: every
-    # header's longest word whole; text's longest word whole (a checksum, a host) up to 24
-    # characters; then what each column wants, the one furthest from it first.
+    # The least each column can take: a number its own width (its header wraps), text its longest
+    # atom. Then, while there is room, the cheapest first at each tier: every header's longest word
+    # whole; text's longest word whole up to 24 characters; every header on two lines at most; then
+    # what each column wants, the one furthest from it first.
     header_word = [max((len(word) for word in h.split()), default=0) for h in headers]
-    text_word = [
-        max((len(word) for row in cells for word in row[i].plain.split()), default=0)
-        for i in range(len(headers))
-    ]
-    fixed = [widest[i] if numeric[i] else 1 for i in range(len(headers))]
+    text_word = [max((len(word) for row in cells for word in row[i].plain.split()), default=0)
+                 for i in range(len(headers))]  # fmt: skip
+    fixed = [widest[i] if numeric[i] else _longest_atom(cells, i) for i in range(len(headers))]
     room = width - (table_width - sum(wants))
+    if sum(fixed) > room:
+        return _records(heading, headers, cells, width)
     tiers = [
         [max(fixed[i], min(header_word[i], wants[i])) for i in range(len(headers))],
         [max(min(header_word[i], wants[i]), min(text_word[i], 24), fixed[i]) for i in range(len(headers))],
+        [max(min(_two_lines(headers[i]), wants[i]), fixed[i]) for i in range(len(headers))],
     ]
     for tier in tiers:
         for i in sorted(range(len(fixed)), key=lambda i: tier[i] - fixed[i]):
@@ -217,6 +251,45 @@ def rich_table(
             break
         fixed[max(short, key=lambda i: (wants[i] - fixed[i], -i))] += 1
     return build(list(fixed))
+
+
+def _two_lines(header: str) -> int:
+    """The narrowest width that holds `header` in two lines, broken at a space."""
+    words = header.split()
+    return min((max(len(" ".join(words[:i])), len(" ".join(words[i:]))) for i in range(1, len(words))),
+               default=len(header))  # fmt: skip
+
+
+def _longest_atom(cells: list[list[Cell]], column: int) -> int:
+    return max((fold.longest_atom(row[column].plain, row[column].whole) for row in cells), default=0)
+
+
+def _records(title: str, headers: list[str], cells: list[list[Cell]], width: int) -> Group:
+    """A table too wide for the terminal, its atoms whole: each row as 'header value' pairs, the
+    pairs filling lines of `width` and never broken but where one alone is wider than the line."""
+    lines: list[Text] = [Text(title, style="bold"), Text("")]
+    for row in cells:
+        line = Text("  ")
+        for header, cell in zip(headers, row, strict=True):
+            if not cell.plain:
+                continue
+            pair = Text.assemble((" ".join(header.split()), "dim"), " ", cell)
+            if line.cell_len > 4 and line.cell_len + 3 + pair.cell_len > width:
+                lines.append(line)
+                line = Text("    ")
+            if line.cell_len > 4:
+                line.append("   ")
+            if line.cell_len + pair.cell_len <= width:
+                line.append_text(pair)
+                continue
+            folded = fold.fold(pair.plain, width - 4, cut=False)  # alone wider than a line: words whole
+            line.append(folded[0])
+            lines += [line, *(Text("    " + more) for more in folded[1:-1])]
+            line = Text("    " + folded[-1]) if len(folded) > 1 else Text("    ")
+        if line.plain.strip():
+            lines.append(line)
+    lines.append(Text(""))
+    return Group(*lines)
 
 
 def _measure(table: RichTable) -> int:
@@ -234,27 +307,30 @@ def format_number(value: float) -> str:
     return f"{value:.4g}"
 
 
-def _cell(value: Any) -> Text:
+def _cell(value: Any) -> Cell:
     if value is None:
-        return Text("-", style="dim")
+        return Cell("-", style="dim")
     if isinstance(value, float):
-        return Text(format_number(value))
+        return Cell(format_number(value))
     if isinstance(value, int):
-        return Text(str(value))
+        return Cell(str(value))
     text = str(value)
-    return Text(text, style=CELL_STYLE.get(text, ""))
+    return Cell(text, style=CELL_STYLE.get(text, ""), whole=True)
 
 
-def _checks_table(report: Report) -> RichTable:
+def _checks_table(report: Report, width: int) -> RichTable:
+    # Cell, not str: details quote ranks' errors, and "[/path/pair.cc:553]" is not rich markup.
+    rows = [
+        [Cell(check.name), Cell(check.status.value, style=STATUS_STYLE[check.status]), Cell(check.detail)]
+        for check in report.checks
+    ]
     out = RichTable(title="Checks", box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold")
-    out.add_column("check")
-    out.add_column("status")
-    out.add_column("detail", overflow="fold")
-    for check in report.checks:
-        # Text, not str: details quote ranks' errors, and "[/path/pair.cc:553]" is not rich markup.
-        out.add_row(
-            Text(check.name), Text(check.status.value, style=STATUS_STYLE[check.status]), Text(check.detail)
-        )
+    for i, header in enumerate(("check", "status", "detail")):
+        # rich narrows a column below its longest word when the table is too wide: never below an atom.
+        least = min(_longest_atom(rows, i), max(width - 30, 10))
+        out.add_column(header, overflow="fold", min_width=least or None)
+    for row in rows:
+        out.add_row(*row)
     return out
 
 
@@ -412,15 +488,6 @@ def render_rate_chart(table: Table, rows: list[dict[str, Any]], console: Console
     if len(rows) < total:
         title += f" (the {len(rows)} slowest or failing of {total:,} ranks)"
     console.print(_bar_chart(title, bars, top, width))
-
-
-# The chart kinds a command's declaration names, by the function that draws one (table, rows, console).
-CHARTS = {
-    "busbw": render_bandwidth_chart,
-    "breakdown": render_breakdown_chart,
-    "heatmap": render_link_heatmap,
-    "rates": render_rate_chart,
-}
 
 
 class LaunchProgress:

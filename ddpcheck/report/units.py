@@ -20,8 +20,9 @@ def human_bytes(size: int | None, *, exact: bool = False, amount: bool = False) 
     """A size in the units it was asked in: '4K', '64M'.
 
     A message size that is no whole multiple (buffers split into n blocks, rounded down) is
-    shown in bytes ('4092B'); from 1M on it is rounded to a tenth ('1.5M') unless `exact`
-    (a baseline's figure labels must tell 1048572B from 1M). `amount`: memory and limits,
+    shown in bytes ('4092B'); from 1000K on it is rounded to a tenth of M or G ('1.5M', and
+    '1.0M' for 1048572 bytes, beside '1M') unless `exact` (a baseline's figure labels must
+    tell 1048572B from 1M). `amount`: memory and limits,
     as 'df -h' shows them ('15.6 GiB', '512 B'; '?' when unknown).
     """
     if amount:
@@ -35,9 +36,10 @@ def human_bytes(size: int | None, *, exact: bool = False, amount: bool = False) 
     for unit, scale in _SCALES:
         if size >= scale and size % scale == 0:
             return f"{size // scale}{unit}"
-    if exact or size < MIB:
+    if exact or size < 1000 * KIB:
         return f"{size}B"
-    return f"{size / MIB:.1f}M" if size < GIB else f"{size / GIB:.1f}G"
+    # From 1000K on, in M: 1048572B (1M split into 3 blocks, rounded down) reads '1.0M' beside '1M'.
+    return f"{size / MIB:.1f}M" if size < 1000 * MIB else f"{size / GIB:.1f}G"
 
 
 def parse_size(text: str) -> int:

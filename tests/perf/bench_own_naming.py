@@ -42,7 +42,7 @@ def wait_until_rank1_joins(scratch: Path, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if any(
-            read_statuses(run).get(1, {}).get("stage") == stages.JOIN_WAIT
+            getattr(read_statuses(run).get(1), "stage", None) == stages.JOIN_WAIT
             for run in scratch.glob("ddpcheck-*")
         ):
             return

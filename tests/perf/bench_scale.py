@@ -84,8 +84,8 @@ def _identities(n: int, g: int) -> list[dict[str, Any]]:
 
 def measure(name: str, n: int, g: int, directory: Path) -> dict[str, float]:
     from ddpcheck.report import assemble
-    from ddpcheck.report.html import write_html
-    from ddpcheck.report.model import write_json
+    from ddpcheck.report.formats.json import write as write_json
+    from ddpcheck.report.html import write as write_html
     from ddpcheck.report.terminal import render_report
 
     make, options, judge = _cases(n, g)[name]

@@ -13,7 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ddpcheck.report.html import render_html, write_html
+from ddpcheck.report.html import render_html
+from ddpcheck.report.html import write as write_html
 from tests.support.headless import Browser
 from tests.support.saved_reports import RUNS, run_ddpcheck
 from tests.support.synthetic_reports import links_report

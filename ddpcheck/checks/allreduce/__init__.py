@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddpcheck.checks.collective.options import SweepOptions
-from ddpcheck.command import HARNESS_FAULTS, Command
+from ddpcheck.command import HARNESS_FAULTS, Command, Setup
 
 
 @dataclass(kw_only=True)
@@ -21,17 +21,23 @@ COMMAND = Command(
     the rank map, an exact data check at every size, and an nccl-tests style
     bandwidth sweep; a wrong result is localised to the rank at fault.
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck allreduce --gpus 8 | ddpcheck allreduce --nproc 4 --sizes 1K:64M "
-        "| ddpcheck allreduce --dtype bfloat16 --min-busbw 300 --json report.json "
-        "| ddpcheck allreduce --gpus 8 --budget 20 --drain (a health check)"
+        "\b\nExamples:\n"
+        "  ddpcheck allreduce --gpus 8\n"
+        "  ddpcheck allreduce --nproc 4 --sizes 1K:64M\n"
+        "  ddpcheck allreduce --dtype bfloat16 --min-busbw 300 --json report.json\n"
+        "  ddpcheck allreduce --gpus 8 --budget 20 --drain  # a health check"
     ),
     options=AllreduceOptions,
     implementation="ddpcheck.checks.allreduce.check",
     faults=("corrupt", *HARNESS_FAULTS),
-    charts={"bandwidth": "busbw"},
-    html_charts=("bandwidth",),
+    charts={"bandwidth": "ddpcheck.report.terminal:render_bandwidth_chart"},
+    html_charts=("ddpcheck.report.html.bandwidth",),
     family="bandwidth",
     figures="ddpcheck.checks.collective.figures:bandwidth_figures",
+    setup=(Setup("dtype", "dtype", ("dtype",)),),
+    metrics="ddpcheck.checks.collective.figures:bandwidth_metrics",
+    judges=("ddpcheck.checks.collective.judge", "ddpcheck.checks.collective.bisection"),
     budgeted=True,
 )

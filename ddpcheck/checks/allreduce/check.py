@@ -1,6 +1,6 @@
 """`ddpcheck allreduce`: is the process group sound, who breaks it, and how fast is it?
 
-The classic `ones * rank` reduction and the rank map, then the collective harness
+The classic `ones * rank` reduction and the rank map, then the collective sweep
 (ddpcheck/checks/collective/) with the all_reduce definition: an exact integer pattern at
 every size of the sweep, counted element by element (nccl-tests' #wrong), the
 bandwidth timing, and - only when something was wrong - a bisection over subgroups
@@ -23,7 +23,7 @@ from ddpcheck.checks.collective.judge import (
 )
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.pattern import sweep_sizes
-from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
+from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import hosts_of
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 from ddpcheck.report.figures import Figure, FigureKind, positive, rows_of
+from ddpcheck.report.metrics import GIGA, MICRO, Metric, Row, Tables, number
 from ddpcheck.report.units import human_bytes
 
 BUSBW = FigureKind(
@@ -13,9 +15,9 @@ BUSBW = FigureKind(
 )
 
 # A size is compared only when the baseline reached at least this fraction of its peak busbw
-# there and at every larger size (on CPU ranks, the rerun too: see compare()): smaller messages
-# are latency-bound, their busbw scheduling noise, and one lucky in the baseline must not become
-# the figure a rerun is held to (docs/compare.md). The largest size always counts.
+# there and at every larger size (on CPU ranks, the rerun too: see baseline.select()): smaller
+# messages are latency-bound, their time scheduling noise, and a lucky one in the baseline must
+# not become the figure a rerun is held to (docs/compare.md). The largest size always counts.
 BANDWIDTH_BOUND_FRACTION = 0.5
 
 
@@ -51,3 +53,33 @@ def bandwidth_figures(report: dict[str, Any]) -> list[Figure]:
                 )
             )
     return figures
+
+
+def bandwidth_metrics(tables: Tables) -> Iterator[Metric]:
+    """busbw, algbw and time per op, message size and dtype, for --prom."""
+    rows = tables.get("bandwidth")
+    if not rows:
+        return
+    labels = ("op", "size_bytes", "dtype")
+
+    def key(r: Row) -> list[str]:
+        return [str(r.get("op", "all_reduce")), str(r.get("size_bytes")), str(r.get("dtype", ""))]
+
+    yield Metric(
+        "ddpcheck_busbw_bytes_per_second",
+        "Bus bandwidth per collective and message size (nccl-tests' busbw), in bytes per second.",
+        labels,
+        [(key(r), number(r.get("busbw_gbps"), GIGA)) for r in rows],
+    )
+    yield Metric(
+        "ddpcheck_algbw_bytes_per_second",
+        "Algorithm bandwidth (message bytes / time) per collective and size, in bytes per second.",
+        labels,
+        [(key(r), number(r.get("algbw_gbps"), GIGA)) for r in rows],
+    )
+    yield Metric(
+        "ddpcheck_collective_duration_seconds",
+        "Time of one collective per op and message size (median over the iterations).",
+        labels,
+        [(key(r), number(r.get("time_us"), MICRO)) for r in rows],
+    )

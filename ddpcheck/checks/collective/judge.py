@@ -11,8 +11,8 @@ from typing import Any
 
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.ops.base import Rooted
-from ddpcheck.report.model import Check, Status, Table, counted
-from ddpcheck.report.naming import describe_ranks, hosts_of, where
+from ddpcheck.report.model import Check, Status, Table
+from ddpcheck.report.naming import counted, describe_ranks, hosts_of, where
 from ddpcheck.report.units import human_bytes
 
 BANDWIDTH_COLUMNS = {

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.options import SweepOptions
-from ddpcheck.command import HARNESS_FAULTS, Command, option
+from ddpcheck.command import HARNESS_FAULTS, Command, Setup, option
 from ddpcheck.errors import UsageError
 
 # Every collective defined in collective/ops, in the order `ddpcheck collectives` runs them.
@@ -72,18 +72,24 @@ COMMAND = Command(
     names the rank that sent it, the rank that received it badly, or the link between
     them; a wrong reduction is localised by re-running it on subgroups.
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck collectives --gpus 8 | ddpcheck collectives --nproc 4 --sizes 1K:1M "
-        "| ddpcheck collectives --ops all_gather,reduce_scatter --dtype bfloat16 --min-busbw 100 "
-        "| ddpcheck collectives --nproc 3 --inject corrupt@1"
+        "\b\nExamples:\n"
+        "  ddpcheck collectives --gpus 8\n"
+        "  ddpcheck collectives --nproc 4 --sizes 1K:1M\n"
+        "  ddpcheck collectives --ops all_gather,reduce_scatter --dtype bfloat16 --min-busbw 100\n"
+        "  ddpcheck collectives --nproc 3 --inject corrupt@1"
     ),
     options=CollectivesOptions,
     implementation="ddpcheck.checks.collectives.check",
     faults=("corrupt", *HARNESS_FAULTS),
-    charts={"bandwidth": "busbw"},
+    charts={"bandwidth": "ddpcheck.report.terminal:render_bandwidth_chart"},
     details={"bandwidth": "every collective's bandwidth by message size"},
-    html_charts=("bandwidth",),
+    html_charts=("ddpcheck.report.html.bandwidth",),
     family="bandwidth",
     figures="ddpcheck.checks.collective.figures:bandwidth_figures",
+    setup=(Setup("dtype", "dtype", ("dtype",)),),
+    metrics="ddpcheck.checks.collective.figures:bandwidth_metrics",
+    judges=("ddpcheck.checks.collective.judge", "ddpcheck.checks.collective.bisection"),
     budgeted=True,
 )

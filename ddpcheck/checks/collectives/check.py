@@ -2,7 +2,7 @@
 
 FSDP and ZeRO live on all_gather and reduce_scatter, MoE on all_to_all, pipeline
 parallelism on send/recv, checkpoint loading on broadcast. Each runs through the
-collective harness in turn (nccl-tests' separate *_perf binaries, in one world); each
+collective sweep in turn (nccl-tests' separate *_perf binaries, in one world); each
 gets a check named after it that names the rank, receiver or link at fault.
 """
 
@@ -22,7 +22,7 @@ from ddpcheck.checks.collective.judge import (
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.pattern import sweep_sizes
 from ddpcheck.checks.collectives import CollectivesOptions
-from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
+from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ddpcheck.command import HARNESS_FAULTS, Command, option
+from ddpcheck.command import HARNESS_FAULTS, Command, Setup, option
 from ddpcheck.errors import UsageError
 
 MAX_SIZE = 32_768  # a 4 GiB float32 matrix, three of them: beyond that the check is the problem
@@ -73,17 +73,24 @@ COMMAND = Command(
     row remaps, PCIe link, NVLink, XID errors, clocks and throttling) and topology (CPU
     affinity against the GPU's NUMA node). A failure names the rank, GPU and host.
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck devices --gpus 8 | ddpcheck devices --nproc 4 "
-        "| ddpcheck devices --gpus 8 --size 16384 --json devices.json "
-        "| ddpcheck devices --nproc 3 --inject slowgpu@1 | ddpcheck devices --gpus 8 --budget 15 (a prolog)"
+        "\b\nExamples:\n"
+        "  ddpcheck devices --gpus 8\n"
+        "  ddpcheck devices --nproc 4\n"
+        "  ddpcheck devices --gpus 8 --size 16384 --json devices.json\n"
+        "  ddpcheck devices --nproc 3 --inject slowgpu@1\n"
+        "  ddpcheck devices --gpus 8 --budget 15  # a prolog"
     ),
     options=DevicesOptions,
     implementation="ddpcheck.checks.devices.check",
     faults=("slowgpu", "sdc", *HARNESS_FAULTS),
-    charts={"devices": "rates"},
-    html_charts=("devices",),
+    charts={"devices": "ddpcheck.report.terminal:render_rate_chart"},
+    html_charts=("ddpcheck.report.html.devices",),
     family="devices",
     figures="ddpcheck.checks.devices.figures:device_figures",
+    setup=(Setup("matrix_size", "--size (matrix side)", ("size",)),),
+    metrics="ddpcheck.checks.devices.figures:device_metrics",
+    judges=("ddpcheck.checks.devices.judge", "ddpcheck.checks.peers"),
     budgeted=True,
 )

@@ -28,7 +28,7 @@ from ddpcheck.checks.devices.judge import (
     DTYPES,
     judge,  # noqa: F401  (the command's judge, run on rank 0)
 )
-from ddpcheck.report.model import counted
+from ddpcheck.report.naming import counted
 
 if TYPE_CHECKING:
     import torch

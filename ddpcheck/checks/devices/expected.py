@@ -1,7 +1,7 @@
 """What known GPUs should do: dense matrix-multiply peaks and pinned copy rates, for `ddpcheck devices`.
 
-Unmeasured here (no GPU has run this code yet): each figure is a vendor peak or a public
-measurement, and a device is only warned about far below it (a clock-locked, throttled or
+Each figure is a vendor peak or a public measurement (what an H200 measured is in
+docs/devices.md), and a device is only warned about far below it (a clock-locked, throttled or
 PCIe-downgraded GPU), never failed: its peers judge it first.
 """
 

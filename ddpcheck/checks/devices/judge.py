@@ -19,9 +19,9 @@ from ddpcheck.checks.devices import DevicesOptions, health, topology
 from ddpcheck.checks.devices import expected as expectations
 from ddpcheck.checks.devices.fit import budget_findings
 from ddpcheck.checks.peers import EXACT_UP_TO, median_of, reference_of
-from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
-from ddpcheck.report.model import Check, Report, Status, Table, counted
-from ddpcheck.report.naming import describe_ranks, hosts_of, where
+from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
+from ddpcheck.report.model import Check, Report, Status, Table
+from ddpcheck.report.naming import counted, describe_ranks, hosts_of, where
 
 # The products whose checksums every rank compares: the dtypes training uses on each device.
 DTYPES = {"cpu": ("float32",), "cuda": ("bfloat16", "tf32")}

@@ -11,8 +11,7 @@ per job:
 - `variables.py`: the distributed environment variables, collected already redacted.
 - `redact.py`: which variable names hold secrets, and values made safe to show.
 - `judge.py`: the `judge_*()` functions, facts -> `Check`s.
-- `host_report.py`: `run()`, the `Report` of `ddpcheck env` and its tables.
-- `agreement.py`: each rank's fingerprint, and the check that every node agrees.
+- `check.py`: `run()`, the `Report` of `ddpcheck env` and its tables.
 - `bounded.py`: a subprocess under a timeout, a function in a thread with a bound.
 
 This module declares the command; torch is imported inside functions only: importing this
@@ -46,12 +45,16 @@ COMMAND = Command(
     /dev/shm and locked memory are large enough. Secrets are redacted.
     Exits 1 only when something FAILs; warnings exit 0.
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck env | ddpcheck env --json env.json (attach it to a bug report: secrets "
-        "are redacted) | ddpcheck env --quiet --junit env.xml (a CI gate) "
-        "| srun --ntasks-per-node=1 ddpcheck env --quiet (every node of an allocation)"
+        "\b\nExamples:\n"
+        "  ddpcheck env\n"
+        "  ddpcheck env --json env.json  # attach it to a bug report: secrets are redacted\n"
+        "  ddpcheck env --quiet --junit env.xml  # a CI gate\n"
+        "  srun --ntasks-per-node=1 ddpcheck env --quiet  # every node of an allocation"
     ),
     options=EnvOptions,
     implementation="ddpcheck.checks.env.check",
+    judges=("ddpcheck.checks.env.judge", "ddpcheck.checks.env.redact"),
     ranked=False,
 )

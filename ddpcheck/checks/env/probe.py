@@ -26,6 +26,7 @@ from typing import Any
 from ddpcheck.checks.env.bounded import Background, reap, spawn
 from ddpcheck.checks.env.master import is_loopback, parse_port, probe_master
 from ddpcheck.checks.env.variables import distributed_env, in_launch
+from ddpcheck.rank.fingerprint import nccl_version, nvidia_driver_version, physical_gpus
 from ddpcheck.report.units import GIB, UNLIMITED
 
 
@@ -178,20 +179,6 @@ def _backends() -> dict[str, bool]:
     return found
 
 
-def nccl_version(torch: Any) -> str | None:
-    """NCCL's version as 'major.minor.patch', or None on builds without NCCL."""
-    try:
-        version = torch.cuda.nccl.version()
-    except Exception:  # CPU builds lack the binding altogether
-        return None
-    if isinstance(version, tuple):
-        return ".".join(map(str, version))
-    # Old torch: one integer, major*1000 + minor*100 + patch (or *10000 from 2.9).
-    major, rest = divmod(int(version), 10000 if version >= 20900 else 1000)
-    minor, patch = divmod(rest, 100)
-    return f"{major}.{minor}.{patch}"
-
-
 def driver_cuda_version(torch: Any, libcuda: str = "libcuda.so.1") -> str | None:
     """The highest CUDA the installed driver supports ('13.0', what nvidia-smi shows): torch's binding
     where a release has it, else the driver's own cuDriverGetVersion (torch 2.11 has no binding)."""
@@ -214,47 +201,6 @@ def _cuda_version_text(value: int) -> str | None:
     if not value:
         return None
     return f"{value // 1000}.{value % 1000 // 10}"
-
-
-def nvidia_driver_version(nvidia_proc: Path = Path("/proc/driver/nvidia")) -> str | None:
-    """The kernel driver's version from /proc (no subprocess: the fingerprint uses it)."""
-    try:
-        text = (nvidia_proc / "version").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("NVRM"):
-            match = re.search(r"\b(\d{3,}\.\d+(?:\.\d+)?)\b", line)
-            return match.group(1) if match else None
-    return None
-
-
-def physical_gpus(nvidia_proc: Path) -> list[dict[str, Any]] | None:
-    """Every GPU the driver knows, whatever CUDA_VISIBLE_DEVICES hides; None: no driver files.
-
-    /proc/driver/nvidia/gpus/<bus id>/information holds 'Model:', 'GPU UUID:', 'Bus Location:'.
-    """
-    root = nvidia_proc / "gpus"
-    if not root.is_dir():
-        return None
-    gpus = []
-    for entry in sorted(root.iterdir()):
-        try:
-            text = (entry / "information").read_text()
-        except OSError:
-            continue
-        fields = dict(
-            (key.strip(), value.strip())
-            for key, _, value in (line.partition(":") for line in text.splitlines())
-        )
-        gpus.append(
-            {
-                "model": fields.get("Model"),
-                "uuid": fields.get("GPU UUID"),
-                "bus": fields.get("Bus Location", entry.name),
-            }
-        )
-    return gpus
 
 
 def parse_nvidia_smi_list(text: str | None) -> list[dict[str, Any]] | None:
@@ -403,32 +349,3 @@ def _read(path: Path) -> str | None:
         return path.read_text().strip()
     except OSError:
         return None
-
-
-def rank_fingerprint() -> dict[str, str | None]:
-    """What must match across nodes, cheaply (no subprocess, no CUDA init): a few ms once torch is loaded.
-
-    Call it after the rank bound its device: the GPU model is then this rank's
-    own GPU; without CUDA initialised it is the host's models from /proc.
-    """
-    import torch
-
-    return {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda or getattr(torch.version, "hip", None),
-        "nccl": nccl_version(torch),
-        "driver": nvidia_driver_version(),
-        "gpu": _fingerprint_gpu(torch),
-        "python": platform.python_version(),
-    }
-
-
-def _fingerprint_gpu(torch: Any) -> str | None:
-    try:
-        if torch.cuda.is_initialized():
-            return torch.cuda.get_device_name(torch.cuda.current_device())
-    except Exception:
-        pass
-    gpus = physical_gpus(Path("/proc/driver/nvidia"))
-    models = sorted({g["model"] for g in gpus or [] if g.get("model")})
-    return ", ".join(models) or None

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ddpcheck.command import HARNESS_FAULTS, Command, option
+from ddpcheck.command import HARNESS_FAULTS, Command, Setup, option
 from ddpcheck.errors import UsageError
 from ddpcheck.report.units import parse_size
 
@@ -61,7 +61,7 @@ class LinksOptions:
             raise UsageError(f"--min-gbps must be >= 0 GB/s, got {self.min_gbps:g}")
 
     def for_device(self, device: str) -> LinksOptions:
-        """Defaults from 20 healthy runs and a slowed link named every time (docs/links.md)."""
+        """The device's defaults (docs/links.md says how each was chosen)."""
         gpu = device == "cuda"
         return dataclasses.replace(
             self,
@@ -82,17 +82,25 @@ COMMAND = Command(
     rank i). Each link is judged against the median of comparable links; a rank or host
     most of whose links are slow is named, else the slow link itself.
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck links --gpus 8 | ddpcheck links --nproc 4 --size 4M "
-        "| ddpcheck links --nnodes 16 --rdzv-endpoint node01:29400 --gpus 8 --json links.json "
-        "| ddpcheck links --nproc 4 --inject slowlink@2 | ddpcheck links --gpus 8 --budget 20 (a prolog)"
+        "\b\nExamples:\n"
+        "  ddpcheck links --gpus 8\n"
+        "  ddpcheck links --nproc 4 --size 4M\n"
+        "  ddpcheck links --nnodes 16 --rdzv-endpoint node01:29400 --gpus 8 --json links.json\n"
+        "  ddpcheck links --nproc 4 --inject slowlink@2\n"
+        "  ddpcheck links --gpus 8 --budget 20  # a prolog"
     ),
     options=LinksOptions,
     implementation="ddpcheck.checks.links.check",
     faults=("slowlink", *HARNESS_FAULTS),
-    charts={"link_matrix": "heatmap"},
-    html_charts=("links",),
+    charts={"link_matrix": "ddpcheck.report.terminal:render_link_heatmap"},
+    html_charts=("ddpcheck.report.html.links",),
     family="links",
     figures="ddpcheck.checks.links.figures:link_figures",
+    # size_bytes first: the name some saved reports hold it under.
+    setup=(Setup("link_bytes", "link message size", ("size_bytes", "size")),),
+    metrics="ddpcheck.checks.links.figures:link_metrics",
+    judges=("ddpcheck.checks.links.outliers", "ddpcheck.checks.links.figures", "ddpcheck.checks.peers"),
     budgeted=True,
 )

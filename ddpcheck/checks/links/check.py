@@ -26,9 +26,9 @@ from ddpcheck.checks.links.fit import StepCost, budget_findings, fit_step
 from ddpcheck.checks.links.outliers import Findings, SlowLink, SlowRank, find_slow_links
 from ddpcheck.checks.links.schedule import INTER, INTRA, Round, link_plan, nodes_of
 from ddpcheck.checks.links.tables import link_tables
-from ddpcheck.checks.rankmap import judge_rank_map
-from ddpcheck.report.model import Check, Report, Status, counted
-from ddpcheck.report.naming import describe_ranks, node_label, node_of, span, where
+from ddpcheck.rank.rankmap import judge_rank_map
+from ddpcheck.report.model import Check, Report, Status
+from ddpcheck.report.naming import counted, describe_ranks, node_label, node_of, span, where
 
 if TYPE_CHECKING:
     from ddpcheck.rank.context import RankContext
@@ -53,11 +53,9 @@ CAUSE = {
 def passes_for(device_type: str) -> int:
     """How many times the whole plan runs; each link's samples are pooled over the passes.
 
-    On CPU ranks a burst of load elsewhere on the host (a scheduler starving one pair for a
-    few milliseconds) slows whichever links are being measured at that moment: measured
-    here, single healthy links at 0.2 of the median. Three passes, each with a third of the
-    iterations, spread every link over three moments, and the median of the pooled samples
-    ignores one bad one. A GPU's links do not share a scheduler: one pass.
+    On CPU ranks a burst of load elsewhere on the host slows whichever links are measured at
+    that moment (docs/links.md); three passes spread every link over three moments, and the
+    median of the pooled samples ignores one bad one. A GPU's links do not share a scheduler.
     """
     return 1 if device_type == "cuda" else 3
 
@@ -86,9 +84,8 @@ def measure_plan(ctx: RankContext, rounds: list[Round], opts: LinksOptions, pass
     # With a budget the warm-up's last exchange is what each round is projected from: at least one.
     warmup = max(opts.warmup, 1) if ctx.budget else opts.warmup
     if ctx.budget:
-        # Round trips beyond LATENCY_TRIPS a link only sharpen the least of them, and a round trip
-        # on a busy host costs a wake-up or two, far more than a hot exchange foretells (measured
-        # here at load 11: a first round planned 1,451 of them from its warm-up and ran late).
+        # Round trips beyond LATENCY_TRIPS only sharpen the least of them, and on a busy host each
+        # costs far more than a hot exchange foretells.
         trips = min(trips, -(-LATENCY_TRIPS // passes))
     pacer = _Pacer(ctx, warmup, iters, trips) if ctx.budget else None
     samples: dict[int, dict[str, Any]] = {}
@@ -158,8 +155,7 @@ def measure_plan(ctx: RankContext, rounds: list[Round], opts: LinksOptions, pass
 
 # The share of the time left that the rounds left are planned to fill, each round: on a busy host
 # a round costs more than the one before it, and the gather after the last waits for a core too
-# (measured here at load 11, 2 ranks, --budget 30: planned to fill all of it, or 0.8 of it, the
-# last round ended about a second late and the launcher ended the run with rank 0 gathering).
+# (docs/fleet.md).
 BUDGET_SPENT = 0.6
 
 
@@ -296,8 +292,8 @@ def _time_round_trip(ctx: RankContext, peer: int, ping: Any, iters: int) -> floa
     """One-way latency: half the shortest round trip of a 4-byte message.
 
     The shortest, not the mean as osu_latency quotes: on a busy host every wake-up of a
-    descheduled rank adds to a round trip (measured here: medians of 1 ms against 60 us),
-    noise only ever adds, and a slow path is slow on every trip.
+    descheduled rank adds to a round trip, noise only ever adds, and a slow path is slow on
+    every trip.
     """
     import torch.distributed as dist
 
@@ -326,14 +322,14 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Li
     links = LinkColumns.from_rank_data(data)
     kinds = {k: links.inter == (k == INTER) for k in (INTRA, INTER)}
     kinds = {k: mask for k, mask in kinds.items() if mask.any()}
-    speed = 1 / np.maximum(links.latency_us, 1e-3)
     bandwidth, latency = {}, {}
     for kind, mask in kinds.items():
         src, dst = links.src[mask], links.dst[mask]
         # A single link is named only when even its fastest pass was slow: a burst of load that
         # starved one pair for a moment does not last through three passes; a slow cable does.
         bandwidth[kind] = find_slow_links(src, dst, links.gbps[mask], opts.threshold, links.best_gbps[mask])
-        latency[kind] = find_slow_links(src, dst, speed[mask], opts.threshold)
+        speed = np.maximum(links.latency_us[mask], 1e-3)
+        latency[kind] = find_slow_links(src, dst, np.divide(1, speed, out=speed), opts.threshold)
     counts = {k: int(m.sum()) for k, m in kinds.items()}
     report = Report(command="links")
     report.checks.append(judge_rank_map(identities))
@@ -343,9 +339,8 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Li
     )
     latency_check = _judge_speed("link latency", latency, counts, identities, opts.threshold, "latency")
     if latency_check.status == Status.FAIL and all(i.get("device", "cpu") == "cpu" for i in identities):
-        # On CPU ranks a 4-byte round trip is mostly the scheduler waking a rank: on the loaded
-        # 2-core development machine, 2 healthy runs of 20 (4 ranks) had a pair whose shortest
-        # round trip was 0.4-0.7 ms against a median of 60 us. Worth a look, not a failed run.
+        # On CPU ranks a 4-byte round trip is mostly the scheduler waking a rank: worth a look,
+        # not a failed run.
         latency_check = replace(latency_check, status=Status.WARN)
     report.checks.append(latency_check)
     _annotate(links, kinds, bandwidth, latency, latency_check.status, len(identities))
@@ -379,8 +374,10 @@ def _annotate(
         reference = found.reference.median if found.reference else float(np.median(links.gbps[kinds[kind]]))
         references[kind] = reference if reference > 0 else np.nan
     # Each link against its kind's reference, every link at once (NaN where there is none).
-    reference_of_link = np.where(links.inter, references[INTER], references[INTRA])
-    links.ratio = np.round(links.gbps / reference_of_link, 3)
+    ratio = np.divide(links.gbps, references[INTER])
+    intra = ~links.inter
+    ratio[intra] = links.gbps[intra] / references[INTRA]
+    links.ratio = np.round(ratio, 3, out=ratio)
     links.status = np.full(len(links), PASS, dtype=np.int8)
     slow_latency = sorted(set().union(*(_blamed(f) for f in latency.values())))
     if slow_latency:  # then the latency check failed (or warns, on CPU ranks)
@@ -470,6 +467,8 @@ def _rank_findings(
     kind: str, slow: list[SlowRank], identities: list[dict[str, Any]], measure: str
 ) -> list[str]:
     """One phrase per slow host (when every rank of a node is slow) or per slow rank."""
+    if not slow:  # a healthy fleet: no pass over its ranks
+        return []
     by_node: dict[tuple[str, int], list[SlowRank]] = defaultdict(list)
     for s in slow:
         by_node[node_of(identities[s.rank])].append(s)

@@ -106,9 +106,9 @@ class LinkColumns:
         count = [len(c["peer"]) for _, _, c in parts]
 
         def joined(name: str, dtype: type) -> np.ndarray:
-            return np.concatenate(
-                [np.asarray(c[name], dtype=dtype) for _, _, c in parts] or [np.empty(0, dtype)]
-            )
+            # casting="unsafe": peers fit the narrower key type stable_order() sorts anyway.
+            arrays = [c[name] for _, _, c in parts] or [np.empty(0, dtype)]
+            return np.concatenate(arrays, dtype=dtype, casting="unsafe")
 
         sizes = {s for _, s, _ in parts}
         # One size (every run): a scalar, not a column of 8 million copies of it.
@@ -117,21 +117,29 @@ class LinkColumns:
             if len(sizes) == 1
             else np.repeat(np.array([s for _, s, _ in parts], dtype=np.float64), count)
         )
-        src, dst = joined("peer", np.int64), np.repeat(np.arange(len(data), dtype=np.int64), count)
+        src = joined("peer", _key_type(len(data)))
+        dst = np.repeat(np.arange(len(data), dtype=np.int64), count)
         order = stable_order(src, len(data))  # each rank's links come in rank order: (src, dst) order
-        recv, best = joined("recv_s", np.float64), joined("best_pass_recv_s", np.float64)
-        inter, gbps, wrong = joined("inter", bool), _gbps(size, recv), joined("wrong", np.int64)
-        latency_us = joined("latency_s", np.float64) * 1e6
+        inter = joined("inter", bool)
+        gbps = _gbps(size, joined("recv_s", np.float64), in_place=True)
+        latency_us = joined("latency_s", np.float64)
+        latency_us *= 1e6  # in place: each fresh column of 8 million costs its allocation
         # As the ranks sent them, the links are in (dst, src) order: what each rank's links in need.
         received = Received(dst, inter, gbps, latency_us) if _in_rank_order(dst, src) else None
+        best = joined("best_pass_recv_s", np.float64)[order]
+        wrong = (
+            joined("wrong", np.int64)[order]
+            if any(c["wrong"].any() for _, _, c in parts)
+            else np.zeros(len(src), dtype=np.int64)
+        )
         return cls(
             src=_sorted(src, len(data)),
             dst=dst[order],
             inter=inter[order],
             gbps=gbps[order],
-            best_gbps=_gbps(size, best)[order],
+            best_gbps=_gbps(size, best, in_place=True),
             latency_us=latency_us[order],
-            wrong=wrong[order] if wrong.any() else np.zeros(len(wrong), dtype=np.int64),
+            wrong=wrong,
             received=received,
         )
 
@@ -190,11 +198,12 @@ def _in_rank_order(dst: np.ndarray, src: np.ndarray) -> bool:
     return bool(np.all((src[1:] > src[:-1]) | (dst[1:] != dst[:-1])))
 
 
-def _gbps(size: np.ndarray | float, seconds: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        gbps = np.divide(size, seconds)
-        gbps /= 1e9  # in place: 8 million of them
+def _gbps(size: np.ndarray | float, seconds: np.ndarray, in_place: bool = False) -> np.ndarray:
+    """GB/s of `size` bytes in `seconds` (0 where unmeasured); `in_place`: into `seconds`, the caller's."""
     measured = seconds > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gbps = np.divide(size, seconds, out=seconds if in_place else None)
+        gbps /= 1e9  # in place: 8 million of them
     if not measured.all():
         gbps[~measured] = 0.0
     return gbps
@@ -221,10 +230,22 @@ def group_medians(groups: np.ndarray, values: np.ndarray, size: int, scratch: bo
     are taken as they are; others are grouped first by a stable radix sort. `scratch`: the
     values are the caller's copy, free to reorder (a copy of millions saved).
     """
-    counts = np.bincount(groups, minlength=size)
-    if not is_sorted(groups):
+    if is_sorted(groups):
+        counts = sorted_counts(groups, size)
+    else:
+        counts = np.bincount(groups, minlength=size)
         values, scratch = values[stable_order(groups, size)], True
     return grouped_medians(values, counts, scratch)
+
+
+def masked_counts(groups: np.ndarray, mask: np.ndarray, size: int) -> np.ndarray:
+    """np.bincount(groups[mask], minlength=size) for groups in increasing order, without that copy."""
+    starts = np.searchsorted(groups, np.arange(size + 1))  # each group a slice: no pass to count them
+    present = np.flatnonzero(np.diff(starts))
+    out = np.zeros(size, dtype=np.int64)
+    if len(present):
+        out[present] = np.add.reduceat(mask, starts[present], dtype=np.int64)
+    return out
 
 
 def grouped_medians(values: np.ndarray, counts: np.ndarray, scratch: bool = False) -> np.ndarray:
@@ -271,7 +292,7 @@ def merge_groups(parts: list[tuple[np.ndarray, np.ndarray]], size: int) -> tuple
     of a thousand nodes takes seconds.
     """
     parts = [_grouped(groups, values, size) for groups, values in parts]
-    counts = [np.bincount(groups, minlength=size) for groups, _ in parts]
+    counts = [sorted_counts(groups, size) for groups, _ in parts]
     total = np.sum(counts, axis=0)
     if size and all(count.min() == count.max() for count in counts):
         # As many of each part in every group (a fleet's ranks): side by side, row by row.
@@ -293,20 +314,29 @@ def _grouped(groups: np.ndarray, values: np.ndarray, size: int) -> tuple[np.ndar
     return groups[order], values[order]
 
 
+def sorted_counts(groups: np.ndarray, size: int) -> np.ndarray:
+    """np.bincount(groups, minlength=size) for groups in increasing order: found, not counted."""
+    return np.diff(np.searchsorted(groups, np.arange(size + 1)))
+
+
 def is_sorted(keys: np.ndarray) -> bool:
     return bool(np.all(keys[1:] >= keys[:-1]))
 
 
 def stable_order(keys: np.ndarray, size: int) -> np.ndarray:
     """np.argsort(keys, kind="stable") for keys in 0..size-1: numpy's radix sort when they fit 16 bits."""
-    return np.argsort(keys.astype(np.uint16 if size <= 1 << 16 else np.int64), kind="stable")
+    return np.argsort(keys.astype(_key_type(size), copy=False), kind="stable")
+
+
+def _key_type(size: int) -> type:
+    return np.uint16 if size <= 1 << 16 else np.int64
 
 
 def group_minimum(groups: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     """The least value of each group (NaN where none, NaN values ignored)."""
     out = np.full(size, np.inf)
     if is_sorted(groups):  # each group one slice: a reduction per slice, no scattered updates
-        counts = np.bincount(groups, minlength=size)
+        counts = sorted_counts(groups, size)
         present = np.flatnonzero(counts)
         if len(present):
             out[present] = np.fmin.reduceat(values, (np.cumsum(counts) - counts)[present])

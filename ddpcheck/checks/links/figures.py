@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 from ddpcheck.report.figures import Figure, FigureKind, positive, rows_of
+from ddpcheck.report.metrics import GIGA, MICRO, Metric, Row, Tables, number, rank_and_host
 
 LINK = FigureKind(
     "link",
@@ -67,3 +69,47 @@ def link_figures(report: dict[str, Any]) -> list[Figure]:
                     )
                 )
     return figures
+
+
+def link_metrics(tables: Tables) -> Iterator[Metric]:
+    """Per rank (median of its links, by kind and direction) and the slowest links themselves, for --prom.
+
+    Not every link: at 1,000 nodes they are millions; the per-rank medians and the slowest
+    links are what a dashboard or an alert reads.
+    """
+    per_rank = tables.get("link_ranks", [])
+    yield Metric(
+        "ddpcheck_rank_link_bandwidth_bytes_per_second",
+        "Median bandwidth of each rank's links, by kind (intra/inter-node) and direction (out/in).",
+        ("rank", "host", "kind", "direction"),
+        [
+            ([*rank_and_host(r), kind, way], number(r.get(f"{kind}_{way}_gbps"), GIGA))
+            for r in per_rank
+            for kind in ("intra", "inter")
+            for way in ("out", "in")
+        ],
+    )
+    yield Metric(
+        "ddpcheck_rank_link_latency_seconds",
+        "Median one-way latency of each rank's links.",
+        ("rank", "host"),
+        [(rank_and_host(r), number(r.get("latency_us"), MICRO)) for r in per_rank],
+    )
+    slowest = tables.get("slowest_links", [])
+    ends = ("src_rank", "dst_rank", "src_host", "dst_host", "kind")
+
+    def key(r: Row) -> list[str]:
+        return [str(r.get(k)) for k in ("src", "dst", "src_host", "dst_host", "kind")]
+
+    yield Metric(
+        "ddpcheck_slowest_link_bandwidth_bytes_per_second",
+        "Bandwidth of the slowest links (one direction each), in bytes per second.",
+        ends,
+        [(key(r), number(r.get("gbps"), GIGA)) for r in slowest],
+    )
+    yield Metric(
+        "ddpcheck_slowest_link_latency_seconds",
+        "One-way latency of the slowest links.",
+        ends,
+        [(key(r), number(r.get("latency_us"), MICRO)) for r in slowest],
+    )

@@ -112,10 +112,9 @@ class _Links:
     def __init__(self, src: np.ndarray, dst: np.ndarray, value: np.ndarray) -> None:
         self.src, self.dst, self.value = src, dst, value
         self.size = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
-        self.ranks = np.flatnonzero(
-            np.bincount(src, minlength=self.size) + np.bincount(dst, minlength=self.size)
-        )
         self.out_starts = np.searchsorted(src, np.arange(self.size + 1))
+        self.out_counts, self.in_counts = np.diff(self.out_starts), np.bincount(dst, minlength=self.size)
+        self.ranks = np.flatnonzero(self.out_counts + self.in_counts)
         self._by_dst: np.ndarray | None = None  # sorted when first needed: a healthy fleet never does
         self.in_starts = np.empty(0, dtype=np.int64)
 
@@ -178,7 +177,10 @@ def _slow_ranks(
             if not everyone:
                 below &= alive
                 src, dst = src[alive], dst[alive]
-            n_out, n_in = np.bincount(src, minlength=size), np.bincount(dst, minlength=size)
+            if everyone:
+                n_out, n_in = links.out_counts, links.in_counts
+            else:
+                n_out, n_in = np.bincount(src, minlength=size), np.bincount(dst, minlength=size)
             src, dst = links.src, links.dst
             s_out, s_in = np.bincount(src[below], minlength=size), np.bincount(dst[below], minlength=size)
             named_now = (2 * (s_out + s_in) > n_out + n_in) | ((n_out >= 2) & (s_out == n_out))
@@ -198,8 +200,7 @@ def _judge_rank(
     out, into = links.out_of(rank), links.into(rank)
     out, into = out[alive[out]], into[alive[into]]
     # Most of a rank's links below the threshold is evidence enough, however noisy each is
-    # (the noise guard is for single links): on CPU ranks healthy links spread by 100% when
-    # pairs contend for cores, and the guard hid a rank slowed to a tenth in 2 runs of 7.
+    # (the noise guard is for single links, and hid a slow rank on CPU ranks: docs/links.md).
     bound = threshold * reference.median
     slow_out, slow_in = out[links.value[out] < bound], into[links.value[into] < bound]
     if 2 * (len(slow_out) + len(slow_in)) > len(out) + len(into):

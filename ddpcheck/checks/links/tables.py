@@ -19,6 +19,8 @@ from ddpcheck.checks.links.columns import (
     group_medians,
     group_minimum,
     grouped_medians,
+    is_sorted,
+    masked_counts,
     merge_groups,
     smallest,
 )
@@ -73,7 +75,7 @@ def link_tables(
             "link_matrix",
             _matrix_title(world, nodes.count, size, rounds),
             {},
-            heat_map_rows(links, identities),
+            heat_map_rows(links, identities, nodes),
         ),
         Table("slowest_links", slowest_title, LINK_COLUMNS, slowest),
         # Every intra-node link, and one row per node pair and direction between nodes (its slowest
@@ -97,7 +99,7 @@ def link_tables(
                 "link_hosts",
                 f"Links per host ({UNITS}; slowest x: its slowest link against the median)",
                 HOST_COLUMNS if nodes.count <= 2 * HEATMAP_MAX else {},
-                host_rows(links, identities, culprits),
+                host_rows(links, identities, culprits, nodes),
             )
         )
     if world > NODE_GRID_RANKS and nodes.count > 1:
@@ -160,7 +162,9 @@ def _worst_rows(links: LinkColumns, identities: list[dict[str, Any]]) -> list[di
     return [links.row(i, identities) for i in chosen]  # in (src, dst) order
 
 
-def heat_map_rows(links: Links, identities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def heat_map_rows(
+    links: Links, identities: list[dict[str, Any]], nodes: _Nodes | None = None
+) -> list[dict[str, Any]]:
     """Rows of the heat map: rank x rank up to HEATMAP_MAX ranks, node x node up to as many nodes."""
     links = _columns(links)
     world = len(identities)
@@ -173,7 +177,7 @@ def heat_map_rows(links: Links, identities: list[dict[str, Any]]) -> list[dict[s
             {"label": str(rank), "host": identities[rank]["host"], "ratios": cells[rank]}
             for rank in range(world)
         ]
-    nodes = _Nodes(identities)
+    nodes = nodes or _Nodes(identities)
     if nodes.count > HEATMAP_MAX:
         return []  # too many for a terminal: the per-host table and the slowest links say who
     grid = _grid(links, nodes.of_rank, nodes.count)
@@ -190,10 +194,12 @@ def _grid(links: LinkColumns, block_of_rank: np.ndarray, blocks: int) -> list[li
     if not measured.all():
         src, dst, ratio = src[measured], dst[measured], ratio[measured]
     src, dst = block_of_rank[src], block_of_rank[dst]
-    cell = src * blocks + dst
+    own = src == dst
+    cell = src  # src * blocks + dst, in place: 8 million of them
+    cell *= blocks
+    cell += dst
     least = group_minimum(cell, ratio, blocks * blocks)
     diagonal = np.arange(blocks) * (blocks + 1)
-    own = src == dst
     medians = group_medians(cell[own], ratio[own], blocks * blocks)
     least[diagonal] = medians[diagonal]
     return [[None if np.isnan(v) else v for v in row] for row in least.reshape(blocks, blocks).tolist()]
@@ -246,8 +252,8 @@ def rank_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]
     for kind, inter in ((INTRA, False), (INTER, True)):
         # A rank's links out are one slice in (src, dst) order, its links in one in (dst, src) order.
         mine, theirs = links.inter == inter, into_rank.inter == inter
-        out = group_medians(links.src[mine], links.gbps[mine], world, scratch=True)
-        into = group_medians(into_rank.dst[theirs], into_rank.gbps[theirs], world, scratch=True)
+        out = _medians_by(links.src, mine, links.gbps, world)
+        into = _medians_by(into_rank.dst, theirs, into_rank.gbps, world)
         columns |= {f"{kind}_out_gbps": _rounded(out, 4), f"{kind}_in_gbps": _rounded(into, 4)}
     # Each link counts for both its ends.
     latency = grouped_medians(
@@ -269,6 +275,22 @@ def rank_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]
     return rows
 
 
+def _medians_by(groups: np.ndarray, mask: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """group_medians of the values of `mask`; groups in increasing order are counted, not copied."""
+    if not is_sorted(groups):
+        return group_medians(groups[mask], values[mask], size, scratch=True)
+    return grouped_medians(values[mask], masked_counts(groups, mask, size), scratch=True)
+
+
+def _node_medians(ranks: np.ndarray, mask: np.ndarray, values: np.ndarray, nodes: _Nodes) -> np.ndarray:
+    """Each node's median of the values of `mask` whose rank (in increasing order) is on it."""
+    if not is_sorted(ranks) or not is_sorted(nodes.of_rank):  # a node's ranks not in one run
+        return group_medians(nodes.of_rank[ranks[mask]], values[mask], nodes.count, scratch=True)
+    per_rank = masked_counts(ranks, mask, len(nodes.of_rank))
+    counts = np.bincount(nodes.of_rank, weights=per_rank, minlength=nodes.count).astype(np.int64)
+    return grouped_medians(values[mask], counts, scratch=True)
+
+
 HOST_COLUMNS = {
     "host": "host",
     "ranks": "ranks",
@@ -280,22 +302,22 @@ HOST_COLUMNS = {
 }
 
 
-def host_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]) -> list[dict[str, Any]]:
+def host_rows(
+    links: Links, identities: list[dict[str, Any]], culprits: set[int], nodes: _Nodes | None = None
+) -> list[dict[str, Any]]:
     """Per node: the median of its own links, of its links to other nodes out and in; named or not."""
     links = _columns(links)
-    nodes = _Nodes(identities)
+    nodes = nodes or _Nodes(identities)
     members: list[list[int]] = [[] for _ in range(nodes.count)]
     for ident in identities:
         members[int(nodes.of_rank[ident["rank"]])].append(ident["rank"])
     into_rank = links.incoming()
-    src_node = nodes.of_rank[links.src]
     # Intra-node links have both ends in one node (a node's own); inter-node ones, out of and into it:
     # a node's links out are slices in (src, dst) order, its links in in (dst, src) order.
     intra, inter, inter_in = ~links.inter, links.inter, into_rank.inter
-    own = _rounded(group_medians(src_node[intra], links.gbps[intra], nodes.count, scratch=True), 4)
-    out = _rounded(group_medians(src_node[inter], links.gbps[inter], nodes.count, scratch=True), 4)
-    into_node = nodes.of_rank[into_rank.dst[inter_in]]
-    into = _rounded(group_medians(into_node, into_rank.gbps[inter_in], nodes.count, scratch=True), 4)
+    own = _rounded(_node_medians(links.src, intra, links.gbps, nodes), 4)
+    out = _rounded(_node_medians(links.src, inter, links.gbps, nodes), 4)
+    into = _rounded(_node_medians(into_rank.dst, inter_in, into_rank.gbps, nodes), 4)
     # A node's slowest link is its ranks' slowest.
     least = [
         None if np.isnan(v) else v

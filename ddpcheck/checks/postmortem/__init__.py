@@ -41,11 +41,15 @@ COMMAND = Command(
     Launches nothing. Exit 0: nothing wrong in what the job left; 1: ranks called different
     collectives; 3: a rank hung, was lost or crashed; 2: DIR is missing or holds nothing readable.
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck postmortem /tmp/fr_dumps | ddpcheck postmortem job-dir --world-size 8 "
-        "| ddpcheck postmortem job-dir --json postmortem.json"
+        "\b\nExamples:\n"
+        "  ddpcheck postmortem /tmp/fr_dumps\n"
+        "  ddpcheck postmortem job-dir --world-size 8\n"
+        "  ddpcheck postmortem job-dir --json postmortem.json"
     ),
     options=PostmortemOptions,
     implementation="ddpcheck.checks.postmortem.check",
+    judges=("ddpcheck.checks.postmortem.judge",),
     ranked=False,
 )

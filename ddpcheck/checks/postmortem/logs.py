@@ -51,7 +51,7 @@ _SEQ = re.compile(r"SeqNum=(?P<seq>\d+)")
 _OPTYPE = re.compile(r"OpType=(?P<op>\w+)")
 _WATCHDOG_RANK = re.compile(r"\[Rank (?P<rank>\d+)\]")
 # "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] ": where in gloo, not what.
-_SOURCE_PLACE = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\] ")
+SOURCE_PLACE = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\] ")
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,9 @@ class FoundLogs:
     files: list[str] = field(default_factory=list)  # every file read
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
     ranks_seen: set[int] = field(default_factory=set)  # ranks that have a log directory or file
+    # The files that are a job's (not any text file): error files, torchrun's log directories,
+    # Slurm's output, and logs with a rank's prefix, a traceback, NCCL's lines or a finding.
+    traced: list[str] = field(default_factory=list)
 
 
 def rank_from_place(path: str) -> int | None:
@@ -216,6 +219,7 @@ def find_logs(directory: str | os.PathLike[str]) -> FoundLogs:
                             parse_error_file(stream.read(), path=path, rank=rank_from_place(path))
                         )
                     found.files.append(path)
+                    found.traced.append(path)
                 except (OSError, ValueError) as exc:
                     found.skipped.append((path, f"unreadable torchrun error file: {exc}"))
             elif is_log(name):
@@ -225,8 +229,24 @@ def find_logs(directory: str | os.PathLike[str]) -> FoundLogs:
                     found.skipped.append((path, f"unreadable: {exc.strerror or exc}"))
                     continue
                 found.files.append(path)
-                found.findings += scan_text(text, path=path, rank=rank_from_place(path))
+                findings = scan_text(text, path=path, rank=rank_from_place(path))
+                found.findings += findings
+                if findings or is_job_log(path, text):
+                    found.traced.append(path)
     return found
+
+
+def is_job_log(path: str, text: str) -> bool:
+    """A log a job wrote, not any text file: its place (torchrun's `attempt_N/<rank>/`), its name
+    (Slurm's `slurm-*.out`), or its lines (a rank's prefix, a Python traceback, NCCL's)."""
+    if rank_from_place(path) is not None or os.path.basename(path).startswith("slurm-"):
+        return True
+    if _TRACEBACK_START in text:
+        return True
+    for line in text.splitlines():
+        if _TORCH_PREFIX.match(line) or (_NCCL_PREFIX.match(line) and "NCCL" in line):
+            return True
+    return False
 
 
 def _tail(path: str) -> str:
@@ -301,8 +321,11 @@ def judge_logs(found: FoundLogs, mismatch_culprits: list[int] | None = None) -> 
     return checks
 
 
+ENDS_NAME = "the ranks ran to the end"
+
+
 def _ends(found: FoundLogs, receivers: list[int], hosts: dict[int, str]) -> Check:
-    name = "the ranks ran to the end"
+    name = ENDS_NAME
     by_rank: dict[int, list[LogFinding]] = {}
     for finding in found.findings:
         if finding.rank is not None and finding.kind in _ENDS:
@@ -343,7 +366,7 @@ def _said(finding: LogFinding, limit: int = 160) -> str:
         return "aborted: gloo received a collective of another size" + (
             f" ({sizes[0]} bytes where {sizes[1]} were expected)" if sizes else ""
         )
-    text = _SOURCE_PLACE.sub("", finding.text)
+    text = SOURCE_PLACE.sub("", finding.text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddpcheck.checks.network_options import bucket_option, check_bucket, check_model_size, hidden_option
-from ddpcheck.command import HARNESS_FAULTS, Command, option
+from ddpcheck.command import HARNESS_FAULTS, Command, Setup, option
 from ddpcheck.errors import UsageError
 
 
@@ -53,17 +53,27 @@ COMMAND = Command(
     no_sync()), gradient bytes and bus bandwidth, FLOPs and TFLOP/s, and peak memory;
     warns about stragglers and unsteady ranks by name.
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck profile --gpus 8 | ddpcheck profile --hidden 8192 --batch 64 "
-        "| ddpcheck profile --nproc 4 --hidden 1024 --steps 20 --warmup 5 --json profile.json "
-        "| ddpcheck profile --straggler-threshold 1.1 --peak-tflops 67"
+        "\b\nExamples:\n"
+        "  ddpcheck profile --gpus 8\n"
+        "  ddpcheck profile --hidden 8192 --batch 64\n"
+        "  ddpcheck profile --nproc 4 --hidden 1024 --steps 20 --warmup 5 --json profile.json\n"
+        "  ddpcheck profile --straggler-threshold 1.1 --peak-tflops 67"
     ),
     options=ProfileOptions,
     implementation="ddpcheck.checks.profile.check",
     faults=(*HARNESS_FAULTS, "slow"),
-    charts={"breakdown": "breakdown"},
-    html_charts=("profile",),
+    charts={"breakdown": "ddpcheck.report.terminal:render_breakdown_chart"},
+    html_charts=("ddpcheck.report.html.profile",),
     builds_ddp=True,
     family="profile",
     figures="ddpcheck.checks.profile.figures:profile_figures",
+    setup=(
+        Setup("hidden", "--hidden", ("hidden",)),
+        Setup("batch", "--batch", ("batch",)),
+        Setup("bucket_cap_mb", "--bucket-cap-mb", ("bucket_cap_mb",)),
+    ),
+    metrics="ddpcheck.checks.profile.figures:profile_metrics",
+    judges=("ddpcheck.checks.profile.judge",),
 )

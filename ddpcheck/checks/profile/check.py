@@ -49,10 +49,11 @@ SLOW_SCALE = 1.5  # forward + backward is about 1.5 x backward
 
 # ---------------------------------------------------------------- timing
 class Marks:
-    """Timestamps at phase boundaries: CUDA events on a GPU, read once per step; perf_counter on CPU.
+    """Timestamps at phase boundaries: CUDA events on a GPU, perf_counter on CPU.
 
-    On a GPU, the host only records events while kernels run, so timing adds
-    no synchronisation inside the step; `intervals()` waits once, at its end.
+    On a GPU the host only records events while kernels run, and `pending()` defers reading them:
+    a loop reads all its steps' intervals once, after the last, so that no wait inside it drains
+    the stream and every step after the first starts with work queued, as a training loop does.
     """
 
     def __init__(self, device: Any) -> None:
@@ -69,13 +70,23 @@ class Marks:
         else:
             self.points.append(time.perf_counter())
 
-    def intervals(self) -> list[float]:
-        """Seconds between consecutive marks since the last call."""
+    def pending(self) -> Callable[[], list[float]]:
+        """The seconds between consecutive marks since the last call, read when called (on a GPU,
+        after waiting for the last mark's event)."""
         points, self.points = self.points, []
-        if self.cuda:
+        if not self.cuda:
+            intervals = [b - a for a, b in itertools.pairwise(points)]
+            return lambda: intervals
+
+        def read() -> list[float]:
             points[-1].synchronize()
             return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(points)]
-        return [b - a for a, b in itertools.pairwise(points)]
+
+        return read
+
+    def intervals(self) -> list[float]:
+        """Seconds between consecutive marks since the last call (on a GPU, waits for them)."""
+        return self.pending()()
 
 
 def zero_grads(optimizer: Any, inputs: Any) -> None:
@@ -92,6 +103,19 @@ def timed_step(
     before_forward: Callable[[], None] | None = None,
 ) -> tuple[float, float, float]:
     """One training step as the classic loop runs it; (forward, backward, update) seconds."""
+    forward, backward, update = step_marked(ddp, optimizer, inputs, targets, marks, before_forward)()
+    return forward, backward, update
+
+
+def step_marked(
+    ddp: Any,
+    optimizer: Any,
+    inputs: Any,
+    targets: Any,
+    marks: Marks,
+    before_forward: Callable[[], None] | None = None,
+) -> Callable[[], list[float]]:
+    """One training step as the classic loop runs it; its (forward, backward, update) seconds, read later."""
     zero_grads(optimizer, inputs)
     marks.mark()
     if before_forward is not None:
@@ -102,19 +126,21 @@ def timed_step(
     marks.mark()
     optimizer.step()
     marks.mark()
-    forward, backward, update = marks.intervals()
-    return forward, backward, update
+    return marks.pending()
 
 
-def backward_compute(ddp: Any, optimizer: Any, inputs: Any, targets: Any, marks: Marks) -> float:
-    """Seconds of the same backward without gradient sync (under no_sync); leaves no gradients behind."""
+def backward_marked(
+    ddp: Any, optimizer: Any, inputs: Any, targets: Any, marks: Marks
+) -> Callable[[], list[float]]:
+    """The same backward without gradient sync (under no_sync), its seconds read later; leaves no
+    gradients behind."""
     zero_grads(optimizer, inputs)
     with ddp.no_sync():
         loss = mse(ddp(inputs), targets)
         marks.mark()
         loss.backward()
         marks.mark()
-    (seconds,) = marks.intervals()
+    seconds = marks.pending()
     zero_grads(optimizer, inputs)  # the synchronised step must not reduce these
     return seconds
 
@@ -170,15 +196,27 @@ def _measure(ctx: RankContext, opts: ProfileOptions) -> dict[str, Any]:
         torch.cuda.reset_peak_memory_stats(ctx.device)
     ddp, optimizer, inputs, targets = setup(ctx, opts)
     marks = Marks(ctx.device)
-    rows = []
+    measured = []
     for step in range(opts.steps):
         ctx.stage(f"measure: step {step + 1}/{opts.steps}")
         ctx.progress(step, opts.steps, f"step {step + 1}/{opts.steps}")
-        compute = backward_compute(ddp, optimizer, inputs, targets, marks)
-        forward, backward, update = timed_step(
-            ddp, optimizer, inputs, targets, marks, lambda c=compute: ctx.faults.slow(c * SLOW_SCALE)
+        compute = backward_marked(ddp, optimizer, inputs, targets, marks)
+        # A planted slow rank sleeps as long as its own work: read now (a wait, in self-tests only).
+        slow_s = compute()[0] * SLOW_SCALE if ctx.faults.has("slow") else 0.0
+        phases = step_marked(ddp, optimizer, inputs, targets, marks, lambda s=slow_s: ctx.faults.slow(s))
+        measured.append((compute, phases))
+    rows = []
+    for compute, phases in measured:  # read once, after the last step: no wait inside the loop
+        (backward_compute_s,) = compute()
+        forward, backward, update = phases()
+        rows.append(
+            {
+                "forward": forward,
+                "backward": backward,
+                "backward_compute": backward_compute_s,
+                "update": update,
+            }
         )
-        rows.append({"forward": forward, "backward": backward, "backward_compute": compute, "update": update})
     ctx.progress(opts.steps, opts.steps, "done")
     ctx.stage("measure: time one all_reduce of the gradients' size")
     grad_bytes = gradient_bytes(ddp.module)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ddpcheck.report.figures import Figure, FigureKind, positive, rows_of
+from ddpcheck.report.metrics import MILLI, TERA, Metric, Tables, number, rank_and_host
 
 _COMPUTE_NEEDS = ("device", "device_name", "hidden", "batch", "ranks_per_host")
 COMPUTE = FigureKind("compute", "compute phases and TFLOP/s", _COMPUTE_NEEDS)
@@ -71,3 +73,35 @@ def profile_figures(report: dict[str, Any]) -> list[Figure]:
                 )
             )
     return figures
+
+
+def profile_metrics(tables: Tables) -> Iterator[Metric]:
+    """Each rank's step, compute and exposed communication; each phase; the model's rates, for --prom."""
+    per_rank = tables.get("per_rank", [])
+    for key, name, what in (
+        ("step_ms", "ddpcheck_step_duration_seconds", "Each rank's median training step time."),
+        ("compute_ms", "ddpcheck_compute_duration_seconds", "Each rank's median compute time per step."),
+        (
+            "exposed_comm_ms",
+            "ddpcheck_exposed_communication_seconds",
+            "Each rank's median communication per step that compute did not hide.",
+        ),
+    ):
+        samples = [(rank_and_host(r), number(r.get(key), MILLI)) for r in per_rank]
+        yield Metric(name, what, ("rank", "host"), samples)
+    yield Metric(
+        "ddpcheck_phase_duration_seconds",
+        "Each phase of a step: the median rank's median over the steady steps.",
+        ("phase",),
+        [([str(r.get("phase"))], number(r.get("median_ms"), MILLI)) for r in tables.get("summary", [])],
+    )
+    yield Metric(
+        "ddpcheck_model_flops_per_second",
+        "The model's achieved rate per phase, in floating-point operations per second.",
+        ("phase",),
+        [
+            ([phase], number(r.get(f"{phase}_tflops"), TERA))
+            for r in tables.get("figures", [])[:1]
+            for phase in ("forward", "backward", "step")
+        ],
+    )

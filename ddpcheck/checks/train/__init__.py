@@ -47,14 +47,19 @@ COMMAND = Command(
     weights stay equal bit for bit after every step, and that the result matches one
     process trained on the global batch. A failure names the rank, the step and by how much.
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck train --gpus 8 | ddpcheck train --nproc 4 --steps 5 "
-        "| ddpcheck train --hidden 4096 --optimizer sgd --lr 0.1 --json train.json "
-        "| ddpcheck train --nproc 2 --inject diverge@1"
+        "\b\nExamples:\n"
+        "  ddpcheck train --gpus 8\n"
+        "  ddpcheck train --nproc 4 --steps 5\n"
+        "  ddpcheck train --hidden 4096 --optimizer sgd --lr 0.1 --json train.json\n"
+        "  ddpcheck train --nproc 2 --inject diverge@1"
     ),
     options=TrainOptions,
     implementation="ddpcheck.checks.train.check",
     faults=(*HARNESS_FAULTS, "diverge", "nan", "slow"),
-    html_charts=("train",),
+    html_charts=("ddpcheck.report.html.train",),
     builds_ddp=True,
+    metrics="ddpcheck.checks.train.figures:train_metrics",
+    judges=("ddpcheck.checks.train.judge",),
 )

@@ -10,10 +10,10 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from ddpcheck.checks.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.checks.train import TrainOptions
-from ddpcheck.report.model import Check, Report, Status, Table, all_of
-from ddpcheck.report.naming import hosts_of, where
+from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
+from ddpcheck.report.model import Check, Report, Status, Table
+from ddpcheck.report.naming import all_of, hosts_of, where
 
 # DDP's averaged gradient vs the mean of local gradients computed here: the same products summed
 # in another order, so they agree to a few float32 ulps of the largest gradient element.

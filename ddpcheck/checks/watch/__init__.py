@@ -67,14 +67,17 @@ COMMAND = Command(
     peers wait, then ends the job. A crash names the first rank to fail, with its traceback.
     Exit 0 when the job succeeds, 3 on a hang or crash, 130 on Ctrl-C (the whole job is ended).
     """,
+    # \b: click keeps these lines as written (one command a line, to copy).
     epilog=(
-        "Examples: ddpcheck watch -- torchrun --nproc-per-node 8 train.py | "
-        "ddpcheck watch --hang-after 120 -- python train.py | "
-        "srun -K -n 16 ddpcheck watch -- python train.py | "
-        "ddpcheck watch --json watch.json -- mpirun -np 4 python train.py"
+        "\b\nExamples:\n"
+        "  ddpcheck watch -- torchrun --nproc-per-node 8 train.py\n"
+        "  ddpcheck watch --hang-after 120 -- python train.py\n"
+        "  srun -K -n 16 ddpcheck watch -- python train.py\n"
+        "  ddpcheck watch --json watch.json -- mpirun -np 4 python train.py"
     ),
     options=WatchOptions,
     implementation="ddpcheck.checks.watch.check",
+    judges=("ddpcheck.checks.watch.judge",),
     ranked=False,
     terse_pass=True,
     interrupt_raises=True,

@@ -24,6 +24,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -36,12 +37,14 @@ RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 PROCESSES = "processes"  # the folder of the per-process files
 DUMP_REQUEST = "dump-request"  # the watcher creates it: every rank writes its flight-recorder dump
 DUMP_PREFIX = "nccl_trace_rank_"  # torch's own default name: <prefix><rank>
+DEBUG_PIPE_PREFIX = "nccl_pipe_rank_"  # NCCL's debug-info pipes: <prefix><rank>.pipe
 _RECORDERS = "ddpcheck_watch_recorders"  # the name failure/recorders.py is loaded under
 POLL_S = 0.5  # how often the dump thread looks for the request (one stat(); nothing else)
 
 
 def process_file(watch_dir: str, pid: int, kind: str) -> str:
-    """One of a process's files: 'exception' or 'exit' (JSON), 'fatal' or 'term' (faulthandler's text)."""
+    """One of a process's files: 'start', 'exception' or 'exit' (JSON), 'fatal' or 'term' (faulthandler's
+    text). failure/exits.py reads them by the same names."""
     return os.path.join(watch_dir, PROCESSES, f"{pid}.{kind}")
 
 
@@ -58,6 +61,7 @@ def start() -> None:
     if not watch_dir or not os.path.isdir(os.path.join(watch_dir, PROCESSES)):
         return
     pid = os.getpid()
+    _record_start(process_file(watch_dir, pid, "start"))
     # Kept open for the life of the process: faulthandler writes to their descriptors.
     fatal = open(process_file(watch_dir, pid, "fatal"), "w")  # noqa: SIM115
     term = open(process_file(watch_dir, pid, "term"), "w")  # noqa: SIM115
@@ -69,6 +73,26 @@ def start() -> None:
     threading.Thread(
         target=_wait_for_dump_request, args=(watch_dir,), name="ddpcheck-watch", daemon=True
     ).start()
+
+
+def _record_start(path: str) -> None:
+    """Who this process is in the job, for a reader that has only the directory (postmortem):
+    its rank (None for a launcher such as torchrun), local rank, host, parent and command."""
+    try:
+        local = os.environ.get("LOCAL_RANK", "")
+        record = {
+            "rank": rank_of(os.environ),
+            "local_rank": int(local) if local.isdigit() else None,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
+            "argv": list(getattr(sys, "orig_argv", None) or sys.argv),  # the whole command: python -m ...
+            "time": time.time(),
+        }
+        with open(path, "w") as out:
+            json.dump(record, out)
+    except Exception:
+        pass
 
 
 def _chain_excepthook(path: str) -> None:

@@ -51,7 +51,7 @@ def job_environment(base: Mapping[str, str], watch_dir: Path, nccl_info: bool) -
         # The flight recorder: each rank's last collectives, dumped as <prefix><rank>.
         "TORCH_FR_DUMP_TEMP_FILE": str(watch_dir / agent.DUMP_PREFIX),
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(watch_dir / "nccl_pipe_rank_"),
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(watch_dir / agent.DEBUG_PIPE_PREFIX),
         "NCCL_DEBUG": "INFO" if nccl_info else env.get("NCCL_DEBUG", "WARN"),
         "NCCL_DEBUG_FILE": str(watch_dir / NCCL_LOGS / "%h.%p.log"),
     })  # fmt: skip

@@ -12,9 +12,9 @@ import re
 
 from ddpcheck.checks.postmortem.judge import judge as judge_dumps
 from ddpcheck.failure.collectives import with_last_collectives
+from ddpcheck.failure.exits import Exit, first_sentence
 from ddpcheck.failure.flight import RankTrace
 from ddpcheck.failure.hangs import (
-    Exit,
     RankView,
     _identity,
     _report,
@@ -22,7 +22,6 @@ from ddpcheck.failure.hangs import (
     frame_where,
     judge_hang,
     rank_place,
-    signal_name,
     view_from_dict,
     view_to_dict,
 )
@@ -40,7 +39,6 @@ __all__ = [
     "judge_hang",
     "judge_success",
     "rank_place",
-    "signal_name",
     "view_from_dict",
     "view_to_dict",
     "with_flight_recorders",
@@ -77,11 +75,14 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
         places = sorted({f"{rank_place(v)}" for v in views if rank_place(v)})
         detail = (
             f"a collective mismatch: the ranks called a collective with different sizes; "
-            f"{_identity(first)} aborted receiving it ({failure.describe()}, in {where}); "
+            f"{_identity(first)} aborted receiving it ({first_sentence(failure.describe())}, in {where}); "
             f"where every rank was: {'; '.join(places)}"
         )
+    elif failure.kind == "ended" and not failure.stack and (said := _could_not_start(output)):
+        detail = f"the job's program could not start: {said}; {_identity(first)} {failure.describe()}"
     else:
-        detail = f"{_identity(first)} failed first: {failure.describe()}, in {where}"
+        # A long message (torch's out-of-memory one) said by its first sentence: the whole is in the JSON.
+        detail = f"{_identity(first)} failed first: {first_sentence(failure.describe())}, in {where}"
         if followers:
             detail += f"; {span([v.rank for v in followers])} ended after it"
             torn = [v for v in followers if v.exit is not None and v.exit.kind == "terminated"]
@@ -92,6 +93,18 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
     if failure.traceback or failure.stack:
         report.tables.append(_traceback_table(first, failure))
     return report
+
+
+# What an interpreter or a shell says when the job's program never ran (its stderr, as the job wrote it).
+NOT_STARTED = re.compile(
+    r"^.*(?:can't open file|No module named|command not found|\[Errno 2\] No such file).*$", re.M
+)
+
+
+def _could_not_start(output: str) -> str:
+    """The job's last line saying its program could not start ('python: can't open file ...'), or ''."""
+    found = NOT_STARTED.findall(output)
+    return found[-1].strip() if found else ""
 
 
 def judge_success(views: list[RankView], elapsed_s: float) -> Report:

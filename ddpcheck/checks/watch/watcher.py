@@ -31,6 +31,7 @@ from ddpcheck.checks.watch.records import exit_of
 from ddpcheck.failure import processes, stacks
 from ddpcheck.failure.flight import find_dumps
 from ddpcheck.failure.launchers import launcher_exit_codes
+from ddpcheck.failure.recorders import poke_debug_pipes
 from ddpcheck.report.model import Report
 
 TICK_S = 0.1  # how often the ranks' liveness is read (/proc, one file per rank)
@@ -301,6 +302,7 @@ class Watcher:
     def request_dumps(self) -> list[str]:
         """Ask every live rank for its flight-recorder dump; the dumps that came, by path."""
         (self.dir / agent.DUMP_REQUEST).touch()
+        poke_debug_pipes(str(self.dir / agent.DEBUG_PIPE_PREFIX))  # NCCL dumps even if Python cannot
         live = [
             w
             for w in self.ranks.values()

@@ -23,14 +23,15 @@ def require_charts() -> None:
 
 
 def render_html(report: Report) -> str:
-    from ddpcheck.report import terminal as render
+    from ddpcheck.report import terminal
     from ddpcheck.report.html import page
     from ddpcheck.report.html.charts import charts_for
 
-    return page.assemble(report, render.verdict_line(report).plain, charts_for(report))
+    return page.assemble(report, terminal.verdict_line(report).plain, charts_for(report))
 
 
-def write_html(report: Report, path: str) -> None:
-    from ddpcheck.report.model import write_text
+def write(report: Report, path: str) -> None:
+    """--html PATH: the page, written whole (report/formats/ holds the other formats)."""
+    from ddpcheck.report.formats.text import write_text
 
     write_text(path, render_html(report))

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpcheck.report.model import Row, Table, worst_rows
+from ddpcheck.report.model import Table
+from ddpcheck.report.rows import Row, worst_rows
 
 
 @dataclass

@@ -13,7 +13,9 @@ from typing import Any
 
 from ddpcheck import __version__
 from ddpcheck.report.html.chart import Chart
-from ddpcheck.report.model import Report, Table, counted, left_out_line, shown_rows
+from ddpcheck.report.model import Report, Table
+from ddpcheck.report.naming import counted
+from ddpcheck.report.rows import left_out_line, shown_rows
 
 FOLDED_ROWS = 200  # a longer table starts folded: the charts stay at the top of the page
 # Rows a table shows at most (the rest in the JSON report): the page of a 1,000-node run stays small.
@@ -44,7 +46,7 @@ def _e(text: Any) -> str:
 
 
 def cell_text(value: Any) -> str:
-    """A cell as the terminal writes it (render.py), so the page and the screen read alike."""
+    """A cell as the terminal writes it (report/terminal.py), so the page and the screen read alike."""
     if value is None:
         return "-"
     if isinstance(value, bool):

@@ -3,17 +3,17 @@
 On rank 0, after the judge: whether the nodes agree, the world, the ranks, the hosts table
 (`from_ranks`). On the launcher side, after the ranks are gone: the time, the options, the
 kept logs (`after_launch`), and the speed against a baseline or the hardware (`judge_speed`).
-A run that could not complete gets its Report from launcher/postmortem.py, completed here too.
+A run that could not complete gets its Report from failure/explain.py, completed here too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ddpcheck.checks.env.agreement import fingerprint_table, judge_agreement
-from ddpcheck.checks.rankmap import hosts_table
 from ddpcheck.commands import family_of
 from ddpcheck.errors import UsageError
+from ddpcheck.rank.agreement import fingerprint_table, judge_agreement
+from ddpcheck.rank.rankmap import hosts_table
 from ddpcheck.report import baseline as baselines
 from ddpcheck.report.compare import BaselineOptions
 from ddpcheck.report.expectations import judge_expected

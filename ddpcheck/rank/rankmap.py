@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ddpcheck.report.model import Check, Status, Table, counted
-from ddpcheck.report.naming import hosts_of, node_label, node_labels, node_of, span
+from ddpcheck.report.model import Check, Status, Table
+from ddpcheck.report.naming import counted, hosts_of, node_label, node_labels, node_of, span
 
 RANKS_TABLE_COLUMNS = {
     "rank": "rank",

@@ -1,0 +1,195 @@
+"""How each process of a watched job ended, from the records `watch`'s in-process agent keeps.
+
+The agent (checks/watch/agent.py, standard library only: it cannot import this) writes, per
+process, `DIR/processes/PID.KIND`: `start` (JSON: rank, local rank, host, pid, ppid, argv, time),
+`exception` (JSON: type, message, traceback, frames, time), `fatal` and `term` (faulthandler's
+text; both opened empty at start), `exit` (JSON: time; the interpreter ended normally). The names
+here are that contract; `watch` (while the job runs) and `postmortem` (after) read it with the
+same `exit_of`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddpcheck.failure.peers import WATCHED_PEER_GONE
+from ddpcheck.failure.stacks import Frame, Stack, parse_faulthandler
+
+PROCESSES = "processes"  # the folder of the per-process records in a watch directory
+KINDS = ("start", "exception", "fatal", "term", "exit")
+_RECORD = re.compile(r"^(?P<pid>\d+)\.(?P<kind>start|exception|fatal|term|exit)$")
+# A message's first sentence: up to a full stop followed by white space, or the first line.
+_SENTENCE_END = re.compile(r"(?<=[^\s.])\.(?=\s)")
+SHORT_MESSAGE = 120  # characters: a message up to this long is said whole
+LONGEST_SENTENCE = 200  # a first sentence longer than this is cut
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How a rank's process ended, as far as its records (and the watcher) can tell."""
+
+    time: float  # wall clock (time.time()): ranks on several hosts are ordered by it
+    # 'exception', 'fatal' (a fatal signal: faulthandler's trace), 'terminated' (SIGTERM),
+    # 'exited' (the interpreter's normal end), 'ended' (none of these: SIGKILL, os._exit)
+    kind: str
+    code: int | None = None  # the exit status when known (negative: the signal)
+    exception: str = ""  # 'ValueError: planted failure'
+    traceback: str = ""
+    fatal: str = ""  # faulthandler's first line ('Fatal Python error: Aborted')
+    stack: Stack = ()  # where it was: the exception's frames or faulthandler's, innermost first
+
+    @property
+    def secondary(self) -> bool:
+        """Ended because of another rank: torn down by the launcher, or its peer's connection gone."""
+        return self.kind in ("terminated", "exited") or (
+            self.kind == "exception" and bool(WATCHED_PEER_GONE.search(self.exception))
+        )
+
+    def describe(self) -> str:
+        if self.kind == "exception":
+            return self.exception
+        if self.kind == "fatal":
+            return self.fatal or "a fatal signal"
+        if self.kind == "terminated":
+            return "ended by SIGTERM (the launcher tearing the job down)"
+        if self.kind == "exited":
+            return "exited normally"
+        if self.code is not None and self.code < 0:
+            return f"killed by {signal_name(-self.code)}"
+        if self.code is not None:
+            return f"exited with code {self.code}, without a Python exception"
+        return "ended without a Python exception or a fatal-error trace (SIGKILL, or os._exit)"
+
+
+@dataclass(frozen=True)
+class Start:
+    """A process's start record: who it is in the job."""
+
+    pid: int
+    rank: int | None  # None: no rank variable (a launcher such as torchrun)
+    local_rank: int | None
+    host: str
+    ppid: int | None
+    argv: tuple[str, ...]
+    time: float
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def first_sentence(message: str) -> str:
+    """A long message said short: its first sentence (or first line). A short one-line one whole."""
+    text = message.strip()
+    if len(text) <= SHORT_MESSAGE and "\n" not in text:
+        return text
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    end = _SENTENCE_END.search(first)
+    cut = first[: end.start()] if end else first  # without its full stop: the caller's words follow
+    return cut if len(cut) <= LONGEST_SENTENCE else cut[: LONGEST_SENTENCE - 3].rstrip() + "..."
+
+
+def process_file(watch_dir: str | os.PathLike[str], pid: int, kind: str) -> str:
+    """One of a process's records (the agent's `process_file`, the same name)."""
+    return os.path.join(os.fspath(watch_dir), PROCESSES, f"{pid}.{kind}")
+
+
+def recorded_pids(watch_dir: str | os.PathLike[str]) -> list[int]:
+    """The pids that left any record under `watch_dir/processes/`."""
+    try:
+        names = os.listdir(os.path.join(os.fspath(watch_dir), PROCESSES))
+    except OSError:
+        return []
+    return sorted({int(m["pid"]) for m in map(_RECORD.match, names) if m})
+
+
+def is_record(name: str) -> bool:
+    return _RECORD.match(name) is not None
+
+
+def _text(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _mtime(path: str, default: float) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return default
+
+
+def start_of(watch_dir: str | os.PathLike[str], pid: int) -> Start | None:
+    """The process's start record; None for a directory kept before the agent wrote them."""
+    text = _text(process_file(watch_dir, pid, "start"))
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        rank, local = data.get("rank"), data.get("local_rank")
+        return Start(
+            pid,
+            int(rank) if rank is not None else None,
+            int(local) if local is not None else None,
+            str(data.get("host") or ""),
+            int(data["ppid"]) if data.get("ppid") is not None else None,
+            tuple(str(a) for a in data.get("argv") or ()),
+            float(data.get("time") or 0.0),
+        )
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def exit_of(watch_dir: str | os.PathLike[str], pid: int, seen_gone: float, code: int | None) -> Exit:
+    """The Exit of process `pid`: its exception, fatal signal, SIGTERM, normal exit, or none of these.
+
+    `seen_gone` is when the process was seen gone (the time of an end that left no record).
+    """
+    directory = os.fspath(watch_dir)
+    exception = _text(process_file(directory, pid, "exception"))
+    if exception:
+        try:
+            data = json.loads(exception)
+            frames = tuple(Frame.from_dict(f) for f in reversed(data.get("frames", [])))
+            return Exit(
+                float(data["time"]),
+                "exception",
+                code,
+                exception=f"{data['type']}: {data['message']}",
+                traceback=str(data.get("traceback", "")),
+                stack=frames,
+            )
+        except (ValueError, KeyError, TypeError):
+            pass
+    fatal_path = process_file(directory, pid, "fatal")
+    fatal = _text(fatal_path)
+    if fatal.strip():
+        first = next((line for line in fatal.splitlines() if line.strip()), "")
+        return Exit(_mtime(fatal_path, seen_gone), "fatal", code, fatal=first, traceback=fatal,
+                    stack=parse_faulthandler(fatal))  # fmt: skip
+    term_path = process_file(directory, pid, "term")
+    term = _text(term_path)
+    if term.strip():
+        return Exit(
+            _mtime(term_path, seen_gone), "terminated", code, traceback=term, stack=parse_faulthandler(term)
+        )
+    exit_path = process_file(directory, pid, "exit")
+    if os.path.exists(exit_path) and (code is None or code == 0):
+        return Exit(_mtime(exit_path, seen_gone), "exited", code)
+    return Exit(seen_gone, "ended", code)
+
+
+def last_record_time(watch_dir: str | os.PathLike[str], pid: int) -> float:
+    """When the process last wrote a record (the files' newest mtime): a dead job's best 'seen gone'."""
+    times = [_mtime(process_file(watch_dir, pid, kind), 0.0) for kind in KINDS]
+    return max(times, default=0.0)

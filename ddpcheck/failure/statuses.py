@@ -1,0 +1,98 @@
+"""What a rank says about itself (`RankStatus`) and what a watcher saw of it (`SeenStatus`).
+
+A `RankStatus` is the record a rank publishes (rank/status.py): its JSON form is the status
+file and the store value, read back with `from_dict`. A watcher (the launcher's monitor, an
+inline rank) adds what only it can see - the process state, the heartbeat's age, the beats
+missed - and that annotated copy is what explain.py judges and what nodes share: a plain dict,
+partial when it came from another node or an older ddpcheck, so every reader uses `.get`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, TypedDict, cast
+
+from ddpcheck.failure import stages
+
+
+class Progress(TypedDict):
+    """How far a rank is through its stage's steps, for the progress display."""
+
+    done: int
+    total: int
+    label: str
+
+
+@dataclass
+class RankStatus:
+    """What one rank says about itself; its JSON form is what every transport carries."""
+
+    rank: int
+    local_rank: int
+    node: int
+    host: str
+    address: str | None
+    pid: int
+    stage: str = stages.LAUNCHED
+    seq: int = 0  # counts stages, so ranks at the same point of a run agree on it
+    stage_since: float = field(default_factory=time.time)
+    heartbeat: float = field(default_factory=time.time)
+    beats: int = 0  # counts heartbeats: a reader on another host sees it change without trusting our clock
+    progress: Progress | None = None
+    progress_seq: int = 0
+    ticks: int = 0
+    error: str | None = None
+    error_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def as_seen(self) -> SeenStatus:
+        """Its fields as the start of what a watcher saw (the same keys, in the same order)."""
+        return cast("SeenStatus", self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankStatus:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+class ExitInfo(TypedDict, total=False):
+    """How a rank's process ended, as its launcher's agent reported it."""
+
+    exitcode: int | None
+    pid: int
+    killed_by_ddpcheck: bool
+    signal: str  # only for a process ended by a signal
+
+
+class SeenStatus(TypedDict, total=False):
+    """A rank's status as a watcher saw it: `RankStatus.to_dict()` plus what only the watcher knows."""
+
+    rank: int
+    local_rank: int
+    node: int
+    host: str
+    address: str | None
+    pid: int
+    stage: str
+    seq: int
+    stage_since: float
+    heartbeat: float
+    beats: int
+    progress: Progress | None
+    progress_seq: int
+    ticks: int
+    error: str | None
+    error_at: float | None
+    proc_state: str  # 'running', 'stopped', 'exited' or psutil's state of a rank on this host
+    heartbeat_age_s: float
+    in_stage_s: float | None  # None for a rank on another host: its clock is not ours
+    missed_beats: int  # the most beats one peer made since this rank's counters last moved
+    same_host: bool
+    remote: bool  # published by another node's launcher
+    exit: ExitInfo | None  # how it ended, as another node's launcher published it
+    ended_by_ddpcheck: bool  # an inline peer ended it (a stopped rank under torchrun)
+    ranks_started: int  # rank 0's status only, for the progress display: how many ranks started
