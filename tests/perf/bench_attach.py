@@ -11,6 +11,7 @@ worst, with the verdict it gave. The figures in docs/attach.md come from it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import statistics
@@ -20,12 +21,21 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.support.netns import free_port
 
 HERE = Path(__file__).resolve().parents[2]
 JOB = str(HERE / "tests" / "support" / "attach_job.py")
 EXPECTED = {"hang": 3, "mismatch": 3, "healthy": 0}
+
+
+def _environ(proc: psutil.Process) -> dict[str, str]:
+    try:
+        return proc.environ()
+    except psutil.Error:
+        return {}
 
 
 def main() -> int:
@@ -62,8 +72,14 @@ def main() -> int:
                 last = (run.stdout.strip().splitlines() or [""])[-1]
                 print(f"run {rep + 1}: {seconds:.2f} s, exit {run.returncode}: {last[:100]}")
         finally:
+            # torchrun starts each rank in a session of its own: its group's SIGKILL leaves them running.
+            ranks = [p for p in psutil.process_iter() if _environ(p).get("TMPDIR") == scratch]
             os.killpg(job.pid, signal.SIGKILL)
+            for rank in ranks:
+                with contextlib.suppress(psutil.Error):
+                    rank.kill()
             job.wait()
+            psutil.wait_procs(ranks, timeout=10)
     median, worst = statistics.median(times), max(times)
     print(f"{args.nproc} ranks, {args.mode}: median {median:.2f} s, worst {worst:.2f} s, {wrong} wrong")
     return 1 if wrong else 0
