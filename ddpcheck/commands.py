@@ -6,7 +6,18 @@ Adding a command: its folder under checks/ (a declaration in `__init__.py`, the 
 
 from __future__ import annotations
 
-from ddpcheck.checks import allreduce, collectives, devices, env, links, postmortem, profile, train, watch
+from ddpcheck.checks import (
+    allreduce,
+    attach,
+    collectives,
+    devices,
+    env,
+    links,
+    postmortem,
+    profile,
+    train,
+    watch,
+)
 from ddpcheck.command import Command
 from ddpcheck.report import compare, show
 
@@ -24,6 +35,7 @@ COMMANDS: dict[str, Command] = {
         devices,
         watch,
         postmortem,
+        attach,
     )
 }
 

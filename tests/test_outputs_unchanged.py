@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 GOLDEN = Path(__file__).parent / "golden"
 COMMANDS = ["env", "allreduce", "collectives", "train", "profile", "links", "devices", "show", "compare"]
-COMMANDS += ["watch", "postmortem"]
+COMMANDS += ["watch", "postmortem", "attach"]
 REPORTS = ["allreduce", "train", "profile", "env", "links", "collectives", "hang", "crash", "compare"]
 
 

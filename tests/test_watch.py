@@ -443,7 +443,7 @@ class GuessingTree:
         self.pid, self.scans = pid, 0
 
     def ranks(self) -> dict:
-        from ddpcheck.checks.watch.processes import RankProcess
+        from ddpcheck.failure.processes import RankProcess
 
         self.scans += 1
         rank = 0 if self.scans == 1 else 2
@@ -457,8 +457,8 @@ def test_a_task_whose_rank_could_not_be_read_at_first_is_one_rank_not_two(tmp_pa
     """srun, one watcher per task: task 2's job process was also taken for rank 0, and a hang of
     rank 2 was reported as 'ranks 0, 2' in a world of 4 (3 runs of 16 under load)."""
     from ddpcheck.checks.watch import WatchOptions
-    from ddpcheck.checks.watch.processes import RankProcess
     from ddpcheck.checks.watch.watcher import Watched, Watcher
+    from ddpcheck.failure.processes import RankProcess
 
     for known_at_start in (True, False):  # a task's own rank is known from its environment at start
         watcher = Watcher(WatchOptions(command=["python", "train.py"]), tmp_path)
@@ -474,7 +474,7 @@ def test_a_task_whose_rank_could_not_be_read_at_first_is_one_rank_not_two(tmp_pa
 def test_a_job_started_with_its_rank_is_that_rank_even_while_its_environment_reads_empty(monkeypatch) -> None:
     """The environment watch gave the job's first process is its own: while /proc shows it empty
     (mid-exec), the process is its task's rank, not a guessed rank 0 beside it (a world of 4)."""
-    from ddpcheck.checks.watch.processes import ProcessTree
+    from ddpcheck.failure.processes import ProcessTree
 
     monkeypatch.setattr(psutil.Process, "environ", lambda self: {})  # every read: mid-exec
     given = {"PATH": "/usr/bin", "SLURM_PROCID": "2"}
@@ -490,7 +490,7 @@ def test_a_rank_first_seen_between_fork_and_exec_is_found_once_it_runs() -> None
     rank was never seen: under load, a job's rank 1 that raised went unnamed and rank 0, which only
     lost its connection to it, was named instead."""
     from ddpcheck.checks.watch.agent import RANK_VARIABLES
-    from ddpcheck.checks.watch.processes import ProcessTree
+    from ddpcheck.failure.processes import ProcessTree
 
     env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES}
     root = subprocess.Popen([sys.executable, "-c", FORKS_A_RANK_SLOWLY], env=env)

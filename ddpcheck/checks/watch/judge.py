@@ -1,8 +1,6 @@
 """Pure: what the watcher saw of every rank -> the verdict, as a Report. No process is touched here.
 
-- Hang: the ranks whose state or stack differs from the majority are named (a stopped rank,
-  a rank outside any collective while its peers wait in one, or the few ranks in another
-  collective than the rest); the ranks waiting in a collective are listed as waiting.
+- Hang: failure/hangs.py's judge (shared with `attach`), with the flight recorders' word here.
 - Crash: the first rank to fail by time is named, with its exception, traceback or signal;
   the ranks that failed only because a peer was gone (a closed connection), or that the
   launcher ended (SIGTERM), are not blamed. A collective whose sizes disagree is a mismatch.
@@ -11,110 +9,42 @@
 from __future__ import annotations
 
 import re
-from collections import Counter
-from dataclasses import dataclass, field
 
 from ddpcheck.checks.postmortem.judge import judge as judge_dumps
 from ddpcheck.failure.collectives import with_last_collectives
 from ddpcheck.failure.exits import Exit, first_sentence
 from ddpcheck.failure.flight import RankTrace
-from ddpcheck.failure.peers import first_failure, peer_gone_words
-from ddpcheck.failure.stacks import Frame, Stack, collective_frame, user_frame
+from ddpcheck.failure.hangs import (
+    RankView,
+    _identity,
+    _report,
+    _where,
+    frame_where,
+    judge_hang,
+    rank_place,
+    view_from_dict,
+    view_to_dict,
+)
+from ddpcheck.failure.peers import first_failure
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import span
 
+# The hang judge and the views moved down to failure/hangs.py; watch's modules and tests name them here.
+__all__ = [
+    "Exit",
+    "RankView",
+    "first_failed",
+    "frame_where",
+    "judge_crash",
+    "judge_hang",
+    "judge_success",
+    "rank_place",
+    "view_from_dict",
+    "view_to_dict",
+    "with_flight_recorders",
+]
+
 MISMATCH = re.compile(r"doesn't match expected size|size mismatch|Mismatch between collectives", re.I)
-
-
-@dataclass
-class RankView:
-    rank: int
-    host: str
-    pid: int
-    state: str = "S"  # /proc's letter (T: stopped), or 'gone'
-    stack: Stack | None = None  # the latest sample, innermost first
-    unchanged_s: float | None = None  # how long the stack has stayed the same
-    exit: Exit | None = None
-    samples: list[Stack] = field(default_factory=list)  # earlier samples, oldest first
-
-
-def _where(stack: Stack | None) -> str:
-    frame = user_frame(stack or ())
-    return frame.where if frame else "(no Python stack)"
-
-
-def _waiting_in(stack: Stack | None) -> str:
-    frame = collective_frame(stack or ())
-    return frame.function if frame else ""
-
-
-def _call_at(stack: Stack | None) -> str:
-    """'all_reduce at train_step (train.py:59)', or 'load_batch (train.py:42)' outside any collective."""
-    call = _waiting_in(stack)
-    return f"{call} at {_where(stack)}" if call else _where(stack)
-
-
-def _identity(view: RankView) -> str:
-    return f"rank {view.rank} (host {view.host}, pid {view.pid})"
-
-
-def _signature(stack: Stack | None) -> tuple[str, Frame | None]:
-    """Where a rank is, coarsely enough that ranks in the same place compare equal."""
-    stack = stack or ()
-    return _waiting_in(stack), user_frame(stack)
-
-
-def judge_hang(views: list[RankView], silent_s: float, hang_after: float) -> Report:
-    """Every rank made no progress for `silent_s` >= hang_after: name the ones that differ."""
-    stopped = [v for v in views if v.state in ("T", "t")]
-    blamed: list[RankView]
-    if stopped:
-        blamed = stopped
-        why = {v.rank: "is stopped (state T: SIGSTOP, or a debugger)" for v in stopped}
-    else:
-        outside = [v for v in views if v.stack is not None and not _waiting_in(v.stack)]
-        waiting = [v for v in views if v.stack is not None and _waiting_in(v.stack)]
-        if outside and waiting:
-            blamed = outside
-        elif len(views) == 1:
-            blamed = [v for v in views if v.stack is not None]  # one rank: no peers to judge against
-        else:
-            counts = Counter(_signature(v.stack) for v in views if v.stack is not None)
-            top = counts.most_common(1)[0][1] if counts else 0
-            leaders = [s for s, n in counts.items() if n == top]
-            blamed = [] if len(leaders) > 1 or len(counts) < 2 else [
-                v for v in views if v.stack is not None and _signature(v.stack) != leaders[0]
-            ]  # fmt: skip
-        why = {v.rank: f"is in {_call_at(v.stack)}" for v in blamed}
-    others = [v for v in views if v not in blamed]
-    waiters = [v for v in others if _waiting_in(v.stack)]
-    if blamed:
-        parts = [f"{_identity(v)} {why[v.rank]}" for v in blamed]
-        detail = f"no rank made progress for {silent_s:.0f} s: " + "; ".join(parts)
-    else:
-        places = sorted({_where(v.stack) for v in views})
-        detail = (
-            f"no rank made progress for {silent_s:.0f} s, and no rank differs from the others: "
-            f"every rank is in {', '.join(places)} (a rank outside the job, or a deadlock every rank shares)"
-        )
-    if waiters:
-        detail += f"; {span([v.rank for v in waiters])} {'was' if len(waiters) == 1 else 'were'} waiting"
-        calls = sorted({f"{_waiting_in(v.stack)} at {_where(v.stack)}" for v in waiters})
-        detail += f" in {', '.join(calls)}"
-    # Every rank in a collective, the named ones in another than the rest: they disagree on the call.
-    mismatch = (
-        bool(blamed) and not stopped and all(_waiting_in(v.stack) for v in views if v.stack is not None)
-    )
-    if mismatch:
-        detail = "a collective mismatch (the ranks wait in different collectives): " + detail
-    check = Check(
-        "collective mismatch" if mismatch else "hang",
-        Status.ERROR,
-        detail + f" (--hang-after {hang_after:g} s)",
-        ranks=[v.rank for v in blamed],
-        hosts=list(dict.fromkeys(v.host for v in blamed)),
-    )
-    return _report(views, [check], blamed)
 
 
 def first_failed(views: list[RankView]) -> tuple[RankView | None, list[RankView]]:
@@ -177,22 +107,6 @@ def _could_not_start(output: str) -> str:
     return found[-1].strip() if found else ""
 
 
-def frame_where(stack: Stack) -> str:
-    frame = user_frame(stack)
-    return frame.where if frame else ""
-
-
-def rank_place(view: RankView) -> str:
-    """'rank 1: all_reduce at train_step (train.py:59)': where a rank was last seen."""
-    stack = view.exit.stack if view.exit is not None and view.exit.stack else view.stack
-    if not stack and view.samples:
-        stack = view.samples[-1]
-    if not stack:
-        return ""
-    call = _waiting_in(stack)
-    return f"rank {view.rank}: {call + ' at ' if call else ''}{_where(stack)}"
-
-
 def judge_success(views: list[RankView], elapsed_s: float) -> Report:
     ranks = len(views) or 1  # a job that ended before any rank was seen ran one process at least
     check = Check(
@@ -203,64 +117,6 @@ def judge_success(views: list[RankView], elapsed_s: float) -> Report:
     return _report(views, [check], [])
 
 
-def _report(views: list[RankView], checks: list[Check], blamed: list[RankView]) -> Report:
-    named = {v.rank for v in blamed}
-    rows = []
-    for v in sorted(views, key=lambda v: v.rank):
-        stack = v.exit.stack if v.exit is not None and v.exit.stack else v.stack
-        rows.append({
-            "rank": v.rank,
-            "host": v.host,
-            "pid": v.pid,
-            "state": _state_words(v),
-            "in": _waiting_in(stack) or "",
-            "where": _where(stack) if stack else "",
-            "frames": [f.to_dict() for f in (stack or ())[:8]],
-            "named": v.rank in named,
-            **_whole_exit(v.exit),
-        })  # fmt: skip
-    table = Table(
-        "ranks",
-        "Every rank of the job",
-        {
-            "rank": "rank",
-            "host": "host",
-            "pid": "pid",
-            "state": "state",
-            "in": "waiting in",
-            "where": "where",
-        },
-        rows,
-    )
-    hosts = list(dict.fromkeys(v.host for v in views))
-    report = Report(
-        command="watch",
-        checks=checks,
-        tables=[table] if views else [],
-        world={"size": len(views), "nodes": len(hosts)},
-        ranks=[{"rank": v.rank, "local_rank": None, "host": v.host, "pid": v.pid} for v in views],
-    )
-    return report
-
-
-def _whole_exit(exit: Exit | None) -> dict[str, str]:
-    """A rank's end whole, for the JSON (not shown), where its words were cut to the first sentence."""
-    if exit is None or first_sentence(exit.describe()) == exit.describe().strip():
-        return {}
-    return {"exception": exit.describe(), "traceback": exit.traceback}
-
-
-def _state_words(view: RankView) -> str:
-    if view.exit is not None:
-        words = first_sentence(view.exit.describe()) if view.exit.describe() else ""
-        if view.exit.kind == "exception" and view.exit.secondary:
-            words = peer_gone_words(words) or words
-        return words if len(words) <= 60 else words[:57] + "..."
-    return {"T": "stopped", "t": "stopped", "R": "running", "S": "sleeping", "D": "in the kernel"}.get(
-        view.state, view.state
-    )
-
-
 def _traceback_table(view: RankView, failure: Exit) -> Table:
     rows = [{"function": f.function, "file": f.file, "line": f.line} for f in failure.stack]
     return Table(
@@ -269,42 +125,6 @@ def _traceback_table(view: RankView, failure: Exit) -> Table:
         {"function": "function", "file": "file", "line": "line"},
         rows,
     )
-
-
-# ---------------------------------------------------------------- what one watcher tells the others
-def view_to_dict(view: RankView) -> dict:
-    def stack(frames: Stack | None) -> list[dict] | None:
-        return None if frames is None else [f.to_dict() for f in frames]
-
-    out = {"rank": view.rank, "host": view.host, "pid": view.pid, "state": view.state,
-           "stack": stack(view.stack), "unchanged_s": view.unchanged_s,
-           "samples": [stack(s) for s in view.samples], "exit": None}  # fmt: skip
-    if view.exit is not None:
-        e = view.exit
-        out["exit"] = {"time": e.time, "kind": e.kind, "code": e.code, "exception": e.exception,
-                       "traceback": e.traceback, "fatal": e.fatal, "stack": stack(e.stack)}  # fmt: skip
-    return out
-
-
-def view_from_dict(data: dict) -> RankView:
-    def stack(frames: list[dict] | None) -> Stack | None:
-        return None if frames is None else tuple(Frame.from_dict(f) for f in frames)
-
-    exit = None
-    if data.get("exit"):
-        e = data["exit"]
-        exit = Exit(
-            e["time"],
-            e["kind"],
-            e["code"],
-            e["exception"],
-            e["traceback"],
-            e["fatal"],
-            stack(e["stack"]) or (),
-        )
-    samples = [s for s in (stack(x) for x in data["samples"]) if s]
-    return RankView(data["rank"], data["host"], data["pid"], data["state"], stack(data["stack"]),
-                    data["unchanged_s"], exit, samples)  # fmt: skip
 
 
 def with_flight_recorders(

@@ -23,12 +23,12 @@ from typing import IO
 
 import psutil
 
-from ddpcheck.checks.watch import WatchOptions, agent, judge, processes
+from ddpcheck.checks.watch import WatchOptions, agent, judge
 from ddpcheck.checks.watch.environment import job_environment
 from ddpcheck.checks.watch.judge import RankView
 from ddpcheck.checks.watch.progress import Progress, sample_interval
 from ddpcheck.checks.watch.records import exit_of
-from ddpcheck.failure import stacks
+from ddpcheck.failure import processes, stacks
 from ddpcheck.failure.flight import find_dumps
 from ddpcheck.failure.launchers import launcher_exit_codes
 from ddpcheck.failure.recorders import poke_debug_pipes

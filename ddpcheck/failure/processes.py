@@ -1,4 +1,7 @@
-"""The job's rank processes: the launcher's descendants, each with the rank its environment gives."""
+"""The job's rank processes: the launcher's descendants, each with the rank its environment gives.
+
+Shared by `watch` (the job it started) and `attach` (a job it finds).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,9 @@ from dataclasses import dataclass
 
 import psutil
 
-from ddpcheck.checks.watch.agent import RANK_VARIABLES
+# Where a rank's number comes from, first found first: torchrun's under any outer launcher. The same
+# as checks/watch/agent.py's (which runs inside the job, standard library only); a test keeps them equal.
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
 # The root of a job that is a launcher: none of its own processes is a rank until it starts them.
 LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "mpirun", "mpiexec", "srun")

@@ -1,0 +1,195 @@
+"""What attach reads of a running job, without stopping it: stacks sampled, states, dumps, NCCL's RAS.
+
+Every rank's Python stack is read SAMPLES times over --interval with py-spy's --nonblocking (the
+rank is never paused: a stuck rank's memory stands still, so its reads are consistent); a rank
+whose stack changed between samples is progress. So is every rank moving data through the kernel
+meanwhile (/proc/PID/io): a healthy job on a busy machine can sit in the same all_reduce line at
+every sample, yet its gloo sockets carry hundreds of KB a second, where a stuck job's carry none.
+Meanwhile, in a thread, NCCL's RAS service is asked once (only when the job loaded NCCL: on this
+host's port another job's service would answer), and each rank's debug-info pipe
+(TORCH_NCCL_DEBUG_INFO_PIPE_FILE) is written to, so that NCCL dumps its flight recorder; the
+dumps are read at the end, with those the job had already written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ddpcheck.checks.attach.find import Job
+from ddpcheck.failure import ras
+from ddpcheck.failure.flight import NotADump, RankTrace, read_dump
+from ddpcheck.failure.hangs import RankView
+from ddpcheck.failure.processes import state
+from ddpcheck.failure.stacks import Stack, parse_dump, py_spy_dumps
+
+SAMPLES = 3  # stacks per rank over --interval: two could fall on the same line of a running loop
+PY_SPY_TIMEOUT_S = 5.0  # one round of py-spy dumps, every rank at once
+RAS_TIMEOUT_S = 6.0  # runs beside the sampling; NCCL's own gathering is cut to fit (ras.leg_timeout)
+# Bytes every rank must read or write in the sampling window for the job to be moving: a healthy
+# 3-rank gloo job on a loaded 2-core machine wrote ~750 KB/s per rank, a stuck one 0 (docs/attach.md).
+IO_PROGRESS_BYTES = 16 * 1024
+PIPE_WAIT_S = 3.0  # how long NCCL has to write a dump after its pipe was written to
+# torch's names: where a rank's flight-recorder dump goes (<prefix><rank>), and the pipe that asks for one.
+DUMP_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+DEFAULT_DUMP_PREFIX = "/tmp/nccl_trace_rank_"
+PIPE_VARIABLE = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
+
+
+@dataclass
+class Seen:
+    views: list[RankView]
+    changed: list[int]  # ranks whose stack changed between samples
+    gone: list[int]  # ranks that ended while attach read them
+    moving: list[int] = field(default_factory=list)  # ranks whose I/O grew by IO_PROGRESS_BYTES meanwhile
+    traces: dict[int, RankTrace] = field(default_factory=dict)
+    ras: ras.RasStatus | None = None
+    ras_skipped: str = ""  # why NCCL's RAS service was not asked
+    notes: list[str] = field(default_factory=list)
+
+
+def read(job: Job, interval: float) -> Seen:
+    notes: list[str] = []
+    asked = _ask_pipes(job, notes)
+    asking: dict[str, object] = {}
+    nccl = next((r for r, p in sorted(job.ranks.items()) if loads_nccl(p.pid)), None)
+    thread = None
+    if nccl is not None:
+        environ = job.environ.get(nccl, {})
+        thread = threading.Thread(target=_ask_ras, args=(environ, asking), daemon=True)
+        thread.start()
+    io_before = {rank: io_bytes(p.pid) for rank, p in job.ranks.items()}
+    history = sample(job, interval)
+    io_after = {rank: io_bytes(p.pid) for rank, p in job.ranks.items()}
+    moving = sorted(
+        rank
+        for rank, before in io_before.items()
+        if before is not None and (io_after[rank] or 0) - before >= IO_PROGRESS_BYTES
+    )
+    views, gone = [], []
+    for rank, process in sorted(job.ranks.items()):
+        letter = state(process.pid)
+        if letter in ("gone", "Z", "X"):
+            gone.append(rank)
+        stacks = history[rank]
+        unchanged = interval if len(stacks) > 1 and len(set(stacks)) == 1 else None
+        views.append(
+            RankView(
+                rank,
+                process.host,
+                process.pid,
+                letter,
+                stacks[-1] if stacks else None,
+                unchanged,
+                None,
+                stacks[:-1],
+            )
+        )
+    changed = [r for r, stacks in history.items() if len(set(stacks)) > 1]
+    unread = [v.rank for v in views if v.stack is None and v.rank not in gone]
+    if unread:
+        notes.append(f"py-spy could not read the stack of rank(s) {', '.join(map(str, unread))}")
+    if asked is not None:
+        time.sleep(max(0.0, asked + PIPE_WAIT_S - time.time()))
+    traces = read_dumps(job, notes)
+    seen = Seen(views, sorted(changed), gone, moving, traces, notes=notes)
+    if thread is not None:
+        thread.join(RAS_TIMEOUT_S + 1)
+        seen.ras = asking.get("status")  # type: ignore[assignment]
+    else:
+        seen.ras_skipped = "the job loaded no NCCL library (a CPU job): no RAS service to ask"
+    return seen
+
+
+def _ask_ras(environ: dict[str, str], into: dict[str, object]) -> None:
+    into["status"] = ras.query(environ=environ, timeout=RAS_TIMEOUT_S)
+
+
+def sample(job: Job, interval: float) -> dict[int, list[Stack]]:
+    """rank -> its main thread's stacks, SAMPLES of them over `interval` seconds, oldest first."""
+    pids = {rank: process.pid for rank, process in job.ranks.items()}
+    history: dict[int, list[Stack]] = {rank: [] for rank in pids}
+    began = time.monotonic()
+    for index in range(SAMPLES):
+        time.sleep(max(0.0, began + index * interval / (SAMPLES - 1) - time.monotonic()))
+        for rank, text in py_spy_dumps(pids, timeout=PY_SPY_TIMEOUT_S, as_json=True, blocking=False).items():
+            stack = parse_dump(text)
+            if stack:
+                history[rank].append(stack)
+    return history
+
+
+def io_bytes(pid: int) -> int | None:
+    """Bytes the process read and wrote through system calls (sockets included), all its threads."""
+    try:
+        with open(f"/proc/{pid}/io") as io:
+            fields = dict(line.split(":", 1) for line in io if ":" in line)
+        return int(fields["rchar"]) + int(fields["wchar"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def loads_nccl(pid: int) -> bool:
+    """Whether the process mapped NCCL (its own library, or torch's CUDA library that links it in)."""
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            return any("libnccl" in line or "libtorch_cuda" in line for line in maps)
+    except OSError:
+        return False
+
+
+def _prefixes(environ: dict[str, str]) -> list[str]:
+    found = [environ[name] for name in DUMP_VARIABLES if environ.get(name)]
+    return found or [DEFAULT_DUMP_PREFIX]
+
+
+def _ask_pipes(job: Job, notes: list[str]) -> float | None:
+    """Write to each rank's debug-info pipe (never blocking): NCCL's watchdog then dumps. When, or None."""
+    asked = None
+    for rank, environ in sorted(job.environ.items()):
+        prefix = environ.get(PIPE_VARIABLE)
+        if not prefix:
+            continue
+        path = f"{prefix}{rank}.pipe"
+        try:
+            if not stat.S_ISFIFO(os.stat(path).st_mode):
+                continue
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except FileNotFoundError:
+            continue  # not made: NCCL makes it (a gloo job never does)
+        except OSError as error:
+            why = "nobody reads it" if error.errno == errno.ENXIO else (error.strerror or str(error))
+            notes.append(f"rank {rank}'s debug-info pipe {path}: {why}")
+            continue
+        try:
+            os.write(fd, b"1\n")
+            asked = time.time()
+        except OSError as error:
+            notes.append(f"rank {rank}'s debug-info pipe {path}: {error.strerror or error}")
+        finally:
+            os.close(fd)
+    if asked is not None:
+        notes.append("asked NCCL for flight-recorder dumps through the debug-info pipes")
+    return asked
+
+
+def read_dumps(job: Job, notes: list[str]) -> dict[int, RankTrace]:
+    """Each rank's flight-recorder dump at <prefix><rank>, written since the job started."""
+    traces: dict[int, RankTrace] = {}
+    for rank in sorted(job.ranks):
+        for prefix in _prefixes(job.environ.get(rank, {})):
+            path = f"{prefix}{rank}"
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_mtime < job.started - 1:
+                    continue  # an older job's
+                try:
+                    traces[rank] = read_dump(path, rank)
+                    break
+                except NotADump as error:
+                    notes.append(f"could not read {path}: {error}")
+    return traces

@@ -1,0 +1,223 @@
+"""Pure: what was seen of every rank of a live job -> a hang's verdict, as a Report. No process is touched.
+
+The ranks whose state or stack differs from the majority are named (a stopped rank, a rank outside
+any collective while its peers wait in one, or the few ranks in another collective than the rest);
+the ranks waiting in a collective are listed as waiting. Shared by `watch` (a job it runs) and
+`attach` (a job it finds); `watch`'s crash judge (checks/watch/judge.py) builds on the same views.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ddpcheck.failure.exits import Exit, first_sentence
+from ddpcheck.failure.peers import peer_gone_words
+from ddpcheck.failure.stacks import Frame, Stack, collective_frame, user_frame
+from ddpcheck.report.model import Check, Report, Status, Table
+from ddpcheck.report.naming import span
+
+
+@dataclass
+class RankView:
+    rank: int
+    host: str
+    pid: int
+    state: str = "S"  # /proc's letter (T: stopped), or 'gone'
+    stack: Stack | None = None  # the latest sample, innermost first
+    unchanged_s: float | None = None  # how long the stack has stayed the same
+    exit: Exit | None = None
+    samples: list[Stack] = field(default_factory=list)  # earlier samples, oldest first
+
+
+def _where(stack: Stack | None) -> str:
+    frame = user_frame(stack or ())
+    return frame.where if frame else "(no Python stack)"
+
+
+def _waiting_in(stack: Stack | None) -> str:
+    frame = collective_frame(stack or ())
+    return frame.function if frame else ""
+
+
+def _call_at(stack: Stack | None) -> str:
+    """'all_reduce at train_step (train.py:59)', or 'load_batch (train.py:42)' outside any collective."""
+    call = _waiting_in(stack)
+    return f"{call} at {_where(stack)}" if call else _where(stack)
+
+
+def _identity(view: RankView) -> str:
+    return f"rank {view.rank} (host {view.host}, pid {view.pid})"
+
+
+def _signature(stack: Stack | None) -> tuple[str, Frame | None]:
+    """Where a rank is, coarsely enough that ranks in the same place compare equal."""
+    stack = stack or ()
+    return _waiting_in(stack), user_frame(stack)
+
+
+def judge_hang(
+    views: list[RankView], silent_s: float, hang_after: float, *, reason: str | None = None
+) -> Report:
+    """Every rank made no progress for `silent_s` >= hang_after: name the ones that differ.
+
+    `reason`: what the finding ends with, in parentheses (watch's --hang-after by default)."""
+    stopped = [v for v in views if v.state in ("T", "t")]
+    blamed: list[RankView]
+    if stopped:
+        blamed = stopped
+        why = {v.rank: "is stopped (state T: SIGSTOP, or a debugger)" for v in stopped}
+    else:
+        outside = [v for v in views if v.stack is not None and not _waiting_in(v.stack)]
+        waiting = [v for v in views if v.stack is not None and _waiting_in(v.stack)]
+        if outside and waiting:
+            blamed = outside
+        elif len(views) == 1:
+            blamed = [v for v in views if v.stack is not None]  # one rank: no peers to judge against
+        else:
+            counts = Counter(_signature(v.stack) for v in views if v.stack is not None)
+            top = counts.most_common(1)[0][1] if counts else 0
+            leaders = [s for s, n in counts.items() if n == top]
+            blamed = [] if len(leaders) > 1 or len(counts) < 2 else [
+                v for v in views if v.stack is not None and _signature(v.stack) != leaders[0]
+            ]  # fmt: skip
+        why = {v.rank: f"is in {_call_at(v.stack)}" for v in blamed}
+    others = [v for v in views if v not in blamed]
+    waiters = [v for v in others if _waiting_in(v.stack)]
+    if blamed:
+        parts = [f"{_identity(v)} {why[v.rank]}" for v in blamed]
+        detail = f"no rank made progress for {silent_s:.0f} s: " + "; ".join(parts)
+    else:
+        places = sorted({_where(v.stack) for v in views})
+        detail = (
+            f"no rank made progress for {silent_s:.0f} s, and no rank differs from the others: "
+            f"every rank is in {', '.join(places)} (a rank outside the job, or a deadlock every rank shares)"
+        )
+    if waiters:
+        detail += f"; {span([v.rank for v in waiters])} {'was' if len(waiters) == 1 else 'were'} waiting"
+        calls = sorted({f"{_waiting_in(v.stack)} at {_where(v.stack)}" for v in waiters})
+        detail += f" in {', '.join(calls)}"
+    # Every rank in a collective, the named ones in another than the rest: they disagree on the call.
+    mismatch = (
+        bool(blamed) and not stopped and all(_waiting_in(v.stack) for v in views if v.stack is not None)
+    )
+    if mismatch:
+        detail = "a collective mismatch (the ranks wait in different collectives): " + detail
+    check = Check(
+        "collective mismatch" if mismatch else "hang",
+        Status.ERROR,
+        detail + f" ({reason or f'--hang-after {hang_after:g} s'})",
+        ranks=[v.rank for v in blamed],
+        hosts=list(dict.fromkeys(v.host for v in blamed)),
+    )
+    return _report(views, [check], blamed)
+
+
+def frame_where(stack: Stack) -> str:
+    frame = user_frame(stack)
+    return frame.where if frame else ""
+
+
+def rank_place(view: RankView) -> str:
+    """'rank 1: all_reduce at train_step (train.py:59)': where a rank was last seen."""
+    stack = view.exit.stack if view.exit is not None and view.exit.stack else view.stack
+    if not stack and view.samples:
+        stack = view.samples[-1]
+    if not stack:
+        return ""
+    call = _waiting_in(stack)
+    return f"rank {view.rank}: {call + ' at ' if call else ''}{_where(stack)}"
+
+
+def _report(views: list[RankView], checks: list[Check], blamed: list[RankView]) -> Report:
+    named = {v.rank for v in blamed}
+    rows = []
+    for v in sorted(views, key=lambda v: v.rank):
+        stack = v.exit.stack if v.exit is not None and v.exit.stack else v.stack
+        rows.append({
+            "rank": v.rank,
+            "host": v.host,
+            "pid": v.pid,
+            "state": _state_words(v),
+            "in": _waiting_in(stack) or "",
+            "where": _where(stack) if stack else "",
+            "frames": [f.to_dict() for f in (stack or ())[:8]],
+            "named": v.rank in named,
+            **_whole_exit(v.exit),
+        })  # fmt: skip
+    table = Table(
+        "ranks",
+        "Every rank of the job",
+        {
+            "rank": "rank",
+            "host": "host",
+            "pid": "pid",
+            "state": "state",
+            "in": "waiting in",
+            "where": "where",
+        },
+        rows,
+    )
+    hosts = list(dict.fromkeys(v.host for v in views))
+    report = Report(
+        command="watch",
+        checks=checks,
+        tables=[table] if views else [],
+        world={"size": len(views), "nodes": len(hosts)},
+        ranks=[{"rank": v.rank, "local_rank": None, "host": v.host, "pid": v.pid} for v in views],
+    )
+    return report
+
+
+def _whole_exit(exit: Exit | None) -> dict[str, str]:
+    """A rank's end whole, for the JSON (not shown), where its words were cut to the first sentence."""
+    if exit is None or first_sentence(exit.describe()) == exit.describe().strip():
+        return {}
+    return {"exception": exit.describe(), "traceback": exit.traceback}
+
+
+def _state_words(view: RankView) -> str:
+    if view.exit is not None:
+        words = first_sentence(view.exit.describe()) if view.exit.describe() else ""
+        if view.exit.kind == "exception" and view.exit.secondary:
+            words = peer_gone_words(words) or words
+        return words if len(words) <= 60 else words[:57] + "..."
+    return {"T": "stopped", "t": "stopped", "R": "running", "S": "sleeping", "D": "in the kernel"}.get(
+        view.state, view.state
+    )
+
+
+# ---------------------------------------------------------------- what one watcher tells the others
+def view_to_dict(view: RankView) -> dict:
+    def stack(frames: Stack | None) -> list[dict] | None:
+        return None if frames is None else [f.to_dict() for f in frames]
+
+    out = {"rank": view.rank, "host": view.host, "pid": view.pid, "state": view.state,
+           "stack": stack(view.stack), "unchanged_s": view.unchanged_s,
+           "samples": [stack(s) for s in view.samples], "exit": None}  # fmt: skip
+    if view.exit is not None:
+        e = view.exit
+        out["exit"] = {"time": e.time, "kind": e.kind, "code": e.code, "exception": e.exception,
+                       "traceback": e.traceback, "fatal": e.fatal, "stack": stack(e.stack)}  # fmt: skip
+    return out
+
+
+def view_from_dict(data: dict) -> RankView:
+    def stack(frames: list[dict] | None) -> Stack | None:
+        return None if frames is None else tuple(Frame.from_dict(f) for f in frames)
+
+    exit = None
+    if data.get("exit"):
+        e = data["exit"]
+        exit = Exit(
+            e["time"],
+            e["kind"],
+            e["code"],
+            e["exception"],
+            e["traceback"],
+            e["fatal"],
+            stack(e["stack"]) or (),
+        )
+    samples = [s for s in (stack(x) for x in data["samples"]) if s]
+    return RankView(data["rank"], data["host"], data["pid"], data["state"], stack(data["stack"]),
+                    data["unchanged_s"], exit, samples)  # fmt: skip
