@@ -21,7 +21,7 @@ from ddpcheck.report.figures import FigureKind
 
 ROOT = Path(__file__).resolve().parent.parent
 # Judged outside any command: the launcher's reading of the ranks' heartbeats.
-SIDE_JUDGES = {"ddpcheck/failure/liveness.py", "ddpcheck/rank/agreement.py"}
+SIDE_JUDGES = {"ddpcheck/failure/liveness.py", "ddpcheck/failure/hangs.py", "ddpcheck/rank/agreement.py"}
 
 
 def path_of(module: str) -> str:
