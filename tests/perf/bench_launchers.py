@@ -29,16 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.test_launchers import (
-    MPIRUN,
-    SRUN,
-    TIMEOUT,
-    TORCHRUN,
-    SlurmUnavailable,
-    _pythonpath,
-    slurm_daemons,
-    strike,
-)
+from tests.support.slurm import SlurmUnavailable, slurm_daemons
+from tests.test_launchers import MPIRUN, SRUN, TIMEOUT, TORCHRUN, _pythonpath, strike
 
 HEALTHY = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"]
 HEALTHY += ["-m", "ddpcheck", "allreduce", "--sizes", "64K:4M", "--iters", "20", "--quiet"]

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ddpcheck.failure import stages
 from ddpcheck.rank.status import read_statuses
+from tests.conftest import start_run, wait_for_workers
 from tests.support.load import busy_cores
-from tests.test_failures import _start, _wait_for_workers
 
 ARGV = ["--nproc", "3", "--sizes", "1K:4M", "--iters", "200", "--timeout", "4", "--json", "-"]
 
@@ -54,9 +54,9 @@ def one(moment: str, rng: random.Random) -> tuple[str, str]:
     """('named' | 'misnamed', what the report said)."""
     with tempfile.TemporaryDirectory() as scratch_name:
         scratch = Path(scratch_name)
-        proc = _start(scratch, *ARGV)
+        proc = start_run(scratch, *ARGV)
         try:
-            workers = _wait_for_workers(scratch, 3)
+            workers = wait_for_workers(scratch, 3)
             victim = next(w for w in workers if w.environ().get("RANK") == "1")
             if moment == "join":
                 wait_until_rank1_joins(scratch)

@@ -83,7 +83,7 @@ def _identities(n: int, g: int) -> list[dict[str, Any]]:
 
 
 def measure(name: str, n: int, g: int, directory: Path) -> dict[str, float]:
-    from ddpcheck.report import assemble
+    from ddpcheck.rank import assemble
     from ddpcheck.report.formats.json import write as write_json
     from ddpcheck.report.html import write as write_html
     from ddpcheck.report.terminal import render_report
