@@ -199,6 +199,12 @@ SUITE = Reason(
 )
 BENCHMARK = Reason("a benchmark of minutes (tests/perf/): its figures are in the docs", r"tests/perf/")
 USER_JOB = Reason("your own training job, not in this project", r"train\.py|train\.sbatch|job\.sh| \.\.\. ")
+RUNNING_JOB = Reason(
+    "reads a job running now, by its pid (tests/test_attach.py starts real jobs to attach to)", r"attach"
+)
+KEPT_DIR = Reason(
+    "reads a directory a watched job left (tests/test_postmortem_watch_runs.py makes one)", r" D\b"
+)
 LEFT_BY_SKIPPED = Reason("reads what a skipped command before it made", r"\$JOB_DIR|slow\.txt|bad\.txt")
 
 
@@ -207,6 +213,16 @@ def _listed(reason: Reason, *commands: str) -> dict[str, Reason]:
 
 
 SKIPPED: dict[str, Reason] = {
+    **_listed(
+        RUNNING_JOB,
+        "ddpcheck attach 12345",
+        "ddpcheck attach PID",
+        "ddpcheck attach --all",
+        "ddpcheck attach PID --kill",
+        "srun --overlap --jobid J --ntasks-per-node 1 ddpcheck attach --all --dir /shared/attach",
+        "ddpcheck attach 41822 -q",
+    ),
+    **_listed(KEPT_DIR, "ddpcheck postmortem D --quiet"),
     **_listed(
         GPU,
         "ddpcheck allreduce --gpus 8",
