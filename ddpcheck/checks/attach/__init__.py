@@ -16,11 +16,20 @@ from ddpcheck.errors import UsageError
 DEFAULT_INTERVAL_S = 1.0
 
 
+def _pid(text: str) -> int:
+    if not text.strip().isdigit():
+        raise UsageError(f"PID {text}: not a process id")
+    return int(text)
+
+
 @dataclass(kw_only=True)
 class AttachOptions:
     pid: int | None = option(
         None,
         argument=True,
+        cli_type=str,
+        cli_default="",
+        parse=lambda text: {"pid": _pid(text) if text else None},
         metavar="PID",
         help="The job: its launcher's pid (torchrun, srun, mpirun, a plain python) or any rank's.",
         show_default=False,
