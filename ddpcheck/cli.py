@@ -330,7 +330,7 @@ def run_as_rank(
     from ddpcheck.report.model import Verdict
 
     outcome = launch.run_inline(
-        command.name, options_to_dict(options), faults, plan, lambda r: _write_files(r, output, fleet)
+        command.name, options_to_dict(options), faults, plan, lambda r: _written_lines(r, output, fleet)
     )
     if isinstance(outcome, Verdict):
         raise typer.Exit(outcome.exit_code)
@@ -389,6 +389,12 @@ def _write_files(report: Report, output: OutputOptions, fleet: FleetOptions | No
     if fleet is not None and not report.world.get("report_on"):
         fleet.write(report, files)
     return files
+
+
+def _written_lines(report: Report, output: OutputOptions, fleet: FleetOptions | None) -> list[str]:
+    """A rank stopped by SIGTERM writes its files itself: the lines saying where each went, or was lost."""
+    files = _write_files(report, output, fleet)
+    return files.wrote + files.lost
 
 
 def finish(
