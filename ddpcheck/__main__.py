@@ -13,11 +13,20 @@ _noted_before: list[int] = []
 if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # an ignored one stays ignored
     _signal.signal(_signal.SIGINT, lambda signum, frame: _noted_before.append(signum))
 
-from ddpcheck.rank import interrupt  # noqa: E402 (after the handler above, on purpose)
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from ddpcheck.rank import arrival, interrupt  # noqa: E402 (after the handler above, on purpose)
 
 
 def main() -> None:
     interrupt.install(noted_before=_noted_before)
+    # A rank of torchrun, srun or mpirun says it is here before Typer and torch load (rank/arrival.py),
+    # and from then on answers its launcher's SIGTERM by naming the peer that failed.
+    if arrival.start(os.environ, sys.argv[1:]) is not None:
+        from ddpcheck.rank import early
+
+        early.answer_sigterm()
     from ddpcheck.cli import main as run
 
     run()

@@ -26,7 +26,7 @@ from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, say
 from ddpcheck.launcher.budget_options import BudgetOptions, StartingWatch
 from ddpcheck.launcher.options import LaunchOptions
-from ddpcheck.rank import interrupt
+from ddpcheck.rank import arrival, interrupt
 from ddpcheck.report.compare import BaselineOptions
 from ddpcheck.report.fleet import FleetOptions
 from ddpcheck.report.outputs import Files, OutputOptions
@@ -218,6 +218,7 @@ def run_ranked(
     budget_options = budget_options or BudgetOptions()
     faults = validate_ranked(command, options, launch_options, output, baseline, fleet, budget_options)
     starting = budget_options.watch_starting()
+    arrival.stage(arrival.IMPORTING_TORCH)  # an inline rank's peers may name it here (rank/arrival.py)
     from ddpcheck.rank import assemble
     from ddpcheck.report.baseline import load_baseline
 
@@ -273,8 +274,9 @@ def plan_ranks(
 ) -> tuple[LaunchPlan, Any]:
     """The ranks, backend and device (or this process as one rank), refused when they cannot run the
     command; and the command's options for that device."""
-    from ddpcheck.checks.env.preflight import backend_without_torch
+    from ddpcheck.checks.env.preflight import backend_without_torch, store_unreachable
     from ddpcheck.launcher import plan as planning
+    from ddpcheck.rank import inline as inline_rank
     from ddpcheck.rank.faults import check_ranks
 
     # A host-wide setting that every rank would fail on is env's finding, not a crash of each
@@ -283,6 +285,8 @@ def plan_ranks(
     if early is not None:
         refuse_fatal_setting(early, inline)
     plan = planning.plan_inline(launch_options) if inline else planning.plan_launch(launch_options)
+    if inline:
+        inline_rank.why_unreachable = store_unreachable  # this rank, should rank 0's store not answer
     check_ranks(faults, plan.world_size)
     if early is None:
         refuse_fatal_setting(plan.backend, inline)
@@ -482,6 +486,7 @@ def _exit(code: int) -> NoReturn:
         # `ddpcheck ... | head`, or a terminal gone: what no reader wants is dropped.
         with contextlib.suppress(OSError):
             stream.flush()
+    arrival.leave()
     os._exit(code)
 
 

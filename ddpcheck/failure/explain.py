@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ddpcheck.failure.collectives import with_last_collectives
 from ddpcheck.failure.flight import RankTrace
 from ddpcheck.failure.liveness import FROZEN_AFTER_S, Stall, stopped_beating
-from ddpcheck.failure.peers import connection_dropped, is_collateral_error
+from ddpcheck.failure.peers import connection_dropped, is_collateral_error, store_waited_for
 from ddpcheck.failure.stages import DONE, PRE_JOIN
 from ddpcheck.failure.statuses import ExitInfo, SeenStatus
 from ddpcheck.report.model import Check, Report, Status, Table, Verdict
@@ -149,6 +149,18 @@ def describe_crash(rank: int, status: SeenStatus, exit_info: ExitInfo) -> Check:
         detail += f": {_one_line(status['error'])}"
     hosts = [status["host"]] if status.get("host") else []
     return Check("rank crashed", Status.ERROR, detail, [rank], hosts)
+
+
+def paused_itself(rank: int, status: SeenStatus, pause_s: float, stage: str, message: str) -> Check:
+    """This rank gave up, but it was itself not running (stopped, or its host froze) long enough
+    that its peers gave up on it first: it is the culprit, not the peers it blames for the timeout."""
+    detail = (
+        f"{_who(rank, status)} was stopped: its process did not run for {pause_s:.0f} s at stage "
+        f"'{stage}' (SIGSTOP, or its host froze), so its peers gave up waiting for it"
+    )
+    if message:
+        detail += f"; when it went on: {_one_line(message)}"
+    return Check("hang", Status.ERROR, detail, [rank], [status["host"]] if status.get("host") else [])
 
 
 def judge_stall(stall: Stall) -> Check:
@@ -294,6 +306,19 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
     dead = sorted(r for r, s in statuses.items() if s["proc_state"] == "exited" and _ended_mid_run(s))
     silent = sorted(r for r, s in statuses.items() if r not in dead and r != me and _stopped_beating(s))
     culprits = sorted(dead + silent)
+    absent = [r for r in range(stall.world_size) if r not in statuses]
+    if not culprits and absent:
+        # Every rank that is here waited for these: nothing of them reached the store, nor this host.
+        return Check(
+            "hang",
+            Status.ERROR,
+            f"rank{'s' if len(absent) > 1 else ''} {_ranks(absent)} never arrived: "
+            f"{'they' if len(absent) > 1 else 'it'} never reached the store the ranks share, and no process "
+            f"of {'theirs' if len(absent) > 1 else 'its'} is on this host; ranks "
+            f"{_ranks(sorted(statuses))} were waiting{_store_evidence(message, absent)}",
+            absent,
+            [],
+        )
     if not culprits:
         check = judge_stall(stall)
         if lost:
@@ -302,12 +327,18 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
     parts = []
     for r in dead:
         s = statuses[r]
+        if s.get("arrived") is False:
+            parts.append(_absent(r, s))
+            continue
         parts.append(
             f"{_who(r, s)} is lost: its process ended at stage '{s['stage']}' without an error "
             f"(last heartbeat {s['heartbeat_age_s']:.0f} s ago)"
         )
     for r in silent:
         s = statuses[r]
+        if s.get("arrived") is False:
+            parts.append(_absent(r, s))
+            continue
         if s["proc_state"] == "stopped":
             state = "stopped (SIGSTOP)"
         elif lost:
@@ -338,6 +369,54 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
     )
     hosts = list(dict.fromkeys(statuses[r]["host"] for r in culprits))
     return Check(name, Status.ERROR, "; ".join(parts), culprits, hosts)
+
+
+def judge_early(statuses: dict[int, SeenStatus], world_size: int, me: int, single_host: bool) -> Check | None:
+    """The rank its launcher stopped (SIGTERM) before it reached the store: who, on this host, failed.
+
+    `statuses`: this host's ranks as their job directory and the launcher's processes show them
+    (rank/here.arrivals_seen). A rank whose process ended by itself, or is stopped, is the culprit; with
+    every rank of the job on this host (`single_host`), so is one of which nothing is left. None when
+    nothing here explains it (the culprit is on another host: its own peers there name it).
+    """
+    lost = sorted(
+        r for r, s in statuses.items() if r != me and s["proc_state"] == "exited" and _ended_mid_run(s)
+    )
+    stopped = sorted(r for r, s in statuses.items() if r != me and s["proc_state"] == "stopped")
+    missing = sorted(r for r in range(world_size) if r not in statuses and r != me) if single_host else []
+    culprits = sorted(lost + stopped + missing)
+    if not culprits:
+        return None
+    parts = [_absent(r, statuses[r]) for r in sorted(lost + stopped)]
+    if missing:
+        parts.append(
+            f"rank{'s' if len(missing) > 1 else ''} {_ranks(missing)} never arrived: no process of "
+            f"{'theirs' if len(missing) > 1 else 'it'} is left on this host "
+            "(killed before it could say where it was)"
+        )
+    hosts = list(dict.fromkeys(statuses[r]["host"] for r in culprits if r in statuses))
+    name = "hang" if stopped and not lost and not missing else "rank lost"
+    return Check(name, Status.ERROR, "; ".join(parts), culprits, hosts)
+
+
+def _store_evidence(message: str, absent: list[int]) -> str:
+    """torch's own word, where its store timeout names the keys of the same ranks."""
+    waited = store_waited_for(message)
+    if not waited or not set(waited) <= set(absent):
+        return ""
+    whose = f"rank{'s' if len(waited) > 1 else ''} {_ranks(waited)}"
+    return f" (torch's store timed out waiting for the key of {whose})"
+
+
+def _absent(rank: int, status: SeenStatus) -> str:
+    """A rank known only from its host's job directory: where it was before it reached the store."""
+    where = f"at stage '{status['stage']}', before its status reached the store the ranks share"
+    if status["proc_state"] == "stopped":
+        return f"{_who(rank, status)} is stopped (SIGSTOP) {where}"
+    if status["proc_state"] == "exited":
+        return f"{_who(rank, status)} is lost: its process ended {where}"
+    in_stage_s = status.get("in_stage_s") or 0
+    return f"{_who(rank, status)} never arrived: alive, at stage '{status['stage']}' for {in_stage_s:.0f} s"
 
 
 def _ended_mid_run(status: SeenStatus) -> bool:
@@ -392,11 +471,14 @@ def _inline_report(spec: RunSpec, stall: Stall, message: str, how: str, me: int)
     return report
 
 
-def inline_crash_report(spec: RunSpec, world_size: int, record: SeenStatus, message: str) -> Report:
-    """Rank 0's report when rank 0 itself failed first-hand under torchrun, srun or mpirun."""
+def inline_crash_report(
+    spec: RunSpec, world_size: int, record: SeenStatus, message: str, check: Check | None = None
+) -> Report:
+    """Rank 0's report when rank 0 itself failed first-hand under torchrun, srun or mpirun (`check`:
+    what it found, when not the crash of its own exception)."""
     report = Report(command=spec.command)
     report.world = {"size": world_size, "backend": spec.backend, "device": spec.device}
-    report.checks.append(describe_crash(record.get("rank", 0), {**record, "error": message}, {}))
+    report.checks.append(check or describe_crash(record.get("rank", 0), {**record, "error": message}, {}))
     return report
 
 

@@ -89,3 +89,17 @@ def first_failure(
     primary = [f for f in ordered if not collateral(f)]
     first = primary[0] if primary else (ordered[0] if ordered else None)
     return first, [f for f in ordered if f is not first]
+
+
+# torch's store timeout names the keys it waited for; a rendezvous key ends with the rank that sets it.
+_STORE_KEYS = re.compile(r"wait timeout after \d+ms, keys: (\S+)")
+
+
+def store_waited_for(message: str) -> list[int]:
+    """The ranks whose keys torch's store waited for when `message` (a DistStoreError) was raised:
+    evidence of who had not arrived, or of a rank itself waiting; not a verdict by itself."""
+    found = _STORE_KEYS.search(message)
+    if not found:
+        return []
+    ranks = [key.rsplit("/", 1)[-1] for key in found.group(1).strip("[]',").split(",")]
+    return sorted({int(r.strip("'\" ")) for r in ranks if r.strip("'\" ").isdigit()})

@@ -10,6 +10,7 @@ from __future__ import annotations
 LAUNCHED = "launched"
 DEVICE = "device"
 JOIN = "join"
+RENDEZVOUS = "join: rendezvous"  # inline runs: reaching the store rank 0 or the launcher hosts
 JOIN_WAIT = "join: waiting for every rank"
 JOINED = "joined"  # inline runs only: from here on, the process group's store carries the status
 MEASURE = "measure"
@@ -22,4 +23,4 @@ HARNESS = (LAUNCHED, DEVICE, JOIN, MEASURE, GATHER, DONE)
 # Ranks still importing torch or initialising CUDA (slow on a network filesystem) are not hung.
 STARTUP = (LAUNCHED, DEVICE)
 # A rank last seen at one of these never joined the process group.
-PRE_JOIN = (LAUNCHED, DEVICE, JOIN)
+PRE_JOIN = (LAUNCHED, DEVICE, JOIN, RENDEZVOUS)

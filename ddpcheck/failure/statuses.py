@@ -92,6 +92,7 @@ class SeenStatus(TypedDict, total=False):
     in_stage_s: float | None  # None for a rank on another host: its clock is not ours
     missed_beats: int  # the most beats one peer made since this rank's counters last moved
     same_host: bool
+    arrived: bool  # False: known only from its host's job directory, it never reached the store
     remote: bool  # published by another node's launcher
     exit: ExitInfo | None  # how it ended, as another node's launcher published it
     ended_by_ddpcheck: bool  # an inline peer ended it (a stopped rank under torchrun)

@@ -513,7 +513,7 @@ def run_inline(
     a report's files (--json, --junit, --html ...) and says where: rank 0 calls it itself when its
     launcher stops it (SIGTERM) before it could return the report.
     """
-    from ddpcheck.rank import inline
+    from ddpcheck.rank import arrival, inline
     from ddpcheck.rank.harness import on_inline_sigterm
 
     started = time.monotonic()
@@ -541,6 +541,7 @@ def run_inline(
         code = run_rank(spec, str(run_dir))
         report = rundir.read_rank0_report(run_dir)
         if report is not None:
+            arrival.stage(arrival.WRITING_REPORT)
             return assemble.after_launch(report, time.monotonic() - started, options, None, _as_given(faults))
         shared = rundir.read_verdict(run_dir)
         if code != 0 or shared is None:

@@ -30,7 +30,7 @@ from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, say
 from ddpcheck.failure import explain, peers, stages
 from ddpcheck.failure.liveness import Stall
 from ddpcheck.failure.recorders import dump_every_recorder
-from ddpcheck.rank import assemble, inline, interrupt, rundir
+from ddpcheck.rank import arrival, assemble, here, inline, interrupt, rundir
 from ddpcheck.rank.context import NullStatus, RankContext
 from ddpcheck.rank.faults import Faults
 from ddpcheck.rank.fingerprint import rank_fingerprint
@@ -42,10 +42,14 @@ from ddpcheck.torch_compat import takes_device_id, teardown_may_deadlock
 if TYPE_CHECKING:
     import torch
 
-    from ddpcheck.report.model import Report
+    from ddpcheck.report.model import Check, Report
 
 # How often a rank looks for the launcher's monitor's request to dump its flight recorder.
 FLIGHT_POLL_S = 0.2
+# This rank's status writer, once it has one.
+_writer: list[StatusWriter] = []
+# A pause of its own this long names the rank itself (a busy 2-core machine delays a beat by < 0.5 s).
+PAUSED_ITSELF_S = 2.0
 
 
 def rank_identity() -> dict[str, Any]:
@@ -86,6 +90,9 @@ def run_rank(spec: RunSpec, run_dir: str | None) -> int:
     identity = rank_identity()
     rank, world_size = identity["rank"], int(os.environ["WORLD_SIZE"])
     status = StatusWriter(run_dir, identity) if run_dir else None
+    _writer[:] = [status] if status else []  # for the SIGTERM thread: was this rank itself stopped?
+    if status and spec.inline:
+        status.add_transport(arrival.StageTransport())  # the host's job directory, for peers before the store
     faults = Faults(spec.faults, rank)
     session: inline.Session | None = None
     import torch.distributed as dist
@@ -95,12 +102,14 @@ def run_rank(spec: RunSpec, run_dir: str | None) -> int:
         device = _bind_device(spec, identity["local_rank"], status, faults)
         fingerprint = rank_fingerprint()  # after binding: the GPU model is this rank's own
         _stage(status, faults, stages.JOIN)
-        _substage(status, stages.JOIN_WAIT)
-        _join(spec, device)
+        if spec.inline and status:
+            # Before the rendezvous: a peer that never arrives is named from what this rank publishes.
+            session = _inline_session(rank, world_size, status, spec.collective_timeout)
+        _join(spec, device, status)
         if run_dir and not spec.inline:
             _answer_flight_requests(run_dir, rank)
-        if spec.inline and status:
-            session = _inline_session(rank, world_size, status)
+        if session is not None and status:
+            status.stage(stages.JOINED)
         command = COMMANDS[spec.command]
         check = command.module()
         options = options_from_dict(command.options, spec.options)
@@ -139,11 +148,14 @@ def run_rank(spec: RunSpec, run_dir: str | None) -> int:
         return 0
     except BaseException as exc:
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        if isinstance(exc, StoreUnreachable):
+            message = str(exc)  # ddpcheck's own finding, whole: no exception type before it
         if status:
             status.error(message)
         if spec.inline:
             own = status.record.to_dict() if status else {}
-            _inline_gave_up(spec, run_dir, world_size, message, session, {**own, "error": message})
+            paused = _paused_itself(spec, status, rank, message)
+            _inline_gave_up(spec, run_dir, world_size, message, session, {**own, "error": message}, paused)
         else:
             traceback.print_exc()
         return 1
@@ -157,20 +169,20 @@ def run_rank(spec: RunSpec, run_dir: str | None) -> int:
             session.close()
 
 
-def _inline_session(rank: int, world_size: int, status: StatusWriter) -> inline.Session | None:
-    """Under torchrun, srun or mpirun: publish this rank's status (and heartbeat) to the shared store.
+def _inline_session(rank: int, world_size: int, status: StatusWriter, wait_s: float) -> inline.Session | None:
+    """Under torchrun, srun or mpirun: publish this rank's status (and heartbeat) to the shared store,
+    once it answers (`wait_s`: rank 0 may open it only after this rank is here).
 
     DDPCHECK_INLINE_HEARTBEAT=0 turns it off: what tests/perf/bench_launchers.py compares against.
     """
     if os.environ.get(inline.HEARTBEAT_SWITCH, "1") == "0":
         return None
     try:
-        session = inline.Session(rank, world_size)
+        session = inline.Session(rank, world_size, wait_s)
     except Exception:  # no store to reach: the run goes on, its failures are named less exactly
         return None
     inline.current = session
     status.add_transport(session.transport)
-    status.stage(stages.JOINED)
     return session
 
 
@@ -181,6 +193,7 @@ def _inline_gave_up(
     message: str,
     session: inline.Session | None,
     own: dict[str, Any],
+    paused: Check | None = None,
 ) -> None:
     """Under torchrun, srun or mpirun no launcher watches: the rank that gives up names who stopped beating.
 
@@ -198,6 +211,13 @@ def _inline_gave_up(
         if rank != 0 and run_dir:
             # Nothing more to write here; a launcher's SIGKILL may come while this rank looks.
             rundir.remove(run_dir)
+        if paused is not None:
+            # Its peers' timeouts are its own doing: it names itself, and blames nobody else.
+            say(f"ddpcheck: rank {rank} failed ({headline}): {paused.detail}")
+            if rank == 0 and run_dir:
+                report = explain.inline_crash_report(spec, world_size, own, message, paused)
+                rundir.write_rank0_report(run_dir, report)
+            return
         if session is None or not peers.is_collateral_error(message):
             # No store to read, or this rank failed first-hand: then it is the culprit itself.
             say(f"ddpcheck: rank {rank} failed: {headline}")
@@ -242,6 +262,18 @@ def _inline_gave_up(
         inline.gave_up.set()
 
 
+def _paused_itself(spec: RunSpec, status: StatusWriter | None, rank: int, message: str) -> Check | None:
+    """This rank's own beats show it did not run for a long while (SIGSTOP, then SIGCONT from its
+    launcher's teardown): then the timeout it met is its own doing. A pause under PAUSED_ITSELF_S, or
+    under a quarter of the collective timeout, cannot have made a peer give up."""
+    if status is None:
+        return None
+    pause_s, stage = status.pause()
+    if pause_s < max(PAUSED_ITSELF_S, spec.collective_timeout / 4):
+        return None
+    return explain.paused_itself(rank, status.record.to_dict(), pause_s, stage, message)
+
+
 def _leave() -> NoReturn:
     """Exit 3, the run directory (registered by run_inline) removed once more: the main thread went
     on while this thread looked, and what it wrote there since would outlive the rank."""
@@ -265,6 +297,7 @@ def on_inline_sigterm(
         time.sleep(inline.SIGTERM_GRACE_S)  # it is rendering the report, then exits by itself
         _leave()
     claimed = inline.claim()
+    arrival.stage(arrival.TERMINATED)  # a SIGKILL may follow: the peers must not take this rank for a culprit
     # The launcher may follow with SIGKILL within a second (mpirun does): clean up first. Nothing
     # in the run directory must outlive that: rank 0's report, if its main thread is writing it
     # now, is kept in this process too (rundir.write_rank0_report).
@@ -274,13 +307,30 @@ def on_inline_sigterm(
         inline.gave_up.wait(inline.SIGTERM_GRACE_S)
         time.sleep(inline.SIGTERM_GRACE_S)
         _leave()
-    session = inline.current
     line = f"ddpcheck: rank {rank} stopped by SIGTERM (its launcher ends every rank once one failed)"
+    paused = _paused_itself(spec, _writer[0] if _writer else None, rank, "")
+    if paused is not None:
+        # Stopped itself, and continued by its launcher's teardown (SIGCONT, then SIGTERM): the culprit.
+        written: list[str] = []
+        if rank == 0 and write_report is not None:
+            world = int(os.environ["WORLD_SIZE"])
+            with contextlib.suppress(Exception):
+                written = write_report(explain.inline_crash_report(spec, world, {}, "SIGTERM", paused))
+        say(f"{line}: {paused.detail}")
+        for said in written:
+            say(f"ddpcheck: {said}")
+        _leave()
+    session = inline.current
     found: list[str] = []
     stalls: list[Stall] = []
 
     def look() -> None:
         if session is None:
+            statuses = here.arrivals_seen()  # before the store: what this host's job directory says
+            if statuses:
+                world = int(os.environ["WORLD_SIZE"])
+                stalls.append(Stall(statuses, None, world))
+                found.append(": " + explain.judge_inline(stalls[0], "SIGTERM", rank).detail)
             return
         statuses = session.observe(look_s, connect_s=look_s)
         end_stopped = spec.launcher == "torchrun" and rank == 0
@@ -328,18 +378,42 @@ def _bind_device(spec: RunSpec, local_rank: int, status: StatusWriter | None, fa
     return torch.device("cpu")
 
 
-def _join(spec: RunSpec, device: torch.device) -> None:
+class StoreUnreachable(RuntimeError):
+    """A rank could not reach rank 0's store: what it says names the address and what is wrong with it."""
+
+
+def _rendezvous_store(timeout: timedelta) -> Any:
+    """inline.rendezvous_store; a rank that cannot reach rank 0's store says where it looked and why
+    it failed (what `ddpcheck env` finds), not torch's timeout."""
+    began = time.monotonic()
+    try:
+        return inline.rendezvous_store(timeout)
+    except Exception as exc:
+        if os.environ.get("RANK") == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            raise  # rank 0 hosts it; torchrun's agent is this host's own
+        waited_s = round(time.monotonic() - began)
+        where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        if inline.why_unreachable is None:
+            raise StoreUnreachable(f"could not reach rank 0's store at {where} within {waited_s} s") from exc
+        raise StoreUnreachable(inline.why_unreachable(os.environ, waited_s)) from exc
+
+
+def _join(spec: RunSpec, device: torch.device, status: StatusWriter | None) -> None:
     import torch.distributed as dist
 
     if not spec.inline:
         # Before the process group exists: the flight recorder sizes its buffer when it starts.
         os.environ.setdefault(rundir.FLIGHT_BUFFER_ENV, str(rundir.FLIGHT_BUFFER_ENTRIES))
-    kwargs: dict[str, Any] = {
-        "backend": spec.backend,
-        "timeout": timedelta(seconds=spec.collective_timeout),
-    }
+    timeout = timedelta(seconds=spec.collective_timeout)
+    kwargs: dict[str, Any] = {"backend": spec.backend, "timeout": timeout}
     if device.type == "cuda" and spec.backend == "nccl" and takes_device_id():
         kwargs["device_id"] = device  # eager NCCL init: a bad GPU fails here, not mid-check
+    if spec.inline:
+        # The rendezvous apart from the join: a peer stuck in one is named at that stage.
+        _substage(status, stages.RENDEZVOUS)
+        kwargs.update(store=_rendezvous_store(timeout), rank=int(os.environ["RANK"]))
+        kwargs["world_size"] = int(os.environ["WORLD_SIZE"])
+    _substage(status, stages.JOIN_WAIT)
     dist.init_process_group(**kwargs)
 
 

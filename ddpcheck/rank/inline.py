@@ -25,7 +25,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, TypedDict
 
@@ -40,7 +40,8 @@ from ddpcheck.failure.liveness import (
     stopped_beating,
 )
 from ddpcheck.failure.statuses import RankStatus, SeenStatus
-from ddpcheck.rank import rundir
+from ddpcheck.rank import arrival, rundir
+from ddpcheck.rank.here import arrivals_seen, mark_stopped_by_launcher
 from ddpcheck.rank.status import StoreTransport
 from ddpcheck.torch_compat import store_has
 
@@ -93,6 +94,50 @@ def connect(timeout_s: float = STORE_OP_TIMEOUT_S) -> Store:
         timeout=timedelta(seconds=timeout_s),
         wait_for_workers=False,
     )
+
+
+# How a rank that cannot reach rank 0's store says why: `ddpcheck env`'s finding
+# (checks/env/preflight.store_unreachable), handed in by the CLI, as the rank side imports no check.
+why_unreachable: Callable[[Mapping[str, str], float], str] | None = None
+
+# Rank 0's store under srun and mpirun: held for the life of the process, as the peers read it.
+_hosted: list[Store] = []
+
+
+def rendezvous_store(timeout: timedelta) -> Store:
+    """The store the process group joins through.
+
+    Under torchrun, its agent's (torch's own env:// rendezvous). Under srun and mpirun rank 0 hosts
+    it, opened at once and never waiting for the others: torch's rendezvous would wait for every
+    rank inside the store's constructor, and on a timeout the store would close with it, taking every
+    rank's heartbeat along before anyone could read who never came.
+    """
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        store, _, _ = next(dist.rendezvous("env://", timeout=timeout))
+        return store
+    is_host = os.environ["RANK"] == "0"
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        int(os.environ["WORLD_SIZE"]),
+        is_master=is_host,
+        timeout=timeout,
+        wait_for_workers=False,
+        multi_tenant=True,  # this rank's own connections (its heartbeat, rank 0's watch) share it
+    )
+    if is_host:
+        _hosted.append(store)
+    return store
+
+
+def connect_when_open(wait_s: float) -> Store:
+    """`connect`, waiting up to `wait_s` for the store to open (rank 0 may be still coming), then with
+    the usual bound on each operation."""
+    store = connect(max(wait_s, STORE_OP_TIMEOUT_S))
+    store.set_timeout(timedelta(seconds=STORE_OP_TIMEOUT_S))
+    return store
 
 
 def launcher_of(environ: dict[str, str] | os._Environ[str]) -> str:
@@ -187,28 +232,37 @@ class Watch(threading.Thread):
 class Session:
     """One inline rank's share of the store: its published record and, on rank 0, the watch."""
 
-    def __init__(self, rank: int, world_size: int) -> None:
+    def __init__(self, rank: int, world_size: int, wait_s: float = STORE_OP_TIMEOUT_S) -> None:
+        """`wait_s`: how long its connections wait for the store to open (it opens with the rendezvous)."""
         self.rank, self.world_size = rank, world_size
+        self._wait_s = wait_s
         # Connections of their own, opened on their own threads (or when first read): they share
         # nothing with the process group's, and cost the rank's main thread nothing.
         self._store: Store | None = None
-        self.transport = StoreTransport(connect, f"{KEY}{rank}")
+        self.transport = StoreTransport(self._connect, f"{KEY}{rank}")
         self.watch: Watch | None = None
         if rank == 0:
-            self.watch = Watch(connect, world_size)
+            self.watch = Watch(self._connect, world_size)
             self.watch.start()
         else:
             # Connected ahead: when this rank gives up, rank 0 (whose process may host the store,
             # under srun and mpirun) may be about to leave.
             threading.Thread(target=self._connect_ahead, name="ddpcheck-store-connect", daemon=True).start()
 
+    def _connect(self) -> Store:
+        return connect_when_open(self._wait_s)
+
     def _connect_ahead(self) -> None:
         with contextlib.suppress(Exception):
-            self._store = connect()
+            self._store = self._connect()
 
     def wait_for_waiters(self, culprits: list[int], bound_s: float) -> None:
         """Rank 0, done: stay until every other rank gave up too (its store may be theirs), within a bound."""
         deadline = time.monotonic() + bound_s
+        try:
+            self.store  # noqa: B018 (connects, if it has not yet)
+        except Exception:
+            return  # its store is gone (torchrun's agent's, or rank 0 never opened it): none to wait for
         while time.monotonic() < deadline:
             records = read_records(self.store, self.world_size)
             waiting = [
@@ -237,11 +291,11 @@ class Session:
             if self._store is None:
                 self._store = connect(connect_s)
         except Exception:
-            return {}
+            return arrivals_seen()
         began = time.monotonic()
         first = read_records(self.store, self.world_size)
         if not first and not _answers(self.store):
-            return {}  # connected earlier, but its host has gone since: nothing to wait for
+            return arrivals_seen()  # connected earlier, but its host has gone since: nothing to wait for
         first_view = _read_view(self.store)
         sampled = BeatTracker()  # this rank's own count, for when rank 0 does not watch
         sampled.see(counters(first))
@@ -265,6 +319,8 @@ class Session:
                     }
                     missed = sampled.missed()
             statuses = annotate(records, ages, missed)
+            statuses.update(arrivals_seen(statuses))  # the ranks of this host that never reached the store
+            mark_stopped_by_launcher(statuses)
             for rank, status in statuses.items():
                 if status["proc_state"] == "exited" and _has(self.store, f"{ENDED_KEY}{rank}"):
                     status.update(proc_state="stopped", ended_by_ddpcheck=True)
@@ -389,6 +445,9 @@ def reap(statuses: dict[int, SeenStatus], end_stopped: bool, store: Store | None
                 proc.kill()
                 proc.wait(timeout=5)
                 ended.append(rank)
+            if status.get("arrived") is False and arrival.current is not None:
+                since = time.time() - (status.get("in_stage_s") or 0.0)
+                arrival.current.record_for(rank, status["pid"], status["stage"], since)
         elif status["proc_state"] != "exited":
             continue
         for path in rundir.inline_dirs_of(status["pid"]):

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, ClassVar, NoReturn
 
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED
 from ddpcheck.errors import say as say_line
+from ddpcheck.rank import arrival
 
 if TYPE_CHECKING:  # loaded before the Ctrl-C handler is in: subprocess is half of its import time
     import subprocess
@@ -150,6 +151,7 @@ def leave(code: int = EXIT_INTERRUPTED, say: bool = True) -> NoReturn:
                 os.killpg(proc.pid, signal.SIGKILL)
     for path in _State.removals:
         _remove(path)
+    arrival.leave()
     if _State.say and say:
         say_line(LINE)
     os._exit(code)

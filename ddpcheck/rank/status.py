@@ -108,6 +108,9 @@ class StatusWriter:
         self._fallible: list[Transport] = []
         self._parent = os.getppid()
         self._stopped = threading.Event()
+        # The longest this process did not run between two beats (a SIGSTOP, a frozen host), and where.
+        self.longest_pause_s, self.paused_at = 0.0, ""
+        self._last_beat = time.monotonic()
         self._write()
         self._thread = threading.Thread(target=self._beat, name="ddpcheck-heartbeat", daemon=True)
         self._thread.start()
@@ -151,8 +154,21 @@ class StatusWriter:
             if hasattr(transport, "close"):
                 transport.close()
 
+    def pause(self) -> tuple[float, str]:
+        """(seconds, stage): the longest this process did not run, the pause it is only now coming out
+        of included (a SIGCONT wakes the thread asking before, maybe, the beating one)."""
+        now_s = time.monotonic() - self._last_beat - HEARTBEAT_INTERVAL_S
+        if now_s > self.longest_pause_s:
+            return now_s, self.record.stage
+        return self.longest_pause_s, self.paused_at
+
     def _beat(self) -> None:
         while not self._stopped.wait(HEARTBEAT_INTERVAL_S):
+            now = time.monotonic()  # CLOCK_MONOTONIC runs on while the process is stopped
+            if now - self._last_beat - HEARTBEAT_INTERVAL_S > self.longest_pause_s:
+                self.longest_pause_s = now - self._last_beat - HEARTBEAT_INTERVAL_S
+                self.paused_at = self.record.stage
+            self._last_beat = now
             if os.getppid() != self._parent:
                 # The launcher died without tearing us down (mpirun after a second Ctrl-C): do not
                 # outlive it, nor leave an inline rank's run directory behind (remove_on_leave).

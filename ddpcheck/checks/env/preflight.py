@@ -19,6 +19,7 @@ from ddpcheck.report.model import Check, Status
 # Which variable picks the interface of which backend's sockets.
 IFNAME_OF = {"gloo": "GLOO_SOCKET_IFNAME", "nccl": "NCCL_SOCKET_IFNAME"}
 RESOLVE_TIMEOUT_S = 1.0
+CONNECT_TIMEOUT_S = 2.0
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 
 
@@ -60,3 +61,21 @@ def fatal_setting(environ: Mapping[str, str], backend: str, inline: bool) -> Che
             if check.status == Status.FAIL:
                 return check
     return None
+
+
+def store_unreachable(environ: Mapping[str, str], waited_s: float) -> str:
+    """Why this rank could not reach rank 0's store (MASTER_ADDR:MASTER_PORT) in `waited_s`: what
+    `ddpcheck env` finds wrong with them now, in one line. Bounded: one name lookup, one connect."""
+    from ddpcheck.checks.env.master import try_connect
+
+    addr, port_text = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
+    master: dict[str, object] = {"addr": addr, "port_text": port_text, "port": parse_port(port_text)}
+    if addr:
+        master["resolved"], master["resolve_error"] = resolve(addr, RESOLVE_TIMEOUT_S)
+    if master.get("resolved") and master["port"] is not None:
+        master["connect"] = try_connect(master["resolved"][0], master["port"], CONNECT_TIMEOUT_S)
+    launched = {"RANK": "1", "WORLD_SIZE": "2", **environ}  # only a rank asks: judged as inside its launch
+    found = [c.detail for c in judge_master(master, launched) if c.status in (Status.FAIL, Status.WARN)]
+    where = f"{addr}:{port_text}"
+    said = "; ".join(found) if found else f"{where} answers now: rank 0 opened its store late, or it was busy"
+    return f"could not reach rank 0's store at {where} within {waited_s:g} s: {said}"

@@ -1,0 +1,341 @@
+"""An inline rank's presence on its host from its first instant, before torch is imported.
+
+Under torchrun, srun and mpirun the launcher tells a rank its number and the world's size in
+its environment; nothing else is shared until the rank has imported torch and reached the store.
+A rank that freezes or dies before that (a sick filesystem under `import torch`, the OOM killer)
+left nothing its peers could read. So the entry point, before anything heavy, writes one small
+file for this rank into a directory of the job's own on this host, `$TMPDIR/ddpcheck-job-<job>/`,
+named `rank-<rank>-<pid>.json`, and rewrites it at each stage. A peer that gives up, or that its
+launcher stops, reads it: the rank's pid, its stage, and its process's state (stopped, running,
+a zombie, gone) say what became of it.
+
+A rank removes its own file when it leaves. One that dies outright cannot: its file stays, so
+that the peers can still say where it died, until the last rank of the job on this host is gone.
+Each rank has a remover, a shell outside the rank's process tree that wakes when the rank is gone
+however it went, and removes the directory once no live rank holds a file there: the last one
+cleans up, and nothing of the job is left on the host.
+
+Standard library only: the entry point loads it before Typer and torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+JOB_PREFIX = "ddpcheck-job-"
+# The stages before the harness's own (failure/stages.py), as a peer names them.
+STARTING = "starting"  # the interpreter is up, ddpcheck's own modules are loading
+IMPORTING_TORCH = "importing torch"
+RENDEZVOUS = "rendezvous"
+JOINING = "joining the process group"
+WRITING_REPORT = "writing the report"
+TERMINATED = "stopped by its launcher (SIGTERM)"
+LEFT = "left"  # ended by itself: its verdict, its own error, a Ctrl-C
+# The commands that run as ranks (commands.py's `ranked`; tests/test_arrival.py keeps them equal).
+RANKED_COMMANDS = frozenset({"allreduce", "collectives", "devices", "links", "profile", "train"})
+# Options that mean "launch ranks from here", even inside a launcher (launcher/plan.detect_inline).
+LAUNCH_OPTIONS = ("--nproc", "--gpus", "--nnodes")
+
+# On end of file the rank is exiting; once it is a zombie (or gone: its fds close before that), the
+# directory goes if no file in it names a live pid. Of two ranks that die together, the remover that
+# looks last sees both dead: each waits for its own rank to be a zombie before it looks at the other.
+_REMOVER_SCRIPT = r"""exec 3<&0; { read -r _ <&3
+i=0
+while [ $i -lt 200 ] && [ -d "/proc/$2" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$2/status"; do
+  sleep 0.05; i=$((i + 1))
+done
+for f in "$1"/rank-*-*.json; do
+  [ -e "$f" ] || continue
+  pid=${f##*-}; pid=${pid%.json}
+  if [ -d "/proc/$pid" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null; then exit 0; fi
+done
+rm -rf -- "$1"; } &"""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who this process is in its launch, from the launcher's own variables."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    launcher: str  # torchrun, srun or mpirun
+    job: str  # the same for every rank of one launch, on every host
+    rank_variable: str  # where the launcher put the rank: how a peer's process is known by its rank
+    local_world_size: int  # ranks of the job on this host (0: not known)
+
+
+@dataclass(frozen=True)
+class Presence:
+    """What a rank's file and its process say about it, read by a peer on the same host."""
+
+    rank: int
+    pid: int
+    host: str
+    stage: str
+    since: float  # when it entered the stage (time.time, this host's clock)
+    state: str  # 'running', 'stopped', 'zombie' or 'gone'
+
+    @property
+    def lost(self) -> bool:
+        return self.state in ("zombie", "gone")
+
+
+def identity(environ: dict[str, str] | os._Environ[str], argv: list[str]) -> Identity | None:
+    """This process's rank in an inline launch of a ranked command, or None (not a rank; own launch)."""
+    words = [a for a in argv if not a.startswith("-")]
+    if not words or words[0] not in RANKED_COMMANDS:
+        return None
+    if any(a == o or a.startswith(o + "=") for a in argv for o in LAUNCH_OPTIONS):
+        return None
+    found = _launcher_variables(environ)
+    if found is None:
+        return None
+    launcher, rank, world, local, job = found
+    if not (rank.isdigit() and world.isdigit()):
+        return None
+    variable = next(v for v in _RANK_VARIABLES if v in environ)
+    here = _local_world(environ, launcher, int(world))
+    return Identity(
+        int(rank), int(world), int(local) if local.isdigit() else 0, launcher, _safe(job), variable, here
+    )
+
+
+def _local_world(environ: dict[str, str] | os._Environ[str], launcher: str, world: int) -> int:
+    if launcher == "srun":
+        return world if environ.get("SLURM_STEP_NUM_NODES", environ.get("SLURM_NNODES")) == "1" else 0
+    value = (
+        environ.get("LOCAL_WORLD_SIZE")
+        or environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
+        or environ.get("MPI_LOCALNRANKS", "")
+    )
+    return int(value) if value.isdigit() else 0
+
+
+# In the order _launcher_variables looks for the launchers.
+_RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
+def _launcher_variables(environ: dict[str, str] | os._Environ[str]) -> tuple[str, str, str, str, str] | None:
+    """(launcher, rank, world size, local rank, job) from the first launcher found (as plan.detect_inline)."""
+    get = environ.get
+    if "TORCHELASTIC_RUN_ID" in environ and "RANK" in environ:
+        # --rdzv-id defaults to "none": the agent's store port tells two launches on one host apart.
+        job = (
+            f"t{get('TORCHELASTIC_RUN_ID')}-{get('MASTER_PORT', '')}-{get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        )
+        return "torchrun", get("RANK", ""), get("WORLD_SIZE", ""), get("LOCAL_RANK", ""), job
+    if "OMPI_COMM_WORLD_RANK" in environ:
+        job = get("OMPI_MCA_ess_base_jobid") or get("PMIX_NAMESPACE") or str(os.getppid())
+        return (
+            "mpirun",
+            get("OMPI_COMM_WORLD_RANK", ""),
+            get("OMPI_COMM_WORLD_SIZE", ""),
+            get("OMPI_COMM_WORLD_LOCAL_RANK", ""),
+            f"m{job}",
+        )
+    if "PMI_RANK" in environ:
+        job = get("PMI_JOBID") or get("PMIX_NAMESPACE") or str(os.getppid())
+        return "mpirun", get("PMI_RANK", ""), get("PMI_SIZE", ""), get("MPI_LOCALRANKID", ""), f"p{job}"
+    if "SLURM_STEP_ID" in environ or "SLURM_STEPID" in environ:
+        step = get("SLURM_STEP_ID") or get("SLURM_STEPID", "")
+        world = get("SLURM_STEP_NUM_TASKS") or get("SLURM_NTASKS", "")
+        return (
+            "srun",
+            get("SLURM_PROCID", ""),
+            world,
+            get("SLURM_LOCALID", ""),
+            f"s{get('SLURM_JOB_ID')}.{step}",
+        )
+    return None
+
+
+def _safe(job: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", job)[:80]
+
+
+def job_dir(job: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"{JOB_PREFIX}{job}"
+
+
+class Arrival:
+    """This rank's file in the job's directory: made now, rewritten at each stage, removed on leaving."""
+
+    def __init__(self, me: Identity) -> None:
+        self.identity = me
+        self.dir = job_dir(me.job)
+        self._path = self.dir / f"rank-{me.rank}-{os.getpid()}.json"
+        self.stage_name = ""
+        with contextlib.suppress(FileExistsError):
+            self.dir.mkdir(mode=0o700)
+        self._remover = _start_remover(self.dir)
+        self.stage(STARTING)
+
+    def stage(self, name: str) -> None:
+        """Enter a stage (only a change is written: a file of ~150 bytes, replaced whole)."""
+        if name == self.stage_name:
+            return
+        self.stage_name = name
+        _write(self.dir, self.identity.rank, os.getpid(), name, time.time())
+
+    def record_for(self, rank: int, pid: int, stage: str, since: float) -> None:
+        """A file for a peer that had none (stopped before it could write one), which this rank ended:
+        the peers that judge later still find where it was."""
+        _write(self.dir, rank, pid, stage, since)
+
+    def leave(self) -> None:
+        """This rank ends by itself. Its file stays, saying so (a peer that finds no file of a rank takes
+        it for one killed before it could write one), unless its launcher stopped it first (SIGTERM:
+        the file says that already); the directory goes if this was the last rank here."""
+        if self.stage_name != TERMINATED:
+            self.stage(LEFT)
+        if not any(
+            p.state in ("running", "stopped") for p in read(self.dir).values() if p.pid != os.getpid()
+        ):
+            for path in self.dir.glob("rank-*-*.json"):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            with contextlib.suppress(OSError):
+                self.dir.rmdir()
+
+
+def _write(directory: Path, rank: int, pid: int, stage: str, since: float) -> None:
+    path = directory / f"rank-{rank}-{pid}.json"
+    # os.uname().nodename is socket.gethostname(), without loading socket before Typer (--help).
+    record = {"rank": rank, "pid": pid, "host": os.uname().nodename, "stage": stage, "since": since}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(OSError):
+        try:
+            tmp.write_text(json.dumps(record))
+        except FileNotFoundError:
+            # A peer that left before this rank arrived thought itself the last, and removed it.
+            directory.mkdir(mode=0o700, exist_ok=True)
+            tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
+
+
+def read(directory: Path) -> dict[int, Presence]:
+    """Every rank's last file in `directory`, with its process's state; the newest file per rank."""
+    found: dict[int, Presence] = {}
+    for path in directory.glob("rank-*-*.json"):
+        try:
+            record = json.loads(path.read_text())
+            presence = Presence(
+                rank=int(record["rank"]),
+                pid=int(record["pid"]),
+                host=str(record["host"]),
+                stage=str(record["stage"]),
+                since=float(record["since"]),
+                state=process_state(int(record["pid"])),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being replaced, or half-written by a rank killed mid-write
+        old = found.get(presence.rank)
+        if (
+            old is None
+            or (old.lost and not presence.lost)
+            or (old.lost == presence.lost and presence.since > old.since)
+        ):
+            found[presence.rank] = presence
+    return found
+
+
+def process_state(pid: int) -> str:
+    """'running', 'stopped' (SIGSTOP or a debugger), 'zombie' or 'gone', from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+    if state in (b"T", b"t"):
+        return "stopped"
+    if state in (b"Z", b"X", b"x"):
+        return "zombie"
+    return "running"
+
+
+def _start_remover(directory: Path) -> None:
+    """The shell that removes the job's directory once this rank, and every other here, is gone."""
+    read_end, write_end = os.pipe()
+    try:
+        shell = os.posix_spawn(
+            "/bin/sh",
+            ["sh", "-c", _REMOVER_SCRIPT, "ddpcheck-job-remover", str(directory), str(os.getpid())],
+            os.environ,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, read_end, 0),
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+            ],
+            setsid=True,
+        )
+    except OSError:
+        os.close(write_end)  # no shell to start: the peers and this rank's own leave() remain
+        return
+    finally:
+        os.close(read_end)
+    _held.append(write_end)  # never written, never closed: it closes when this process ends
+    os.waitpid(shell, 0)
+
+
+_held: list[int] = []
+# This process's arrival, once the entry point made it (None: not an inline rank).
+current: Arrival | None = None
+
+
+def start(environ: dict[str, str] | os._Environ[str], argv: list[str]) -> Arrival | None:
+    """Announce this process on its host if it is a rank of an inline launch; at most once."""
+    global current
+    if current is None:
+        me = identity(environ, argv)
+        if me is not None:
+            with contextlib.suppress(OSError):
+                sweep_abandoned(keep=job_dir(me.job))
+                current = Arrival(me)
+    return current
+
+
+def stage(name: str) -> None:
+    """Enter a stage, if this process announced itself (nothing otherwise)."""
+    if current is not None:
+        current.stage(name)
+
+
+def leave() -> None:
+    """This process ends by itself (its verdict, an error, a signal it answered): its file goes."""
+    if current is not None:
+        current.leave()
+
+
+class StageTransport:
+    """The harness's status channel, seen from here: each stage the rank enters goes into its file."""
+
+    def publish(self, record: object) -> None:
+        stage(str(getattr(record, "stage", "")))
+
+
+def sweep_abandoned(keep: Path | None = None, older_than_s: float = 60.0) -> list[Path]:
+    """Job directories of earlier launches where no file names a live rank, removed: every rank there
+    was killed together with its remover (Slurm ends a whole step's cgroup at once). One younger than
+    `older_than_s` may be a job whose first rank has not yet written its file: it stays."""
+    swept = []
+    for directory in Path(tempfile.gettempdir()).glob(f"{JOB_PREFIX}*"):
+        try:
+            if directory == keep or time.time() - directory.stat().st_mtime < older_than_s:
+                continue
+            if any(p.state in ("running", "stopped") for p in read(directory).values()):
+                continue
+            for path in directory.iterdir():
+                path.unlink()
+            directory.rmdir()
+            swept.append(directory)
+        except OSError:
+            continue  # another user's, or removed meanwhile by its own remover
+    return swept

@@ -1,0 +1,101 @@
+"""What this host shows of an inline job's other ranks, before or beside the store they share.
+
+Under torchrun, srun and mpirun a rank that froze or died before it reached the store left only its
+file in the job's directory on its host (rank/arrival.py), and its process, which its launcher
+started beside this one. Read by a rank that gives up, and by one its launcher stops (SIGTERM),
+perhaps while it is still importing torch: so nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import psutil
+
+from ddpcheck.failure import stages
+from ddpcheck.failure.liveness import STOPPED_AFTER_BEATS
+from ddpcheck.failure.statuses import SeenStatus
+from ddpcheck.rank import arrival
+
+
+def arrivals_seen(known: dict[int, SeenStatus] | None = None) -> dict[int, SeenStatus]:
+    """The ranks of this job on this host that `known` (the store's records) lacks, from their files in
+    the job's directory (rank/arrival.py): where each was before it reached the store, and whether its
+    process is stopped, running or gone."""
+    if arrival.current is None:
+        return {}
+    known = known or {}
+    now = time.time()
+    seen: dict[int, SeenStatus] = {}
+    presences = {**launcher_view(arrival.current.identity), **arrival.read(arrival.current.dir)}
+    for rank, presence in presences.items():
+        if rank in known:
+            continue
+        state = {"running": "running", "stopped": "stopped"}.get(presence.state, "exited")
+        if presence.stage == arrival.TERMINATED:
+            state = "exited"  # its launcher ended it, after another rank failed: said as a collateral error
+        seen[rank] = {
+            "rank": rank,
+            "host": presence.host,
+            "pid": presence.pid,
+            "stage": stages.DONE if presence.stage == arrival.LEFT else presence.stage,
+            "seq": 0,  # behind every rank that reached the store
+            "beats": 0,
+            "proc_state": state,
+            "heartbeat_age_s": round(max(now - presence.since, 0.0), 1),
+            "in_stage_s": round(max(now - presence.since, 0.0), 1),
+            # A stopped process beats no more, whatever its peers did; a running one is judged by its stage.
+            "missed_beats": STOPPED_AFTER_BEATS if state == "stopped" else 0,
+            "same_host": True,
+            "arrived": False,
+        }
+        if presence.stage == arrival.TERMINATED:
+            seen[rank]["error"] = TERMINATED_ERROR
+    return seen
+
+
+def launcher_view(me: arrival.Identity) -> dict[int, arrival.Presence]:
+    """The launcher's own view of this host: its other rank processes (this one's siblings, by the
+    rank variable it gave them), each at stage 'starting' until its own file says more; a rank
+    stopped or killed before it could write that file is still found so."""
+    found: dict[int, arrival.Presence] = {}
+    try:
+        siblings = psutil.Process(os.getppid()).children()
+    except psutil.Error:
+        return found
+    host = socket.gethostname()
+    for proc in siblings:
+        try:
+            if proc.pid == os.getpid():
+                continue
+            rank = proc.environ().get(me.rank_variable, "")
+            if rank.isdigit():
+                found[int(rank)] = arrival.Presence(
+                    int(rank),
+                    proc.pid,
+                    host,
+                    arrival.STARTING,
+                    proc.create_time(),
+                    arrival.process_state(proc.pid),
+                )
+        except (psutil.Error, OSError):
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def mark_stopped_by_launcher(statuses: dict[int, SeenStatus]) -> None:
+    """Ranks the store knows whose file here says their launcher stopped them (SIGTERM, once another
+    rank failed): their process ended without an error of their own, yet they are no culprit."""
+    if arrival.current is None:
+        return
+    for rank, presence in arrival.read(arrival.current.dir).items():
+        status = statuses.get(rank)
+        if status is None or presence.stage != arrival.TERMINATED or status.get("error"):
+            continue
+        if status.get("pid") in (None, presence.pid):
+            status["error"] = TERMINATED_ERROR
+
+
+TERMINATED_ERROR = "SIGTERM: its launcher ended it once another rank failed"
