@@ -1,0 +1,252 @@
+"""A rank's presence before the process group (rank/arrival.py), and what its peers make of it.
+
+Under torchrun, srun and mpirun a rank writes its file into the job's directory on its host from
+its first instant, before torch is imported; a peer that gives up, or that its launcher stops,
+reads it and names a rank that froze or died before it reached the store. Whole runs struck at
+random moments are in tests/test_strikes.py; these are the parts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpcheck.checks.env.preflight import store_unreachable
+from ddpcheck.commands import COMMANDS
+from ddpcheck.failure import explain
+from ddpcheck.failure.peers import store_waited_for
+from ddpcheck.rank import arrival
+from ddpcheck.report.formats.text import write_text
+
+TORCHRUN_ENV = {
+    "TORCHELASTIC_RUN_ID": "none",
+    "RANK": "2",
+    "WORLD_SIZE": "3",
+    "LOCAL_RANK": "2",
+    "LOCAL_WORLD_SIZE": "3",
+    "MASTER_PORT": "29411",
+    "TORCHELASTIC_RESTART_COUNT": "0",
+}
+SRUN_ENV = {
+    "SLURM_STEP_ID": "0",
+    "SLURM_JOB_ID": "77",
+    "SLURM_PROCID": "1",
+    "SLURM_STEP_NUM_TASKS": "4",
+    "SLURM_LOCALID": "1",
+    "SLURM_STEP_NUM_NODES": "2",
+}
+MPIRUN_ENV = {
+    "OMPI_COMM_WORLD_RANK": "0",
+    "OMPI_COMM_WORLD_SIZE": "2",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    "OMPI_MCA_ess_base_jobid": "123",
+}
+
+
+def test_ranked_commands_are_the_commands_that_run_as_ranks() -> None:
+    # arrival.py cannot import commands.py (it runs before Typer): the two lists must agree.
+    assert {name for name, c in COMMANDS.items() if c.ranked} == arrival.RANKED_COMMANDS
+
+
+@pytest.mark.parametrize(
+    ("environ", "launcher", "rank", "world", "local_world", "variable"),
+    [
+        (TORCHRUN_ENV, "torchrun", 2, 3, 3, "RANK"),
+        (SRUN_ENV, "srun", 1, 4, 0, "SLURM_PROCID"),
+        ({**SRUN_ENV, "SLURM_STEP_NUM_NODES": "1"}, "srun", 1, 4, 4, "SLURM_PROCID"),
+        (MPIRUN_ENV, "mpirun", 0, 2, 2, "OMPI_COMM_WORLD_RANK"),
+    ],
+)
+def test_identity_from_each_launchers_variables(
+    environ: dict[str, str], launcher: str, rank: int, world: int, local_world: int, variable: str
+) -> None:
+    me = arrival.identity(environ, ["allreduce", "--sizes", "1K:4M"])
+    assert me is not None
+    assert (me.launcher, me.rank, me.world_size, me.local_world_size, me.rank_variable) == (
+        launcher,
+        rank,
+        world,
+        local_world,
+        variable,
+    )
+    assert "/" not in me.job and me.job  # a directory name
+
+
+def test_two_torchrun_launches_on_one_host_have_two_jobs() -> None:
+    # --rdzv-id defaults to "none" for every launch: the agent's port tells them apart.
+    one = arrival.identity(TORCHRUN_ENV, ["allreduce"])
+    other = arrival.identity({**TORCHRUN_ENV, "MASTER_PORT": "29412"}, ["allreduce"])
+    assert one is not None and other is not None and one.job != other.job
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["env"],  # no ranks
+        ["watch", "--", "python", "train.py"],
+        ["allreduce", "--nproc", "3"],  # ddpcheck launches the ranks itself, inside a launcher or not
+        ["allreduce", "--gpus=8"],
+        [],
+    ],
+)
+def test_no_identity_where_this_process_is_not_an_inline_rank(argv: list[str]) -> None:
+    assert arrival.identity(TORCHRUN_ENV, argv) is None
+
+
+def test_no_identity_without_a_launcher() -> None:
+    assert arrival.identity({"PATH": "/bin"}, ["allreduce"]) is None
+
+
+def _rank_process(tmpdir: Path, environ: dict[str, str], then: str) -> subprocess.Popen:
+    """A process that announces itself as a rank, enters 'importing torch', then does `then`."""
+    code = (
+        "import os, sys, time\n"
+        "from ddpcheck.rank import arrival\n"
+        "arrival.start(os.environ, ['allreduce'])\n"
+        "arrival.stage(arrival.IMPORTING_TORCH)\n"
+        "print('ready', flush=True)\n" + then
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, **environ, "TMPDIR": str(tmpdir)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _ready(proc: subprocess.Popen) -> None:
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+
+
+def _job_dirs(tmpdir: Path) -> list[Path]:
+    return sorted(tmpdir.glob(f"{arrival.JOB_PREFIX}*"))
+
+
+def _gone_within(tmpdir: Path, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _job_dirs(tmpdir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _job_dirs(tmpdir)
+
+
+@pytest.mark.integration
+def test_a_peer_reads_where_a_stopped_or_killed_rank_was_and_the_last_one_cleans_up(tmp_path: Path) -> None:
+    env = dict(TORCHRUN_ENV)
+    stopped = _rank_process(tmp_path, {**env, "RANK": "1"}, "time.sleep(60)")
+    killed = _rank_process(tmp_path, {**env, "RANK": "2"}, "time.sleep(60)")
+    try:
+        _ready(stopped)
+        _ready(killed)
+        os.kill(stopped.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5  # a signal is delivered, not obeyed, when kill() returns
+        while arrival.process_state(stopped.pid) != "stopped" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        killed.kill()
+        killed.wait()
+        (directory,) = _job_dirs(tmp_path)
+        seen = arrival.read(directory)
+        assert seen[1].stage == arrival.IMPORTING_TORCH and seen[1].state == "stopped"
+        assert seen[1].pid == stopped.pid
+        # The killed rank's file stays while a rank of the job is alive here: a peer still finds it.
+        assert seen[2].stage == arrival.IMPORTING_TORCH and seen[2].lost
+    finally:
+        stopped.kill()
+        stopped.wait()
+        killed.kill()
+        killed.wait()
+    # Both gone, neither able to clean up: their removers do, once the last is gone.
+    assert _gone_within(tmp_path, 5), [list(d.iterdir()) for d in _job_dirs(tmp_path)]
+
+
+@pytest.mark.integration
+def test_a_rank_that_leaves_by_itself_says_so_and_the_last_removes_the_directory(tmp_path: Path) -> None:
+    waiting = _rank_process(tmp_path, {**TORCHRUN_ENV, "RANK": "0"}, "time.sleep(60)")
+    _ready(waiting)  # here first: the rank that leaves is not the last of the job
+    leaving = _rank_process(tmp_path, {**TORCHRUN_ENV, "RANK": "1"}, "arrival.leave()\ntime.sleep(60)")
+    try:
+        _ready(leaving)
+        (directory,) = _job_dirs(tmp_path)
+        deadline = time.monotonic() + 5
+        while arrival.read(directory)[1].stage != arrival.LEFT and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert arrival.read(directory)[1].stage == arrival.LEFT  # done: not a culprit for its peers
+    finally:
+        for proc in (waiting, leaving):
+            proc.kill()
+            proc.wait()
+    assert _gone_within(tmp_path, 5)
+
+
+def test_sweep_removes_only_old_directories_that_no_live_rank_holds(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(arrival.tempfile, "tempdir", None)
+    dead = tmp_path / f"{arrival.JOB_PREFIX}old"
+    live = tmp_path / f"{arrival.JOB_PREFIX}live"
+    young = tmp_path / f"{arrival.JOB_PREFIX}young"
+    for directory in (dead, live, young):
+        directory.mkdir()
+    arrival._write(dead, 0, 2**22 + 17, arrival.RENDEZVOUS, time.time())  # a pid that is no process
+    arrival._write(live, 0, os.getpid(), arrival.RENDEZVOUS, time.time())
+    long_ago = time.time() - 3600
+    for directory in (dead, live):
+        os.utime(directory, (long_ago, long_ago))
+    assert arrival.sweep_abandoned() == [dead]
+    assert not dead.exists() and live.is_dir() and young.is_dir()
+
+
+def test_torchs_store_timeout_names_the_keys_it_waited_for() -> None:
+    message = "torch.distributed.DistStoreError: wait timeout after 10000ms, keys: /default_pg/0//cpu//0/2"
+    assert store_waited_for(message) == [2]
+    assert store_waited_for("RuntimeError: Connection closed by peer") == []
+
+
+def test_a_rank_that_never_arrived_is_named_with_torchs_word_as_evidence() -> None:
+    from ddpcheck.failure.liveness import Stall
+
+    here = {
+        r: {"rank": r, "host": "h", "pid": 10 + r, "stage": "join: waiting for every rank", "seq": 3,
+            "beats": 20, "proc_state": "running", "heartbeat_age_s": 0.2, "in_stage_s": 10.0,
+            "missed_beats": 0}
+        for r in (0, 1)
+    }  # fmt: skip
+    message = "DistStoreError: wait timeout after 10000ms, keys: /0//cpu//0/2"
+    check = explain.judge_inline(Stall(here, 10.0, 3), message, 0)
+    assert check.ranks == [2]
+    assert "rank 2 never arrived" in check.detail and "key of rank 2" in check.detail
+
+
+def test_a_rank_that_was_itself_stopped_names_itself() -> None:
+    status = {"rank": 2, "host": "h", "pid": 42}
+    check = explain.paused_itself(2, status, 12.3, "measure: all_reduce 4M", "RuntimeError: Timed out")
+    assert check.ranks == [2] and "was stopped" in check.detail and "12 s" in check.detail
+
+
+def test_a_rank_that_cannot_reach_rank_0s_store_names_the_address_and_why() -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    environ = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "SLURM_PROCID": "1",
+        "SLURM_STEP_ID": "0",
+    }
+    said = store_unreachable(environ, 10)
+    assert said.startswith(f"could not reach rank 0's store at 127.0.0.1:{port} within 10 s: ")
+    assert "refused" in said
+
+
+def test_an_output_file_is_written_whole_with_no_temporary_file_left(tmp_path: Path) -> None:
+    target = tmp_path / "r.json"
+    write_text(str(target), "one")
+    write_text(str(target), "two")  # over an existing file
+    assert target.read_text() == "two" and [p.name for p in tmp_path.iterdir()] == ["r.json"]

@@ -1,0 +1,56 @@
+"""A rank struck at a random moment of its life is named, under every launcher, and the run is bounded.
+
+Before these, every strike came once all ranks had reached the sweep; under torchrun, srun and
+mpirun a rank stopped or killed in `import torch`, in the rendezvous or in `init_process_group`
+was named by nobody (issue 39). Here, per launcher: one healthy run measures the span, then rank 2
+is stopped and killed at seeded moments drawn uniformly over it. Each must be named (rank 2
+alone, by a `ddpcheck` line or the report), every process gone within --timeout + 20 s, nothing
+left in TMPDIR. tests/perf/bench_strikes.py draws 20 per launcher, idle and on a busy machine.
+A moment after the run's end strikes nothing: the next seeded moment is drawn.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.support.strikes import healthy_length, judge, moments, strike
+
+pytestmark = pytest.mark.integration
+
+SEED = 39
+
+
+def _strike_twice(launcher: str, scratch: Path, env: dict[str, str] | None = None) -> None:
+    span = healthy_length(launcher, scratch, env, runs=1)
+    for signum in (signal.SIGSTOP, signal.SIGKILL):
+        for i, moment in enumerate(moments(SEED + signum, 4, span)):
+            own = scratch / f"{signum.name}-{i}"  # its own TMPDIR: what it leaves is its own
+            own.mkdir()
+            outcome = strike(launcher, moment, signum, own, env)
+            if outcome.struck:
+                break
+        else:
+            pytest.fail(f"4 moments over {span:.1f} s, none found rank 2 alive")
+        named, why = judge(outcome)
+        assert named, f"{launcher} {signum.name} at {moment:.2f} s (seed {SEED + signum}): {why}"
+
+
+def test_own_launcher(scratch: Path) -> None:
+    _strike_twice("own", scratch)
+
+
+def test_torchrun(scratch: Path) -> None:
+    _strike_twice("torchrun", scratch)
+
+
+def test_srun(slurm: dict[str, str], scratch: Path) -> None:
+    _strike_twice("srun", scratch, slurm)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Debian's openmpi-bin) is not installed")
+def test_mpirun(scratch: Path) -> None:
+    _strike_twice("mpirun", scratch)
