@@ -210,7 +210,12 @@ class Sampler:
     def add_to(self, report: Report) -> Report:
         """The `stragglers` check, its per-rank table and the heat map's rows, added to `report`."""
         judgement = self.judgement()
-        report.checks.append(stragglers.check(judgement))
+        if judgement.reason is not None:
+            # Not judged (a job too short to sample, no collectives): a note, not a check, so that a
+            # short healthy job's verdict stays its one line.
+            report.notes.append(f"stragglers not judged: {judgement.reason}")
+        else:
+            report.checks.append(stragglers.check(judgement))
         found = stragglers.table(judgement)
         if found is not None:
             report.tables.append(found)
