@@ -22,17 +22,11 @@ from ddpcheck.errors import UsageError
 from ddpcheck.failure import stragglers
 from ddpcheck.failure.stragglers import GroupJudgement, Judgement, StragglerVerdict
 from tests.conftest import Run, assert_usage_error
+from tests.support.saved_reports import run_ddpcheck
 
 
 def _watch(scratch: Path, *args: str) -> Run:
-    env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
-    done = subprocess.run(
-        [sys.executable, "-m", "ddpcheck", "watch", *args, "--", "true"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    done = run_ddpcheck("watch", *args, "--", "true", env={"TMPDIR": str(scratch)}, timeout=60)
     return Run(done.returncode, done.stdout, done.stderr, None, 0.0)
 
 
