@@ -7,7 +7,9 @@ instead, whose backward all_reduces the gradients). Planted by environment:
   SLOW_JOB_RANK=R      the slowed rank (none: a healthy job)
   SLOW_JOB_FACTOR=F    its work is F times its peers' (1.3: 30% slower; 2.0: 100%)
   SLOW_JOB_FROM=N      ...only from step N on (0: from the start)
-  SLOW_JOB_STEPS=S     steps (default 200); SLOW_JOB_SECONDS=T: stop after T seconds instead
+  SLOW_JOB_STEPS=S     steps (default 200); SLOW_JOB_SECONDS=T: stop after about T seconds instead
+                       (every rank at the same step: rank 0's clock decides, said in the all_reduce;
+                       with DDP, T / SLOW_JOB_STEP_S steps)
 
 Under torchrun (or any launcher that sets RANK) it is one rank; run as a plain `python slow_job.py
 --nproc N` it starts N ranks itself (each with RANK in its environment, as watch reads ranks).
@@ -45,23 +47,31 @@ def run() -> None:
     step_s, jitter = _number("SLOW_JOB_STEP_S", 0.05), _number("SLOW_JOB_JITTER", 0.1)
     steps, seconds = int(_number("SLOW_JOB_STEPS", 200)), _number("SLOW_JOB_SECONDS", 0)
     rng = random.Random(rank)
+    began = time.monotonic()
     if os.environ.get("SLOW_JOB_DDP") == "1":
         model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 32))
         data = torch.ones(4, 32)
+        steps = round(seconds / step_s) if seconds else steps
 
-        def collective() -> None:
+        def collective(step: int) -> bool:
             model(data).sum().backward()
+            return step + 1 < steps
     else:
         tensor = torch.ones(1024)
 
-        def collective() -> None:
+        def collective(step: int) -> bool:
+            # Each rank deciding by its own clock would stop at different steps and hang the last
+            # all_reduce: rank 0 says in the tensor whether this step is the last, for every rank.
+            last = time.monotonic() - began >= seconds if seconds else step + 1 >= steps
+            tensor.fill_(0.0)
+            tensor[0] = float(rank == 0 and last)
             dist.all_reduce(tensor)
+            return tensor[0].item() == 0.0
 
-    began = time.monotonic()
-    step = 0
-    while (step < steps) if not seconds else (time.monotonic() - began < seconds):
+    step, going = 0, True
+    while going:
         time.sleep(step_s * work_factor(rank, step) * (1 + rng.uniform(-jitter, jitter)))
-        collective()
+        going = collective(step)
         step += 1
     print(f"rank {rank} done: {step} steps in {time.monotonic() - began:.1f} s", flush=True)
     dist.barrier()
