@@ -197,7 +197,8 @@ def run_plain(command: Command, options: Any, output: OutputOptions) -> None:
             interrupt.leave()
         if interrupt.interrupted():  # one that code on the way swallowed is not lost
             interrupt.leave()
-    if command.terse_pass and report.verdict.exit_code == 0:
+    # A warning (watch's straggler) is shown whole: the verdict line alone would hide it.
+    if command.terse_pass and report.verdict.exit_code == 0 and not report.warnings():
         output = dataclasses.replace(output, quiet=True)
     if report.world.get("report_on") is not None:  # another process (task 0) writes the report's files
         output = dataclasses.replace(output, json_path=None, junit_path=None, html_path=None)

@@ -310,6 +310,7 @@ SKIPPED: dict[str, Reason] = {
         "python tests/perf/bench_allreduce.py --nproc 4 --reps 5",
         "python tests/perf/bench_watch_reliability.py --runs 5",
         "python tests/perf/bench_watch_reliability.py --runs 20 --cases healthy",
+        "python tests/perf/bench_stragglers.py --runs 2 --cost-reps 2 --seconds 10",
     ),
     **_listed(
         USER_JOB,

@@ -179,6 +179,13 @@ def read_dump(path: str | os.PathLike[str], rank: int | None = None) -> RankTrac
     rank = rank if rank is not None else rank_of(path)
     if rank is None:
         raise NotADump("its name does not end in a rank")
+    raw, form = read_raw(path)
+    return parse_dump(raw, rank=rank, path=path, form=form)
+
+
+def read_raw(path: str | os.PathLike[str]) -> tuple[Any, str]:
+    """(a dump file's data, undecoded into a RankTrace, and its form), read without running code.
+    Raises NotADump."""
     try:
         form = sniff(path)
         if form == "":
@@ -193,7 +200,7 @@ def read_dump(path: str | os.PathLike[str], rank: int | None = None) -> RankTrac
         raise NotADump(
             f"unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         ) from None
-    return parse_dump(raw, rank=rank, path=path, form=form)
+    return raw, form
 
 
 def parse_dump(raw: Any, *, rank: int, path: str = "", form: str = "pickle") -> RankTrace:

@@ -149,6 +149,9 @@ class Report:
     def failing(self) -> list[Check]:
         return [c for c in self.checks if c.status in (Status.FAIL, Status.ERROR)]
 
+    def warnings(self) -> list[Check]:
+        return [c for c in self.checks if c.status is Status.WARN]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "ddpcheck": __version__,

@@ -10,7 +10,8 @@ it opens three files of its own in the watch directory, and from then on it only
   and then the default action, so the process ends as fast as it would without watch;
 - a daemon thread that waits for the watcher's dump request and writes this rank's
   flight-recorder dump, NCCL's recorder and the other backends' as one (gloo does not dump by
-  itself), to `TORCH_FR_DUMP_TEMP_FILE` + rank.
+  itself), to `TORCH_FR_DUMP_TEMP_FILE` + rank; and answers each numbered sample request (the
+  straggler sampling, again and again) with a dump of its own, `samples/<rank>-<n>.sample`.
 
 Every file is keyed by pid (a rank's data-loader workers carry its rank too); the watcher maps
 pids to ranks. The watcher reads the same names from here: one contract, both sides.
@@ -36,10 +37,13 @@ WATCH_DIR_VARIABLE = "DDPCHECK_WATCH_DIR"
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 PROCESSES = "processes"  # the folder of the per-process files
 DUMP_REQUEST = "dump-request"  # the watcher creates it: every rank writes its flight-recorder dump
+SAMPLE_REQUEST = "sample-request"  # holds the number of the watcher's latest sample request
+SAMPLES = "samples"  # the folder of the answers: <rank>-<n>.sample (no trailing digits: not a dump)
+SAMPLE_SUFFIX = ".sample"
 DUMP_PREFIX = "nccl_trace_rank_"  # torch's own default name: <prefix><rank>
 DEBUG_PIPE_PREFIX = "nccl_pipe_rank_"  # NCCL's debug-info pipes: <prefix><rank>.pipe
 _RECORDERS = "ddpcheck_watch_recorders"  # the name failure/recorders.py is loaded under
-POLL_S = 0.5  # how often the dump thread looks for the request (one stat(); nothing else)
+POLL_S = 0.5  # how often the dump thread looks for a request (two stat()s; nothing else)
 
 
 def process_file(watch_dir: str, pid: int, kind: str) -> str:
@@ -126,34 +130,78 @@ def _mark_exit(path: str) -> None:
         pass
 
 
+def sample_file(watch_dir: str, rank: int, number: int) -> str:
+    """Where a rank answers sample request `number`; the watcher reads it by the same name."""
+    return os.path.join(watch_dir, SAMPLES, f"{rank}-{number}{SAMPLE_SUFFIX}")
+
+
 def _wait_for_dump_request(watch_dir: str) -> None:
+    """Until the process ends: the hang's dump request once, every new sample request each time."""
     request = os.path.join(watch_dir, DUMP_REQUEST)
-    while not os.path.exists(request):
+    sampling = os.path.join(watch_dir, SAMPLE_REQUEST)
+    dumped = False
+    answered = 0  # the last sample request answered
+    seen = 0  # the request file's mtime when last read: a stat() a poll, read only when it changed
+    while True:
+        if not dumped and os.path.exists(request):
+            dumped = True
+            dump_flight_recorder()
+        try:
+            changed = os.stat(sampling).st_mtime_ns
+        except OSError:
+            changed = seen
+        if changed != seen:
+            seen = changed
+            number = _number_in(sampling)
+            if number > answered:
+                answered = number
+                _answer_sample(watch_dir, number)
         time.sleep(POLL_S)
-    dump_flight_recorder()
+
+
+def _number_in(path: str) -> int:
+    try:
+        with open(path) as found:
+            text = found.read().strip()
+    except OSError:
+        return 0
+    return int(text) if text.isdigit() else 0
+
+
+def _answer_sample(watch_dir: str, number: int) -> None:
+    """Sample request `number`: this rank's recorders, without stacks (the cheap dump), in its own file."""
+    rank = rank_of(os.environ)
+    if rank is not None:
+        _write_dump(sample_file(watch_dir, rank, number), stacks=(False,))
 
 
 def dump_flight_recorder() -> None:
     """This rank's flight-recorder dump, where torch's own dump on timeout would go: every recorder
     its groups use (NCCL's and the others'), as one."""
-    c10d = sys.modules.get("torch.distributed")
     rank = rank_of(os.environ)
     prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
-    if c10d is None or rank is None or not prefix or not c10d.is_initialized():
+    if rank is not None and prefix:
+        # Without NCCL's stacks first: should symbolising them block, a dump is already on disk.
+        _write_dump(f"{prefix}{rank}", stacks=(False, True))
+
+
+def _write_dump(path: str, stacks: tuple[bool, ...]) -> None:
+    """Every recorder's dump written whole to `path` (a partial file renamed), once per `stacks` value."""
+    c10d = sys.modules.get("torch.distributed")
+    if c10d is None or not c10d.is_initialized():
         return
     try:
         from torch._C import _distributed_c10d as native
 
         recorders = _recorders()
-        # Without NCCL's stacks first: should symbolising them block, a dump is already on disk.
-        for stacks in (False, True):
-            data = recorders.dump_every_recorder(native, nccl_stacks=stacks)
+        for with_stacks in stacks:
+            data = recorders.dump_every_recorder(native, nccl_stacks=with_stacks)
             if data is None:
                 return
-            partial = f"{prefix}{rank}.partial"
+            partial = f"{path}.partial"
             with open(partial, "wb") as out:
                 out.write(data)
-            os.replace(partial, f"{prefix}{rank}")
+            os.replace(partial, path)
     except Exception:
         pass
 

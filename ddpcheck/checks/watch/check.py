@@ -54,6 +54,7 @@ def run(options: WatchOptions) -> Report:
         "command": list(options.command),
         "hang_after": options.hang_after,
         "keep": options.keep,
+        "sample_every": options.sample_every,
     }
     report.notes += watcher.notes
     if report.verdict.exit_code == 0:

@@ -33,10 +33,10 @@ def make_watch_dir(path: str | None) -> tuple[Path, bool]:
         except OSError as exc:
             raise UsageError(f"--dir {path}: cannot create it ({exc.strerror})") from None
         fresh = False
-    for sub in (agent.PROCESSES, NCCL_LOGS):
+    for sub in (agent.PROCESSES, NCCL_LOGS, agent.SAMPLES):
         (made / sub).mkdir(exist_ok=True)
-    stale = made / agent.DUMP_REQUEST
-    stale.unlink(missing_ok=True)
+    for stale in (agent.DUMP_REQUEST, agent.SAMPLE_REQUEST):  # a --dir used before: not this job's
+        (made / stale).unlink(missing_ok=True)
     return made, fresh
 
 

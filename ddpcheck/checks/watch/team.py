@@ -7,6 +7,9 @@ task's job ended non-zero: a crash; every job ended 0: success) and publishes th
 watcher then takes the evidence of its own ranks (their stacks, paused; their flight-recorder
 dumps; their exits), ends its own job, and publishes it; task 0 judges all of it and writes the
 report. The other watchers print one line and exit with the verdict's code.
+
+The straggler sampling goes the same way: every watcher samples its own ranks and publishes what
+is new through the store (sampling.StoreExchange); task 0 alone judges, speaks and reports.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from datetime import timedelta
 from typing import Protocol
 
 from ddpcheck.checks.watch import judge
+from ddpcheck.checks.watch.sampling import Exchange, StoreExchange
 from ddpcheck.launcher import mpi, slurm
 from ddpcheck.rank import interrupt
 from ddpcheck.rank.torch_logs import quiet_torch_cpp_logs
@@ -39,6 +43,7 @@ class Watching(Protocol):
     def verdict(self, decision: str, views: list[judge.RankView], output: str) -> Report: ...
     def output(self) -> str: ...
     def job_code(self) -> int | None: ...
+    def share_samples(self, exchange: Exchange, judging: bool) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,7 @@ def run_team(watcher: Watching, task: Task, store) -> tuple[str, Report | None]:
     """(the decision, the report on task 0; None elsewhere)."""
     decision = None
     next_publish = 0.0
+    watcher.share_samples(StoreExchange(store, task.index, task.count), judging=task.index == 0)
     while decision is None:
         event = watcher.step()
         now = time.monotonic()

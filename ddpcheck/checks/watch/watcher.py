@@ -2,7 +2,8 @@
 
 The loop, every TICK_S: has the job ended; has a rank ended (the in-process agent's records say
 how); once the output has been silent for half of --hang-after, each rank's stack (py-spy,
-without pausing it); no progress for --hang-after: a hang. Then the stacks that the verdict rests
+without pausing it); every --sample-every seconds, each rank's flight recorder (sampling.py: a
+straggler named); no progress for --hang-after: a hang. Then the stacks that the verdict rests
 on (paused, so consistent), the flight-recorder dumps, the verdict, and the job ended.
 """
 
@@ -28,6 +29,7 @@ from ddpcheck.checks.watch.environment import job_environment
 from ddpcheck.checks.watch.judge import RankView
 from ddpcheck.checks.watch.progress import Progress, sample_interval
 from ddpcheck.checks.watch.records import exit_of
+from ddpcheck.checks.watch.sampling import Exchange, Sampler
 from ddpcheck.failure import processes, stacks
 from ddpcheck.failure.flight import find_dumps
 from ddpcheck.failure.launchers import launcher_exit_codes
@@ -116,6 +118,7 @@ class Watcher:
         self.silent_s = 0.0
         self.began = time.monotonic()
         self.notes: list[str] = []
+        self.sampler = Sampler(watch_dir, options.sample_every) if options.sample_every > 0 else None
 
     def start(self) -> None:
         env = job_environment(os.environ, self.dir, self.options.nccl_info)
@@ -164,6 +167,8 @@ class Watcher:
             self.next_scan = now + SCAN_S
         if self._note_gone() and self.failed_at is None and self._a_rank_failed():
             self.failed_at = now
+        if self.sampler is not None and self.failed_at is None:
+            self._tick_sampler()
         if (
             self.ranks
             and self.progress.wants_sample(now, self.options.hang_after)
@@ -177,6 +182,21 @@ class Watcher:
                 self.failed_at = now
             return "failed" if self.failed_at is not None else "hang"
         return "failed" if self.failed_at is not None else None
+
+    def _tick_sampler(self) -> None:
+        """The straggler sampling's turn: never why a watch fails (a fault in it ends it, said once)."""
+        assert self.sampler is not None
+        try:
+            self.sampler.tick({r: w.process.host for r, w in self.ranks.items() if w.gone_at is None})
+        except Exception as exc:  # the hang and crash verdicts matter more than a straggler
+            self.notes.append(f"the straggler sampling stopped: {type(exc).__name__}: {exc}")
+            self.sampler = None
+
+    def share_samples(self, exchange: Exchange, judging: bool) -> None:
+        """One watcher per task: its samples go to task 0 through `exchange`; only task 0 judges them."""
+        if self.sampler is not None:
+            self.sampler.exchange = exchange
+            self.sampler.judging = judging
 
     def _raised_and_still_ending(self) -> bool:
         """A live rank whose main thread raised uncaught: its interpreter is ending, and stuck at it.
@@ -350,6 +370,9 @@ class Watcher:
         return self.proc.returncode if self.proc is not None else None
 
     def verdict(self, decision: str, views: list[RankView], output: str) -> Report:
+        return self._with_stragglers(self._judged(decision, views, output))
+
+    def _judged(self, decision: str, views: list[RankView], output: str) -> Report:
         if decision == "hang":
             report = judge.judge_hang(views, self.silent_s, self.options.hang_after)
             traces = find_dumps(self.dir).traces
@@ -358,6 +381,16 @@ class Watcher:
         if decision == "ended" and code == 0:
             return judge.judge_success(views, time.monotonic() - self.began)
         return judge.judge_crash(views, output, code)
+
+    def _with_stragglers(self, report: Report) -> Report:
+        """The straggler check and tables, over the whole watched run (a hang's and a crash's too)."""
+        if self.sampler is None or not self.sampler.judging:
+            return report
+        try:
+            return self.sampler.add_to(report)
+        except Exception as exc:  # the verdict stands without them
+            report.notes.append(f"the stragglers could not be judged: {type(exc).__name__}: {exc}")
+            return report
 
     def end(self) -> int:
         """SIGTERM every process of the job, SIGKILL what is left after TERM_GRACE_S; how many there were."""

@@ -1,0 +1,284 @@
+"""The straggler sampling of `ddpcheck watch`: every --sample-every seconds, each rank's flight recorder.
+
+The watcher's loop calls `Sampler.tick` (it never blocks): a numbered request is written to the
+watch directory, each rank's in-process agent answers it with a dump (agent.py), and once every
+live rank answered (or ANSWER_S passed) the answers are read, kept (History: each collective once
+per rank) and judged by failure/stragglers.py. A verdict that names a rank is one line on stderr,
+said again only when it changes. At the end the whole run is judged once more for the report: the
+`stragglers` check, its per-rank table and the heat map's rows (report/html/stragglers.py).
+
+One watcher per task (team.py): every task samples its own ranks and publishes what is new to the
+team's store (Exchange); task 0 alone takes the others' in, judges and speaks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ddpcheck.checks.watch import agent
+from ddpcheck.errors import say
+from ddpcheck.failure import stragglers
+from ddpcheck.failure.flight import NotADump, read_raw
+from ddpcheck.report.model import Report, Table
+
+ANSWER_S = 2.0  # how long the ranks have to answer one request (the agent looks twice a second)
+KEPT_PER_GROUP = 10_000  # a rank's collectives of one group kept for the report (the oldest go)
+RECENT_PER_GROUP = 1_000  # ...and judged while the job runs (the judge's window is the last 60 s)
+HEAT = "straggler_lag"  # the report's table of the heat map's rows (JSON and HTML only)
+# The keys of a dump entry the judge reads: the rest (sizes, stacks, states) is left behind.
+SLIM_KEYS = ("process_group", "collective_seq_id", "profiling_name", "time_created_ns", "duration_ms")
+DUMP_VERSION = "2.10"  # what a slim dump says it is (parse_dump wants a 2.x)
+
+
+class Exchange(Protocol):
+    """How one task's watcher shares its ranks' collectives with task 0's (team.py's store)."""
+
+    def publish(self, entries: Mapping[int, list[dict[str, Any]]], hosts: Mapping[int, str]) -> None: ...
+    def others(self) -> tuple[dict[int, list[dict[str, Any]]], dict[int, str]]: ...
+
+
+def slim(raw: Any) -> list[dict[str, Any]]:
+    """A dump's collectives (no point-to-point operation), each with only what the judge reads."""
+    if not isinstance(raw, dict):
+        return []
+    return [
+        {key: entry[key] for key in SLIM_KEYS if entry.get(key) is not None}
+        for entry in raw.get("entries") or []
+        if isinstance(entry, dict) and not entry.get("is_p2p") and entry.get("time_created_ns")
+    ]
+
+
+def _key(entry: Mapping[str, Any]) -> tuple[str, int]:
+    group = entry.get("process_group") or ("",)
+    return (str(group[0]), int(entry.get("collective_seq_id", 0)))
+
+
+class History:
+    """Every collective seen of every rank, once per (group, sequence id): the latest copy wins (an NCCL
+    entry gets its duration once it completed), the oldest go beyond KEPT_PER_GROUP."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, dict[str, OrderedDict[int, dict[str, Any]]]] = {}
+        self.hosts: dict[int, str] = {}
+
+    def add(self, rank: int, entries: list[dict[str, Any]], host: str = "") -> None:
+        if host:
+            self.hosts[rank] = host
+        groups = self.entries.setdefault(rank, {})
+        for entry in entries:
+            group, seq = _key(entry)
+            held = groups.setdefault(group, OrderedDict())
+            held[seq] = entry
+            held.move_to_end(seq)
+            if len(held) > KEPT_PER_GROUP:
+                held.popitem(last=False)
+
+    def sample(self, wall_s: float, last: int | None = None) -> stragglers.Sample:
+        """One Sample of what is kept: of each rank's groups, the `last` collectives (all: None)."""
+        dumps = {
+            rank: {
+                "version": DUMP_VERSION,
+                "entries": [e for held in groups.values() for e in list(held.values())[-(last or 0) :]],
+            }
+            for rank, groups in self.entries.items()
+        }
+        return stragglers.sample_from_dumps(wall_s, dumps, hosts=self.hosts)
+
+
+@dataclass
+class _Pending:
+    number: int
+    asked: float
+    ranks: dict[int, str]  # rank -> host, the live ranks asked
+
+
+class Sampler:
+    """Asks, reads and judges; `tick` once per look of the watcher's loop."""
+
+    def __init__(
+        self,
+        watch_dir: Path,
+        every_s: float,
+        speak: Callable[[str], None] = say,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.dir = watch_dir
+        self.every_s = every_s
+        self.speak = speak
+        self.clock = clock
+        self.began = clock()
+        self.next_at = self.began + every_s
+        self.number = 0
+        self.pending: _Pending | None = None
+        self.history = History()
+        self.exchange: Exchange | None = None
+        self.judging = True  # False on a team's task other than 0: it publishes, task 0 judges
+        self.said: dict[str, tuple[int, ...]] = {}  # group -> the ranks last said to slow it
+        self.answers: deque[int] = deque(maxlen=100)  # how many ranks answered each request
+        self.lines: list[str] = []  # every line said, for the report's notes and the tests
+
+    def tick(self, live: Mapping[int, str]) -> None:
+        """`live`: rank -> host of the ranks alive now. Asks when due; takes the answers once all came."""
+        now = self.clock()
+        if self.pending is None:
+            if now >= self.next_at and live:
+                self._ask(now, live)
+            return
+        pending = self.pending
+        folder = str(self.dir)
+        came = {r for r in pending.ranks if os.path.exists(agent.sample_file(folder, r, pending.number))}
+        if len(came) < len(pending.ranks) and now < pending.asked + ANSWER_S:
+            return
+        self.pending = None
+        self.next_at = max(pending.asked + self.every_s, now)
+        self._take(pending, came)
+
+    def _ask(self, now: float, live: Mapping[int, str]) -> None:
+        self.number += 1
+        request = self.dir / agent.SAMPLE_REQUEST
+        partial = request.with_suffix(".partial")
+        partial.write_text(str(self.number))
+        os.replace(partial, request)  # whole: an agent never reads half a number
+        self.pending = _Pending(self.number, now, dict(live))
+
+    def _take(self, pending: _Pending, came: set[int]) -> None:
+        new: dict[int, list[dict[str, Any]]] = {}
+        for rank in sorted(came):
+            path = agent.sample_file(str(self.dir), rank, pending.number)
+            try:
+                raw, _ = read_raw(path)
+                new[rank] = slim(raw)
+            except NotADump:
+                continue
+        self._sweep(pending.number)
+        self.answers.append(len(new))
+        for rank, entries in new.items():
+            self.history.add(rank, entries, pending.ranks.get(rank, ""))
+        if self.exchange is not None:
+            self.exchange.publish(new, {r: pending.ranks.get(r, "") for r in new})
+            if self.judging:
+                others, hosts = self.exchange.others()
+                for rank, entries in others.items():
+                    self.history.add(rank, entries, hosts.get(rank, ""))
+        if self.judging and self.history.entries:
+            self._say_changes(stragglers.judge([self.history.sample(self.clock(), RECENT_PER_GROUP)]))
+
+    def _sweep(self, number: int) -> None:
+        """Every answer to this request or an earlier one goes (a late one included)."""
+        folder = self.dir / agent.SAMPLES
+        for path in folder.glob(f"*{agent.SAMPLE_SUFFIX}*"):
+            found = path.name.split("-", 1)[-1].split(".", 1)[0]
+            if not found.isdigit() or int(found) <= number:
+                path.unlink(missing_ok=True)
+
+    def _say_changes(self, judgement: stragglers.Judgement) -> None:
+        """A verdict's line when new or changed; one line when a named rank no longer slows its group."""
+        now = {v.group: v for v in judgement.verdicts}
+        for group, verdict in now.items():
+            if self.said.get(group) != verdict.ranks:
+                self._speak(stragglers.stderr_line(verdict))
+                self.said[group] = verdict.ranks
+        judged = {g.group for g in judgement.judged}
+        for group in [g for g in self.said if g not in now and g in judged]:
+            ranks = self.said.pop(group)
+            who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+            where = f" of group {group}" if group != "0" else ""
+            verb = "slows" if len(ranks) == 1 else "slow"
+            self._speak(f"ddpcheck watch: {who} no longer {verb} the job{where}")
+
+    def _speak(self, line: str) -> None:
+        self.lines.append(line)
+        self.speak(line)
+
+    # ------------------------------------------------------------ the report
+    def judgement(self) -> stragglers.Judgement:
+        """The whole watched run judged (the report's; its window is the run's last minute)."""
+        if not self.history.entries:
+            asked = f"{self.number} request{'s' if self.number != 1 else ''}"
+            why = f"no rank answered ({asked})" if self.number else "the job ended before the first sample"
+            return stragglers.Judgement(reason=f"no flight-recorder sample was taken: {why}")
+        return stragglers.judge([self.history.sample(self.clock())])
+
+    def add_to(self, report: Report) -> Report:
+        """The `stragglers` check, its per-rank table and the heat map's rows, added to `report`."""
+        judgement = self.judgement()
+        if judgement.reason is not None:
+            # Not judged (a job too short to sample, no collectives): a note, not a check, so that a
+            # short healthy job's verdict stays its one line.
+            report.notes.append(f"stragglers not judged: {judgement.reason}")
+        else:
+            report.checks.append(stragglers.check(judgement))
+        found = stragglers.table(judgement)
+        if found is not None:
+            report.tables.append(found)
+        rows = heat_rows(judgement)
+        if rows:
+            report.tables.append(Table(HEAT, "Lag behind peers over time", {}, rows))
+        report.notes += [f"while the job ran: {line.removeprefix('ddpcheck watch: ')}" for line in self.lines]
+        return report
+
+
+def heat_rows(judgement: stragglers.Judgement) -> list[dict[str, Any]]:
+    """A row per rank of each judged group: its lag per time bucket (seconds, None: no collective)."""
+    named = {(row["group"], row["rank"]) for row in stragglers.rank_rows(judgement) if row.get("named")}
+    return [
+        {
+            "group": heat.group,
+            "rank": rank,
+            "host": host,
+            "bucket_s": round(heat.bucket_s, 6),
+            "named": (heat.group, rank) in named,
+            "lag_s": [None if v is None else round(v, 6) for v in lags],
+        }
+        for heat in judgement.heat_maps()
+        for rank, host, lags in zip(heat.ranks, heat.hosts, heat.lag_s, strict=True)
+    ]
+
+
+class StoreExchange:
+    """The team's store as the Exchange: task i publishes watch/samples/i/<n>; task 0 reads them in turn."""
+
+    def __init__(self, store: Any, index: int, count: int) -> None:
+        self.store = store
+        self.index = index
+        self.count = count
+        self.published = 0
+        self.read = dict.fromkeys(range(count), 0)  # per task, the last of its publications read
+
+    def publish(self, entries: Mapping[int, list[dict[str, Any]]], hosts: Mapping[int, str]) -> None:
+        if self.index == 0:
+            return  # task 0 keeps its own
+        self.published += 1
+        body = {
+            "entries": {str(r): e for r, e in entries.items()},
+            "hosts": {str(r): h for r, h in hosts.items()},
+        }
+        with contextlib.suppress(RuntimeError):  # task 0's store gone: the job is ending
+            self.store.set(f"watch/samples/{self.index}/{self.published}", json.dumps(body))
+
+    def others(self) -> tuple[dict[int, list[dict[str, Any]]], dict[int, str]]:
+        entries: dict[int, list[dict[str, Any]]] = {}
+        hosts: dict[int, str] = {}
+        for task in range(1, self.count):
+            while True:
+                key = f"watch/samples/{task}/{self.read[task] + 1}"
+                try:
+                    if not self.store.check([key]):
+                        break
+                    body = json.loads(self.store.get(key))
+                    self.store.delete_key(key)
+                except (RuntimeError, ValueError):
+                    break
+                self.read[task] += 1
+                for rank, found in body.get("entries", {}).items():
+                    entries.setdefault(int(rank), []).extend(found)
+                hosts.update({int(r): str(h) for r, h in body.get("hosts", {}).items()})
+        return entries, hosts

@@ -1,0 +1,110 @@
+"""A small gloo job with one rank slower than its peers, run under `ddpcheck watch` by the straggler tests.
+
+Every rank works SLOW_JOB_STEP_S seconds per step (a sleep, jittered by +-SLOW_JOB_JITTER, seeded
+by its rank: its data loader, say), then all_reduces (SLOW_JOB_DDP=1: a DDP step of a small model
+instead, whose backward all_reduces the gradients). Planted by environment:
+
+  SLOW_JOB_RANK=R      the slowed rank (none: a healthy job)
+  SLOW_JOB_FACTOR=F    its work is F times its peers' (1.3: 30% slower; 2.0: 100%)
+  SLOW_JOB_FROM=N      ...only from step N on (0: from the start)
+  SLOW_JOB_STEPS=S     steps (default 200); SLOW_JOB_SECONDS=T: stop after about T seconds instead
+                       (every rank at the same step: rank 0's clock decides, said in the all_reduce;
+                       with DDP, T / SLOW_JOB_STEP_S steps)
+
+Under torchrun (or any launcher that sets RANK) it is one rank; run as a plain `python slow_job.py
+--nproc N` it starts N ranks itself (each with RANK in its environment, as watch reads ranks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _number(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+def work_factor(rank: int, step: int) -> float:
+    """How many times its peers' work this rank does at `step`."""
+    slowed = int(_number("SLOW_JOB_RANK", -1))
+    if rank != slowed or step < int(_number("SLOW_JOB_FROM", 0)):
+        return 1.0
+    return _number("SLOW_JOB_FACTOR", 1.3)
+
+
+def run() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    step_s, jitter = _number("SLOW_JOB_STEP_S", 0.05), _number("SLOW_JOB_JITTER", 0.1)
+    steps, seconds = int(_number("SLOW_JOB_STEPS", 200)), _number("SLOW_JOB_SECONDS", 0)
+    rng = random.Random(rank)
+    began = time.monotonic()
+    if os.environ.get("SLOW_JOB_DDP") == "1":
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 32))
+        data = torch.ones(4, 32)
+        steps = round(seconds / step_s) if seconds else steps
+
+        def collective(step: int) -> bool:
+            model(data).sum().backward()
+            return step + 1 < steps
+    else:
+        tensor = torch.ones(1024)
+
+        def collective(step: int) -> bool:
+            # Each rank deciding by its own clock would stop at different steps and hang the last
+            # all_reduce: rank 0 says in the tensor whether this step is the last, for every rank.
+            last = time.monotonic() - began >= seconds if seconds else step + 1 >= steps
+            tensor.fill_(0.0)
+            tensor[0] = float(rank == 0 and last)
+            dist.all_reduce(tensor)
+            return tensor[0].item() == 0.0
+
+    step, going = 0, True
+    while going:
+        time.sleep(step_s * work_factor(rank, step) * (1 + rng.uniform(-jitter, jitter)))
+        going = collective(step)
+        step += 1
+    print(f"rank {rank} done: {step} steps in {time.monotonic() - began:.1f} s", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _spawned(rank: int, world: int, port: int) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    run()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nproc", type=int, default=0, help="start this many ranks (no launcher)")
+    nproc = parser.parse_args().nproc
+    if not nproc:
+        run()
+        return
+    with socket.socket() as probe:  # a free port for the ranks' rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    context = mp.get_context("spawn")
+    ranks = []
+    for rank in range(nproc):
+        # Set before the start: a spawned child's environment is this one's, so watch reads its rank.
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(nproc))
+        process = context.Process(target=_spawned, args=(rank, nproc, port))
+        process.start()
+        ranks.append(process)
+    for process in ranks:
+        process.join()
+    sys.exit(max((p.exitcode or 0) for p in ranks))
+
+
+if __name__ == "__main__":
+    main()

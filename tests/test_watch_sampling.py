@@ -1,0 +1,168 @@
+"""`ddpcheck watch --sample-every`: the option, the agent's repeated dumps, the lines said as verdicts change.
+
+The option and the lines are pure (no job); the repeated dumps are a real one-rank gloo process
+started in watch's environment, asked three times by the watcher's own Sampler.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ddpcheck.checks.watch import WatchOptions, agent
+from ddpcheck.checks.watch.environment import job_environment, make_watch_dir
+from ddpcheck.checks.watch.sampling import History, Sampler, slim
+from ddpcheck.errors import UsageError
+from ddpcheck.failure import stragglers
+from ddpcheck.failure.stragglers import GroupJudgement, Judgement, StragglerVerdict
+from tests.conftest import Run, assert_usage_error
+from tests.support.saved_reports import run_ddpcheck
+
+
+def _watch(scratch: Path, *args: str) -> Run:
+    done = run_ddpcheck("watch", *args, "--", "true", env={"TMPDIR": str(scratch)}, timeout=60)
+    return Run(done.returncode, done.stdout, done.stderr, None, 0.0)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("value", ["-1", "0.1", "nan", "inf"])
+def test_a_bad_sample_every_is_one_line_and_exit_2(tmp_path, value) -> None:
+    run = _watch(tmp_path, "--sample-every", value)
+    assert_usage_error(run, tmp_path)
+    assert "--sample-every" in run.stderr and "e.g. --sample-every 10" in run.stderr, run.stderr
+
+
+@pytest.mark.integration
+def test_sample_every_that_is_not_a_number_is_exit_2(tmp_path) -> None:
+    run = _watch(tmp_path, "--sample-every", "often")
+    assert run.code == 2 and "Traceback" not in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("value", [0.0, 0.5, 5.0, 600.0])
+def test_sample_every_0_turns_it_off_and_half_a_second_is_the_least(value) -> None:
+    WatchOptions(command=[sys.executable], sample_every=value).validate()
+
+
+def test_sample_every_below_half_a_second_is_refused() -> None:
+    with pytest.raises(UsageError, match=r"at least 0\.5 seconds"):
+        WatchOptions(command=[sys.executable], sample_every=0.4).validate()
+
+
+@pytest.mark.integration
+def test_the_help_shows_the_option_with_an_example(tmp_path) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "ddpcheck", "watch", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        timeout=60,
+    )
+    assert "--sample-every" in shown.stdout and "--sample-every 10" in shown.stdout
+
+
+# ---------------------------------------------------------------- the lines said
+def _verdict(ranks: tuple[int, ...], group: str = "0") -> StragglerVerdict:
+    return StragglerVerdict(ranks, ("h",), group, "default_pg", "all_reduce", 0.01, 0.2, 60.0, 20, "enqueue")
+
+
+def _judgement(*verdicts: StragglerVerdict, groups: tuple[str, ...] = ("0",)) -> Judgement:
+    judged = []
+    for group in groups:
+        unit = GroupJudgement(group, "default_pg", None, [0, 1, 2], "enqueue", collectives=20)
+        unit.verdict = next((v for v in verdicts if v.group == group), None)
+        judged.append(unit)
+    return Judgement(judged)
+
+
+def test_a_verdict_is_said_once_and_again_only_when_it_changes(tmp_path) -> None:
+    said: list[str] = []
+    sampler = Sampler(tmp_path, 1.0, speak=said.append)
+    for judgement in [
+        _judgement(),  # healthy: nothing said
+        _judgement(_verdict((1,))),  # rank 1 persists: said
+        _judgement(_verdict((1,))),  # the same: not again
+        _judgement(_verdict((1,))),
+        _judgement(_verdict((2,))),  # another rank: said
+        _judgement(),  # nobody any more: said once
+        _judgement(),
+    ]:
+        sampler._say_changes(judgement)
+    assert said == [
+        stragglers.stderr_line(_verdict((1,))),
+        stragglers.stderr_line(_verdict((2,))),
+        "ddpcheck watch: rank 2 no longer slows the job",
+    ]
+    assert said[0].startswith("ddpcheck watch: rank 1 (host h) is slowing the job: its peers waited 20%")
+
+
+def test_each_group_has_its_own_verdict(tmp_path) -> None:
+    said: list[str] = []
+    sampler = Sampler(tmp_path, 1.0, speak=said.append)
+    sampler._say_changes(_judgement(_verdict((1,), "0"), groups=("0", "3")))
+    sampler._say_changes(_judgement(_verdict((1,), "0"), _verdict((2,), "3"), groups=("0", "3")))
+    sampler._say_changes(_judgement(_verdict((2,), "3"), groups=("0", "3")))
+    assert (
+        len(said) == 3
+        and "in group 3" in said[1]
+        and said[2] == "ddpcheck watch: rank 1 no longer slows the job"
+    )
+
+
+def test_history_keeps_each_collective_once_and_the_latest_copy() -> None:
+    history = History()
+    entry = {
+        "process_group": ("0", "default_pg"),
+        "collective_seq_id": 1,
+        "profiling_name": "nccl:all_reduce",
+    }
+    history.add(0, [{**entry, "time_created_ns": 10}])
+    history.add(0, [{**entry, "time_created_ns": 10, "duration_ms": 1.5}, {**entry, "collective_seq_id": 2}])
+    held = history.entries[0]["0"]
+    assert list(held) == [1, 2] and held[1]["duration_ms"] == 1.5
+    assert slim({"entries": [{**entry, "time_created_ns": 5, "is_p2p": True, "frames": [1]}]}) == []
+
+
+# ---------------------------------------------------------------- the agent, asked again and again
+JOB = """
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=0, world_size=1)
+t = torch.ones(8)
+while True:
+    dist.all_reduce(t)
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.integration
+def test_the_agent_answers_numbered_requests_again_and_again(tmp_path) -> None:
+    from tests.support.netns import free_port
+
+    watch_dir, _ = make_watch_dir(str(tmp_path / "watch"))
+    env = {**job_environment(os.environ, watch_dir, nccl_info=False), "RANK": "0", "OMP_NUM_THREADS": "1"}
+    job = subprocess.Popen([sys.executable, "-c", JOB.format(port=free_port())], env=env)
+    try:
+        sampler = Sampler(watch_dir, every_s=0.5, speak=lambda line: None)
+        sampler.next_at = 0.0
+        deadline = time.monotonic() + 60
+        held: list[int] = []
+        while len(held) < 3 and time.monotonic() < deadline:  # until three requests were answered
+            sampler.tick({0: "here"})
+            if sampler.pending is None and sampler.answers and sampler.answers[-1] == 1:
+                count = len(sampler.history.entries.get(0, {}).get("0", {}))
+                if not held or held[-1] != count:
+                    held.append(count)
+            time.sleep(0.05)
+        assert len(held) == 3, (held, list(sampler.answers))
+        assert held == sorted(held) and held[0] < held[-1]  # each answer newer than the last
+        assert sampler.number >= 3
+        assert list((watch_dir / agent.SAMPLES).iterdir()) == []  # each answer read and removed
+    finally:
+        job.kill()
+        job.wait()
+    assert not psutil.pid_exists(job.pid) or psutil.Process(job.pid).status() == psutil.STATUS_ZOMBIE
