@@ -250,3 +250,28 @@ def test_an_output_file_is_written_whole_with_no_temporary_file_left(tmp_path: P
     write_text(str(target), "one")
     write_text(str(target), "two")  # over an existing file
     assert target.read_text() == "two" and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+# A rank whose join never returns: gloo's full-mesh connect to a peer stopped mid-handshake (torch 2.13).
+STUCK_JOIN = """
+import os, sys, time
+from ddpcheck.rank import harness
+from ddpcheck.rank.rundir import RunSpec
+harness.JOIN_GRACE_S = 0.5
+spec = RunSpec("allreduce", {}, "gloo", "cpu", timeout=1.0, inline=True, launcher="torchrun")
+harness._guard_join(spec, None, 2, None, None, None)
+time.sleep(30)  # init_process_group, stuck
+"""
+
+
+@pytest.mark.integration
+def test_a_join_that_outlives_its_own_timeout_is_given_up_from_a_thread(tmp_path: Path) -> None:
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "TMPDIR": str(tmp_path)}
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", STUCK_JOIN], env=env, capture_output=True, text=True, timeout=20
+    )
+    assert time.monotonic() - began < 15
+    assert done.returncode == 3, done.stderr
+    assert "ddpcheck: rank 1 failed: init_process_group timed out: it had not returned 1.5 s" in done.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -538,7 +538,7 @@ def run_inline(
     sigterm.start()
     interrupt.act_from_a_thread()  # and on SIGINT (torchrun passes Ctrl-C on so), after it
     try:
-        code = run_rank(spec, str(run_dir))
+        code = run_rank(spec, str(run_dir), write_stopped)
         report = rundir.read_rank0_report(run_dir)
         if report is not None:
             arrival.stage(arrival.WRITING_REPORT)

@@ -43,18 +43,23 @@ RANKED_COMMANDS = frozenset({"allreduce", "collectives", "devices", "links", "pr
 # Options that mean "launch ranks from here", even inside a launcher (launcher/plan.detect_inline).
 LAUNCH_OPTIONS = ("--nproc", "--gpus", "--nnodes")
 
-# On end of file the rank is exiting; once it is a zombie (or gone: its fds close before that), the
-# directory goes if no file in it names a live pid. Of two ranks that die together, the remover that
-# looks last sees both dead: each waits for its own rank to be a zombie before it looks at the other.
-_REMOVER_SCRIPT = r"""exec 3<&0; { read -r _ <&3
+# On end of file the rank is exiting; once it is a zombie, dead or gone (its fds close before that),
+# the directory goes if no file in it names a live pid (a state other than Z or X, read from /proc).
+# Of two ranks that die together, the remover that looks last sees both dead: each waits for its own
+# rank to be a zombie before it looks at the other.
+_REMOVER_SCRIPT = r"""state() {
+  sed -n 's/^State:[[:space:]]*\([A-Za-z]\).*/\1/p' "/proc/$1/status" 2>/dev/null
+}
+exec 3<&0; { read -r _ <&3
 i=0
-while [ $i -lt 200 ] && [ -d "/proc/$2" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$2/status"; do
+while [ $i -lt 200 ]; do
+  case "$(state "$2")" in Z|X|'') break;; esac
   sleep 0.05; i=$((i + 1))
 done
 for f in "$1"/rank-*-*.json; do
   [ -e "$f" ] || continue
   pid=${f##*-}; pid=${pid%.json}
-  if [ -d "/proc/$pid" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null; then exit 0; fi
+  case "$(state "$pid")" in Z|X|'') ;; *) exit 0;; esac
 done
 rm -rf -- "$1"; } &"""
 

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
 # How often a rank looks for the launcher's monitor's request to dump its flight recorder.
 FLIGHT_POLL_S = 0.2
+# Past its own timeout, this much longer before a join that did not return is given up (_guard_join).
+JOIN_GRACE_S = 5.0
 # This rank's status writer, once it has one.
 _writer: list[StatusWriter] = []
 # A pause of its own this long names the rank itself (a busy 2-core machine delays a beat by < 0.5 s).
@@ -81,7 +83,9 @@ def device_identity(device: torch.device) -> dict[str, Any]:
     }
 
 
-def run_rank(spec: RunSpec, run_dir: str | None) -> int:
+def run_rank(
+    spec: RunSpec, run_dir: str | None, write_report: Callable[[Report], list[str]] | None = None
+) -> int:
     """Run one rank of the command in `spec`; returns this process's exit code.
 
     The exit code says whether this rank completed (0) or crashed (1); the
@@ -105,7 +109,12 @@ def run_rank(spec: RunSpec, run_dir: str | None) -> int:
         if spec.inline and status:
             # Before the rendezvous: a peer that never arrives is named from what this rank publishes.
             session = _inline_session(rank, world_size, status, spec.collective_timeout)
+        joined = (
+            _guard_join(spec, run_dir, world_size, session, status, write_report) if spec.inline else None
+        )
         _join(spec, device, status)
+        if joined is not None:
+            joined.set()
         if run_dir and not spec.inline:
             _answer_flight_requests(run_dir, rank)
         if session is not None and status:
@@ -194,6 +203,7 @@ def _inline_gave_up(
     session: inline.Session | None,
     own: dict[str, Any],
     paused: Check | None = None,
+    claimed: bool = False,
 ) -> None:
     """Under torchrun, srun or mpirun no launcher watches: the rank that gives up names who stopped beating.
 
@@ -203,7 +213,7 @@ def _inline_gave_up(
     """
     rank = int(os.environ["RANK"])
     headline = message.splitlines()[-1]
-    if not inline.claim():
+    if not claimed and not inline.claim():
         # SIGTERM came first: its thread says the one line and ends the process.
         time.sleep(inline.SIGTERM_GRACE_S)
         return
@@ -260,6 +270,46 @@ def _inline_gave_up(
             session.wait_for_waiters(report.checks[0].ranks, inline.SAMPLE_S + 1.0)
     finally:
         inline.gave_up.set()
+
+
+def _guard_join(
+    spec: RunSpec,
+    run_dir: str | None,
+    world_size: int,
+    session: inline.Session | None,
+    status: StatusWriter | None,
+    write_report: Callable[[Report], list[str]] | None,
+) -> threading.Event:
+    """Under torchrun, srun or mpirun: a join that outlives its own timeout is given up from a thread.
+
+    gloo's full-mesh connect to a peer stopped mid-handshake never returns (torch 2.13: two ranks
+    stuck 45 s in init_process_group with --timeout 10, 1 strike of 20 under torchrun), and no
+    launcher watches. Set the event once the join returned."""
+    joined = threading.Event()
+    bound_s = spec.collective_timeout + JOIN_GRACE_S
+
+    def guard() -> None:
+        if joined.wait(bound_s) or not inline.claim():
+            return  # joined; or the main thread (its own timeout), or SIGTERM's thread, is giving up
+        rank = int(os.environ["RANK"])
+        message = (
+            f"init_process_group timed out: it had not returned {bound_s:g} s after it began "
+            f"(its own timeout is {spec.collective_timeout:g} s)"
+        )
+        if status:
+            status.error(message)
+        own = status.record.to_dict() if status else {}
+        paused = _paused_itself(spec, status, rank, message)
+        _inline_gave_up(spec, run_dir, world_size, message, session, {**own, "error": message}, paused, True)
+        report = rundir.read_rank0_report(run_dir) if run_dir and write_report else None
+        if report is not None and write_report is not None:
+            with contextlib.suppress(Exception):
+                for said in write_report(report):
+                    say(f"ddpcheck: {said}")
+        _leave()
+
+    threading.Thread(target=_quietly, args=(guard,), name="ddpcheck-join-guard", daemon=True).start()
+    return joined
 
 
 def _paused_itself(spec: RunSpec, status: StatusWriter | None, rank: int, message: str) -> Check | None:

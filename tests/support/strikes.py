@@ -86,8 +86,10 @@ def tagged(tag: str) -> list[psutil.Process]:
 def _rank_process(tag: str, launcher: str, rank: int) -> psutil.Process | None:
     for proc in tagged(tag):
         try:
-            env = proc.environ()
-            if env.get(RANK_VARIABLE[launcher]) == str(rank) and "ddpcheck" in " ".join(proc.cmdline()):
+            env, argv = proc.environ(), proc.cmdline()
+            # The rank's python itself, not a helper shell of it that inherited its environment.
+            is_rank = "python" in Path(argv[0]).name and any(a.startswith("ddpcheck") for a in argv)
+            if env.get(RANK_VARIABLE[launcher]) == str(rank) and is_rank:
                 return proc
         except (psutil.Error, OSError):
             continue
@@ -154,7 +156,8 @@ def _leftovers(scratch: Path, report: dict | None) -> list[str]:
     keeps after a failure (the report says where), torchrun's and Open MPI's own directories."""
     kept = Path((report or {}).get("log_dir") or "/nonexistent").name
     theirs = ("torchelastic_", "ompi.")
-    return sorted(p.name for p in scratch.iterdir() if p.name != kept and not p.name.startswith(theirs))
+    left = sorted(p for p in scratch.iterdir() if p.name != kept and not p.name.startswith(theirs))
+    return [f"{p.name}/{sorted(c.name for c in p.iterdir())[:5]}" if p.is_dir() else p.name for p in left]
 
 
 def _alive(proc: psutil.Process) -> bool:
