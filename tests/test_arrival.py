@@ -275,3 +275,49 @@ def test_a_join_that_outlives_its_own_timeout_is_given_up_from_a_thread(tmp_path
     assert done.returncode == 3, done.stderr
     assert "ddpcheck: rank 1 failed: init_process_group timed out: it had not returned 1.5 s" in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.integration
+def test_a_peer_stopped_before_it_was_done_is_ended_by_a_rank_that_is(tmp_path: Path, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from ddpcheck.rank import here
+
+    stopped = _rank_process(tmp_path, {**TORCHRUN_ENV, "RANK": "2"}, "time.sleep(60)")
+    try:
+        _ready(stopped)
+        os.kill(stopped.pid, signal.SIGSTOP)
+        (directory,) = _job_dirs(tmp_path)
+        monkeypatch.setattr(arrival, "current", SimpleNamespace(dir=directory))
+        began = time.monotonic()
+        ended = here.stopped_at_the_end(wait_s=5.0)
+        assert [(p.rank, p.stage) for p in ended] == [(2, arrival.IMPORTING_TORCH)]
+        assert here.END_STOPPED_S <= time.monotonic() - began < 5.0  # stopped for good, not paused
+        assert stopped.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        stopped.kill()
+        stopped.wait()
+    assert _gone_within(tmp_path, 5)
+
+
+@pytest.mark.integration
+def test_a_peer_that_is_done_is_not_waited_for(tmp_path: Path, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from ddpcheck.rank import here
+
+    done = _rank_process(tmp_path, {**TORCHRUN_ENV, "RANK": "1"}, "arrival.stage('done')\ntime.sleep(60)")
+    try:
+        _ready(done)
+        (directory,) = _job_dirs(tmp_path)
+        deadline = time.monotonic() + 5
+        while arrival.read(directory)[1].stage != "done" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        monkeypatch.setattr(arrival, "current", SimpleNamespace(dir=directory))
+        began = time.monotonic()
+        assert here.stopped_at_the_end(wait_s=5.0) == []
+        assert time.monotonic() - began < 1.0
+    finally:
+        done.kill()
+        done.wait()
+    assert _gone_within(tmp_path, 5)

@@ -54,3 +54,15 @@ def test_srun(slurm: dict[str, str], scratch: Path) -> None:
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Debian's openmpi-bin) is not installed")
 def test_mpirun(scratch: Path) -> None:
     _strike_twice("mpirun", scratch)
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_a_rank_stopped_once_done_is_ended_and_named(launcher: str, scratch: Path, request) -> None:
+    """Stopped after the run's last collective: nobody waits for it, nobody gives up on it; the remover
+    of the last of its peers here ends it and says so, or its launcher would wait for it forever."""
+    env = request.getfixturevalue("slurm") if launcher == "srun" else None
+    outcome = strike(launcher, 0.0, signal.SIGSTOP, scratch, env, at_stage="done")
+    assert outcome.struck
+    named, why = judge(outcome)
+    assert named, why
+    assert any("at stage 'done'" in line and "ended it (SIGKILL)" in line for line in outcome.lines())

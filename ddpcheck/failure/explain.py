@@ -163,6 +163,19 @@ def paused_itself(rank: int, status: SeenStatus, pause_s: float, stage: str, mes
     return Check("hang", Status.ERROR, detail, [rank], [status["host"]] if status.get("host") else [])
 
 
+def stopped_after_the_run(stopped: list[SeenStatus]) -> Check:
+    """Ranks stopped (SIGSTOP) once the run's last collective was behind them: nobody waited for them,
+    so nobody gave up on them, and their launcher would have waited for them forever."""
+    who = "; ".join(f"{_who(s['rank'], s)} is stopped (SIGSTOP) at stage '{s['stage']}'" for s in stopped)
+    them = "them" if len(stopped) > 1 else "it"
+    detail = (
+        f"{who}, after the run's last collective: its launcher would have waited for {them} forever; "
+        f"ddpcheck ended {them} (SIGKILL)"
+    )
+    hosts = list(dict.fromkeys(s["host"] for s in stopped))
+    return Check("hang", Status.ERROR, detail, [s["rank"] for s in stopped], hosts)
+
+
 def judge_stall(stall: Stall) -> Check:
     """Name the ranks that are behind or frozen when no rank made progress for the timeout.
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ddpcheck.errors import say
 from ddpcheck.failure import explain
 from ddpcheck.failure.statuses import ExitInfo, SeenStatus
 from ddpcheck.launcher.monitor import POLL_S, Monitor, ProgressCallback, annotate, kill_workers
@@ -500,6 +501,11 @@ def import_what_ddp_imports(command: str) -> None:
         import torch._dynamo  # noqa: F401
 
 
+def _as_status(presence: Any) -> dict[str, Any]:
+    """A peer's arrival.Presence as the failure side reads a rank's record."""
+    return {"rank": presence.rank, "pid": presence.pid, "host": presence.host, "stage": presence.stage}
+
+
 def run_inline(
     command: str,
     options: dict[str, Any],
@@ -513,7 +519,7 @@ def run_inline(
     a report's files (--json, --junit, --html ...) and says where: rank 0 calls it itself when its
     launcher stops it (SIGTERM) before it could return the report.
     """
-    from ddpcheck.rank import arrival, inline
+    from ddpcheck.rank import arrival, here, inline
     from ddpcheck.rank.harness import on_inline_sigterm
 
     started = time.monotonic()
@@ -539,12 +545,19 @@ def run_inline(
     interrupt.act_from_a_thread()  # and on SIGINT (torchrun passes Ctrl-C on so), after it
     try:
         code = run_rank(spec, str(run_dir), write_stopped)
+        # A peer here stopped after the last collective blocks no one: no one else would name it.
+        ended = [_as_status(p) for p in here.stopped_at_the_end()] if code == 0 else []
         report = rundir.read_rank0_report(run_dir)
         if report is not None:
             arrival.stage(arrival.WRITING_REPORT)
+            if ended:
+                report.checks.append(explain.stopped_after_the_run(ended))
             return assemble.after_launch(report, time.monotonic() - started, options, None, _as_given(faults))
         shared = rundir.read_verdict(run_dir)
         if code != 0 or shared is None:
+            return Verdict.ERROR
+        if ended and here.speaks_for_this_host(int(os.environ["RANK"]), [s["rank"] for s in ended]):
+            say(f"ddpcheck: rank {os.environ['RANK']}: {explain.stopped_after_the_run(ended).detail}")
             return Verdict.ERROR
         return shared[0]
     finally:

@@ -46,7 +46,9 @@ LAUNCH_OPTIONS = ("--nproc", "--gpus", "--nnodes")
 # On end of file the rank is exiting; once it is a zombie, dead or gone (its fds close before that),
 # the directory goes if no file in it names a live pid (a state other than Z or X, read from /proc).
 # Of two ranks that die together, the remover that looks last sees both dead: each waits for its own
-# rank to be a zombie before it looks at the other.
+# rank to be a zombie before it looks at the other. Where every rank still here is stopped (SIGSTOP,
+# state T) and stays so for 2 s, nobody is left to give up on it and its launcher would wait for it
+# forever: the remover ends it (SIGKILL) and says so on the rank's stderr (then their removers clean up).
 _REMOVER_SCRIPT = r"""state() {
   sed -n 's/^State:[[:space:]]*\([A-Za-z]\).*/\1/p' "/proc/$1/status" 2>/dev/null
 }
@@ -56,11 +58,28 @@ while [ $i -lt 200 ]; do
   case "$(state "$2")" in Z|X|'') break;; esac
   sleep 0.05; i=$((i + 1))
 done
+stopped=
 for f in "$1"/rank-*-*.json; do
   [ -e "$f" ] || continue
   pid=${f##*-}; pid=${pid%.json}
-  case "$(state "$pid")" in Z|X|'') ;; *) exit 0;; esac
+  case "$(state "$pid")" in Z|X|'') ;; T) stopped="$stopped $f";; *) exit 0;; esac
 done
+if [ -n "$stopped" ]; then
+  sleep 2
+  for f in $stopped; do
+    pid=${f##*-}; pid=${pid%.json}
+    [ "$(state "$pid")" = T ] || exit 0
+  done
+  for f in $stopped; do
+    pid=${f##*-}; pid=${pid%.json}; rank=${f##*/rank-}; rank=${rank%%-*}
+    stage=$(sed -n 's/.*"stage": "\([^"]*\)".*/\1/p' "$f" 2>/dev/null)
+    who="rank $rank (host $(uname -n), pid $pid)"
+    why="every other rank of the job on this host has ended, and its launcher would wait for it forever"
+    kill -9 "$pid" 2>/dev/null &&
+      echo "ddpcheck: $who is stopped (SIGSTOP) at stage '$stage'; $why: ended it (SIGKILL)" >&2
+  done
+  exit 0
+fi
 rm -rf -- "$1"; } &"""
 
 
@@ -277,8 +296,7 @@ def _start_remover(directory: Path) -> None:
             file_actions=[
                 (os.POSIX_SPAWN_DUP2, read_end, 0),
                 (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
-            ],
+            ],  # its stderr is the rank's: where the user reads what became of a stopped rank
             setsid=True,
         )
     except OSError:

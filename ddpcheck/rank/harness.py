@@ -157,7 +157,7 @@ def run_rank(
         return 0
     except BaseException as exc:
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        if isinstance(exc, StoreUnreachable):
+        if isinstance(exc, StoreNotReached):
             message = str(exc)  # ddpcheck's own finding, whole: no exception type before it
         if status:
             status.error(message)
@@ -428,7 +428,7 @@ def _bind_device(spec: RunSpec, local_rank: int, status: StatusWriter | None, fa
     return torch.device("cpu")
 
 
-class StoreUnreachable(RuntimeError):
+class StoreNotReached(RuntimeError):
     """A rank could not reach rank 0's store: what it says names the address and what is wrong with it."""
 
 
@@ -444,8 +444,8 @@ def _rendezvous_store(timeout: timedelta) -> Any:
         waited_s = round(time.monotonic() - began)
         where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
         if inline.why_unreachable is None:
-            raise StoreUnreachable(f"could not reach rank 0's store at {where} within {waited_s} s") from exc
-        raise StoreUnreachable(inline.why_unreachable(os.environ, waited_s)) from exc
+            raise StoreNotReached(f"could not reach rank 0's store at {where} within {waited_s} s") from exc
+        raise StoreNotReached(inline.why_unreachable(os.environ, waited_s)) from exc
 
 
 def _join(spec: RunSpec, device: torch.device, status: StatusWriter | None) -> None:

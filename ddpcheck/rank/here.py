@@ -8,7 +8,9 @@ perhaps while it is still importing torch: so nothing here imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import time
 
@@ -18,6 +20,14 @@ from ddpcheck.failure import stages
 from ddpcheck.failure.liveness import STOPPED_AFTER_BEATS
 from ddpcheck.failure.statuses import SeenStatus
 from ddpcheck.rank import arrival
+
+# How long a peer stays stopped after this rank is done before it is taken for stopped, not paused.
+END_STOPPED_S = 1.0
+# How long a rank that is done waits for the peers on its host to be done too (they left the last
+# collective with it: a healthy one follows within milliseconds).
+PEERS_DONE_S = 5.0
+# The stages of a rank past the run's last collective.
+_FINISHED = (stages.DONE, arrival.WRITING_REPORT, arrival.LEFT, arrival.TERMINATED)
 
 
 def arrivals_seen(known: dict[int, SeenStatus] | None = None) -> dict[int, SeenStatus]:
@@ -99,3 +109,47 @@ def mark_stopped_by_launcher(statuses: dict[int, SeenStatus]) -> None:
 
 
 TERMINATED_ERROR = "SIGTERM: its launcher ended it once another rank failed"
+
+
+def stopped_at_the_end(wait_s: float = PEERS_DONE_S) -> list[arrival.Presence]:
+    """This rank is done: wait (up to `wait_s`) for the peers on this host to be done too; those
+    stopped (SIGSTOP) meanwhile for END_STOPPED_S on end are ended (SIGKILL) and returned.
+
+    A rank stopped after the run's last collective blocks nobody, so nobody gives up on it, and its
+    launcher would wait for it forever. A stop shorter than END_STOPPED_S (py-spy's sample) is not one.
+    """
+    if arrival.current is None:
+        return []
+    began = time.monotonic()
+    stopped_since: dict[int, float] = {}
+    while True:
+        now = time.monotonic()
+        pending = [
+            p
+            for p in arrival.read(arrival.current.dir).values()
+            if p.pid != os.getpid() and p.state in ("running", "stopped") and p.stage not in _FINISHED
+        ]
+        stopped = [p for p in pending if p.state == "stopped"]
+        stopped_since = {p.pid: stopped_since.get(p.pid, now) for p in stopped}
+        long_stopped = [p for p in stopped if now - stopped_since[p.pid] >= END_STOPPED_S]
+        if len(long_stopped) == len(pending) or now - began >= wait_s:
+            break  # every peer here is done or stopped for good; or this rank waited long enough
+        time.sleep(0.05)
+    for presence in long_stopped:
+        with contextlib.suppress(OSError):
+            os.kill(presence.pid, signal.SIGKILL)
+    return sorted(long_stopped, key=lambda p: p.rank)
+
+
+def speaks_for_this_host(me: int, ended: list[int]) -> bool:
+    """Of the ranks still running here, the ones `ended` aside, this one has the lowest number: it says
+    the one line for this host (the others end the same peers, silently)."""
+    if arrival.current is None:
+        return False
+    gone = set(ended)
+    present = [
+        p.rank
+        for p in arrival.read(arrival.current.dir).values()
+        if p.state == "running" and p.rank not in gone
+    ]
+    return me <= min(present, default=me)

@@ -97,8 +97,11 @@ def _rank_process(tag: str, launcher: str, rank: int) -> psutil.Process | None:
 
 
 def strike(launcher: str, moment_s: float, signum: int, scratch: Path, env: dict[str, str] | None = None,
-           rank: int = 2) -> Outcome:  # fmt: skip
-    """Run under `launcher`, strike `rank` with `signum` `moment_s` after the start, wait (bounded)."""
+           rank: int = 2, at_stage: str | None = None) -> Outcome:  # fmt: skip
+    """Run under `launcher`, strike `rank` with `signum` `moment_s` after the start, wait (bounded).
+
+    With `at_stage`, strike it instead the moment its file in the job's directory (rank/arrival.py)
+    names that stage (an inline launcher's rank only)."""
     tag = uuid.uuid4().hex
     report = scratch / f"report-{tag}.json"
     full_env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1", "COLUMNS": "200", TAG: tag,
@@ -118,7 +121,10 @@ def strike(launcher: str, moment_s: float, signum: int, scratch: Path, env: dict
         target = None
         while proc.poll() is None and time.monotonic() - began < 60:
             target = target or _rank_process(tag, launcher, rank)
-            if target is not None and time.monotonic() - began >= moment_s:
+            if at_stage is not None:
+                if target is not None and _stage_of(scratch, rank, target.pid) == at_stage:
+                    break
+            elif target is not None and time.monotonic() - began >= moment_s:
                 break
             time.sleep(0.005)
         if target is not None and proc.poll() is None:
@@ -158,6 +164,13 @@ def _leftovers(scratch: Path, report: dict | None) -> list[str]:
     theirs = ("torchelastic_", "ompi.")
     left = sorted(p for p in scratch.iterdir() if p.name != kept and not p.name.startswith(theirs))
     return [f"{p.name}/{sorted(c.name for c in p.iterdir())[:5]}" if p.is_dir() else p.name for p in left]
+
+
+def _stage_of(scratch: Path, rank: int, pid: int) -> str | None:
+    for path in scratch.glob(f"ddpcheck-job-*/rank-{rank}-{pid}.json"):
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads(path.read_text())["stage"]
+    return None
 
 
 def _alive(proc: psutil.Process) -> bool:
