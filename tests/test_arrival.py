@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,7 +105,7 @@ def test_no_identity_without_a_launcher() -> None:
     assert arrival.identity({"PATH": "/bin"}, ["allreduce"]) is None
 
 
-def _rank_process(tmpdir: Path, environ: dict[str, str], then: str) -> subprocess.Popen:
+def _rank_process(tmpdir: Path, environ: dict[str, str], then: str, stderr: Any = None) -> subprocess.Popen:
     """A process that announces itself as a rank, enters 'importing torch', then does `then`."""
     code = (
         "import os, sys, time\n"
@@ -117,6 +118,7 @@ def _rank_process(tmpdir: Path, environ: dict[str, str], then: str) -> subproces
         [sys.executable, "-c", code],
         env={**os.environ, **environ, "TMPDIR": str(tmpdir)},
         stdout=subprocess.PIPE,
+        stderr=stderr,
         text=True,
     )
 
@@ -321,3 +323,37 @@ def test_a_peer_that_is_done_is_not_waited_for(tmp_path: Path, monkeypatch) -> N
         done.kill()
         done.wait()
     assert _gone_within(tmp_path, 5)
+
+
+@pytest.mark.integration
+def test_a_rank_that_ended_first_is_named_when_its_launcher_stopped_every_peer_before_a_word(
+    tmp_path: Path,
+) -> None:
+    """torchrun on a busy machine: rank 2 killed at start, ranks 0 and 1 stopped (SIGTERM) before
+    their handler was in: none of them could say anything; their removers do, once."""
+    said = tmp_path / "stderr"
+    with said.open("w") as stderr:
+        ranks = [
+            _rank_process(tmp_path, {**TORCHRUN_ENV, "RANK": str(r)}, "time.sleep(60)", stderr)
+            for r in (0, 1, 2)
+        ]
+    try:
+        for rank in ranks:
+            _ready(rank)
+        ranks[2].kill()
+        ranks[2].wait()
+        time.sleep(0.5)  # its remover has looked: its peers ran
+        for rank in ranks[:2]:
+            rank.terminate()  # no handler: the default action, a silent end
+        for rank in ranks[:2]:
+            rank.wait()
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.wait()
+    assert _gone_within(tmp_path, 5)
+    lines = [line for line in said.read_text().splitlines() if line.startswith("ddpcheck")]
+    assert lines == [
+        f"ddpcheck: rank 2 (host {os.uname().nodename}, pid {ranks[2].pid}) is lost: its process ended at "
+        "stage 'importing torch' while its peers ran; its launcher stopped them before they could say so"
+    ]

@@ -49,8 +49,18 @@ LAUNCH_OPTIONS = ("--nproc", "--gpus", "--nnodes")
 # rank to be a zombie before it looks at the other. Where every rank still here is stopped (SIGSTOP,
 # state T) and stays so for 2 s, nobody is left to give up on it and its launcher would wait for it
 # forever: the remover ends it (SIGKILL) and says so on the rank's stderr (then their removers clean up).
+# The first rank that ended while a peer ran, without a word (no verdict, not stopped by its launcher),
+# leaves a copy of its file in ended-first/: if every rank of the job here then ends without a word
+# (their launcher's SIGTERM came before ddpcheck could answer it), the last remover names it.
 _REMOVER_SCRIPT = r"""state() {
   sed -n 's/^State:[[:space:]]*\([A-Za-z]\).*/\1/p' "/proc/$1/status" 2>/dev/null
+}
+stage() {
+  sed -n 's/.*"stage": "\([^"]*\)".*/\1/p' "$1" 2>/dev/null
+}
+spoke() {
+  case "$(stage "$1")" in left|done|"writing the report"|"stopped by its launcher (SIGTERM)") return 0;; esac
+  return 1
 }
 exec 3<&0; { read -r _ <&3
 i=0
@@ -59,27 +69,49 @@ while [ $i -lt 200 ]; do
   sleep 0.05; i=$((i + 1))
 done
 stopped=
+alive=
 for f in "$1"/rank-*-*.json; do
   [ -e "$f" ] || continue
   pid=${f##*-}; pid=${pid%.json}
-  case "$(state "$pid")" in Z|X|'') ;; T) stopped="$stopped $f";; *) exit 0;; esac
+  case "$(state "$pid")" in Z|X|'') ;; T) stopped="$stopped $f";; *) alive=1;; esac
 done
+if [ -n "$alive" ]; then
+  for f in "$1"/rank-*-"$2".json; do
+    spoke "$f" || { mkdir "$1/ended-first" 2>/dev/null && cp "$f" "$1/ended-first/.part" &&
+      mv "$1/ended-first/.part" "$1/ended-first/${f##*/}"; }
+  done
+  exit 0
+fi
 if [ -n "$stopped" ]; then
   sleep 2
   for f in $stopped; do
     pid=${f##*-}; pid=${pid%.json}
     [ "$(state "$pid")" = T ] || exit 0
   done
+  mkdir "$1/said" 2>/dev/null || exit 0  # one remover says it
   for f in $stopped; do
     pid=${f##*-}; pid=${pid%.json}; rank=${f##*/rank-}; rank=${rank%%-*}
-    stage=$(sed -n 's/.*"stage": "\([^"]*\)".*/\1/p' "$f" 2>/dev/null)
     who="rank $rank (host $(uname -n), pid $pid)"
     why="every other rank of the job on this host has ended, and its launcher would wait for it forever"
     kill -9 "$pid" 2>/dev/null &&
-      echo "ddpcheck: $who is stopped (SIGSTOP) at stage '$stage'; $why: ended it (SIGKILL)" >&2
+      echo "ddpcheck: $who is stopped (SIGSTOP) at stage '$(stage "$f")'; $why: ended it (SIGKILL)" >&2
   done
   exit 0
 fi
+j=0  # the first one's remover may be copying its file still
+while [ -d "$1/ended-first" ] && [ $j -lt 40 ] && ! ls "$1"/ended-first/rank-*.json >/dev/null 2>&1; do
+  sleep 0.05; j=$((j + 1))
+done
+for e in "$1"/ended-first/rank-*.json; do
+  [ -e "$e" ] || break
+  for f in "$1"/rank-*-*.json; do spoke "$f" && break 2; done
+  mkdir "$1/said" 2>/dev/null || break
+  f=${e##*/}; pid=${f##*-}; pid=${pid%.json}; rank=${f#rank-}; rank=${rank%%-*}
+  who="rank $rank (host $(uname -n), pid $pid)"
+  why="while its peers ran; its launcher stopped them before they could say so"
+  echo "ddpcheck: $who is lost: its process ended at stage '$(stage "$e")' $why" >&2
+  break
+done
 rm -rf -- "$1"; } &"""
 
 
