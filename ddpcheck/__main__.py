@@ -8,10 +8,18 @@ that comes meanwhile is noted first, by a handler that needs no import, and acte
 """
 
 import _signal  # built into the interpreter: nothing to load before a Ctrl-C is noted
+import posix  # built in too: the environment, before os is loaded
 
 _noted_before: list[int] = []
 if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # an ignored one stays ignored
     _signal.signal(_signal.SIGINT, lambda signum, frame: _noted_before.append(signum))
+# A launcher's rank: its SIGTERM (another rank failed) is noted too, and answered once rank/early.py
+# is loaded. By default it would end the rank without a word: on a busy host, loading ddpcheck's
+# first modules took over a second, and torchrun's SIGTERM came then (3 strikes of 20).
+_terms_noted: list[int] = []
+_LAUNCHED = (b"RANK", b"OMPI_COMM_WORLD_RANK", b"PMI_RANK", b"SLURM_PROCID")
+if any(name in posix.environ for name in _LAUNCHED) and _signal.getsignal(_signal.SIGTERM) == _signal.SIG_DFL:
+    _signal.signal(_signal.SIGTERM, lambda signum, frame: _terms_noted.append(signum))
 
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -26,7 +34,11 @@ def main() -> None:
     if arrival.start(os.environ, sys.argv[1:]) is not None:
         from ddpcheck.rank import early
 
-        early.answer_sigterm()
+        early.answer_sigterm(noted=bool(_terms_noted))
+    elif _terms_noted or _signal.getsignal(_signal.SIGTERM) not in (_signal.SIG_DFL, _signal.SIG_IGN):
+        _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)  # not a rank here: SIGTERM ends it as before
+        if _terms_noted:
+            os.kill(os.getpid(), _signal.SIGTERM)
     from ddpcheck.cli import main as run
 
     run()

@@ -19,13 +19,16 @@ from ddpcheck.rank import arrival, interrupt
 from ddpcheck.rank.here import arrivals_seen
 
 
-def answer_sigterm() -> None:
-    """From this rank's first moment, until the run answers SIGTERM itself (inline.SigtermWatch).
+def answer_sigterm(noted: bool = False) -> None:
+    """From this rank's first moment, until the run answers SIGTERM itself (inline.SigtermWatch);
+    `noted`: one came while ddpcheck's first modules loaded (the entry point noted it): answered now.
 
     Imported and installed before torch: a handler that had to import what it reads while the main
     thread is inside `import torch` could meet a half-loaded module, and say nothing."""
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
         signal.signal(signal.SIGTERM, _on_sigterm)
+    if noted:
+        on_sigterm()
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
