@@ -75,6 +75,12 @@ for f in "$1"/rank-*-*.json; do
   pid=${f##*-}; pid=${pid%.json}
   case "$(state "$pid")" in Z|X|'') ;; T) stopped="$stopped $f";; *) alive=1;; esac
 done
+for c in $(cat /proc/"$3"/task/*/children 2>/dev/null); do  # a sibling rank with no file yet
+  [ "$c" = "$2" ] && continue
+  case "$(state "$c")" in Z|X|'') continue;; esac
+  ls "$1"/rank-*-"$c".json >/dev/null 2>&1 && continue
+  tr '\0' '\n' < /proc/"$c"/environ 2>/dev/null | grep -q "^$4=" && exit 0
+done
 if [ -n "$alive" ]; then
   for f in "$1"/rank-*-"$2".json; do
     spoke "$f" || { mkdir "$1/ended-first" 2>/dev/null && cp "$f" "$1/ended-first/.part" &&
@@ -231,7 +237,7 @@ class Arrival:
         self.stage_name = ""
         with contextlib.suppress(FileExistsError):
             self.dir.mkdir(mode=0o700)
-        self._remover = _start_remover(self.dir)
+        _start_remover(self.dir, me.rank_variable)
         self.stage(STARTING)
 
     def stage(self, name: str) -> None:
@@ -252,14 +258,43 @@ class Arrival:
         the file says that already); the directory goes if this was the last rank here."""
         if self.stage_name != TERMINATED:
             self.stage(LEFT)
-        if not any(
-            p.state in ("running", "stopped") for p in read(self.dir).values() if p.pid != os.getpid()
+        announced = read(self.dir).values()
+        if not any(p.state in ("running", "stopped") for p in announced if p.pid != os.getpid()) and not (
+            unannounced_siblings(self.identity.rank_variable, {p.pid for p in announced})
         ):
             for path in self.dir.glob("rank-*-*.json"):
                 with contextlib.suppress(OSError):
                     path.unlink()
             with contextlib.suppress(OSError):
                 self.dir.rmdir()
+
+
+def unannounced_siblings(rank_variable: str, announced: set[int]) -> list[int]:
+    """Live ranks of this launch beside this one (its parent's children that carry `rank_variable`)
+    with no file yet: stopped, or slow, before they could write one. Their peers' files must stay,
+    or such a rank, continued later, would find none and take its peers for never arrived."""
+    parent, me, found = os.getppid(), os.getpid(), []
+    try:
+        tasks = os.listdir(f"/proc/{parent}/task")
+    except OSError:
+        return []
+    for task in tasks:
+        try:
+            with open(f"/proc/{parent}/task/{task}/children") as children:
+                pids = [int(pid) for pid in children.read().split()]
+        except (OSError, ValueError):
+            continue
+        for pid in pids:
+            if pid == me or pid in announced or process_state(pid) not in ("running", "stopped"):
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as environ:
+                    names = [entry.split(b"=", 1)[0] for entry in environ.read().split(b"\0")]
+            except OSError:
+                continue
+            if rank_variable.encode() in names:
+                found.append(pid)
+    return found
 
 
 def _write(directory: Path, rank: int, pid: int, stage: str, since: float) -> None:
@@ -317,13 +352,22 @@ def process_state(pid: int) -> str:
     return "running"
 
 
-def _start_remover(directory: Path) -> None:
+def _start_remover(directory: Path, rank_variable: str) -> None:
     """The shell that removes the job's directory once this rank, and every other here, is gone."""
     read_end, write_end = os.pipe()
     try:
         shell = os.posix_spawn(
             "/bin/sh",
-            ["sh", "-c", _REMOVER_SCRIPT, "ddpcheck-job-remover", str(directory), str(os.getpid())],
+            [
+                "sh",
+                "-c",
+                _REMOVER_SCRIPT,
+                "ddpcheck-job-remover",
+                str(directory),
+                str(os.getpid()),
+                str(os.getppid()),
+                rank_variable,
+            ],
             os.environ,
             file_actions=[
                 (os.POSIX_SPAWN_DUP2, read_end, 0),

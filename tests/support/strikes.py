@@ -127,12 +127,11 @@ def strike(launcher: str, moment_s: float, signum: int, scratch: Path, env: dict
             elif target is not None and time.monotonic() - began >= moment_s:
                 break
             time.sleep(0.005)
-        if target is not None and proc.poll() is None:
-            try:
+        # A rank that has left (its verdict out, exiting) is past any moment of its life a peer could see.
+        if target is not None and proc.poll() is None and _stage_of(scratch, rank, target.pid) != "left":
+            with contextlib.suppress(ProcessLookupError):  # it ended a moment ago: not a strike
                 os.kill(target.pid, signum)
-                outcome.struck, outcome.pid = True, target.pid
-            except ProcessLookupError:
-                pass  # it ended a moment ago: not a strike
+                outcome.struck, outcome.pid = _took(target, signum), target.pid
         struck_at = time.monotonic()
         try:
             outcome.out, outcome.err = proc.communicate(timeout=BOUND_S + 15)
@@ -164,6 +163,21 @@ def _leftovers(scratch: Path, report: dict | None) -> list[str]:
     theirs = ("torchelastic_", "ompi.")
     left = sorted(p for p in scratch.iterdir() if p.name != kept and not p.name.startswith(theirs))
     return [f"{p.name}/{sorted(c.name for c in p.iterdir())[:5]}" if p.is_dir() else p.name for p in left]
+
+
+def _took(target: psutil.Process, signum: int) -> bool:
+    """Whether the signal struck a living rank: a process already exiting is not stopped by SIGSTOP."""
+    if signum != signal.SIGSTOP:
+        return True
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        try:
+            if target.status() == psutil.STATUS_STOPPED:
+                return True
+        except psutil.Error:
+            return False
+        time.sleep(0.01)
+    return False
 
 
 def _stage_of(scratch: Path, rank: int, pid: int) -> str | None:
