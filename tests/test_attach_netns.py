@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.attached import PER_NODE, across_nodes, attach_on_nodes, job_processes, py_spies, rank_pid
-from tests.support.netns import NamespacesUnavailable, bridged, namespaces
+from tests.support.netns import bridged_or_skip, namespaces
 
 pytestmark = pytest.mark.netns
 
@@ -27,12 +27,11 @@ VERDICT_S = 20.0  # the issue's bound for 3 nodes, from the attaches' start to t
 
 @pytest.fixture
 def nodes():
-    try:
-        with bridged("wt42", "10.231.42", NODES, tools=("ip", "unshare", "nsenter")) as hosts:
-            yield hosts
-    except NamespacesUnavailable as exc:
-        pytest.skip(str(exc))
-    tag = hosts[0]["netns"][: -len("h0")]  # every namespace of these hosts, the bridge's too, starts so
+    made: list[dict] = []
+    for hosts in bridged_or_skip("wt42", "10.231.42", NODES, tools=("ip", "unshare", "nsenter")):
+        made = hosts
+        yield hosts
+    tag = made[0]["netns"][: -len("h0")]  # every namespace of these hosts, the bridge's too, starts so
     assert [name for name in namespaces() if name.startswith(tag)] == []
 
 

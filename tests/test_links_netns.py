@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import assert_nothing_left
-from tests.support.netns import NamespacesUnavailable, bridged, free_port, on_host
+from tests.support.netns import bridged_or_skip, free_port, on_host
 
 HOSTS = 5  # --hostlist must name the slow host alone, not the four that exchanged with it
 SLOW = 2  # the host whose outgoing link tc limits
@@ -19,11 +19,7 @@ RATE = "100mbit"  # 0.0125 GB/s: far below what a veth carries here (~1-2 GB/s)
 @pytest.fixture
 def bridged_hosts():
     """HOSTS namespaces, each joined by a veth pair to a bridge in a namespace of its own."""
-    try:
-        with bridged("wt13", "10.231.13", HOSTS, tools=("ip", "tc", "unshare")) as hosts:
-            yield hosts
-    except NamespacesUnavailable as exc:
-        pytest.skip(str(exc))
+    yield from bridged_or_skip("wt13", "10.231.13", HOSTS, tools=("ip", "tc", "unshare"))
 
 
 @pytest.mark.netns

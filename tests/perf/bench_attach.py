@@ -19,7 +19,6 @@ every node gave it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import signal
@@ -30,42 +29,20 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.support.attached import JOB, PER_NODE, across_nodes, attach_on_nodes, rank_pid
-from tests.support.netns import bridged, free_port
+from tests.support.attached import PER_NODE, across_nodes, attach_on_nodes, rank_pid, torchrun_job
+from tests.support.netns import bridged
 
 HERE = Path(__file__).resolve().parents[2]
 ELAPSED = re.compile(r" in \d+(\.\d+)? s\b")
 EXPECTED = {"hang": 3, "mismatch": 3, "stopped": 3, "healthy": 0}
 
 
-def _environ(proc: psutil.Process) -> dict[str, str]:
-    try:
-        return proc.environ()
-    except psutil.Error:
-        return {}
-
-
 def one_node(args: argparse.Namespace, env: dict[str, str], scratch: str) -> list[tuple[float, int, str]]:
     """Each rep: (seconds, exit code, last line) of `ddpcheck attach PID`, a torchrun job of --nproc ranks."""
-    log = Path(scratch) / "job.log"
     mode = "healthy" if args.mode == "stopped" else args.mode
-    job_env = {**env, "TMPDIR": scratch, "ATTACH_JOB_MODE": mode}
-    with open(log, "w") as out:
-        job = subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc),
-             "--master-port", str(free_port()), JOB],
-            env=job_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
     runs = []
-    try:
-        deadline = time.monotonic() + 300
-        while "ready" not in log.read_text():
-            if job.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(log.read_text())
-            time.sleep(0.2)
+    with torchrun_job(args.nproc, Path(scratch), {**env, "ATTACH_JOB_MODE": mode}) as job:
         if args.mode == "stopped":
             os.kill(rank_pid(Path(scratch), 1), signal.SIGSTOP)
         time.sleep(1.0)
@@ -73,18 +50,8 @@ def one_node(args: argparse.Namespace, env: dict[str, str], scratch: str) -> lis
             began = time.monotonic()
             argv = [sys.executable, "-m", "ddpcheck", "attach", str(job.pid), "-q"]
             run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
-            runs.append(
-                (time.monotonic() - began, run.returncode, (run.stdout.strip().splitlines() or [""])[-1])
-            )
-    finally:
-        # torchrun starts each rank in a session of its own: its group's SIGKILL leaves them running.
-        ranks = [p for p in psutil.process_iter() if _environ(p).get("TMPDIR") == scratch]
-        os.killpg(job.pid, signal.SIGKILL)
-        for rank in ranks:
-            with contextlib.suppress(psutil.Error):
-                rank.kill()
-        job.wait()
-        psutil.wait_procs(ranks, timeout=10)
+            last = (run.stdout.strip().splitlines() or [""])[-1]
+            runs.append((time.monotonic() - began, run.returncode, last))
     return runs
 
 

@@ -15,10 +15,8 @@ main thread once.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -26,11 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.support.attached import JOB, rank_pid
-from tests.support.netns import free_port
+from tests.support.attached import rank_pid, torchrun_job
 
 HERE = Path(__file__).resolve().parents[2]
 WAYS = {"none": None, "nonblocking": ["--nonblocking"], "blocking": [], "native": ["--native"]}
@@ -58,28 +53,14 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=10)
     args = parser.parse_args()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
+    figures: dict[str, list[tuple[float, float]]] = {way: [] for way in WAYS}
     with tempfile.TemporaryDirectory() as scratch:
-        log = Path(scratch) / "job.log"
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE), "TMPDIR": scratch,
-               "ATTACH_JOB_MODE": "hang", "ATTACH_JOB_GAPS": scratch}  # fmt: skip
-        with open(log, "w") as out:
-            job = subprocess.Popen(
-                [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                 str(free_port()), JOB],
-                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 300
-            while "ready" not in log.read_text():
-                if job.poll() is not None or time.monotonic() > deadline:
-                    print(log.read_text())
-                    return 1
-                time.sleep(0.2)
+        gaps = Path(scratch) / "gaps0"
+        with torchrun_job(2, Path(scratch), {**env, "ATTACH_JOB_MODE": "hang", "ATTACH_JOB_GAPS": scratch}):
             time.sleep(2.0)
             pid = rank_pid(Path(scratch), 0)
-            figures: dict[str, list[tuple[float, float]]] = {way: [] for way in WAYS}
-            shown = False
-            for _ in range(args.reps):
+            for rep in range(args.reps):
                 for way, options in WAYS.items():
                     began = time.monotonic()
                     if options is None:
@@ -88,35 +69,18 @@ def main() -> int:
                         argv = ["py-spy", "dump", "--pid", str(pid), "--json", *options]
                         run = subprocess.run(argv, capture_output=True, text=True, timeout=60)
                         if run.returncode != 0:
-                            print(f"{way}: py-spy failed: {run.stderr.strip()}")
-                            return 1
-                        if way == "native" and not shown:
-                            shown = True
+                            raise SystemExit(f"{way}: py-spy failed: {run.stderr.strip()}")
+                        if way == "native" and rep == 0:
                             show(run.stdout)
                     ended = time.monotonic()
                     time.sleep(0.2)  # the ticking thread writes the gap once it runs again
-                    figures[way].append((ended - began, pause_during(Path(scratch) / "gaps0", began, ended)))
-        finally:
-            ranks = [p for p in psutil.process_iter() if _environ(p).get("TMPDIR") == scratch]
-            os.killpg(job.pid, signal.SIGKILL)
-            for rank in ranks:
-                with contextlib.suppress(psutil.Error):
-                    rank.kill()
-            job.wait()
-            psutil.wait_procs(ranks, timeout=10)
+                    figures[way].append((ended - began, pause_during(gaps, began, ended)))
     print(f"{'way':12} {'dump median':>12} {'dump worst':>11} {'pause median':>13} {'pause worst':>12}")
     for way, runs in figures.items():
         times, pauses = [t for t, _ in runs], [p for _, p in runs]
         print(f"{way:12} {statistics.median(times):11.3f}s {max(times):10.3f}s "
               f"{statistics.median(pauses):11.1f}ms {max(pauses):10.1f}ms")  # fmt: skip
     return 0
-
-
-def _environ(proc: psutil.Process) -> dict[str, str]:
-    try:
-        return proc.environ()
-    except psutil.Error:
-        return {}
 
 
 if __name__ == "__main__":

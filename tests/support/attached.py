@@ -7,6 +7,7 @@ Shared by tests/test_attach.py, tests/test_attach_netns.py and tests/perf/bench_
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from tests.support.netns import in_node, node_init, start_node
+from tests.support.netns import free_port, in_node, node_init, start_node
 
 JOB = str(Path(__file__).parent / "attach_job.py")
 RANK_NAMES = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
@@ -53,6 +54,40 @@ def py_spies(scratch: Path) -> list[int]:
             if proc.info["name"] == "py-spy" and proc.environ().get("TMPDIR") == str(scratch):
                 found.append(proc.pid)
     return found
+
+
+@contextlib.contextmanager
+def torchrun_job(nproc: int, scratch: Path, env: dict[str, str]) -> Iterator[subprocess.Popen]:
+    """The job under torchrun on this node (TMPDIR `scratch`, its output in scratch/job.log) once
+    ready; every process of it ended after (a benchmark's: a test's asserts more, test_attach.started)."""
+    log = scratch / "job.log"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port",
+            str(free_port()), JOB]  # fmt: skip
+    with open(log, "w") as out:
+        job = subprocess.Popen(
+            argv,
+            env={**env, "TMPDIR": str(scratch)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while "ready" not in log.read_text():
+            if job.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(log.read_text())
+            time.sleep(0.2)
+        yield job
+    finally:
+        # torchrun starts each rank in a session of its own: its group's SIGKILL leaves them running.
+        ranks = job_processes(scratch)
+        with contextlib.suppress(OSError):
+            os.killpg(job.pid, signal.SIGKILL)
+        for rank in ranks:
+            with contextlib.suppress(psutil.Error):
+                rank.kill()
+        job.wait()
+        psutil.wait_procs(ranks, timeout=10)
 
 
 def gone_within(scratch: Path, seconds: float) -> list[psutil.Process]:

@@ -122,6 +122,17 @@ def bridged(
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
+def bridged_or_skip(
+    prefix: str, subnet: str, count: int, tools: tuple[str, ...] = ("ip", "unshare")
+) -> Iterator[list[dict[str, Any]]]:
+    """bridged() for a fixture (`yield from`): the test skips, with the reason, where it cannot be made."""
+    try:
+        with bridged(prefix, subnet, count, tools) as hosts:
+            yield hosts
+    except NamespacesUnavailable as exc:
+        pytest.skip(str(exc))
+
+
 def namespaces() -> list[str]:
     """The network namespaces on this machine, by name."""
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
