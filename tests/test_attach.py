@@ -21,36 +21,18 @@ import psutil
 import pytest
 
 from tests.conftest import assert_usage_error
+from tests.support.attached import JOB, gone_within, job_processes, py_spies, rank_pid
 from tests.support.load import busy_cores
 from tests.support.netns import free_port
 
 pytestmark = pytest.mark.integration
 
-JOB = str(Path(__file__).parent / "support" / "attach_job.py")
 VERDICT_S = 10.0  # the issue's bound for 8 ranks on one node; these jobs have 3
 PLAIN = [sys.executable, JOB]
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3"]
 MPIRUN += [a for name in ("PYTHONPATH", "TMPDIR", "OMP_NUM_THREADS", "ATTACH_JOB_MODE", "MASTER_ADDR",
                           "MASTER_PORT") for a in ("-x", name)] + PLAIN  # fmt: skip
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed")
-
-
-def _job_processes(scratch: Path) -> list[psutil.Process]:
-    """This test's job processes (its TMPDIR tells them from any other run's)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        with contextlib.suppress(psutil.Error):
-            if JOB in " ".join(proc.info["cmdline"] or []) and proc.environ().get("TMPDIR") == str(scratch):
-                found.append(proc)
-    return found
-
-
-def rank_pid(scratch: Path, rank: int) -> int:
-    for proc in _job_processes(scratch):
-        environ = proc.environ()
-        if any(environ.get(n) == str(rank) for n in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")):
-            return proc.pid
-    raise AssertionError(f"no process of rank {rank}")
 
 
 @contextlib.contextmanager
@@ -74,26 +56,16 @@ def started(
         time.sleep(1.0)  # the fault planted, every rank where it stays
         yield proc
     finally:
-        for p in _job_processes(scratch):
+        for p in job_processes(scratch):
             with contextlib.suppress(psutil.Error):
                 p.send_signal(signal.SIGCONT)
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        for p in _job_processes(scratch):
+        for p in job_processes(scratch):
             with contextlib.suppress(psutil.Error):
                 p.kill()
         proc.wait(timeout=30)
-        deadline = time.monotonic() + 10
-        while _job_processes(scratch) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _job_processes(scratch) == []
-
-
-def _py_spies(scratch: Path) -> list[int]:
-    """py-spy processes still reading this test's job (attach must have ended every one)."""
-    pids = {str(p.pid) for p in _job_processes(scratch)}
-    return [p.pid for p in psutil.process_iter(["name", "cmdline"])
-            if p.info["name"] == "py-spy" and pids & set(p.info["cmdline"] or [])]  # fmt: skip
+        assert gone_within(scratch, 10) == []
 
 
 def check(run, name: str) -> dict:
@@ -122,8 +94,8 @@ def test_torchrun_rank_hung_in_user_code_is_named_and_the_job_goes_on(ddpcheck, 
         assert_named(run, "hang", 1, "load_batch", "attach_job.py:", "waiting in all_reduce")
         rows = {r["rank"]: r for r in run.report["tables"]["ranks"]}
         assert sorted(rows) == [0, 1, 2] and rows[1]["pid"] == rank_pid(scratch, 1)
-        assert job.poll() is None and len(_job_processes(scratch)) == 4  # torchrun and its 3 ranks go on
-        assert _py_spies(scratch) == []
+        assert job.poll() is None and len(job_processes(scratch)) == 4  # torchrun and its 3 ranks go on
+        assert py_spies(scratch) == []
         # attach wrote nothing: TMPDIR holds only torchrun's own folder
         assert [p.name for p in scratch.iterdir() if not p.name.startswith("torchelastic_")] == []
 
@@ -161,12 +133,29 @@ def test_a_healthy_job_is_named_healthy_also_on_a_busy_machine(ddpcheck, scratch
         assert job.poll() is None
 
 
+def assert_ended_by_kill(run, job: subprocess.Popen, scratch: Path, rank: int) -> None:
+    """--kill: the verdict first, then every process of the job gone (launcher included), no py-spy left."""
+    assert run.code == 3 and check(run, "hang")["ranks"] == [rank], run.stdout + run.stderr
+    (note,) = [note for note in run.report["notes"] if note.startswith("--kill: ended the job")]
+    # SIGTERM is enough for each launcher: a process that ended but is not yet reaped (a zombie: the job
+    # is this test's child) once made attach wait out the 5 s grace and count it as SIGKILLed.
+    assert "SIGKILL" not in note, note
+    assert job.wait(timeout=15) is not None
+    assert gone_within(scratch, 5) == []
+    assert py_spies(scratch) == []
+
+
 def test_kill_ends_the_job_after_the_verdict(ddpcheck, scratch) -> None:
     with started(torchrun(), scratch, "hang") as job:
         run = ddpcheck("attach", str(job.pid), "--kill")
-        assert run.code == 3 and check(run, "hang")["ranks"] == [1], run.stdout + run.stderr
-        assert job.wait(timeout=15) is not None
-        assert _job_processes(scratch) == []
+        assert_ended_by_kill(run, job, scratch, 1)
+
+
+def test_kill_ends_a_plain_python_job(ddpcheck, scratch) -> None:
+    with started(PLAIN, scratch, "hang", env={"ATTACH_JOB_RANK": "0"}) as job:
+        run = ddpcheck("attach", str(job.pid), "--kill")
+        assert_ended_by_kill(run, job, scratch, 0)
+        assert list(scratch.iterdir()) == []
 
 
 # ------------------------------------------------------------------------------------------ mpirun
@@ -175,6 +164,14 @@ def test_mpirun_rank_hung_in_user_code_is_named(ddpcheck, scratch) -> None:
     with started(MPIRUN, scratch, "hang") as job:
         run = ddpcheck("attach", str(job.pid))
         assert_named(run, "hang", 1, "load_batch")
+
+
+@needs_mpirun
+def test_mpirun_kill_ends_the_job(ddpcheck, scratch) -> None:
+    with started(MPIRUN, scratch, "hang") as job:
+        run = ddpcheck("attach", str(job.pid), "--kill")
+        assert_ended_by_kill(run, job, scratch, 1)
+        assert list(scratch.iterdir()) == []  # mpirun removed its session directory
 
 
 # ------------------------------------------------------------------------------------------ srun
@@ -194,6 +191,29 @@ def test_srun_by_its_pid_and_one_attach_per_node(slurm, ddpcheck, scratch, tmp_p
         assert per_node.returncode == 3, per_node.stdout + per_node.stderr
         assert "hang: rank 1" in per_node.stdout, per_node.stdout
         assert len(list(shared.glob("*/*.json"))) == 1  # one node, one evidence file, in the step's folder
+
+
+def _left_of_slurm_job(job_id: str, slurm: dict[str, str]) -> list[str]:
+    """What Slurm still holds of job `job_id`: its step daemons ('slurmstepd: [J.0]'), its queue entry."""
+    left = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        words = " ".join(proc.info["cmdline"] or [])
+        if (proc.info["name"] or "").startswith("slurmstepd") and f"[{job_id}." in words:
+            left.append(f"slurmstepd {proc.pid}")
+    queued = ["squeue", "-h", "-j", job_id, "-o", "%T"]
+    state = subprocess.run(queued, env={**os.environ, **slurm}, capture_output=True, text=True).stdout.strip()
+    return left + ([f"squeue: {state}"] if state else [])
+
+
+def test_srun_kill_ends_the_step_and_its_allocation(slurm, ddpcheck, scratch) -> None:
+    with started(["srun", "-n", "3", *PLAIN], scratch, "hang", env=slurm) as job:
+        job_id = _slurm_job_id(scratch)
+        run = ddpcheck("attach", str(job.pid), "--kill", env=slurm)
+        assert_ended_by_kill(run, job, scratch, 1)  # srun itself exits once its tasks are gone
+        deadline = time.monotonic() + 10
+        while _left_of_slurm_job(job_id, slurm) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _left_of_slurm_job(job_id, slurm) == []
 
 
 # ------------------------------------------------------------------------------------------ no job

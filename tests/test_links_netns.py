@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import assert_nothing_left
-from tests.support.netns import free_port, ip, on_host
+from tests.support.netns import bridged_or_skip, free_port, on_host
 
 HOSTS = 5  # --hostlist must name the slow host alone, not the four that exchanged with it
 SLOW = 2  # the host whose outgoing link tc limits
@@ -22,37 +19,7 @@ RATE = "100mbit"  # 0.0125 GB/s: far below what a veth carries here (~1-2 GB/s)
 @pytest.fixture
 def bridged_hosts():
     """HOSTS namespaces, each joined by a veth pair to a bridge in a namespace of its own."""
-    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("ip", "tc", "unshare")):
-        pytest.skip("needs root, iproute2 (ip, tc) and unshare to build network namespaces")
-    tag = uuid.uuid4().hex[:5]
-    bridge_ns = f"wt13{tag}br"
-    names = [f"wt13{tag}h{i}" for i in range(HOSTS)]
-    try:
-        ip("netns", "add", bridge_ns)
-    except subprocess.CalledProcessError as exc:
-        pytest.skip(f"ip netns is unavailable here: {exc.stderr.decode().strip()}")
-    try:
-        ip("-n", bridge_ns, "link", "add", "br0", "type", "bridge")
-        ip("-n", bridge_ns, "link", "set", "br0", "up")
-        hosts = []
-        for i, ns in enumerate(names):
-            ip("netns", "add", ns)
-            dev, peer, address = f"w{tag}h{i}", f"w{tag}b{i}", f"10.231.13.{i + 1}"
-            ip("link", "add", dev, "type", "veth", "peer", "name", peer)
-            ip("link", "set", dev, "netns", ns)
-            ip("link", "set", peer, "netns", bridge_ns)
-            ip("-n", bridge_ns, "link", "set", peer, "master", "br0")
-            ip("-n", bridge_ns, "link", "set", peer, "up")
-            ip("-n", ns, "addr", "add", f"{address}/24", "dev", dev)
-            ip("-n", ns, "link", "set", dev, "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-            hosts.append(
-                {"netns": ns, "device": dev, "address": address, "hostname": f"wt13-{tag}-{'abcde'[i]}"}
-            )
-        yield hosts
-    finally:
-        for ns in [*names, bridge_ns]:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    yield from bridged_or_skip("wt13", "10.231.13", HOSTS, tools=("ip", "tc", "unshare"))
 
 
 @pytest.mark.netns

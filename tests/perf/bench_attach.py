@@ -1,18 +1,26 @@
-"""Time to verdict of `ddpcheck attach`: a real gloo job of N ranks under torchrun, hung or healthy.
+"""Time to verdict of `ddpcheck attach`: a real gloo job, hung, stopped or healthy, on one node or three.
 
 Starts tests/support/attach_job.py (one rank sleeping in user code while its peers wait in
-all_reduce, or every rank stepping), waits until it is ready, then times `ddpcheck attach PID`
-from the command's start to its exit, --reps times, and prints each run, the median and the
-worst, with the verdict it gave. The figures in docs/attach.md come from it.
+all_reduce, a rank in broadcast while its peers wait in all_reduce, a rank stopped by SIGSTOP, or
+every rank stepping), waits until it is ready, then times `ddpcheck attach` from the command's
+start to its exit, --reps times, and prints each run, the median and the worst, with the verdict
+it gave. The figures in docs/attach.md come from it.
 
     python tests/perf/bench_attach.py --nproc 8 --reps 5 --mode hang
+
+With --nodes 3 (root: network and pid namespaces, tests/support/netns.py), the job spans three
+nodes of 2 ranks, torchrun the pid 1 of each, and one `attach --all --dir` per node is started at
+once; a run's time is until the last of them exits, and its verdict counts as right only when
+every node gave it.
+
+    python tests/perf/bench_attach.py --nodes 3 --reps 5 --mode stopped
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -21,67 +29,81 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.support.netns import free_port
+from tests.support.attached import PER_NODE, across_nodes, attach_on_nodes, rank_pid, torchrun_job
+from tests.support.netns import bridged
 
 HERE = Path(__file__).resolve().parents[2]
-JOB = str(HERE / "tests" / "support" / "attach_job.py")
-EXPECTED = {"hang": 3, "mismatch": 3, "healthy": 0}
+ELAPSED = re.compile(r" in \d+(\.\d+)? s\b")
+EXPECTED = {"hang": 3, "mismatch": 3, "stopped": 3, "healthy": 0}
 
 
-def _environ(proc: psutil.Process) -> dict[str, str]:
-    try:
-        return proc.environ()
-    except psutil.Error:
-        return {}
+def one_node(args: argparse.Namespace, env: dict[str, str], scratch: str) -> list[tuple[float, int, str]]:
+    """Each rep: (seconds, exit code, last line) of `ddpcheck attach PID`, a torchrun job of --nproc ranks."""
+    mode = "healthy" if args.mode == "stopped" else args.mode
+    runs = []
+    with torchrun_job(args.nproc, Path(scratch), {**env, "ATTACH_JOB_MODE": mode}) as job:
+        if args.mode == "stopped":
+            os.kill(rank_pid(Path(scratch), 1), signal.SIGSTOP)
+        time.sleep(1.0)
+        for _ in range(args.reps):
+            began = time.monotonic()
+            argv = [sys.executable, "-m", "ddpcheck", "attach", str(job.pid), "-q"]
+            run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+            last = (run.stdout.strip().splitlines() or [""])[-1]
+            runs.append((time.monotonic() - began, run.returncode, last))
+    return runs
+
+
+def nodes(args: argparse.Namespace, scratch: str) -> list[tuple[float, int, str]]:
+    """Each rep: one attach per node at once; (seconds to the last exit, the common exit code, or -1
+    when the nodes' codes or verdicts differ, and the verdict)."""
+    runs = []
+    culprit = args.nodes * PER_NODE - 1  # on the last node: the others see only its peers
+    mode = "healthy" if args.mode == "stopped" else args.mode
+    with (
+        tempfile.TemporaryDirectory() as logs,
+        bridged("bench42", "10.231.142", args.nodes, tools=("ip", "unshare", "nsenter")) as hosts,
+        across_nodes(hosts, Path(scratch), Path(logs), mode, culprit) as inits,
+    ):
+        work = Path(logs)
+        if args.mode == "stopped":
+            os.kill(rank_pid(Path(scratch), culprit), signal.SIGSTOP)
+            time.sleep(1.0)
+        for rep in range(args.reps):
+            reports = [work / f"rep{rep}-node{i}.json" for i in range(args.nodes)]
+            began = time.monotonic()
+            procs = attach_on_nodes(inits, work / f"rep{rep}", Path(scratch), reports, "-q")
+            outputs = [p.communicate(timeout=120) for p in procs]
+            seconds = time.monotonic() - began
+            codes = {p.returncode for p in procs}
+            # The summary line less each node's own elapsed time ("... in 1.1 s - hang: rank 5").
+            verdicts = {ELAPSED.sub("", (out.strip().splitlines() or [""])[-1]) for out, _ in outputs}
+            code = codes.pop() if len(codes) == 1 and len(verdicts) == 1 else -1
+            verdict = verdicts.pop() if len(verdicts) == 1 else f"disagree: {sorted(verdicts)}"
+            runs.append((seconds, code, verdict))
+    return runs
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--nproc", type=int, default=8)
+    parser.add_argument("--nproc", type=int, default=8, help="ranks on the one node (without --nodes)")
+    parser.add_argument("--nodes", type=int, default=1, help="nodes made of namespaces, 2 ranks each (root)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--mode", choices=sorted(EXPECTED), default="hang")
     args = parser.parse_args()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ATTACH_JOB_MODE": args.mode, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
+    os.environ.update(OMP_NUM_THREADS="1", PYTHONPATH=str(HERE))
     with tempfile.TemporaryDirectory() as scratch:
-        log = Path(scratch) / "job.log"
-        with open(log, "w") as out:
-            job = subprocess.Popen(
-                [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc),
-                 "--master-port", str(free_port()), JOB],
-                env={**env, "TMPDIR": scratch}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 300
-            while "ready" not in log.read_text():
-                if job.poll() is not None or time.monotonic() > deadline:
-                    print(log.read_text())
-                    return 1
-                time.sleep(0.2)
-            time.sleep(1.0)
-            times, wrong = [], 0
-            for rep in range(args.reps):
-                began = time.monotonic()
-                argv = [sys.executable, "-m", "ddpcheck", "attach", str(job.pid), "-q"]
-                run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
-                seconds = time.monotonic() - began
-                times.append(seconds)
-                wrong += run.returncode != EXPECTED[args.mode]
-                last = (run.stdout.strip().splitlines() or [""])[-1]
-                print(f"run {rep + 1}: {seconds:.2f} s, exit {run.returncode}: {last[:100]}")
-        finally:
-            # torchrun starts each rank in a session of its own: its group's SIGKILL leaves them running.
-            ranks = [p for p in psutil.process_iter() if _environ(p).get("TMPDIR") == scratch]
-            os.killpg(job.pid, signal.SIGKILL)
-            for rank in ranks:
-                with contextlib.suppress(psutil.Error):
-                    rank.kill()
-            job.wait()
-            psutil.wait_procs(ranks, timeout=10)
-    median, worst = statistics.median(times), max(times)
-    print(f"{args.nproc} ranks, {args.mode}: median {median:.2f} s, worst {worst:.2f} s, {wrong} wrong")
+        runs = nodes(args, scratch) if args.nodes > 1 else one_node(args, env, scratch)
+    wrong = 0
+    for index, (seconds, code, line) in enumerate(runs):
+        wrong += code != EXPECTED[args.mode]
+        print(f"run {index + 1}: {seconds:.2f} s, exit {code}: {line[:100]}")
+    times = [seconds for seconds, _, _ in runs]
+    what = f"{args.nodes} nodes x {PER_NODE} ranks" if args.nodes > 1 else f"{args.nproc} ranks"
+    print(f"{what}, {args.mode}: median {statistics.median(times):.2f} s, worst {max(times):.2f} s, "
+          f"{wrong} wrong of {len(runs)}")  # fmt: skip
     return 1 if wrong else 0
 
 

@@ -10,6 +10,10 @@ once every rank has done ATTACH_JOB_STEPS steps:
   mismatch   rank ATTACH_JOB_RANK calls broadcast where its peers call all_reduce: every rank waits,
              in another collective
 A rank stopped by the test (SIGSTOP) needs no mode: its peers wait for it in all_reduce.
+
+ATTACH_JOB_GAPS=DIR: each rank also writes to DIR/gaps<rank> every gap over 5 ms between the 1 ms
+ticks of a thread of its own: the pauses a reader from outside (py-spy) made it take
+(tests/perf/bench_attach_native.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import datetime
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -25,6 +30,18 @@ import torch.distributed as dist
 
 def _env(*names: str, default: str = "") -> str:
     return next((os.environ[n] for n in names if n in os.environ), default)
+
+
+def write_gaps(path: str) -> None:
+    """Every gap over 5 ms between 1 ms ticks, in ms, one a line: a pause from outside shows as one."""
+    last = time.monotonic()
+    with open(path, "a", buffering=1) as out:
+        while True:
+            time.sleep(0.001)
+            now = time.monotonic()
+            if now - last > 0.005:
+                out.write(f"{now:.4f} {(now - last) * 1000:.1f}\n")
+            last = now
 
 
 def load_batch() -> None:
@@ -50,6 +67,9 @@ def main() -> None:
     world = int(_env("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", default="1"))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=3600))
+    if os.environ.get("ATTACH_JOB_GAPS"):
+        path = os.path.join(os.environ["ATTACH_JOB_GAPS"], f"gaps{rank}")
+        threading.Thread(target=write_gaps, args=(path,), daemon=True).start()
     mode = os.environ.get("ATTACH_JOB_MODE", "healthy")
     culprit = int(os.environ.get("ATTACH_JOB_RANK", "1"))
     steps = int(os.environ.get("ATTACH_JOB_STEPS", "20"))

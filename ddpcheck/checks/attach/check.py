@@ -19,6 +19,7 @@ from ddpcheck.checks.attach.evidence import IO_PROGRESS_BYTES, SAMPLES, Seen
 from ddpcheck.checks.watch.judge import with_flight_recorders
 from ddpcheck.failure import ras
 from ddpcheck.failure.hangs import _report, judge_hang
+from ddpcheck.failure.processes import alive
 from ddpcheck.report.model import Check, Report, Status
 from ddpcheck.report.naming import span
 
@@ -122,20 +123,31 @@ def dumps_check(seen: Seen) -> Check:
 
 def end(job: find.Job) -> str:
     """--kill: SIGTERM the launcher and every rank (a stopped one continued to take it), then SIGKILL."""
-    procs = []
+    procs: dict[int, psutil.Process] = {}  # by pid: a plain python is both the job's root and its rank 0
     for pid in [*job.roots, *(p.pid for p in job.ranks.values())]:
         with contextlib.suppress(psutil.Error):
             proc = psutil.Process(pid)
             if proc.name() != "slurmstepd":  # Slurm's own: srun notices its tasks end
-                procs.append(proc)
-    for proc in procs:
+                procs[pid] = proc
+    for proc in procs.values():
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGTERM)
             proc.send_signal(signal.SIGCONT)
-    _, alive = psutil.wait_procs(procs, timeout=KILL_GRACE_S)
-    for proc in alive:
+    left = _wait_ended(list(procs.values()), KILL_GRACE_S)
+    for proc in left:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(alive, timeout=KILL_GRACE_S)
-    killed = f", {len(alive)} after SIGKILL" if alive else ""
+    _wait_ended(left, KILL_GRACE_S)
+    killed = f", {len(left)} after SIGKILL" if left else ""
     return f"--kill: ended the job ({len(procs)} process(es) sent SIGTERM{killed})"
+
+
+def _wait_ended(procs: list[psutil.Process], seconds: float) -> list[psutil.Process]:
+    """Those still running after `seconds`. A zombie has ended: its parent (the user's shell, say) reaps it,
+    not attach; psutil's wait_procs would wait the whole time on it, then count it as SIGKILLed."""
+    deadline = time.monotonic() + seconds
+    left = procs
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [proc for proc in left if alive(proc.pid)]
+    return left

@@ -95,7 +95,8 @@ def root_of(proc: psutil.Process) -> psutil.Process:
             parent = root.parent()
         except psutil.Error:
             return root
-        if parent is None or parent.pid <= 1 or parent.pid in mine:
+        # pid 1 is no stop of its own: in a container (or a node's pid namespace) torchrun is often pid 1.
+        if parent is None or parent.pid in mine:
             return root
         if _name(parent) == "slurmstepd":
             return parent  # the step's tasks on this node are its children
