@@ -401,11 +401,16 @@ def judge_early(statuses: dict[int, SeenStatus], world_size: int, me: int, singl
     if not culprits:
         return None
     parts = [_absent(r, statuses[r]) for r in sorted(lost + stopped)]
-    if missing:
+    if len(missing) == 1:
         parts.append(
-            f"rank{'s' if len(missing) > 1 else ''} {_ranks(missing)} never arrived: no process of "
-            f"{'theirs' if len(missing) > 1 else 'it'} is left on this host "
+            f"rank {missing[0]} never arrived: no process of it is left on this host "
             "(killed before it could say where it was)"
+        )
+    elif missing:
+        # Their launcher stopped the others the moment one ended: which one was first left no trace here.
+        parts.append(
+            f"one of ranks {_ranks(missing)} ended first, before any of them said a word: no process of "
+            "theirs is left on this host, and nothing here tells which one its launcher saw end first"
         )
     hosts = list(dict.fromkeys(statuses[r]["host"] for r in culprits if r in statuses))
     name = "hang" if stopped and not lost and not missing else "rank lost"
