@@ -132,14 +132,16 @@ def test_history_keeps_each_collective_once_and_the_latest_copy() -> None:
 class _Published:
     """A team's store as one task sees it: what it published, by sequence id per rank."""
 
-    def __init__(self) -> None:
+    def __init__(self, others: dict[int, list[dict]] | None = None) -> None:
         self.seqs: list[dict[int, list[int]]] = []
+        self.waiting = others or {}  # what the other tasks published, taken once
 
     def publish(self, entries, hosts) -> None:
         self.seqs.append({r: [e["collective_seq_id"] for e in found] for r, found in entries.items()})
 
     def others(self):
-        return {}, {}
+        taken, self.waiting = self.waiting, {}
+        return taken, dict.fromkeys(taken, "h")
 
 
 def test_a_task_publishes_only_the_collectives_new_since_its_last_sample(tmp_path) -> None:
@@ -155,6 +157,15 @@ def test_a_task_publishes_only_the_collectives_new_since_its_last_sample(tmp_pat
         sampler._take(_Pending(number, 0.0, {2: "h"}), {2})
     assert published.seqs == [{2: [1, 2, 3, 4, 5]}, {2: [6, 7, 8]}, {2: []}]
     assert list(sampler.history.entries[2]["0"]) == list(range(1, 9))  # kept whole here all the same
+
+
+def test_task_0_takes_the_other_tasks_last_samples_in_before_the_report(tmp_path) -> None:
+    """Another task's last sample may be published after task 0's own last one: the report has it."""
+    rank_1 = [slim(dump([entry(seq)]))[0] for seq in range(1, 4)]
+    sampler = Sampler(tmp_path, 1.0, speak=lambda line: None)
+    sampler.exchange = _Published({1: rank_1})
+    sampler.judgement()
+    assert list(sampler.history.entries[1]["0"]) == [1, 2, 3] and sampler.history.hosts == {1: "h"}
 
 
 # ---------------------------------------------------------------- the agent, asked again and again

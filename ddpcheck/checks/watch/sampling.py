@@ -172,12 +172,17 @@ class Sampler:
         }
         if self.exchange is not None:
             self.exchange.publish(fresh, {r: pending.ranks.get(r, "") for r in new})
-            if self.judging:
-                others, hosts = self.exchange.others()
-                for rank, entries in others.items():
-                    self.history.add(rank, entries, hosts.get(rank, ""))
+        self._take_others()
         if self.judging and self.history.entries:
             self._say_changes(stragglers.judge([self.history.sample(self.clock(), RECENT_PER_GROUP)]))
+
+    def _take_others(self) -> None:
+        """Task 0 of a team: what the other tasks published since it last looked, kept with its own."""
+        if self.exchange is None or not self.judging:
+            return
+        others, hosts = self.exchange.others()
+        for rank, entries in others.items():
+            self.history.add(rank, entries, hosts.get(rank, ""))
 
     def _sweep(self, number: int) -> None:
         """Every answer to this request or an earlier one goes (a late one included)."""
@@ -209,6 +214,7 @@ class Sampler:
     # ------------------------------------------------------------ the report
     def judgement(self) -> stragglers.Judgement:
         """The whole watched run judged (the report's; its window is the run's last minute)."""
+        self._take_others()  # the other tasks' last samples, published after task 0's own last one
         if not self.history.entries:
             asked = f"{self.number} request{'s' if self.number != 1 else ''}"
             why = f"no rank answered ({asked})" if self.number else "the job ended before the first sample"
