@@ -16,7 +16,7 @@ from tests.support.saved_reports import (
     run_ddpcheck,
     saved_reports_fixture,  # noqa: F401 (the fixture `saved_reports`)
 )
-from tests.support.synthetic_reports import collectives_report, links_report
+from tests.support.synthetic_reports import collectives_report, links_report, watch_report
 
 pytest.importorskip("matplotlib", reason="--html needs matplotlib: pip install 'ddpcheck[html]'")
 
@@ -155,6 +155,37 @@ def test_a_non_finite_loss_and_a_straggler_are_drawn(saved_reports: dict[str, Sa
     page = render_html(report_from_dict(profile))
     assert "rank 1 (straggler)" in page and ">straggler<" in page
     assert "rank 0 (straggler)" not in page
+
+
+def test_watch_draws_the_heat_map_of_lag_with_the_named_rank_outlined() -> None:
+    """watch --html: from real gloo dumps (rank 2 sleeping 1.3x), a ranks x time map of lag, rank 2's row
+    outlined with its hover text, the per-rank figures beside it; a healthy job's map outlines nobody."""
+    report = watch_report("rank2_slower")
+    page = render_html(report)
+    _self_contained(page)
+    assert len(CHART.findall(page)) == 1
+    assert "Lag behind peers over time, group 0 (default_pg), 4 ranks" in page
+    assert "lag behind peers (ms)" in page and "time in the watched run, buckets (" in page
+    assert page.count("<title>named: ") == 1  # the one outlined row, with its hover text
+    assert "<title>named: rank 2 (vm) slows group 0 (default_pg)</title>" in page
+    assert "slows the job: rank 2 (vm)" in page  # the list under the map
+    # The map's rows are the report's: 4 ranks, each with a cell per bucket.
+    rows = report.table("straggler_lag").rows
+    assert [r["rank"] for r in rows] == [0, 1, 2, 3] and [r["named"] for r in rows] == [
+        False,
+        False,
+        True,
+        False,
+    ]
+    healthy = render_html(watch_report("healthy"))
+    assert len(CHART.findall(healthy)) == 1 and "<title>named: " not in healthy
+    assert "no rank slows the job" in healthy
+
+
+def test_a_watch_report_without_samples_draws_no_heat_map() -> None:
+    report = watch_report("healthy")
+    report.tables = [t for t in report.tables if t.name != "straggler_lag"]
+    assert CHART.findall(render_html(report)) == []
 
 
 def test_a_crash_report_escapes_what_ranks_wrote() -> None:

@@ -15,7 +15,7 @@ from tests.support.saved_reports import (
     Saved,
     saved_reports_fixture,  # noqa: F401 (the fixture `saved_reports`)
 )
-from tests.support.synthetic_reports import collectives_report, links_report
+from tests.support.synthetic_reports import collectives_report, links_report, watch_report
 
 pytest.importorskip("matplotlib", reason="--html needs matplotlib: pip install 'ddpcheck[html]'")
 
@@ -49,7 +49,8 @@ HOVER = """(() => Array.from(document.querySelectorAll('svg.chart g[id^="link-"]
 }))()"""
 
 
-def _open(browser: headless.Browser, path: Path, hovers: int = 0) -> headless.Page:
+def _open(browser: headless.Browser, path: Path, hovers: int = 0, also: str = "null") -> headless.Page:
+    """The page opened and checked; `also`, a script of the test's own, evaluated there (page.also)."""
     page = browser.open(path)
     try:
         # Loaded, asked for nothing but itself (its inline images are data: URIs), and quiet.
@@ -65,6 +66,7 @@ def _open(browser: headless.Browser, path: Path, hovers: int = 0) -> headless.Pa
         cells = page.evaluate(HOVER)
         assert len(cells) == hovers and all(hit for _, hit in cells), cells
         page.hover_texts = [text for text, _ in cells]
+        page.also = page.evaluate(also)
         return page
     finally:
         page.close()
@@ -129,6 +131,32 @@ def test_links_and_collectives_pages_in_a_browser(browser: headless.Browser, tmp
             assert text in page.text, (name, text)
         if name.startswith("links"):  # the slow cell's hover text names both ends
             assert any(t.startswith(f"slow: {named[0]}") for t in page.hover_texts), page.hover_texts
+
+
+# The named rank's outlined row: is its hover text what the pointer meets anywhere on the row?
+ROW_HOVER = """(() => Array.from(document.querySelectorAll('svg.chart g[id^="straggler-"] > title'))
+  .map(t => {
+    const row = t.parentElement;
+    row.scrollIntoView({block: 'center', inline: 'center'});
+    const box = row.getBoundingClientRect();
+    const at = x => document.elementFromPoint(box.x + box.width * x, box.y + box.height / 2);
+    const hits = [0.1, 0.5, 0.9].map(at);
+    return [t.textContent, hits.every(hit => Boolean(hit && hit.closest('g[id^="straggler-"]') === row))];
+  }))()"""
+
+
+def test_watch_heat_map_in_a_browser(browser: headless.Browser, tmp_path: Path) -> None:
+    """watch --html (real gloo dumps, rank 2 slowed 1.3x): the map drew, rank 2 is named under it, and
+    its row's hover text is met anywhere along the row (an unfilled outline took the pointer only on
+    its 1.5-px edge until the page gave it pointer events over its area)."""
+    for job, named in (("rank2_slower", ["named: rank 2 (vm) slows group 0 (default_pg)"]), ("healthy", [])):
+        path = tmp_path / f"{job}.html"
+        write_html(watch_report(job), str(path))
+        page = _open(browser, path, also=ROW_HOVER)
+        assert len(page.charts) == 1, job
+        assert "Lag behind peers over time, group 0 (default_pg), 4 ranks" in page.text
+        assert ("slows the job: rank 2 (vm)" in page.text) == bool(named)
+        assert page.also == [[text, True] for text in named], page.also
 
 
 def test_a_page_that_fetches_is_caught(browser: headless.Browser, tmp_path: Path) -> None:

@@ -545,7 +545,7 @@ def test_the_stderr_line_and_the_check_word_for_word() -> None:
     )
     assert stderr_line(two) == (
         "ddpcheck watch: ranks 4, 12 (hosts b07, b08) are slowing the job: their peers waited 40% of the "
-        "last 5.2 s for them, at reduce_scatter in group 3 (dp)"
+        "last 5.2 s (20 collectives) for them, at reduce_scatter in group 3 (dp)"
     )
     nameless = StragglerVerdict((1,), (), "0", "default_pg", "broadcast", 0.002, 0.05, 0.5, 20, GPU)
     assert stderr_line(nameless).startswith("ddpcheck watch: rank 1 is slowing the job: its peers waited 5% ")
@@ -557,10 +557,25 @@ def test_the_stderr_line_and_the_check_word_for_word() -> None:
     result = check(judged)
     assert (result.status, result.ranks, result.hosts) == (Status.WARN, [3], ["b07"])
     assert result.detail == (
-        "rank 3 (host b07) is slowing the job: its peers waited 50% of the last 5.8 s for it, at all_reduce "
-        "(29 collectives of group 0 (default_pg), lag 100.0 ms each, from enqueue times (time_created_ns) "
-        "on one clock)"
+        "rank 3 (host b07) is slowing the job: its peers waited 50% of the last 5.8 s (29 collectives) "
+        "for it, at all_reduce (29 collectives of group 0 (default_pg), lag 100.0 ms each, from enqueue "
+        "times (time_created_ns) on one clock)"
     )
+
+
+@pytest.mark.parametrize(("window_s", "said"), [
+    (0.6701, "of the last 0.7 s (20 collectives) for it"),  # early in a run: was "of the last 670.1 ms"
+    (0.04, "of the last 0.04 s (20 collectives) for it"),
+    (9.96, "of the last 10 s (20 collectives) for it"),
+    (10.0, "of the last 10 s for it"),
+    (59.6, "of the last 60 s for it"),
+])  # fmt: skip
+def test_the_window_is_said_in_seconds_and_a_short_one_with_its_collectives(window_s, said) -> None:
+    """Early in a run the window is its 20 collectives, a fraction of a second: said as such, never in ms."""
+    line = stderr_line(
+        StragglerVerdict((1,), ("a",), "0", "default_pg", "all_reduce", 0.01, 0.2, window_s, 20, GPU)
+    )
+    assert said in line and " ms " not in line, line
 
 
 def test_the_table_has_a_row_per_rank_of_each_judged_group() -> None:

@@ -17,11 +17,12 @@ import pytest
 
 from ddpcheck.checks.watch import WatchOptions, agent
 from ddpcheck.checks.watch.environment import job_environment, make_watch_dir
-from ddpcheck.checks.watch.sampling import History, Sampler, slim
+from ddpcheck.checks.watch.sampling import History, Sampler, _Pending, slim
 from ddpcheck.errors import UsageError
 from ddpcheck.failure import stragglers
 from ddpcheck.failure.stragglers import GroupJudgement, Judgement, StragglerVerdict
 from tests.conftest import Run, assert_usage_error
+from tests.support.fr_dumps import dump, entry, write_pickle
 from tests.support.saved_reports import run_ddpcheck
 
 
@@ -126,6 +127,45 @@ def test_history_keeps_each_collective_once_and_the_latest_copy() -> None:
     held = history.entries[0]["0"]
     assert list(held) == [1, 2] and held[1]["duration_ms"] == 1.5
     assert slim({"entries": [{**entry, "time_created_ns": 5, "is_p2p": True, "frames": [1]}]}) == []
+
+
+class _Published:
+    """A team's store as one task sees it: what it published, by sequence id per rank."""
+
+    def __init__(self, others: dict[int, list[dict]] | None = None) -> None:
+        self.seqs: list[dict[int, list[int]]] = []
+        self.waiting = others or {}  # what the other tasks published, taken once
+
+    def publish(self, entries, hosts) -> None:
+        self.seqs.append({r: [e["collective_seq_id"] for e in found] for r, found in entries.items()})
+
+    def others(self):
+        taken, self.waiting = self.waiting, {}
+        return taken, dict.fromkeys(taken, "h")
+
+
+def test_a_task_publishes_only_the_collectives_new_since_its_last_sample(tmp_path) -> None:
+    """A dump holds the whole ring buffer (2,000 entries): sent whole every sample, a task would send
+    the same collectives to task 0 again and again."""
+    watch_dir, _ = make_watch_dir(str(tmp_path / "watch"))
+    sampler = Sampler(watch_dir, 1.0, speak=lambda line: None)
+    published = _Published()
+    sampler.exchange, sampler.judging = published, False
+    for number, last in ((1, 5), (2, 8), (3, 8)):
+        path = Path(agent.sample_file(str(watch_dir), 2, number))
+        write_pickle(path, dump([entry(seq) for seq in range(1, last + 1)]))
+        sampler._take(_Pending(number, 0.0, {2: "h"}), {2})
+    assert published.seqs == [{2: [1, 2, 3, 4, 5]}, {2: [6, 7, 8]}, {2: []}]
+    assert list(sampler.history.entries[2]["0"]) == list(range(1, 9))  # kept whole here all the same
+
+
+def test_task_0_takes_the_other_tasks_last_samples_in_before_the_report(tmp_path) -> None:
+    """Another task's last sample may be published after task 0's own last one: the report has it."""
+    rank_1 = [slim(dump([entry(seq)]))[0] for seq in range(1, 4)]
+    sampler = Sampler(tmp_path, 1.0, speak=lambda line: None)
+    sampler.exchange = _Published({1: rank_1})
+    sampler.judgement()
+    assert list(sampler.history.entries[1]["0"]) == [1, 2, 3] and sampler.history.hosts == {1: "h"}
 
 
 # ---------------------------------------------------------------- the agent, asked again and again

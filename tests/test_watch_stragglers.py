@@ -3,7 +3,9 @@
 Each job runs about 10 s under torchrun with --sample-every 1: the slowed rank (30% or 100% more
 work per step, or only from step N) is named on stderr while the job runs and in the report's
 `stragglers` check (WARN, exit 0); a healthy job names nobody, also beside a CPU-heavy process.
-Every process of the job must be gone afterwards.
+Under a real srun and mpirun, one watcher per task: each samples its own task's rank, task 0
+judges them all. Across two hosts (network namespaces), one host's link delayed by tc: what the
+judge says of a slow link. Every process of the job (and every watcher) must be gone afterwards.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -48,33 +51,45 @@ class Ran:
 
 
 def _job_processes(tmp_path: Path) -> list[int]:
-    """Every process still alive that runs in this test's watch environment (TMPDIR is tmp_path)."""
+    """Every process still alive of this test's job or its watchers: the job's rank runs in this test's
+    watch environment, a watcher (srun's and mpirun's, one per task) has TMPDIR = tmp_path."""
     left = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if SLOW_JOB in " ".join(proc.info["cmdline"] or ()) and str(tmp_path) in proc.environ().get(
-                "DDPCHECK_WATCH_DIR", ""
-            ):
+            if SLOW_JOB not in " ".join(proc.info["cmdline"] or ()):
+                continue
+            env = proc.environ()
+            if str(tmp_path) in env.get("DDPCHECK_WATCH_DIR", "") or env.get("TMPDIR") == str(tmp_path):
                 left.append(proc.pid)
         except psutil.Error:
             continue
     return left
 
 
-def watch(tmp_path: Path, job: list[str] | None = None, **planted: str) -> Ran:
+def watch(
+    tmp_path: Path,
+    job: list[str] | None = None,
+    launcher: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    **planted: str,
+) -> Ran:
+    """`[LAUNCHER] ddpcheck watch --sample-every 1 -- JOB` (torchrun's slow_job.py by default)."""
     report = tmp_path / "report.json"
-    env = {
+    full = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "COLUMNS": "200",
         "TMPDIR": str(tmp_path),
         "SLOW_JOB_SECONDS": str(SECONDS),
+        **(env or {}),
         **planted,
     }
-    argv = [sys.executable, "-m", "ddpcheck", "watch", "--sample-every", "1", "--json", str(report), "--"]
-    done = subprocess.run([*argv, *(job or [*TORCHRUN, SLOW_JOB])], env=env, capture_output=True, text=True,
-                          timeout=180)  # fmt: skip
-    assert report.exists(), done.stderr[-3000:]
+    argv = [*launcher, sys.executable, "-m", "ddpcheck", "watch", "--sample-every", "1"]
+    argv += ["--json", str(report), "--"]
+    # srun's and mpirun's 3 watchers and 3 ranks each import torch on 2 cores: a slow start.
+    done = subprocess.run([*argv, *(job or [*TORCHRUN, SLOW_JOB])], env=full, capture_output=True,
+                          text=True, timeout=240)  # fmt: skip
+    assert report.exists(), done.stdout[-2000:] + done.stderr[-3000:]
     assert _job_processes(tmp_path) == []  # nothing of the job left behind
     return Ran(done.returncode, done.stdout, done.stderr, json.loads(report.read_text()))
 
@@ -137,3 +152,101 @@ def test_a_plain_python_job_that_starts_its_own_ranks_is_sampled(tmp_path) -> No
         tmp_path, [sys.executable, SLOW_JOB, "--nproc", "3"], SLOW_JOB_RANK="2", SLOW_JOB_FACTOR="2.0"
     )
     assert_named(run, 2)
+
+
+# ------------------------------------------------------------------ one watcher per task: srun and mpirun
+PLAIN_JOB = [sys.executable, SLOW_JOB]  # one rank per task: its rank from srun's or mpirun's variables
+SRUN = ("srun", "-K", "-n", "3")
+MPIRUN = ("mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3")
+MPIRUN += tuple(arg for name in ("PYTHONPATH", "TMPDIR", "OMP_NUM_THREADS", "COLUMNS", "MASTER_ADDR",
+                                 "MASTER_PORT", "SLOW_JOB_SECONDS", "SLOW_JOB_RANK", "SLOW_JOB_FACTOR")
+                for arg in ("-x", name))  # fmt: skip
+NO_MPIRUN = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (openmpi-bin) is not installed")
+
+
+def per_task(tmp_path: Path, launcher: tuple[str, ...], env: dict[str, str], slowed: int | None) -> Ran:
+    """LAUNCHER ddpcheck watch -- python slow_job.py: 3 watchers, each its own task's rank; task 0 reports."""
+    from tests.support.netns import free_port
+
+    here = str(Path(__file__).resolve().parents[1])  # mpirun's tasks import this checkout's ddpcheck
+    paths = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
+    where = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "PYTHONPATH": paths}
+    plant = {"SLOW_JOB_RANK": str(-1 if slowed is None else slowed), "SLOW_JOB_FACTOR": "1.3"}
+    run = watch(tmp_path, PLAIN_JOB, launcher, {**env, **where}, **plant)
+    assert run.report["world"]["size"] == 3, run.report["world"]  # task 0 judged every task's rank
+    return run
+
+
+def test_srun_one_watcher_per_task_names_the_slowed_rank(slurm, tmp_path) -> None:
+    assert_named(per_task(tmp_path, SRUN, slurm, slowed=1), 1)
+
+
+def test_srun_one_watcher_per_task_names_nobody_in_a_healthy_job(slurm, tmp_path) -> None:
+    assert_nobody_named(per_task(tmp_path, SRUN, slurm, slowed=None))
+
+
+@NO_MPIRUN
+def test_mpirun_one_watcher_per_task_names_the_slowed_rank(tmp_path) -> None:
+    assert_named(per_task(tmp_path, MPIRUN, {}, slowed=2), 2)
+
+
+@NO_MPIRUN
+def test_mpirun_one_watcher_per_task_names_nobody_in_a_healthy_job(tmp_path) -> None:
+    assert_nobody_named(per_task(tmp_path, MPIRUN, {}, slowed=None))
+
+
+# ------------------------------------------------------------------ a host's link slowed (netns, tc)
+# tc's token bucket on everything one host sends: 1 Mbit/s carries the 6 KB a rank of a 4-rank ring
+# sends per all_reduce of slow_job's 4 KB in about 50 ms, as long as a step's own work (netem, which
+# would delay instead, is not in every kernel: not in this one).
+RATE = "1mbit"
+
+
+@pytest.fixture
+def two_hosts():
+    from tests.support.netns import veth_pair
+
+    yield from veth_pair("w41s", "10.231.41", tools=("ip", "tc", "unshare"))
+
+
+@pytest.mark.netns
+def test_a_slow_link_names_no_rank_and_shows_in_every_ranks_work(two_hosts, tmp_path) -> None:
+    """Two hosts of 2 ranks (torchrun --nnodes 2, one watch per host, as a user runs it), everything
+    host b sends limited to 1 Mbit/s (tc tbf). Every collective waits for the link alike on both
+    hosts, and gloo's enqueue times of different hosts' clocks are not compared (no offsets measured):
+    each watch compares its own host's 2 ranks, names nobody, and the link's time is in every rank's
+    work per collective (docs/watch.md: a link, not a rank, is slow)."""
+    from tests.support.netns import free_port, on_host
+
+    slow = two_hosts[1]
+    limit = ["tc", "qdisc", "add", "dev", slow["device"], "root", "tbf", "rate", RATE]
+    limit += ["burst", "2kb", "latency", "1s"]
+    added = subprocess.run(["ip", "netns", "exec", slow["netns"], *limit], capture_output=True, text=True)
+    if added.returncode != 0:
+        pytest.skip(f"tc cannot limit a veth here: {added.stderr.strip()}")
+    port = str(free_port())
+    plant = {"SLOW_JOB_SECONDS": str(SECONDS), "SLOW_JOB_RANK": "-1"}
+    watchers = []
+    for node, host in enumerate(two_hosts):
+        job = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node)]
+        job += ["--nproc-per-node", "2", "--master-addr", two_hosts[0]["address"], "--master-port", port]
+        args = ["watch", "--sample-every", "1", "--json", str(tmp_path / f"n{node}.json")]
+        watchers.append(on_host(host, [*args, "--", *job, SLOW_JOB], tmp_path, plant))
+    try:
+        outputs = [w.communicate(timeout=240) for w in watchers]
+    finally:
+        for w in watchers:  # a watch past its time: SIGTERM ends its job with it (docs/watch.md)
+            if w.poll() is None:
+                w.terminate()
+                w.wait(timeout=30)
+    assert [w.returncode for w in watchers] == [0, 0], outputs
+    assert _job_processes(tmp_path) == []
+    for node, host in enumerate(two_hosts):
+        run = Ran(0, *outputs[node], json.loads((tmp_path / f"n{node}.json").read_text()))
+        assert_nobody_named(run)
+        rows = run.report["tables"]["stragglers"]
+        assert sorted(r["rank"] for r in rows) == [2 * node, 2 * node + 1], rows  # its own host's ranks
+        assert {r["host"] for r in rows} == {host["hostname"]}
+        # The link's time is in every rank's work per collective, on both hosts alike: the step's own
+        # 50 ms and at least half the 48 ms the link takes (measured: 107-115 ms, at load average 2).
+        assert all(r["work_s"] >= 0.05 + 0.024 for r in rows), rows

@@ -497,8 +497,26 @@ def _said(v: StragglerVerdict) -> str:
     verb, their, them = ("is", "its", "it") if one else ("are", "their", "them")
     return (
         f"{who} {verb} slowing the job: {their} peers waited {v.peers_wait_share:.0%} of the last "
-        f"{_seconds(v.window_s)} for {them}, at {v.op}{where}"
+        f"{window_text(v.window_s, v.collectives)} for {them}, at {v.op}{where}"
     )
+
+
+# Below this a window is its WINDOW_MIN collectives, not a minute (early in a run): the line says so.
+SHORT_WINDOW_S = 10.0
+
+
+def window_text(window_s: float, collectives: int) -> str:
+    """A window as a person says it: `60 s`; a short one with its collectives, `0.7 s (20 collectives)`."""
+    if window_s >= SHORT_WINDOW_S:
+        return _span(window_s)
+    return f"{_span(window_s)} ({collectives} collective{'s' if collectives != 1 else ''})"
+
+
+def _span(seconds: float) -> str:
+    """A while in seconds, never milliseconds (a window is a while, not a latency): 60 s, 5.2 s, 0.05 s."""
+    if round(seconds, 1) >= 10:  # 9.96 s is 10 s, not 10.0 s
+        return f"{seconds:.0f} s"
+    return f"{seconds:.1f} s" if seconds >= 0.1 else f"{seconds:.2g} s"
 
 
 def rank_rows(judgement: Judgement) -> list[dict[str, Any]]:
@@ -558,7 +576,7 @@ def check(judgement: Judgement) -> Check:
     apart = ", each host's ranks among themselves" if any(g.host for g in judged) else ""
     detail = (
         f"no rank slows the job ({collectives} collectives of {len(per_group)} group"
-        f"{'s' if len(per_group) != 1 else ''} compared{apart}, over {_seconds(window)})"
+        f"{'s' if len(per_group) != 1 else ''} compared{apart}, over {_span(window)})"
     )
     return Check(name, Status.PASS, detail + "".join(f"; not judged: {s}" for s in skipped))
 

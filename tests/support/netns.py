@@ -44,11 +44,14 @@ def ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True)
 
 
-def on_host(host: dict[str, Any], args: list[str], scratch: Path) -> subprocess.Popen:
+def on_host(
+    host: dict[str, Any], args: list[str], scratch: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen:
     """`ddpcheck ARGS` inside the host's namespace, under the host's own name."""
     command = " ".join(["exec", sys.executable, "-m", "ddpcheck", *args])
     script = f"hostname {host['hostname']} && GLOO_SOCKET_IFNAME={host['device']} {command}"
-    return popen(["ip", "netns", "exec", host["netns"], "unshare", "--uts", "sh", "-c", script], scratch)
+    argv = ["ip", "netns", "exec", host["netns"], "unshare", "--uts", "sh", "-c", script]
+    return popen(argv, scratch, extra_env)
 
 
 def veth_pair(

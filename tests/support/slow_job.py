@@ -11,8 +11,10 @@ instead, whose backward all_reduces the gradients). Planted by environment:
                        (every rank at the same step: rank 0's clock decides, said in the all_reduce;
                        with DDP, T / SLOW_JOB_STEP_S steps)
 
-Under torchrun (or any launcher that sets RANK) it is one rank; run as a plain `python slow_job.py
---nproc N` it starts N ranks itself (each with RANK in its environment, as watch reads ranks).
+Under torchrun, srun or mpirun it is one rank (its rank and world from the launcher's variables, as
+train_job.py reads them; MASTER_ADDR and MASTER_PORT are the caller's to give under srun and
+mpirun); run as a plain `python slow_job.py --nproc N` it starts N ranks itself (each with RANK in
+its environment, as watch reads ranks).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+# Beside this script (its folder is on sys.path when it runs): the launchers' variables, read once.
+from train_job import RANK_VARIABLES, SIZE_VARIABLES, first_of
+
 
 def _number(name: str, default: float) -> float:
     return float(os.environ.get(name, default))
@@ -42,6 +47,9 @@ def work_factor(rank: int, step: int) -> float:
 
 
 def run() -> None:
+    # srun's and mpirun's tasks carry their rank in the launcher's variables, not torch's.
+    os.environ.setdefault("RANK", str(first_of(RANK_VARIABLES, "0")))
+    os.environ.setdefault("WORLD_SIZE", str(first_of(SIZE_VARIABLES, "1")))
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     step_s, jitter = _number("SLOW_JOB_STEP_S", 0.05), _number("SLOW_JOB_JITTER", 0.1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import statistics
+from pathlib import Path
 
 from ddpcheck.checks.collective.judge import BANDWIDTH_COLUMNS
 from ddpcheck.report.model import Check, Report, Status, Table
@@ -135,3 +136,23 @@ def collectives_report(n: int = 8, corrupt: int | None = 3) -> Report:
     )
     report.elapsed_s = 12.5
     return report
+
+
+GLOO_STRAGGLERS = Path(__file__).resolve().parents[1] / "fixtures" / "gloo_stragglers"
+
+
+def watch_report(job: str = "rank2_slower", host: str = "vm") -> Report:
+    """A successful watch's report with its stragglers judged as watch judges them (sampling.py), from
+    the real gloo dumps of tests/fixtures/gloo_stragglers (`healthy` or `rank2_slower`: 4 ranks)."""
+    from ddpcheck.checks.watch.sampling import Sampler, slim
+    from ddpcheck.failure.flight import read_raw
+
+    sampler = Sampler(
+        GLOO_STRAGGLERS / job, every_s=1.0, speak=lambda line: None
+    )  # never asks: nothing written
+    for rank in range(4):
+        raw, _ = read_raw(str(GLOO_STRAGGLERS / job / f"fr{rank}"))
+        sampler.history.add(rank, slim(raw), host)
+    job_check = Check("job", Status.PASS, "the job ran to completion: 4 ranks, exit 0, 5.2 s")
+    report = Report(command="watch", checks=[job_check], world={"size": 4, "nodes": 1})
+    return sampler.add_to(report)

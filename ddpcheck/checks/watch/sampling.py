@@ -69,17 +69,22 @@ class History:
         self.entries: dict[int, dict[str, OrderedDict[int, dict[str, Any]]]] = {}
         self.hosts: dict[int, str] = {}
 
-    def add(self, rank: int, entries: list[dict[str, Any]], host: str = "") -> None:
+    def add(self, rank: int, entries: list[dict[str, Any]], host: str = "") -> list[dict[str, Any]]:
+        """Kept; returns the entries not held before, or changed (what a team's task publishes)."""
         if host:
             self.hosts[rank] = host
         groups = self.entries.setdefault(rank, {})
+        fresh = []
         for entry in entries:
             group, seq = _key(entry)
             held = groups.setdefault(group, OrderedDict())
+            if held.get(seq) != entry:
+                fresh.append(entry)
             held[seq] = entry
             held.move_to_end(seq)
             if len(held) > KEPT_PER_GROUP:
                 held.popitem(last=False)
+        return fresh
 
     def sample(self, wall_s: float, last: int | None = None) -> stragglers.Sample:
         """One Sample of what is kept: of each rank's groups, the `last` collectives (all: None)."""
@@ -160,16 +165,24 @@ class Sampler:
                 continue
         self._sweep(pending.number)
         self.answers.append(len(new))
-        for rank, entries in new.items():
-            self.history.add(rank, entries, pending.ranks.get(rank, ""))
+        # A dump holds the whole ring buffer: only what this sample added goes to task 0.
+        fresh = {
+            rank: self.history.add(rank, entries, pending.ranks.get(rank, ""))
+            for rank, entries in new.items()
+        }
         if self.exchange is not None:
-            self.exchange.publish(new, {r: pending.ranks.get(r, "") for r in new})
-            if self.judging:
-                others, hosts = self.exchange.others()
-                for rank, entries in others.items():
-                    self.history.add(rank, entries, hosts.get(rank, ""))
+            self.exchange.publish(fresh, {r: pending.ranks.get(r, "") for r in new})
+        self._take_others()
         if self.judging and self.history.entries:
             self._say_changes(stragglers.judge([self.history.sample(self.clock(), RECENT_PER_GROUP)]))
+
+    def _take_others(self) -> None:
+        """Task 0 of a team: what the other tasks published since it last looked, kept with its own."""
+        if self.exchange is None or not self.judging:
+            return
+        others, hosts = self.exchange.others()
+        for rank, entries in others.items():
+            self.history.add(rank, entries, hosts.get(rank, ""))
 
     def _sweep(self, number: int) -> None:
         """Every answer to this request or an earlier one goes (a late one included)."""
@@ -201,6 +214,7 @@ class Sampler:
     # ------------------------------------------------------------ the report
     def judgement(self) -> stragglers.Judgement:
         """The whole watched run judged (the report's; its window is the run's last minute)."""
+        self._take_others()  # the other tasks' last samples, published after task 0's own last one
         if not self.history.entries:
             asked = f"{self.number} request{'s' if self.number != 1 else ''}"
             why = f"no rank answered ({asked})" if self.number else "the job ended before the first sample"

@@ -33,7 +33,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .WARN { color: #b06000; font-weight: bold; } .ERROR { color: #8e24aa; font-weight: bold; }
 .SKIP { color: #777; }
 svg.chart { width: 100%; max-width: 900px; height: auto; display: block; }
-svg.chart g[id^="link-"] > path { pointer-events: all; }
+svg.chart g[id^="link-"] > path, svg.chart g[id^="straggler-"] > path { pointer-events: all; }
 pre { background: #f6f6f6; padding: .6em; overflow-x: auto; font-size: 12px; }
 .wide { overflow-x: auto; } .meta { color: #555; } ul.findings li { color: #c5221f; }
 p.injected { background: #fff4ce; border: 1px solid #e0b000; padding: .5em .7em; font-weight: bold; }

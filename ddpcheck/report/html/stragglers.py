@@ -71,7 +71,8 @@ def _chart(report: Report, group: str, rows: list[dict[str, Any]]) -> Chart:
         for i, row in enumerate(rows):
             if not row.get("named"):
                 continue
-            # The named rank's row outlined, its hover text the row's figures (as links marks a slow link).
+            # The named rank's row outlined, its hover text the row's figures (as links marks a slow link);
+            # unfilled, as links' cells: the page's CSS gives it pointer events over the whole row.
             cell = Rectangle(
                 (-0.5, i - 0.5), width, 1, facecolor=(0, 0, 0, 0), edgecolor="black", linewidth=1.5
             )
