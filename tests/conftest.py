@@ -91,11 +91,13 @@ def process_ended(pid: int) -> bool:
 
 
 def removers_of(scratch: Path) -> list[psutil.Process]:
-    """The processes that remove a run directory under `scratch` once its rank, or launcher, is gone."""
+    """The processes that remove a run directory under `scratch` once its rank, or launcher, is gone,
+    and an inline job's directory once its last rank on the host is (rank/arrival.py)."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if "ddpcheck-remover" in cmdline and any(arg.startswith(str(scratch)) for arg in cmdline):
+        remover = "ddpcheck-remover" in cmdline or "ddpcheck-job-remover" in cmdline
+        if remover and any(arg.startswith(str(scratch)) for arg in cmdline):
             found.append(proc)
     return found
 

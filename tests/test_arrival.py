@@ -186,6 +186,53 @@ def test_a_rank_that_leaves_by_itself_says_so_and_the_last_removes_the_directory
     assert _gone_within(tmp_path, 5)
 
 
+def test_a_rank_its_launcher_stopped_stays_so_while_its_heartbeat_beats(tmp_path: Path, monkeypatch) -> None:
+    """The heartbeat republishes the stage the rank was in until the rank has left: its file must go on
+    saying its launcher stopped it, or a peer judging later blames it (a CI run under srun, 2026-12-04)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(arrival.tempfile, "tempdir", None)
+    monkeypatch.setattr(arrival, "_start_remover", lambda directory, variable: None)
+    me = arrival.identity(TORCHRUN_ENV, ["allreduce"])
+    assert me is not None
+    rank = arrival.Arrival(me)
+    rank.stage("join: waiting for every rank")
+    rank.stage(arrival.TERMINATED)
+    rank.stage("join: waiting for every rank")  # the next beat
+    assert arrival.read(rank.dir)[2].stage == arrival.TERMINATED
+
+
+@pytest.mark.integration
+def test_the_last_rank_to_leave_by_itself_removes_everything_and_nothing_else_speaks(tmp_path: Path) -> None:
+    """Rank 2 dies while its peers run (its remover keeps a copy of its file, ended-first/); ranks 0 and
+    1 then end by themselves, each having said its word: no remover may say rank 2 ended unheard."""
+    said, go = tmp_path / "stderr", tmp_path / "go"
+    leave_on_go = f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\narrival.leave()\n"
+    with said.open("w") as stderr:
+        ranks = [
+            _rank_process(tmp_path, {**TORCHRUN_ENV, "RANK": str(r)}, leave_on_go, stderr) for r in (0, 1, 2)
+        ]
+    try:
+        for rank in ranks:
+            _ready(rank)
+        ranks[2].kill()
+        ranks[2].wait()
+        (directory,) = _job_dirs(tmp_path)
+        deadline = time.monotonic() + 5
+        while not list(directory.glob("ended-first/rank-2-*.json")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert list(directory.glob("ended-first/rank-2-*.json"))
+        go.touch()
+        for rank in ranks[:2]:
+            assert rank.wait(timeout=10) == 0
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.wait()
+    assert _gone_within(tmp_path, 5)
+    time.sleep(0.5)  # a remover that would speak has had its time
+    assert [line for line in said.read_text().splitlines() if line.startswith("ddpcheck")] == []
+
+
 def test_sweep_removes_only_old_directories_that_no_live_rank_holds(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(arrival.tempfile, "tempdir", None)

@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ for c in $(cat /proc/"$3"/task/*/children 2>/dev/null); do  # a sibling rank wit
   [ "$c" = "$2" ] && continue
   case "$(state "$c")" in Z|X|'') continue;; esac
   ls "$1"/rank-*-"$c".json >/dev/null 2>&1 && continue
-  tr '\0' '\n' < /proc/"$c"/environ 2>/dev/null | grep -q "^$4=" && exit 0
+  tr '\0' '\n' 2>/dev/null < /proc/"$c"/environ | grep -q "^$4=" && exit 0  # gone meanwhile: quiet
 done
 if [ -n "$alive" ]; then
   for f in "$1"/rank-*-"$2".json; do
@@ -98,9 +99,10 @@ if [ -n "$stopped" ]; then
   for f in $stopped; do
     pid=${f##*-}; pid=${pid%.json}; rank=${f##*/rank-}; rank=${rank%%-*}
     who="rank $rank (host $(uname -n), pid $pid)"
+    at=$(stage "$f")  # before the kill: its own remover then removes the directory
     why="every other rank of the job on this host has ended, and its launcher would wait for it forever"
     kill -9 "$pid" 2>/dev/null &&
-      echo "ddpcheck: $who is stopped (SIGSTOP) at stage '$(stage "$f")'; $why: ended it (SIGKILL)" >&2
+      echo "ddpcheck: $who is stopped (SIGSTOP) at stage '$at'; $why: ended it (SIGKILL)" >&2
   done
   exit 0
 fi
@@ -111,11 +113,12 @@ done
 for e in "$1"/ended-first/rank-*.json; do
   [ -e "$e" ] || break
   for f in "$1"/rank-*-*.json; do spoke "$f" && break 2; done
+  at=$(stage "$e")  # before `mkdir said`: the remover that loses it removes the directory at once
   mkdir "$1/said" 2>/dev/null || break
   f=${e##*/}; pid=${f##*-}; pid=${pid%.json}; rank=${f#rank-}; rank=${rank%%-*}
   who="rank $rank (host $(uname -n), pid $pid)"
   why="while its peers ran; its launcher stopped them before they could say so"
-  echo "ddpcheck: $who is lost: its process ended at stage '$(stage "$e")' $why" >&2
+  echo "ddpcheck: $who is lost: its process ended at stage '$at' $why" >&2
   break
 done
 rm -rf -- "$1"; } &"""
@@ -241,8 +244,10 @@ class Arrival:
         self.stage(STARTING)
 
     def stage(self, name: str) -> None:
-        """Enter a stage (only a change is written: a file of ~150 bytes, replaced whole)."""
-        if name == self.stage_name:
+        """Enter a stage (only a change is written: a file of ~150 bytes, replaced whole). Once its
+        launcher stopped it, that stays: the heartbeat, still beating meanwhile, republishes the stage
+        the rank was in, which would make it a rank that ended mid-run for the peers that judge later."""
+        if name == self.stage_name or self.stage_name == TERMINATED:
             return
         self.stage_name = name
         _write(self.dir, self.identity.rank, os.getpid(), name, time.time())
@@ -262,11 +267,8 @@ class Arrival:
         if not any(p.state in ("running", "stopped") for p in announced if p.pid != os.getpid()) and not (
             unannounced_siblings(self.identity.rank_variable, {p.pid for p in announced})
         ):
-            for path in self.dir.glob("rank-*-*.json"):
-                with contextlib.suppress(OSError):
-                    path.unlink()
-            with contextlib.suppress(OSError):
-                self.dir.rmdir()
+            # ended-first/ too: a rank that said its word leaves nothing for a remover to say.
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def unannounced_siblings(rank_variable: str, announced: set[int]) -> list[int]:

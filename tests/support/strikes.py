@@ -96,6 +96,10 @@ def _rank_process(tag: str, launcher: str, rank: int) -> psutil.Process | None:
     return None
 
 
+def _pythonpath() -> str:
+    return os.pathsep.join(filter(None, [CHECKOUT, os.environ.get("PYTHONPATH")]))
+
+
 def strike(launcher: str, moment_s: float, signum: int, scratch: Path, env: dict[str, str] | None = None,
            rank: int = 2, at_stage: str | None = None) -> Outcome:  # fmt: skip
     """Run under `launcher`, strike `rank` with `signum` `moment_s` after the start, wait (bounded).
@@ -105,7 +109,7 @@ def strike(launcher: str, moment_s: float, signum: int, scratch: Path, env: dict
     tag = uuid.uuid4().hex
     report = scratch / f"report-{tag}.json"
     full_env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1", "COLUMNS": "200", TAG: tag,
-                "PYTHONPATH": os.pathsep.join(filter(None, [CHECKOUT, os.environ.get("PYTHONPATH")])),
+                "PYTHONPATH": _pythonpath(),
                 **(env or {})}  # fmt: skip
     began = time.monotonic()
     proc = subprocess.Popen(
@@ -206,6 +210,10 @@ def judge(outcome: Outcome, rank: int = 2) -> tuple[bool, str]:
         return False, f"not bounded: {outcome.gone_s} s, left {outcome.left}"
     if outcome.leftovers:
         return False, f"left in TMPDIR: {outcome.leftovers}"
+    # The job directory's remover (rank/arrival.py) writes to the rank's stderr: ddpcheck lines only.
+    shell_said = [line for line in outcome.err.splitlines() if line.startswith("ddpcheck-job-remover")]
+    if shell_said:
+        return False, f"the remover's shell wrote to the user's terminal: {shell_said[0]}"
     ranks = r"((?:\d+, )*\d+)"
     pattern = rf"\branks? {ranks}(?: \([^)]*\))? (?:{CULPRIT_WORDS})|rank\(s\) {ranks} (?:{CULPRIT_WORDS})"
     named = [
@@ -230,7 +238,13 @@ def healthy_length(launcher: str, scratch: Path, env: dict[str, str] | None = No
         began = time.monotonic()
         done = subprocess.run(
             COMMANDS[launcher],
-            env={**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1", **(env or {})},
+            env={
+                **os.environ,
+                "TMPDIR": str(scratch),
+                "OMP_NUM_THREADS": "1",
+                "PYTHONPATH": _pythonpath(),
+                **(env or {}),
+            },
             capture_output=True,
             text=True,
             timeout=120,
