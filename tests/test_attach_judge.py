@@ -163,6 +163,7 @@ def test_ras_outcomes_map_to_checks() -> None:
 
 def test_the_rank_variables_are_the_agents() -> None:
     assert processes.RANK_VARIABLES == agent.RANK_VARIABLES
+    assert processes.PYTHON_HELPERS == agent.PYTHON_HELPERS
 
 
 @pytest.mark.parametrize(

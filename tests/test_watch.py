@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ddpcheck.checks.watch import agent
 from tests.conftest import assert_usage_error
 
 # Every test here runs a real job under watch (torchrun, srun, mpirun or plain python).
@@ -483,6 +484,57 @@ def test_a_job_started_with_its_rank_is_that_rank_even_while_its_environment_rea
     assert not tree.guessed(os.getpid())
     # Without it, rank 0 is guessed: what the watcher's scan has to undo (test above).
     assert list(ProcessTree(os.getpid()).ranks()) == [0] and ProcessTree(os.getpid()).guessed(os.getpid())
+
+
+SPAWNS_RANK_0 = """
+import multiprocessing as mp, os, sys, time
+if __name__ == "__main__":
+    os.environ["RANK"] = "0"  # set before the start, as a plain python launcher does
+    rank = mp.get_context("spawn").Process(target=time.sleep, args=(60,))
+    rank.start()  # the spawn method starts the resource tracker first, with RANK=0 in its environment
+    print(rank.pid, flush=True)
+    rank.join()
+"""
+
+
+@pytest.mark.integration
+def test_multiprocessings_resource_tracker_is_not_taken_for_a_rank(tmp_path: Path) -> None:
+    """A plain python launcher that sets RANK before its spawn: the tracker, started first with the
+    same environment, was taken for rank 0 (its pid in the report's ranks, seen under watch)."""
+    from ddpcheck.failure.processes import ProcessTree
+
+    env = {k: v for k, v in os.environ.items() if k not in agent.RANK_VARIABLES}
+    script = tmp_path / "launcher.py"
+    script.write_text(SPAWNS_RANK_0)
+    root = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert root.stdout is not None
+        rank_pid = int(root.stdout.readline())
+        helpers = [
+            p for p in psutil.Process(root.pid).children() if "resource_tracker" in " ".join(p.cmdline())
+        ]
+        assert helpers and helpers[0].environ().get("RANK") == "0"  # the case itself, as Python makes it
+        assert {rank: p.pid for rank, p in ProcessTree(root.pid).ranks().items()} == {0: rank_pid}
+    finally:
+        for proc in psutil.Process(root.pid).children(recursive=True):
+            proc.kill()
+        root.kill()
+        root.wait()
+
+
+@pytest.mark.parametrize(("code", "recorded"), [
+    ("from multiprocessing.resource_tracker import main", False),
+    ("import multiprocessing", True),
+])  # fmt: skip
+def test_the_agent_leaves_pythons_helpers_alone(tmp_path: Path, code: str, recorded: bool) -> None:
+    """The tracker's start record would claim rank 0 for a postmortem: the agent does not start in it."""
+    from ddpcheck.checks.watch.environment import job_environment
+
+    (tmp_path / agent.PROCESSES).mkdir()
+    env = job_environment({**os.environ, "RANK": "0"}, tmp_path, nccl_info=False)
+    done = subprocess.run([sys.executable, "-B", "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert bool(list((tmp_path / agent.PROCESSES).glob("*.start"))) is recorded
 
 
 def test_a_rank_first_seen_between_fork_and_exec_is_found_once_it_runs() -> None:

@@ -14,6 +14,11 @@ import psutil
 # as checks/watch/agent.py's (which runs inside the job, standard library only); a test keeps them equal.
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
+# Python's own helper processes, started by a rank or its launcher with the rank's environment: not
+# ranks (multiprocessing's resource tracker, spawned with RANK=0 set, was taken for rank 0). The same
+# as checks/watch/agent.py's; a test keeps them equal.
+PYTHON_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
 # The root of a job that is a launcher: none of its own processes is a rank until it starts them.
 LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "mpirun", "mpiexec", "srun")
 
@@ -37,6 +42,7 @@ class ProcessTree:
         self.root_pid = root_pid
         self.host = socket.gethostname()
         self._environ: dict[int, dict[str, str]] = {}
+        self._helpers: set[int] = set()
         if root_environ is not None and any(name in root_environ for name in RANK_VARIABLES):
             self._environ[root_pid] = dict(root_environ)
 
@@ -59,6 +65,8 @@ class ProcessTree:
                 continue
         variable = self._rank_variable(procs)
         for proc in procs:
+            if self._is_helper(proc):
+                continue
             environ = self._environ_of(proc)
             if variable is None:
                 rank = 0 if proc.pid == self.root_pid and not self._is_launcher(proc) else None
@@ -71,6 +79,17 @@ class ProcessTree:
             if rank not in found or depth < found[rank][0]:
                 found[rank] = (depth, proc.pid)
         return {rank: RankProcess(rank, pid, self.host) for rank, (_, pid) in sorted(found.items())}
+
+    def _is_helper(self, proc: psutil.Process) -> bool:
+        if proc.pid in self._helpers:
+            return True
+        try:
+            helper = is_python_helper(proc.cmdline())
+        except psutil.Error:
+            return False
+        if helper:
+            self._helpers.add(proc.pid)
+        return helper
 
     def _is_launcher(self, proc: psutil.Process) -> bool:
         try:
@@ -108,6 +127,12 @@ def is_launcher(argv: list[str]) -> bool:
     """torchrun, mpirun or srun itself: its ranks are yet to come, it is none of them."""
     words = " ".join(argv[:3])
     return any(name in words for name in LAUNCHERS)
+
+
+def is_python_helper(argv: list[str]) -> bool:
+    """`python -B -c "from multiprocessing.resource_tracker import main; ..."` and the like."""
+    code = argv[argv.index("-c") + 1] if "-c" in argv[:-1] else ""
+    return any(f"from {name} import" in code for name in PYTHON_HELPERS)
 
 
 def _depth(pid: int, parents: dict[int, int], root: int) -> int:

@@ -35,6 +35,8 @@ from types import ModuleType, TracebackType
 WATCH_DIR_VARIABLE = "DDPCHECK_WATCH_DIR"
 # Where a rank's number comes from, first found first: torchrun's under any outer launcher.
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+# Python's own helpers, which inherit a rank's environment yet are none (failure/processes.py's).
+PYTHON_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 PROCESSES = "processes"  # the folder of the per-process files
 DUMP_REQUEST = "dump-request"  # the watcher creates it: every rank writes its flight-recorder dump
 SAMPLE_REQUEST = "sample-request"  # holds the number of the watcher's latest sample request
@@ -64,6 +66,10 @@ def start() -> None:
     watch_dir = os.environ.get(WATCH_DIR_VARIABLE)
     if not watch_dir or not os.path.isdir(os.path.join(watch_dir, PROCESSES)):
         return
+    argv = list(getattr(sys, "orig_argv", None) or sys.argv)
+    code = argv[argv.index("-c") + 1] if "-c" in argv[:-1] else ""
+    if any(f"from {name} import" in code for name in PYTHON_HELPERS):
+        return  # its start record would claim the rank in its environment for a postmortem
     pid = os.getpid()
     _record_start(process_file(watch_dir, pid, "start"))
     # Kept open for the life of the process: faulthandler writes to their descriptors.
