@@ -233,6 +233,35 @@ def test_the_last_rank_to_leave_by_itself_removes_everything_and_nothing_else_sp
     assert [line for line in said.read_text().splitlines() if line.startswith("ddpcheck")] == []
 
 
+@pytest.mark.integration
+def test_a_sibling_is_a_live_rank_of_the_same_launcher_and_no_remover(monkeypatch) -> None:
+    """This process stands for the launcher; of its children with RANK set, the rank counts, a remover
+    (which carries its rank's environment) does not; once the launcher is gone nothing does (the
+    rank's parent is then init, whose children are anybody's: a CI run kept a directory so)."""
+    env = {**os.environ, "RANK": "1"}
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    remover = subprocess.Popen(["sh", "-c", "sleep 30", arrival.REMOVER_NAME], env=env)
+    try:
+        deadline = time.monotonic() + 10
+        while "RANK" not in _environ_of(rank.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        monkeypatch.setattr(arrival.os, "getppid", os.getpid)
+        assert arrival.unannounced_siblings("RANK", set(), os.getpid()) == [rank.pid]
+        assert arrival.unannounced_siblings("RANK", {rank.pid}, os.getpid()) == []
+        assert arrival.unannounced_siblings("RANK", set(), launcher=1) == []  # the launcher is gone
+    finally:
+        for proc in (rank, remover):
+            proc.kill()
+            proc.wait()
+
+
+def _environ_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def test_sweep_removes_only_old_directories_that_no_live_rank_holds(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(arrival.tempfile, "tempdir", None)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 JOB_PREFIX = "ddpcheck-job-"
+REMOVER_NAME = "ddpcheck-job-remover"  # the remover shell's $0: how it is told from a rank
 # The stages before the harness's own (failure/stages.py), as a peer names them.
 STARTING = "starting"  # the interpreter is up, ddpcheck's own modules are loading
 IMPORTING_TORCH = "importing torch"
@@ -80,6 +81,7 @@ for c in $(cat /proc/"$3"/task/*/children 2>/dev/null); do  # a sibling rank wit
   [ "$c" = "$2" ] && continue
   case "$(state "$c")" in Z|X|'') continue;; esac
   ls "$1"/rank-*-"$c".json >/dev/null 2>&1 && continue
+  tr '\0' '\n' 2>/dev/null < /proc/"$c"/cmdline | grep -qx ddpcheck-job-remover && continue
   tr '\0' '\n' 2>/dev/null < /proc/"$c"/environ | grep -q "^$4=" && exit 0  # gone meanwhile: quiet
 done
 if [ -n "$alive" ]; then
@@ -237,6 +239,7 @@ class Arrival:
         self.identity = me
         self.dir = job_dir(me.job)
         self._path = self.dir / f"rank-{me.rank}-{os.getpid()}.json"
+        self._launcher = os.getppid()  # its other children are this rank's siblings
         self.stage_name = ""
         with contextlib.suppress(FileExistsError):
             self.dir.mkdir(mode=0o700)
@@ -265,17 +268,22 @@ class Arrival:
             self.stage(LEFT)
         announced = read(self.dir).values()
         if not any(p.state in ("running", "stopped") for p in announced if p.pid != os.getpid()) and not (
-            unannounced_siblings(self.identity.rank_variable, {p.pid for p in announced})
+            unannounced_siblings(self.identity.rank_variable, {p.pid for p in announced}, self._launcher)
         ):
             # ended-first/ too: a rank that said its word leaves nothing for a remover to say.
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def unannounced_siblings(rank_variable: str, announced: set[int]) -> list[int]:
-    """Live ranks of this launch beside this one (its parent's children that carry `rank_variable`)
+def unannounced_siblings(rank_variable: str, announced: set[int], launcher: int) -> list[int]:
+    """Live ranks of this launch beside this one (its launcher's children that carry `rank_variable`)
     with no file yet: stopped, or slow, before they could write one. Their peers' files must stay,
-    or such a rank, continued later, would find none and take its peers for never arrived."""
+    or such a rank, continued later, would find none and take its peers for never arrived.
+
+    None once the launcher is gone: this rank's parent is then init, whose children are anybody's
+    (other jobs' removers, which carry their rank's environment, kept a directory in CI)."""
     parent, me, found = os.getppid(), os.getpid(), []
+    if parent != launcher:
+        return []
     try:
         tasks = os.listdir(f"/proc/{parent}/task")
     except OSError:
@@ -289,6 +297,8 @@ def unannounced_siblings(rank_variable: str, announced: set[int]) -> list[int]:
         for pid in pids:
             if pid == me or pid in announced or process_state(pid) not in ("running", "stopped"):
                 continue
+            if _is_remover(pid):
+                continue  # a remover of an earlier rank here, which carries that rank's environment
             try:
                 with open(f"/proc/{pid}/environ", "rb") as environ:
                     names = [entry.split(b"=", 1)[0] for entry in environ.read().split(b"\0")]
@@ -297,6 +307,14 @@ def unannounced_siblings(rank_variable: str, announced: set[int]) -> list[int]:
             if rank_variable.encode() in names:
                 found.append(pid)
     return found
+
+
+def _is_remover(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return REMOVER_NAME.encode() in cmdline.read().split(b"\0")
+    except OSError:
+        return False
 
 
 def _write(directory: Path, rank: int, pid: int, stage: str, since: float) -> None:
@@ -364,7 +382,7 @@ def _start_remover(directory: Path, rank_variable: str) -> None:
                 "sh",
                 "-c",
                 _REMOVER_SCRIPT,
-                "ddpcheck-job-remover",
+                REMOVER_NAME,
                 str(directory),
                 str(os.getpid()),
                 str(os.getppid()),
