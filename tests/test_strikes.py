@@ -66,3 +66,18 @@ def test_a_rank_stopped_once_done_is_ended_and_named(launcher: str, scratch: Pat
     named, why = judge(outcome)
     assert named, why
     assert any("at stage 'done'" in line and "ended it (SIGKILL)" in line for line in outcome.lines())
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "srun", "mpirun"])
+def test_a_rank_killed_once_done_is_named_by_its_remover(launcher: str, scratch: Path, request) -> None:
+    """Killed after its part of the run, before it left: the report passed, and mpirun returned 137 with
+    no ddpcheck line (1 busy strike of 20, at 5.99 s). Its own remover names it, at once."""
+    if launcher == "mpirun" and shutil.which("mpirun") is None:
+        pytest.skip("mpirun (Debian's openmpi-bin) is not installed")
+    env = request.getfixturevalue("slurm") if launcher == "srun" else None
+    outcome = strike(launcher, 0.0, signal.SIGKILL, scratch, env, at_stage="done")
+    assert outcome.struck
+    named, why = judge(outcome)
+    assert named, why
+    said = [line for line in outcome.lines() if "is lost" in line]
+    assert len(said) == 1 and "at stage 'done' before it could leave" in said[0], outcome.lines()

@@ -54,6 +54,9 @@ LAUNCH_OPTIONS = ("--nproc", "--gpus", "--nnodes")
 # The first rank that ended while a peer ran, without a word (no verdict, not stopped by its launcher),
 # leaves a copy of its file in ended-first/: if every rank of the job here then ends without a word
 # (their launcher's SIGTERM came before ddpcheck could answer it), the last remover names it.
+# A rank that ended at 'done' or 'writing the report' never left by itself (that writes 'left'): it was
+# killed after its part of the run (mpirun then exits 137 under a report that passed). The first one
+# of the job here is named by its own remover, at once; later ones are their launcher's teardown.
 _REMOVER_SCRIPT = r"""state() {
   sed -n 's/^State:[[:space:]]*\([A-Za-z]\).*/\1/p' "/proc/$1/status" 2>/dev/null
 }
@@ -69,6 +72,16 @@ i=0
 while [ $i -lt 200 ]; do
   case "$(state "$2")" in Z|X|'') break;; esac
   sleep 0.05; i=$((i + 1))
+done
+for f in "$1"/rank-*-"$2".json; do
+  [ -e "$f" ] && [ ! -d "$1/ended-first" ] || break
+  at=$(stage "$f")
+  case "$at" in done|"writing the report") ;; *) break;; esac
+  mkdir "$1/ended-after" 2>/dev/null || break  # the first so here; a later one is its launcher's teardown
+  rank=${f##*/rank-}; rank=${rank%%-*}
+  who="rank $rank (host $(uname -n), pid $2)"
+  why="its part of the run was done; its launcher's exit code is this end, the verdict said stands"
+  echo "ddpcheck: $who is lost: its process ended at stage '$at' before it could leave; $why" >&2
 done
 stopped=
 alive=
@@ -86,7 +99,8 @@ for c in $(cat /proc/"$3"/task/*/children 2>/dev/null); do  # a sibling rank wit
 done
 if [ -n "$alive" ]; then
   for f in "$1"/rank-*-"$2".json; do
-    spoke "$f" || { mkdir "$1/ended-first" 2>/dev/null && cp "$f" "$1/ended-first/.part" &&
+    [ -e "$f" ] || break
+    spoke "$f" || { mkdir "$1/ended-first" 2>/dev/null && cp "$f" "$1/ended-first/.part" 2>/dev/null &&
       mv "$1/ended-first/.part" "$1/ended-first/${f##*/}"; }
   done
   exit 0
