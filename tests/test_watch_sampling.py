@@ -179,6 +179,42 @@ while True:
 """
 
 
+# torch.distributed as another thread sees it while the main thread imports it: in sys.modules, half made.
+HALF_IMPORTED_FIRST = (
+    """
+import sys, time, types
+sys.modules["torch.distributed"] = types.ModuleType("torch.distributed")
+time.sleep(2)  # the first requests come now
+del sys.modules["torch.distributed"]
+"""
+    + JOB
+)
+
+
+@pytest.mark.integration
+def test_a_request_that_comes_while_the_rank_imports_torch_distributed_ends_nothing(tmp_path) -> None:
+    """The agent's first answer met torch.distributed half imported (no is_initialized yet): the
+    AttributeError ended its thread, and the rank answered no sample for the whole run (1 of 8
+    slowed runs under a plain python launcher, on a quiet machine)."""
+    from tests.support.netns import free_port
+
+    watch_dir, _ = make_watch_dir(str(tmp_path / "watch"))
+    env = {**job_environment(os.environ, watch_dir, nccl_info=False), "RANK": "0", "OMP_NUM_THREADS": "1"}
+    job = subprocess.Popen([sys.executable, "-c", HALF_IMPORTED_FIRST.format(port=free_port())], env=env)
+    try:
+        sampler = Sampler(watch_dir, every_s=0.5, speak=lambda line: None)
+        sampler.next_at = 0.0
+        deadline = time.monotonic() + 60
+        while not sampler.history.entries and time.monotonic() < deadline:
+            sampler.tick({0: "here"})
+            time.sleep(0.05)
+        assert sampler.history.entries, f"no answer to {sampler.number} requests"
+        assert sampler.number >= 3  # the first were asked while the module was half made
+    finally:
+        job.kill()
+        job.wait()
+
+
 @pytest.mark.integration
 def test_the_agent_answers_numbered_requests_again_and_again(tmp_path) -> None:
     from tests.support.netns import free_port
