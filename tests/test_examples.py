@@ -311,6 +311,7 @@ SKIPPED: dict[str, Reason] = {
         "python tests/perf/bench_watch_reliability.py --runs 5",
         "python tests/perf/bench_watch_reliability.py --runs 20 --cases healthy",
         "python tests/perf/bench_stragglers.py --phases naming --launchers python,torchrun --runs 20",
+        "python tests/perf/bench_stragglers.py --phases naming --launchers python,torchrun --runs 10",
         "python tests/perf/bench_stragglers.py --phases naming --launchers srun,mpirun --runs 20",
         "python tests/perf/bench_stragglers.py --phases pause,cost --cost-reps 10 --cost-seconds 15",
     ),
