@@ -769,7 +769,9 @@ def test_unreachable_endpoint_is_named_within_the_timeout(ddpcheck, scratch) -> 
     assert run.code == 3
     (launch,) = run.failing()
     assert launch["name"] == "launch" and f"127.0.0.1:{port}" in launch["detail"]
-    assert run.report["elapsed_s"] < 5 + 10
+    # Bounded by --timeout, not torch's own rendezvous wait (minutes); the margin is start-up on a busy
+    # machine (CI, 2 workers: 15.05 s once against a margin of 10 s). Speed is for tests/perf/.
+    assert run.report["elapsed_s"] < 5 + 25
     assert_nothing_left(scratch, run)
 
 
