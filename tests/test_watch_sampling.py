@@ -179,6 +179,19 @@ while True:
 """
 
 
+def _sampled_job(tmp_path: Path, code: str) -> tuple[subprocess.Popen, Sampler]:
+    """A one-rank gloo job (`code`, its port filled in) in watch's environment, and a Sampler that asks
+    it every half second from its first tick."""
+    from tests.support.netns import free_port
+
+    watch_dir, _ = make_watch_dir(str(tmp_path / "watch"))
+    env = {**job_environment(os.environ, watch_dir, nccl_info=False), "RANK": "0", "OMP_NUM_THREADS": "1"}
+    job = subprocess.Popen([sys.executable, "-c", code.format(port=free_port())], env=env)
+    sampler = Sampler(watch_dir, every_s=0.5, speak=lambda line: None)
+    sampler.next_at = 0.0
+    return job, sampler
+
+
 # torch.distributed as another thread sees it while the main thread imports it: in sys.modules, half made.
 HALF_IMPORTED_FIRST = (
     """
@@ -196,14 +209,8 @@ def test_a_request_that_comes_while_the_rank_imports_torch_distributed_ends_noth
     """The agent's first answer met torch.distributed half imported (no is_initialized yet): the
     AttributeError ended its thread, and the rank answered no sample for the whole run (1 of 8
     slowed runs under a plain python launcher, on a quiet machine)."""
-    from tests.support.netns import free_port
-
-    watch_dir, _ = make_watch_dir(str(tmp_path / "watch"))
-    env = {**job_environment(os.environ, watch_dir, nccl_info=False), "RANK": "0", "OMP_NUM_THREADS": "1"}
-    job = subprocess.Popen([sys.executable, "-c", HALF_IMPORTED_FIRST.format(port=free_port())], env=env)
+    job, sampler = _sampled_job(tmp_path, HALF_IMPORTED_FIRST)
     try:
-        sampler = Sampler(watch_dir, every_s=0.5, speak=lambda line: None)
-        sampler.next_at = 0.0
         deadline = time.monotonic() + 60
         while not sampler.history.entries and time.monotonic() < deadline:
             sampler.tick({0: "here"})
@@ -217,14 +224,8 @@ def test_a_request_that_comes_while_the_rank_imports_torch_distributed_ends_noth
 
 @pytest.mark.integration
 def test_the_agent_answers_numbered_requests_again_and_again(tmp_path) -> None:
-    from tests.support.netns import free_port
-
-    watch_dir, _ = make_watch_dir(str(tmp_path / "watch"))
-    env = {**job_environment(os.environ, watch_dir, nccl_info=False), "RANK": "0", "OMP_NUM_THREADS": "1"}
-    job = subprocess.Popen([sys.executable, "-c", JOB.format(port=free_port())], env=env)
+    job, sampler = _sampled_job(tmp_path, JOB)
     try:
-        sampler = Sampler(watch_dir, every_s=0.5, speak=lambda line: None)
-        sampler.next_at = 0.0
         deadline = time.monotonic() + 60
         held: list[int] = []
         while len(held) < 3 and time.monotonic() < deadline:  # until three requests were answered
@@ -237,7 +238,7 @@ def test_the_agent_answers_numbered_requests_again_and_again(tmp_path) -> None:
         assert len(held) == 3, (held, list(sampler.answers))
         assert held == sorted(held) and held[0] < held[-1]  # each answer newer than the last
         assert sampler.number >= 3
-        assert list((watch_dir / agent.SAMPLES).iterdir()) == []  # each answer read and removed
+        assert list((sampler.dir / agent.SAMPLES).iterdir()) == []  # each answer read and removed
     finally:
         job.kill()
         job.wait()
