@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -433,3 +434,51 @@ def test_a_rank_that_ended_first_is_named_when_its_launcher_stopped_every_peer_b
         f"ddpcheck: rank 2 (host {os.uname().nodename}, pid {ranks[2].pid}) is lost: its process ended at "
         "stage 'importing torch' while its peers ran; its launcher stopped them before they could say so"
     ]
+
+
+def _hammer_said(directory: Path, remove: Any) -> int:
+    """How often another remover's `mkdir said` succeeded while `remove` took a full directory away:
+    each success is a line said a second time (CI, busy: once when `rm -rf` had emptied `said/` first)."""
+    (directory / "said").mkdir(parents=True)
+    (directory / "ended-first").mkdir()
+    for n in range(3000):  # a slow removal, much of it after `said/` whatever order rm takes
+        (directory / f"junk-{n}").touch()
+    made, deadline = 0, time.monotonic() + 30
+    removal = threading.Thread(target=remove)
+    removal.start()
+    while removal.is_alive() or (directory.exists() and time.monotonic() < deadline):
+        try:
+            (directory / "said").mkdir()
+            made += 1
+            (directory / "said").rmdir()
+        except OSError:
+            pass
+    removal.join()
+    return made
+
+
+@pytest.mark.integration
+def test_no_remover_finds_the_job_directory_half_removed(tmp_path: Path) -> None:
+    by_python = tmp_path / f"{arrival.JOB_PREFIX}python"
+    assert _hammer_said(by_python, lambda: arrival.remove_job_dir(by_python)) == 0
+    by_shell = tmp_path / f"{arrival.JOB_PREFIX}shell"
+    no_pid = str(2**22 + 17)
+
+    def remover_of_a_dead_rank() -> None:  # its rank gone, nobody left: it removes the directory
+        subprocess.run(
+            [
+                "sh",
+                "-c",
+                arrival._REMOVER_SCRIPT + "\nwait",
+                arrival.REMOVER_NAME,
+                str(by_shell),
+                no_pid,
+                no_pid,
+                "RANK",
+            ],
+            stdin=subprocess.DEVNULL,
+            timeout=20,
+        )
+
+    assert _hammer_said(by_shell, remover_of_a_dead_rank) == 0
+    assert not _job_dirs(tmp_path)

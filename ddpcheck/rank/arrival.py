@@ -137,7 +137,8 @@ for e in "$1"/ended-first/rank-*.json; do
   echo "ddpcheck: $who is lost: its process ended at stage '$at' $why" >&2
   break
 done
-rm -rf -- "$1"; } &"""
+g="$1.gone-$$"  # renamed first: a remover looking meanwhile finds no directory, never one half emptied
+mv -- "$1" "$g" 2>/dev/null && rm -rf -- "$g"; } &"""
 
 
 @dataclass(frozen=True)
@@ -285,7 +286,20 @@ class Arrival:
             unannounced_siblings(self.identity.rank_variable, {p.pid for p in announced}, self._launcher)
         ):
             # ended-first/ too: a rank that said its word leaves nothing for a remover to say.
-            shutil.rmtree(self.dir, ignore_errors=True)
+            remove_job_dir(self.dir)
+
+
+def remove_job_dir(directory: Path) -> None:
+    """Renamed away, then removed: a remover that looks meanwhile finds no directory. One half emptied
+    (`said/` gone, ended-first/ still there) let a second remover say its line again (CI, busy)."""
+    gone = directory.with_name(f"{directory.name}.gone-{os.getpid()}")
+    try:
+        os.rename(directory, gone)
+    except FileNotFoundError:
+        return  # removed by another meanwhile
+    except OSError:
+        gone = directory  # a leftover of that name from a reused pid: remove in place
+    shutil.rmtree(gone, ignore_errors=True)
 
 
 def unannounced_siblings(rank_variable: str, announced: set[int], launcher: int) -> list[int]:
@@ -465,10 +479,9 @@ def sweep_abandoned(keep: Path | None = None, older_than_s: float = 60.0) -> lis
                 continue
             if any(p.state in ("running", "stopped") for p in read(directory).values()):
                 continue
-            for path in directory.iterdir():
-                path.unlink()
-            directory.rmdir()
-            swept.append(directory)
+            remove_job_dir(directory)
+            if not directory.exists():  # not so where another user's stays
+                swept.append(directory)
         except OSError:
             continue  # another user's, or removed meanwhile by its own remover
     return swept
