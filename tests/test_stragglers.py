@@ -559,7 +559,7 @@ def test_the_stderr_line_and_the_check_word_for_word() -> None:
     assert result.detail == (
         "rank 3 (host b07) is slowing the job: its peers waited 50% of the last 5.8 s (29 collectives) "
         "for it, at all_reduce (29 collectives of group 0 (default_pg), lag 100.0 ms each, from enqueue "
-        "times (time_created_ns) on one clock)"
+        "times (time_created_ns), the hosts' clocks aligned by measured offsets)"
     )
 
 

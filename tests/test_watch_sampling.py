@@ -17,7 +17,7 @@ import pytest
 
 from ddpcheck.checks.watch import WatchOptions, agent
 from ddpcheck.checks.watch.environment import job_environment, make_watch_dir
-from ddpcheck.checks.watch.sampling import History, Sampler, _Pending, slim
+from ddpcheck.checks.watch.sampling import History, Sampler, Shared, StoreExchange, _Pending, slim
 from ddpcheck.errors import UsageError
 from ddpcheck.failure import stragglers
 from ddpcheck.failure.stragglers import GroupJudgement, Judgement, StragglerVerdict
@@ -139,9 +139,9 @@ class _Published:
     def publish(self, entries, hosts) -> None:
         self.seqs.append({r: [e["collective_seq_id"] for e in found] for r, found in entries.items()})
 
-    def others(self):
+    def others(self) -> Shared:
         taken, self.waiting = self.waiting, {}
-        return taken, dict.fromkeys(taken, "h")
+        return Shared(taken, dict.fromkeys(taken, "h"))
 
 
 def test_a_task_publishes_only_the_collectives_new_since_its_last_sample(tmp_path) -> None:
@@ -243,3 +243,39 @@ def test_the_agent_answers_numbered_requests_again_and_again(tmp_path) -> None:
         job.kill()
         job.wait()
     assert not psutil.pid_exists(job.pid) or psutil.Process(job.pid).status() == psutil.STATUS_ZOMBIE
+
+
+class _Store:
+    """torch's TCPStore as StoreExchange uses it."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, bytes] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.held[key] = value.encode()
+
+    def get(self, key: str) -> bytes:
+        return self.held[key]
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.held for k in keys)
+
+    def delete_key(self, key: str) -> bool:
+        return self.held.pop(key, None) is not None
+
+
+def test_a_tasks_clock_offset_reaches_task_0_with_its_ranks_and_is_used_by_the_judge(tmp_path) -> None:
+    """Task 1 publishes its host's clock offset with its ranks' collectives; task 0 keeps its own
+    ranks at 0: every rank has an offset, so the judge puts the hosts' ranks on one timeline."""
+    store = _Store()
+    offsets = iter([1_000, None, 3_000])  # a measure with no usable answer publishes none
+    task_1 = StoreExchange(store, 1, 2, clock=lambda: next(offsets))
+    for _ in range(3):
+        task_1.publish({2: [slim(dump([entry(1)]))[0]]}, {2: "b"})
+    task_0 = Sampler(tmp_path, 1.0, speak=lambda line: None)
+    task_0.exchange = StoreExchange(store, 0, 2)
+    task_0.history.add(0, [slim(dump([entry(1)]))[0]], "a")
+    task_0.history.offset(0, 0)
+    task_0._take_others()
+    sample = task_0.history.sample(0.0)
+    assert sample.clock_offsets_ns == {0: 0, 2: 2_000} and sample.hosts == {0: "a", 2: "b"}

@@ -209,23 +209,21 @@ def two_hosts():
     yield from veth_pair("w41s", "10.231.41", tools=("ip", "tc", "unshare"))
 
 
-@pytest.mark.netns
-def test_a_slow_link_names_no_rank_and_shows_in_every_ranks_work(two_hosts, tmp_path) -> None:
-    """Two hosts of 2 ranks (torchrun --nnodes 2, one watch per host, as a user runs it), everything
-    host b sends limited to 1 Mbit/s (tc tbf). Every collective waits for the link alike on both
-    hosts, and gloo's enqueue times of different hosts' clocks are not compared (no offsets measured):
-    each watch compares its own host's 2 ranks, names nobody, and the link's time is in every rank's
-    work per collective (docs/watch.md: a link, not a rank, is slow)."""
-    from tests.support.netns import free_port, on_host
-
-    slow = two_hosts[1]
-    limit = ["tc", "qdisc", "add", "dev", slow["device"], "root", "tbf", "rate", RATE]
+def _limit(host: dict, rate: str) -> None:
+    """tc's token bucket on everything `host` sends; the test skips where tc cannot."""
+    limit = ["tc", "qdisc", "add", "dev", host["device"], "root", "tbf", "rate", rate]
     limit += ["burst", "2kb", "latency", "1s"]
-    added = subprocess.run(["ip", "netns", "exec", slow["netns"], *limit], capture_output=True, text=True)
+    added = subprocess.run(["ip", "netns", "exec", host["netns"], *limit], capture_output=True, text=True)
     if added.returncode != 0:
         pytest.skip(f"tc cannot limit a veth here: {added.stderr.strip()}")
+
+
+def _two_node_team(two_hosts: list[dict], tmp_path: Path, plant: dict[str, str]) -> Ran:
+    """`ddpcheck watch -- torchrun --nnodes 2 --node-rank N ...` on each host, 2 ranks each, as a user
+    runs it; the watches are a team: node 0's report (node 1's watch writes none), every process gone."""
+    from tests.support.netns import free_port, on_host
+
     port = str(free_port())
-    plant = {"SLOW_JOB_SECONDS": str(SECONDS), "SLOW_JOB_RANK": "-1"}
     watchers = []
     for node, host in enumerate(two_hosts):
         job = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node)]
@@ -241,12 +239,56 @@ def test_a_slow_link_names_no_rank_and_shows_in_every_ranks_work(two_hosts, tmp_
                 w.wait(timeout=30)
     assert [w.returncode for w in watchers] == [0, 0], outputs
     assert _job_processes(tmp_path) == []
-    for node, host in enumerate(two_hosts):
-        run = Ran(0, *outputs[node], json.loads((tmp_path / f"n{node}.json").read_text()))
-        assert_nobody_named(run)
-        rows = run.report["tables"]["stragglers"]
-        assert sorted(r["rank"] for r in rows) == [2 * node, 2 * node + 1], rows  # its own host's ranks
-        assert {r["host"] for r in rows} == {host["hostname"]}
-        # The link's time is in every rank's work per collective, on both hosts alike: the step's own
-        # 50 ms and at least half the 48 ms the link takes (measured: 107-115 ms, at load average 2).
-        assert all(r["work_s"] >= 0.05 + 0.024 for r in rows), rows
+    assert not (tmp_path / "n1.json").exists()  # the report is node 0's, as task 0's under srun
+    run = Ran(0, *outputs[0], json.loads((tmp_path / "n0.json").read_text()))
+    # Node 0's watch judges both hosts' ranks on one timeline: node 1's watch measured its clock's
+    # offset from node 0's (checks/watch/clocks.py) and published its ranks' collectives to it.
+    rows = run.report["tables"]["stragglers"]
+    assert {r["rank"]: r["host"] for r in rows} == {
+        rank: two_hosts[rank // 2]["hostname"] for rank in range(4)
+    }, rows
+    return run
+
+
+@pytest.mark.netns
+def test_a_slow_link_names_no_rank_across_hosts_and_shows_in_every_ranks_work(two_hosts, tmp_path) -> None:
+    """Everything host b sends limited to 1 Mbit/s (tc tbf), the job's only traffic its all_reduce:
+    every collective waits for the link alike on both hosts, nobody is named (on one timeline, the
+    hosts' clocks aligned), and the link's time is in every rank's work per collective (docs/watch.md:
+    a link, not a rank, is slow)."""
+    _limit(two_hosts[1], RATE)
+    run = _two_node_team(two_hosts, tmp_path, {"SLOW_JOB_SECONDS": str(SECONDS), "SLOW_JOB_RANK": "-1"})
+    assert_nobody_named(run)
+    assert "across hosts, their clocks aligned by measured offsets" in run.stragglers["detail"]
+    # The step's own 50 ms and at least half the 48 ms the link takes (measured: 107-115 ms, load 2).
+    assert all(r["work_s"] >= 0.05 + 0.024 for r in run.report["tables"]["stragglers"])
+
+
+@pytest.mark.netns
+def test_a_host_whose_link_is_slow_is_named_with_the_rank_its_peers_wait_for(two_hosts, tmp_path) -> None:
+    """Every rank uploads 16 KB a step to a storage server on host a (tests/support/sink.py) before its
+    work; host b's link at 4 Mbit/s makes its two ranks' uploads some 60 ms a step, the step's own
+    work 50 ms: host b is named by node 0's watch, with the rank of it its peers wait for (measured: rank
+    3, which also carries the ring's traffic to host a; 36.6 ms late at each of 66 collectives), and
+    no rank of host a."""
+    from tests.support.netns import free_port
+
+    _limit(two_hosts[1], "4mbit")
+    near = two_hosts[0]
+    port = free_port()
+    sink = subprocess.Popen(
+        ["ip", "netns", "exec", near["netns"], sys.executable, str(Path(SLOW_JOB).with_name("sink.py")),
+         near["address"], str(port)], stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert sink.stdout is not None and sink.stdout.readline().strip() == "ready"
+        plant = {"SLOW_JOB_SECONDS": str(SECONDS), "SLOW_JOB_RANK": "-1"}
+        run = _two_node_team(two_hosts, tmp_path, {**plant, "SLOW_JOB_UPLOAD": f"{near['address']}:{port}"})
+    finally:
+        sink.kill()
+        sink.wait()
+    check = run.stragglers
+    assert check["status"] == "WARN" and check["ranks"] and set(check["ranks"]) <= {2, 3}, check
+    assert check["hosts"] == [two_hosts[1]["hostname"]], check
+    assert run.lines(), run.err[-2000:]
+    assert all(f"(host {two_hosts[1]['hostname']})" in line for line in run.lines()), run.lines()

@@ -16,7 +16,8 @@ the rule; in short:
     enqueues of #k-1 and #k, each on its own clock) before the end of #k.
   - `enqueue` (gloo, NCCL without timing): each rank's `time_created_ns`, on one clock: ranks of
     one host share it; ranks of different hosts are compared only with their clocks' offsets
-    (measured by the caller); without them each host's ranks are compared among themselves.
+    (watch's team measures them: checks/watch/clocks.py); without them each host's ranks are
+    compared among themselves.
     The release is the last arrival at #k-1 (a blocking collective ends when its last member
     arrives; its transfer, not recorded, counts as work).
   The interval between a rank's consecutive enqueues is NOT used: on every rank it is, on
@@ -63,9 +64,11 @@ HEAT_BUCKETS = 60
 
 GPU = "gpu"  # the estimators: arrival from NCCL's per-collective GPU duration
 ENQUEUE = "enqueue"  # arrival from the enqueue time, on one clock
+ALIGNED = "aligned"  # ...on several hosts' clocks, aligned by their measured offsets
 ESTIMATORS = {  # how the check's detail says which was used
     GPU: "from NCCL's GPU time in each collective (duration_ms)",
     ENQUEUE: "from enqueue times (time_created_ns) on one clock",
+    ALIGNED: "from enqueue times (time_created_ns), the hosts' clocks aligned by measured offsets",
 }
 
 
@@ -367,11 +370,12 @@ def _judge_group(pg: str, gathered: _Gathered) -> list[GroupJudgement]:
     timed = all(any(s.duration_ms is not None for s in held[r].values()) for r in members)
     if timed:
         return [_judge_unit(pg, desc, None, members, held, GPU, {}, gathered.hosts)]
-    if all(r in gathered.offsets_ns for r in members):
-        return [_judge_unit(pg, desc, None, members, held, ENQUEUE, gathered.offsets_ns, gathered.hosts)]
     by_host: dict[str, list[int]] = {}
     for rank in members:
         by_host.setdefault(gathered.hosts.get(rank, ""), []).append(rank)
+    if all(r in gathered.offsets_ns for r in members):
+        estimator = ALIGNED if len(by_host) > 1 else ENQUEUE
+        return [_judge_unit(pg, desc, None, members, held, estimator, gathered.offsets_ns, gathered.hosts)]
     if len(by_host) == 1:
         return [_judge_unit(pg, desc, None, members, held, ENQUEUE, {}, gathered.hosts)]
     units = [
@@ -574,6 +578,8 @@ def check(judgement: Judgement) -> Check:
     collectives = sum(per_group.values())
     window = max(g.window_s for g in judged)
     apart = ", each host's ranks among themselves" if any(g.host for g in judged) else ""
+    if any(g.estimator == ALIGNED for g in judged):
+        apart = ", across hosts, their clocks aligned by measured offsets"
     detail = (
         f"no rank slows the job ({collectives} collectives of {len(per_group)} group"
         f"{'s' if len(per_group) != 1 else ''} compared{apart}, over {_span(window)})"

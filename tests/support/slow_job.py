@@ -10,6 +10,9 @@ instead, whose backward all_reduces the gradients). Planted by environment:
   SLOW_JOB_STEPS=S     steps (default 200); SLOW_JOB_SECONDS=T: stop after about T seconds instead
                        (every rank at the same step: rank 0's clock decides, said in the all_reduce;
                        with DDP, T / SLOW_JOB_STEP_S steps)
+  SLOW_JOB_UPLOAD=H:P  every step, every rank first sends SLOW_JOB_UPLOAD_BYTES (default 16384) to
+                       the sink at H:P and waits for its one-byte answer (a shard written to remote
+                       storage, say): a rank whose host's link is slow is slow (tests/support/sink.py)
 
 Under torchrun, srun or mpirun it is one rank (its rank and world from the launcher's variables, as
 train_job.py reads them; MASTER_ADDR and MASTER_PORT are the caller's to give under srun and
@@ -76,14 +79,32 @@ def run() -> None:
             dist.all_reduce(tensor)
             return tensor[0].item() == 0.0
 
+    upload = _uploader()
     step, going = 0, True
     while going:
+        upload()
         time.sleep(step_s * work_factor(rank, step) * (1 + rng.uniform(-jitter, jitter)))
         going = collective(step)
         step += 1
     print(f"rank {rank} done: {step} steps in {time.monotonic() - began:.1f} s", flush=True)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _uploader():
+    """A step's upload to SLOW_JOB_UPLOAD (nothing without it), answered before the step goes on."""
+    where = os.environ.get("SLOW_JOB_UPLOAD")
+    if not where:
+        return lambda: None
+    host, port = where.rsplit(":", 1)
+    payload = b"x" * int(_number("SLOW_JOB_UPLOAD_BYTES", 16384))
+    sink = socket.create_connection((host, int(port)), timeout=60)
+
+    def upload() -> None:
+        sink.sendall(len(payload).to_bytes(4, "big") + payload)
+        sink.recv(1)
+
+    return upload
 
 
 def _spawned(rank: int, world: int, port: int) -> None:

@@ -20,7 +20,7 @@ from ddpcheck.report.model import Check, Report, Status
 
 def run(options: WatchOptions) -> Report:
     began = time.monotonic()
-    task = team.task_of(os.environ)
+    task = team.task_of(os.environ, options.command)
     with interrupt.deferred():  # made and registered as one step
         watch_dir, fresh = make_watch_dir(options.dir)
         if fresh:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import statistics
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,13 +37,24 @@ HEAT = "straggler_lag"  # the report's table of the heat map's rows (JSON and HT
 # The keys of a dump entry the judge reads: the rest (sizes, stacks, states) is left behind.
 SLIM_KEYS = ("process_group", "collective_seq_id", "profiling_name", "time_created_ns", "duration_ms")
 DUMP_VERSION = "2.10"  # what a slim dump says it is (parse_dump wants a 2.x)
+OFFSETS_KEPT = 100  # a rank's latest clock offsets: their median is the one used
+
+
+@dataclass
+class Shared:
+    """What the other tasks published since task 0 last looked: their ranks' new collectives, hosts,
+    and their hosts' clock offsets from task 0's (clocks.py; a rank of a task that measured none: absent)."""
+
+    entries: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    hosts: dict[int, str] = field(default_factory=dict)
+    clock_offsets_ns: dict[int, list[int]] = field(default_factory=dict)  # every one measured
 
 
 class Exchange(Protocol):
     """How one task's watcher shares its ranks' collectives with task 0's (team.py's store)."""
 
     def publish(self, entries: Mapping[int, list[dict[str, Any]]], hosts: Mapping[int, str]) -> None: ...
-    def others(self) -> tuple[dict[int, list[dict[str, Any]]], dict[int, str]]: ...
+    def others(self) -> Shared: ...
 
 
 def slim(raw: Any) -> list[dict[str, Any]]:
@@ -68,6 +80,11 @@ class History:
     def __init__(self) -> None:
         self.entries: dict[int, dict[str, OrderedDict[int, dict[str, Any]]]] = {}
         self.hosts: dict[int, str] = {}
+        self.offsets_ns: dict[int, deque[int]] = {}
+
+    def offset(self, rank: int, offset_ns: int) -> None:
+        """The rank's host's clock minus the judging watcher's, measured once more."""
+        self.offsets_ns.setdefault(rank, deque(maxlen=OFFSETS_KEPT)).append(int(offset_ns))
 
     def add(self, rank: int, entries: list[dict[str, Any]], host: str = "") -> list[dict[str, Any]]:
         """Kept; returns the entries not held before, or changed (what a team's task publishes)."""
@@ -95,7 +112,8 @@ class History:
             }
             for rank, groups in self.entries.items()
         }
-        return stragglers.sample_from_dumps(wall_s, dumps, hosts=self.hosts)
+        offsets = {rank: round(statistics.median(found)) for rank, found in self.offsets_ns.items()}
+        return stragglers.sample_from_dumps(wall_s, dumps, hosts=self.hosts, clock_offsets_ns=offsets)
 
 
 @dataclass
@@ -172,6 +190,9 @@ class Sampler:
         }
         if self.exchange is not None:
             self.exchange.publish(fresh, {r: pending.ranks.get(r, "") for r in new})
+            if self.judging:  # task 0: its own ranks are on the clock the others are aligned to
+                for rank in new:
+                    self.history.offset(rank, 0)
         self._take_others()
         if self.judging and self.history.entries:
             self._say_changes(stragglers.judge([self.history.sample(self.clock(), RECENT_PER_GROUP)]))
@@ -180,9 +201,12 @@ class Sampler:
         """Task 0 of a team: what the other tasks published since it last looked, kept with its own."""
         if self.exchange is None or not self.judging:
             return
-        others, hosts = self.exchange.others()
-        for rank, entries in others.items():
-            self.history.add(rank, entries, hosts.get(rank, ""))
+        shared = self.exchange.others()
+        for rank, entries in shared.entries.items():
+            self.history.add(rank, entries, shared.hosts.get(rank, ""))
+        for rank, measured in shared.clock_offsets_ns.items():
+            for offset_ns in measured:
+                self.history.offset(rank, offset_ns)
 
     def _sweep(self, number: int) -> None:
         """Every answer to this request or an earlier one goes (a late one included)."""
@@ -260,10 +284,13 @@ def heat_rows(judgement: stragglers.Judgement) -> list[dict[str, Any]]:
 class StoreExchange:
     """The team's store as the Exchange: task i publishes watch/samples/i/<n>; task 0 reads them in turn."""
 
-    def __init__(self, store: Any, index: int, count: int) -> None:
+    def __init__(
+        self, store: Any, index: int, count: int, clock: Callable[[], int | None] = lambda: None
+    ) -> None:
         self.store = store
         self.index = index
         self.count = count
+        self.clock = clock  # this host's clock minus task 0's, measured anew (None: not usable now)
         self.published = 0
         self.read = dict.fromkeys(range(count), 0)  # per task, the last of its publications read
 
@@ -275,12 +302,14 @@ class StoreExchange:
             "entries": {str(r): e for r, e in entries.items()},
             "hosts": {str(r): h for r, h in hosts.items()},
         }
+        offset_ns = self.clock()
+        if offset_ns is not None:
+            body["clock_offset_ns"] = offset_ns
         with contextlib.suppress(RuntimeError):  # task 0's store gone: the job is ending
             self.store.set(f"watch/samples/{self.index}/{self.published}", json.dumps(body))
 
-    def others(self) -> tuple[dict[int, list[dict[str, Any]]], dict[int, str]]:
-        entries: dict[int, list[dict[str, Any]]] = {}
-        hosts: dict[int, str] = {}
+    def others(self) -> Shared:
+        shared = Shared()
         for task in range(1, self.count):
             while True:
                 key = f"watch/samples/{task}/{self.read[task] + 1}"
@@ -293,6 +322,9 @@ class StoreExchange:
                     break
                 self.read[task] += 1
                 for rank, found in body.get("entries", {}).items():
-                    entries.setdefault(int(rank), []).extend(found)
-                hosts.update({int(r): str(h) for r, h in body.get("hosts", {}).items()})
-        return entries, hosts
+                    shared.entries.setdefault(int(rank), []).extend(found)
+                shared.hosts.update({int(r): str(h) for r, h in body.get("hosts", {}).items()})
+                if body.get("clock_offset_ns") is not None:
+                    for rank in map(int, body.get("hosts", {})):
+                        shared.clock_offsets_ns.setdefault(rank, []).append(int(body["clock_offset_ns"]))
+        return shared

@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
-from ddpcheck.checks.watch import judge
+from ddpcheck.checks.watch import clocks, judge
 from ddpcheck.checks.watch.sampling import Exchange, StoreExchange
-from ddpcheck.launcher import mpi, slurm
+from ddpcheck.launcher import mpi, slurm, torchrun_nodes
 from ddpcheck.rank import interrupt
 from ddpcheck.rank.torch_logs import quiet_torch_cpp_logs
 from ddpcheck.report.model import Check, Report, Status
@@ -33,6 +34,7 @@ PORT_OFFSET = 7  # ddpcheck's own inline runs of the same job use the derived po
 CONNECT_S = 120.0  # how long task 0's store is waited for (task 0 may start last on a busy node)
 EVIDENCE_S = 30.0  # how long task 0 waits for every task's evidence
 FAILED_GRACE_S = 1.0  # a rank failed somewhere: the others' records have this long to arrive
+CLOCK_KEY = "watch/clock"  # task 0's clock server's port (clocks.py)
 
 
 class Watching(Protocol):
@@ -54,10 +56,15 @@ class Task:
     port: int
 
 
-def task_of(environ: dict[str, str] | os._Environ[str]) -> Task | None:
-    """This watcher's task of an srun step or an mpirun job with several tasks; None when alone."""
+def task_of(environ: dict[str, str] | os._Environ[str], command: list[str] | None = None) -> Task | None:
+    """This watcher's task of an srun step or an mpirun job with several tasks, or of a torchrun
+    across nodes (one watch per node, `command` the job: torchrun_nodes.py); None when alone."""
     if "RANK" in environ:  # under torchrun: the job is watched from outside it
         return None
+    node = torchrun_nodes.node_of(command or [])
+    if node is not None:
+        port = node.port + PORT_OFFSET if node.port + PORT_OFFSET <= 65535 else node.port - PORT_OFFSET
+        return Task(node.node_rank, node.nnodes, node.host, port)
     if mpi.under_mpirun(environ):
         mapped = mpi.torch_environment(environ)
         base = int(mapped["MASTER_PORT"])
@@ -100,9 +107,32 @@ def _set(store, key: str, value: dict) -> None:
 
 def run_team(watcher: Watching, task: Task, store) -> tuple[str, Report | None]:
     """(the decision, the report on task 0; None elsewhere)."""
+    server = clocks.ClockServer() if task.index == 0 else None
+    try:
+        if server is not None:
+            _set(store, CLOCK_KEY, {"port": server.port})
+        return _run_team(watcher, task, store)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _clock_offset(store, task: Task) -> Callable[[], int | None]:
+    """This host's clock minus task 0's, measured each time it is asked (None: no usable answer)."""
+
+    def measured() -> int | None:
+        found = _get(store, CLOCK_KEY)
+        offset = clocks.measure(task.host, int(found["port"])) if found else None
+        return offset.offset_ns if offset is not None and offset.usable else None
+
+    return measured
+
+
+def _run_team(watcher: Watching, task: Task, store) -> tuple[str, Report | None]:
     decision = None
     next_publish = 0.0
-    watcher.share_samples(StoreExchange(store, task.index, task.count), judging=task.index == 0)
+    exchange = StoreExchange(store, task.index, task.count, clock=_clock_offset(store, task))
+    watcher.share_samples(exchange, judging=task.index == 0)
     while decision is None:
         event = watcher.step()
         now = time.monotonic()
