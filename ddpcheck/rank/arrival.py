@@ -137,8 +137,9 @@ for e in "$1"/ended-first/rank-*.json; do
   echo "ddpcheck: $who is lost: its process ended at stage '$at' $why" >&2
   break
 done
-g="$1.gone-$$"  # renamed first: a remover looking meanwhile finds no directory, never one half emptied
-mv -- "$1" "$g" 2>/dev/null && rm -rf -- "$g"; } &"""
+g="$1.gone-$2"  # renamed first: a remover looking meanwhile finds no directory, never one half emptied
+mv -- "$1" "$g" 2>/dev/null; rm -rf -- "$g"  # $g also where its rank was killed mid-removal
+exit 0; } &"""  # not rm last: dash would exec it, and a remover still at work would no longer look one
 
 
 @dataclass(frozen=True)
@@ -291,7 +292,9 @@ class Arrival:
 
 def remove_job_dir(directory: Path) -> None:
     """Renamed away, then removed: a remover that looks meanwhile finds no directory. One half emptied
-    (`said/` gone, ended-first/ still there) let a second remover say its line again (CI, busy)."""
+    (`said/` gone, ended-first/ still there) let a second remover say its line again (CI, busy).
+    Named by this process's pid: if it is killed mid-removal (mpirun's teardown), its own remover,
+    which knows that pid, removes the rest."""
     gone = directory.with_name(f"{directory.name}.gone-{os.getpid()}")
     try:
         os.rename(directory, gone)

@@ -119,13 +119,14 @@ def create_inline(path: Path) -> Path:
 # rank (a launcher that kills a task's whole tree, as Slurm's proctrack/linuxproc does, would take
 # it along): it waits for end of file on the pipe (the rank's end closes only when the rank is gone,
 # however it went), then removes the directory, "$1". A background job's standard input is
-# /dev/null unless redirected, hence fd 3.
-_REMOVER_SCRIPT = 'exec 3<&0; { read -r _ <&3; rm -rf -- "$1"; } &'
+# /dev/null unless redirected, hence fd 3. `exit 0` last: dash would exec a last rm, and a remover
+# still at work would no longer look one to whoever waits for the removers to end.
+_REMOVER_SCRIPT = 'exec 3<&0; { read -r _ <&3; rm -rf -- "$1"; exit 0; } &'
 # A launcher's run directory, unless it is one whose logs the launcher kept on purpose (keep_logs:
 # logs/ alone, the spec gone): a launcher killed outright leaves its spec, or nothing at all.
 _LAUNCHER_REMOVER_SCRIPT = (
     f'exec 3<&0; {{ read -r _ <&3; if [ -e "$1/{SPEC_FILE}" ] || [ ! -d "$1/{LOGS_DIR}" ]; then '
-    'rm -rf -- "$1"; fi; } &'
+    'rm -rf -- "$1"; fi; exit 0; } &'
 )
 # The write ends of those pipes: held, never written, until this process ends (or release_remover).
 _held_until_exit: list[int] = []
