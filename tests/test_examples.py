@@ -313,6 +313,7 @@ SKIPPED: dict[str, Reason] = {
         "python tests/perf/bench_stragglers.py --phases naming --launchers python,torchrun --runs 20",
         "python tests/perf/bench_stragglers.py --phases naming --launchers python,torchrun --runs 10",
         "python tests/perf/bench_stragglers.py --phases naming --launchers srun,mpirun --runs 20",
+        "python tests/perf/bench_stragglers.py --phases naming --launchers srun,mpirun --runs 10",
         "python tests/perf/bench_stragglers.py --phases pause,cost --cost-reps 10 --cost-seconds 15",
     ),
     **_listed(
