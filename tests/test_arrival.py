@@ -25,7 +25,7 @@ from ddpcheck.failure import explain
 from ddpcheck.failure.peers import store_waited_for
 from ddpcheck.rank import arrival
 from ddpcheck.report.formats.text import write_text
-from tests.conftest import removers_of
+from tests.conftest import removed_in_time, removers_of
 
 TORCHRUN_ENV = {
     "TORCHELASTIC_RUN_ID": "none",
@@ -136,9 +136,7 @@ def _job_dirs(tmpdir: Path) -> list[Path]:
 def _left_once_removed(tmpdir: Path) -> list[list[str]]:
     """What is left of the job directories once every remover of `tmpdir` has ended: a bound, not a
     speed (a remover took over 5 s beside CI's other tests); removers still there are a failure too."""
-    deadline = time.monotonic() + 60
-    while removers_of(tmpdir) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    removed_in_time(tmpdir, within_s=60)  # what else it lists (a test's own files) is not a job's
     left = [sorted(str(f.relative_to(tmpdir)) for f in [d, *d.rglob("*")]) for d in _job_dirs(tmpdir)]
     return left + [[f"remover {p.pid} still running"] for p in removers_of(tmpdir)]
 
