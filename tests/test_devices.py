@@ -342,8 +342,10 @@ def test_a_slow_and_a_corrupting_rank_are_each_named_exactly(
 )
 def test_a_rank_sharing_its_core_passes_and_a_stopped_rank_is_named(scratch: Path) -> None:
     """Rank 1 shares its core with two spinning processes (it waits for the core two thirds of
-    its passes: the host's load, not its device); rank 2 is stopped half of every 20 ms (the
-    time a sick device loses). Only rank 2 is named. On the code before runqueue.py (rates over
+    its passes: the host's load, not its device); rank 2 is stopped four fifths of every 20 ms
+    (the time a sick device loses; at half, the suite's own load on three workers left it at
+    0.71x once, unnamed, as docs/devices.md's load table says half-stopped ranks can be). Only
+    rank 2 is named. On the code before runqueue.py (rates over
     wall time) the host's load decided instead: at load 6, rank 2 hid among ranks all slowed
     alike, and the run passed (2 of 2 tries)."""
     first, second, *_ = sorted(os.sched_getaffinity(0))
@@ -357,7 +359,7 @@ def test_a_rank_sharing_its_core_passes_and_a_stopped_rank_is_named(scratch: Pat
         os.sched_setaffinity(ranks[1], {first})
         os.sched_setaffinity(ranks[0], {second})
         os.sched_setaffinity(ranks[2], {second})
-        cycler = threading.Thread(target=duty_cycle, args=(ranks[2], stop), daemon=True)
+        cycler = threading.Thread(target=duty_cycle, args=(ranks[2], stop, 0.8), daemon=True)
         cycler.start()
         try:
             out, err = proc.communicate(timeout=180)
@@ -370,7 +372,9 @@ def test_a_rank_sharing_its_core_passes_and_a_stopped_rank_is_named(scratch: Pat
     named = _named(run)
     assert named["compute"] == [2] and set().union(*named.values()) == {2}, named
     waits = {row["rank"]: row["cpu_wait_pct"] for row in run.table("devices")}
-    assert waits[1] >= 40 and waits[1] > waits[0], waits
+    # It waited: two thirds on a quiet host, a third with a spinner on every core (2026-12-06);
+    # from 25% the note below says the host was busy.
+    assert waits[1] >= 25 and waits[1] > waits[0], waits
     assert any("the host was busy" in note for note in report["notes"]), report["notes"]
     assert_nothing_left(scratch, run)
 
