@@ -33,15 +33,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     interrupt.end_what_the_tests_started()
 
 
-# The files that take longest, first. With a file whole per worker (`--dist loadfile`), the
-# file that starts last sets the end: by name, test_watch.py (about 170 s) came last, and one
-# worker ran it alone while the other had nothing left.
+# The files that take longest, first (measured: docs/testing.md). With a file whole per worker
+# (`--dist loadfile`), the file that starts last sets the end: by name, test_watch.py (about
+# 170 s) came last, and one worker ran it alone while the other had nothing left.
 LONGEST_FIRST = (
+    "test_watch_stragglers.py",
     "test_watch.py",
     "test_examples.py",
     "test_failures.py",
-    "test_launchers.py",
+    "test_strikes.py",
     "test_multinode.py",
+    "test_attach.py",
+    "test_launchers.py",
 )
 
 
