@@ -373,8 +373,9 @@ def test_a_rank_sharing_its_core_passes_and_a_stopped_rank_is_named(scratch: Pat
     assert named["compute"] == [2] and set().union(*named.values()) == {2}, named
     waits = {row["rank"]: row["cpu_wait_pct"] for row in run.table("devices")}
     # It waited: two thirds on a quiet host, a third with a spinner on every core (2026-12-06);
-    # from 25% the note below says the host was busy.
-    assert waits[1] >= 25 and waits[1] > waits[0], waits
+    # from 25% the note below says the host was busy. Not more than rank 0: with the suite's other
+    # workers on the second core, rank 0 waited as long (63% against 60%, CI on three workers).
+    assert waits[1] >= 25, waits
     assert any("the host was busy" in note for note in report["notes"]), report["notes"]
     assert_nothing_left(scratch, run)
 
