@@ -343,11 +343,10 @@ def test_a_slow_and_a_corrupting_rank_are_each_named_exactly(
 def test_a_rank_sharing_its_core_passes_and_a_stopped_rank_is_named(scratch: Path) -> None:
     """Rank 1 shares its core with two spinning processes (it waits for the core two thirds of
     its passes: the host's load, not its device); rank 2 is stopped four fifths of every 20 ms
-    (the time a sick device loses; at half, the suite's own load on three workers left it at
-    0.71x once, unnamed, as docs/devices.md's load table says half-stopped ranks can be). Only
-    rank 2 is named. On the code before runqueue.py (rates over
-    wall time) the host's load decided instead: at load 6, rank 2 hid among ranks all slowed
-    alike, and the run passed (2 of 2 tries)."""
+    (the time a sick device loses; stopped half, a loaded host can hide it: docs/devices.md).
+    Only rank 2 is named. On the code before runqueue.py (rates over wall time) the host's load
+    decided instead: at load 6, rank 2 hid among ranks all slowed alike, and the run passed (2 of
+    2 tries)."""
     first, second, *_ = sorted(os.sched_getaffinity(0))
     stop = threading.Event()
     with busy_cores(2, cpu=first):
@@ -359,7 +358,8 @@ def test_a_rank_sharing_its_core_passes_and_a_stopped_rank_is_named(scratch: Pat
         os.sched_setaffinity(ranks[1], {first})
         os.sched_setaffinity(ranks[0], {second})
         os.sched_setaffinity(ranks[2], {second})
-        cycler = threading.Thread(target=duty_cycle, args=(ranks[2], stop, 0.8), daemon=True)
+        sick = {"fraction": 0.8}
+        cycler = threading.Thread(target=duty_cycle, args=(ranks[2], stop), kwargs=sick, daemon=True)
         cycler.start()
         try:
             out, err = proc.communicate(timeout=180)
@@ -372,10 +372,8 @@ def test_a_rank_sharing_its_core_passes_and_a_stopped_rank_is_named(scratch: Pat
     named = _named(run)
     assert named["compute"] == [2] and set().union(*named.values()) == {2}, named
     waits = {row["rank"]: row["cpu_wait_pct"] for row in run.table("devices")}
-    # It waited: two thirds on a quiet host, a third with a spinner on every core (2026-12-06);
-    # from 25% the note below says the host was busy. Not more than rank 0: with the suite's other
-    # workers on the second core, rank 0 waited as long (63% against 60%, CI on three workers).
-    assert waits[1] >= 25, waits
+    # Enough to be called busy; not compared with rank 0, whose core the suite's other workers share.
+    assert waits[1] >= devices.BUSY_HOST_WAIT_PCT, waits
     assert any("the host was busy" in note for note in report["notes"]), report["notes"]
     assert_nothing_left(scratch, run)
 
