@@ -8,6 +8,7 @@ random moments are in tests/test_strikes.py; these are the parts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from ddpcheck.checks.env.preflight import store_unreachable
@@ -498,3 +500,85 @@ def test_a_rank_killed_while_it_removed_the_directory_leaves_nothing(tmp_path: P
     _ready(rank)
     rank.wait()
     assert _left_once_removed(tmp_path) == []
+
+
+def _presence(rank: int, stage: str, state: str) -> arrival.Presence:
+    return arrival.Presence(rank=rank, pid=1000 + rank, host="h", stage=stage, since=0.0, state=state)
+
+
+@pytest.mark.parametrize(("stage", "state", "pending"), [
+    ("done", "gone", True),
+    (arrival.WRITING_REPORT, "zombie", True),
+    ("done", "running", False),  # alive: not killed, perhaps about to leave
+    ("done", "stopped", False),  # the remover of the last rank ends a stopped one, and says so
+    (arrival.LEFT, "gone", False),  # it left by itself: nothing to say
+    (arrival.IMPORTING_TORCH, "gone", False),  # ended mid-run: its peers name it
+])  # fmt: skip
+def test_a_rank_killed_after_its_part_keeps_the_directory_until_its_remover_names_it(
+    tmp_path: Path, stage: str, state: str, pending: bool
+) -> None:
+    announced = [_presence(0, arrival.LEFT, "running"), _presence(2, stage, state)]
+    assert arrival.killed_after_its_part_unnamed(tmp_path, announced) is pending
+    for said in (arrival.ENDED_AFTER, arrival.ENDED_FIRST):  # named, or set aside: nothing pending
+        (tmp_path / said).mkdir()
+        assert arrival.killed_after_its_part_unnamed(tmp_path, announced) is False
+        (tmp_path / said).rmdir()
+
+
+def _remover_of(tmp_path: Path, pid: int) -> psutil.Process:
+    (remover,) = [p for p in removers_of(tmp_path) if str(pid) in p.cmdline()]
+    return remover
+
+
+@pytest.mark.integration
+def test_a_rank_killed_once_done_is_named_even_when_its_peer_leaves_before_its_remover_looks(
+    tmp_path: Path,
+) -> None:
+    """Rank 2 killed at 'done'; its remover held back (stopped) while rank 0 leaves and exits: the
+    directory stays for it, and it names rank 2 once, then removes it. Before, rank 0's leave()
+    removed the directory and the line was never said (3 of 10 torchrun strikes beside a spinner)."""
+    said, go = tmp_path / "stderr", tmp_path / "go"
+    with said.open("w") as stderr:
+        leaving = _rank_process(
+            tmp_path,
+            {**TORCHRUN_ENV, "RANK": "0"},
+            f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\narrival.leave()\n",
+            stderr,
+        )
+        killed = _rank_process(
+            tmp_path, {**TORCHRUN_ENV, "RANK": "2"}, "arrival.stage('done')\ntime.sleep(60)", stderr
+        )
+    remover = None
+    try:
+        _ready(leaving)
+        _ready(killed)
+        (directory,) = _job_dirs(tmp_path)
+        deadline = time.monotonic() + 5
+        while arrival.read(directory)[2].stage != "done" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        remover = _remover_of(tmp_path, killed.pid)
+        remover.suspend()
+        killed.kill()
+        killed.wait()
+        go.touch()
+        assert leaving.wait(timeout=10) == 0
+        deadline = time.monotonic() + 10  # rank 0's remover has ended too: it left the directory alone
+        while len(removers_of(tmp_path)) > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert removers_of(tmp_path) == [remover]
+        assert directory.is_dir() and arrival.read(directory)[2].stage == "done"
+        remover.resume()
+    finally:
+        if remover is not None:
+            with contextlib.suppress(psutil.Error):
+                remover.resume()
+        for rank in (leaving, killed):
+            rank.kill()
+            rank.wait()
+    assert _left_once_removed(tmp_path) == []
+    lines = [line for line in said.read_text().splitlines() if line.startswith("ddpcheck")]
+    assert lines == [
+        f"ddpcheck: rank 2 (host {os.uname().nodename}, pid {killed.pid}) is lost: its process ended at "
+        "stage 'done' before it could leave; its part of the run was done; its launcher's exit code is "
+        "this end, the verdict said stands"
+    ]

@@ -27,6 +27,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,11 @@ JOINING = "joining the process group"
 WRITING_REPORT = "writing the report"
 TERMINATED = "stopped by its launcher (SIGTERM)"
 LEFT = "left"  # ended by itself: its verdict, its own error, a Ctrl-C
+# Stages a rank never ends in by itself: ended there, it was killed after its part of the run
+# ('done' is the harness's last stage, failure/stages.py, which this module does not import).
+KILLED_AFTER_ITS_PART = ("done", WRITING_REPORT)
+ENDED_AFTER = "ended-after"  # made by the remover that names the first such rank here
+ENDED_FIRST = "ended-first"  # holds the file of the first rank that ended without a word while a peer ran
 # The commands that run as ranks (commands.py's `ranked`; tests/test_arrival.py keeps them equal).
 RANKED_COMMANDS = frozenset({"allreduce", "collectives", "devices", "links", "profile", "train"})
 # Options that mean "launch ranks from here", even inside a launcher (launcher/plan.detect_inline).
@@ -57,6 +63,8 @@ LAUNCH_OPTIONS = ("--nproc", "--gpus", "--nnodes")
 # A rank that ended at 'done' or 'writing the report' never left by itself (that writes 'left'): it was
 # killed after its part of the run (mpirun then exits 137 under a report that passed). The first one
 # of the job here is named by its own remover, at once; later ones are their launcher's teardown.
+# Until that remover has named it (ended-after/), the directory is its to remove: a peer leaving at the
+# same moment removed it first and the line was never said (3 of 10 torchrun strikes beside a spinner).
 _REMOVER_SCRIPT = r"""state() {
   sed -n 's/^State:[[:space:]]*\([A-Za-z]\).*/\1/p' "/proc/$1/status" 2>/dev/null
 }
@@ -136,6 +144,13 @@ for e in "$1"/ended-first/rank-*.json; do
   why="while its peers ran; its launcher stopped them before they could say so"
   echo "ddpcheck: $who is lost: its process ended at stage '$at' $why" >&2
   break
+done
+for f in "$1"/rank-*-*.json; do  # a rank killed after its part, not yet named: its remover removes
+  [ -d "$1/ended-after" ] || [ -d "$1/ended-first" ] && break
+  pid=${f##*-}; pid=${pid%.json}
+  [ "$pid" = "$2" ] && continue
+  case "$(stage "$f")" in done|"writing the report") ;; *) continue;; esac
+  case "$(state "$pid")" in Z|X|'') exit 0;; esac
 done
 g="$1.gone-$2"  # renamed first: a remover looking meanwhile finds no directory, never one half emptied
 mv -- "$1" "$g" 2>/dev/null; rm -rf -- "$g"  # $g also where its rank was killed mid-removal
@@ -282,9 +297,12 @@ class Arrival:
         the file says that already); the directory goes if this was the last rank here."""
         if self.stage_name != TERMINATED:
             self.stage(LEFT)
-        announced = read(self.dir).values()
-        if not any(p.state in ("running", "stopped") for p in announced if p.pid != os.getpid()) and not (
-            unannounced_siblings(self.identity.rank_variable, {p.pid for p in announced}, self._launcher)
+        announced = list(read(self.dir).values())
+        pids = {p.pid for p in announced}
+        if (
+            not any(p.state in ("running", "stopped") for p in announced if p.pid != os.getpid())
+            and not unannounced_siblings(self.identity.rank_variable, pids, self._launcher)
+            and not killed_after_its_part_unnamed(self.dir, announced)
         ):
             # ended-first/ too: a rank that said its word leaves nothing for a remover to say.
             remove_job_dir(self.dir)
@@ -303,6 +321,15 @@ def remove_job_dir(directory: Path) -> None:
     except OSError:
         gone = directory  # a leftover of that name from a reused pid: remove in place
     shutil.rmtree(gone, ignore_errors=True)
+
+
+def killed_after_its_part_unnamed(directory: Path, announced: Iterable[Presence]) -> bool:
+    """A rank here ended at 'done' or 'writing the report' (killed after its part of the run) that its
+    remover has not named yet (no ended-after/), nor set aside for an earlier end (no ended-first/):
+    the directory is left to that remover, which names it and then removes it."""
+    if (directory / ENDED_AFTER).is_dir() or (directory / ENDED_FIRST).is_dir():
+        return False
+    return any(p.stage in KILLED_AFTER_ITS_PART and p.state in ("zombie", "gone") for p in announced)
 
 
 def unannounced_siblings(rank_variable: str, announced: set[int], launcher: int) -> list[int]:
