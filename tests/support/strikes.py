@@ -88,6 +88,8 @@ def _rank_process(tag: str, launcher: str, rank: int) -> psutil.Process | None:
         try:
             env, argv = proc.environ(), proc.cmdline()
             # The rank's python itself, not a helper shell of it that inherited its environment.
+            if not argv:
+                continue  # a process in its exit has no command line (an IndexError once, busy)
             is_rank = "python" in Path(argv[0]).name and any(a.startswith("ddpcheck") for a in argv)
             if env.get(RANK_VARIABLE[launcher]) == str(rank) and is_rank:
                 return proc
@@ -131,11 +133,8 @@ def strike(launcher: str, moment_s: float, signum: int, scratch: Path, env: dict
             elif target is not None and time.monotonic() - began >= moment_s:
                 break
             time.sleep(0.005)
-        # A rank that has left (its verdict out, exiting) is past any moment of its life a peer could see.
-        if target is not None and proc.poll() is None and _stage_of(scratch, rank, target.pid) != "left":
-            with contextlib.suppress(ProcessLookupError):  # it ended a moment ago: not a strike
-                os.kill(target.pid, signum)
-                outcome.struck, outcome.pid = _took(target, signum), target.pid
+        if target is not None and proc.poll() is None:
+            outcome.struck, outcome.pid = _strike_unless_left(target, signum, scratch, rank), target.pid
         struck_at = time.monotonic()
         try:
             outcome.out, outcome.err = proc.communicate(timeout=BOUND_S + 15)
@@ -169,10 +168,28 @@ def _leftovers(scratch: Path, report: dict | None) -> list[str]:
     return [f"{p.name}/{sorted(c.name for c in p.iterdir())[:5]}" if p.is_dir() else p.name for p in left]
 
 
-def _took(target: psutil.Process, signum: int) -> bool:
-    """Whether the signal struck a living rank: a process already exiting is not stopped by SIGSTOP."""
+def _strike_unless_left(target: psutil.Process, signum: int, scratch: Path, rank: int) -> bool:
+    """`signum` to a living rank that has not left (its verdict out, exiting: past any moment of its
+    life a peer could see). Stopped first, its stage read then is the one struck: read, then killed,
+    a rank left in between once (CI, busy) and its kill after its verdict was taken for a strike."""
+    try:
+        os.kill(target.pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return False  # it ended a moment ago: not a strike
+    if not _stopped(target):
+        return False  # exiting already: a process in its exit does not stop
+    if _stage_of(scratch, rank, target.pid) == "left":
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target.pid, signal.SIGCONT)
+        return False
     if signum != signal.SIGSTOP:
-        return True
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target.pid, signum)
+    return True
+
+
+def _stopped(target: psutil.Process) -> bool:
+    """Whether the SIGSTOP sent to `target` stopped it within 1 s: a process in its exit does not stop."""
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
         try:
