@@ -582,3 +582,53 @@ def test_a_rank_killed_once_done_is_named_even_when_its_peer_leaves_before_its_r
         "stage 'done' before it could leave; its part of the run was done; its launcher's exit code is "
         "this end, the verdict said stands"
     ]
+
+
+@pytest.mark.integration
+def test_a_rank_killed_while_a_peer_is_still_starting_is_named_when_that_peer_ends_unheard(
+    tmp_path: Path,
+) -> None:
+    """torchrun beside spinners: rank 2 killed in 'starting' while rank 1's Python had not yet written
+    its file; its remover, finding a live sibling with no file, went away silently, and rank 1 then
+    said "one of ranks 0, 2 ended first". A rank still starting is a peer that runs: rank 2 ended first."""
+    said, go = tmp_path / "stderr", tmp_path / "go"
+    late = (
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
+        "from ddpcheck.rank import arrival\n"
+        "arrival.start(os.environ, ['allreduce'])\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with said.open("w") as stderr:
+        killed = _rank_process(tmp_path, {**TORCHRUN_ENV, "RANK": "2"}, "time.sleep(60)", stderr)
+        starting = subprocess.Popen(
+            [sys.executable, "-c", late],
+            env={**os.environ, **TORCHRUN_ENV, "RANK": "1", "TMPDIR": str(tmp_path)},
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    try:
+        _ready(killed)
+        (directory,) = _job_dirs(tmp_path)
+        killed.kill()
+        killed.wait()
+        deadline = time.monotonic() + 10
+        while not list(directory.glob("ended-first/rank-2-*.json")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert list(directory.glob("ended-first/rank-2-*.json"))  # set aside: it ended while a peer ran
+        go.touch()
+        _ready(starting)
+        starting.terminate()  # no handler: its launcher's SIGTERM before it could say a word
+        starting.wait()
+    finally:
+        for rank in (killed, starting):
+            rank.kill()
+            rank.wait()
+    assert _left_once_removed(tmp_path) == []
+    lines = [line for line in said.read_text().splitlines() if line.startswith("ddpcheck")]
+    assert lines == [
+        f"ddpcheck: rank 2 (host {os.uname().nodename}, pid {killed.pid}) is lost: its process ended at "
+        "stage 'importing torch' while its peers ran; its launcher stopped them before they could say so"
+    ]

@@ -103,7 +103,9 @@ for c in $(cat /proc/"$3"/task/*/children 2>/dev/null); do  # a sibling rank wit
   case "$(state "$c")" in Z|X|'') continue;; esac
   ls "$1"/rank-*-"$c".json >/dev/null 2>&1 && continue
   tr '\0' '\n' 2>/dev/null < /proc/"$c"/cmdline | grep -qx ddpcheck-job-remover && continue
-  tr '\0' '\n' 2>/dev/null < /proc/"$c"/environ | grep -q "^$4=" && exit 0  # gone meanwhile: quiet
+  # A rank still starting is a peer that runs: this one ended first (it exited here before, silently,
+  # and a rank killed while a peer started was named by nobody). 2>/dev/null first: gone meanwhile.
+  tr '\0' '\n' 2>/dev/null < /proc/"$c"/environ | grep -q "^$4=" && { alive=1; break; }
 done
 if [ -n "$alive" ]; then
   for f in "$1"/rank-*-"$2".json; do
