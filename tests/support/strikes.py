@@ -133,8 +133,11 @@ def strike(launcher: str, moment_s: float, signum: int, scratch: Path, env: dict
             elif target is not None and time.monotonic() - began >= moment_s:
                 break
             time.sleep(0.005)
-        if target is not None and proc.poll() is None:
-            outcome.struck, outcome.pid = _strike_unless_left(target, signum, scratch, rank), target.pid
+        # A rank that has left (its verdict out, exiting) is past any moment of its life a peer could see.
+        if target is not None and proc.poll() is None and _stage_of(scratch, rank, target.pid) != "left":
+            with contextlib.suppress(ProcessLookupError):  # it ended a moment ago: not a strike
+                os.kill(target.pid, signum)
+                outcome.struck, outcome.pid = _took(target, signum), target.pid
         struck_at = time.monotonic()
         try:
             outcome.out, outcome.err = proc.communicate(timeout=BOUND_S + 15)
@@ -168,28 +171,10 @@ def _leftovers(scratch: Path, report: dict | None) -> list[str]:
     return [f"{p.name}/{sorted(c.name for c in p.iterdir())[:5]}" if p.is_dir() else p.name for p in left]
 
 
-def _strike_unless_left(target: psutil.Process, signum: int, scratch: Path, rank: int) -> bool:
-    """`signum` to a living rank that has not left (its verdict out, exiting: past any moment of its
-    life a peer could see). Stopped first, its stage read then is the one struck: read, then killed,
-    a rank left in between once (CI, busy) and its kill after its verdict was taken for a strike."""
-    try:
-        os.kill(target.pid, signal.SIGSTOP)
-    except ProcessLookupError:
-        return False  # it ended a moment ago: not a strike
-    if not _stopped(target):
-        return False  # exiting already: a process in its exit does not stop
-    if _stage_of(scratch, rank, target.pid) == "left":
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(target.pid, signal.SIGCONT)
-        return False
+def _took(target: psutil.Process, signum: int) -> bool:
+    """Whether the signal struck a living rank: a process already exiting is not stopped by SIGSTOP."""
     if signum != signal.SIGSTOP:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(target.pid, signum)
-    return True
-
-
-def _stopped(target: psutil.Process) -> bool:
-    """Whether the SIGSTOP sent to `target` stopped it within 1 s: a process in its exit does not stop."""
+        return True
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
         try:
