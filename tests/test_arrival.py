@@ -135,6 +135,26 @@ def _job_dirs(tmpdir: Path) -> list[Path]:
     return sorted(tmpdir.glob(f"{arrival.JOB_PREFIX}*"))
 
 
+# What a remover says of rank 2 after "is lost: its process ended at stage ...".
+ENDED_WHILE_PEERS_RAN = (
+    "'importing torch' while its peers ran; its launcher stopped them before they could say so"
+)
+KILLED_AFTER_ITS_PART = (
+    "'done' before it could leave; its part of the run was done; its launcher's exit code is this end, "
+    "the verdict said stands"
+)
+
+
+def _lost(pid: int, ending: str) -> str:
+    host = os.uname().nodename
+    return f"ddpcheck: rank 2 (host {host}, pid {pid}) is lost: its process ended at stage {ending}"
+
+
+def _ddpcheck_lines(said: Path) -> list[str]:
+    """ddpcheck's lines on the ranks' shared stderr."""
+    return [line for line in said.read_text().splitlines() if line.startswith("ddpcheck")]
+
+
 def _left_once_removed(tmpdir: Path) -> list[list[str]]:
     """What is left of the job directories once every remover of `tmpdir` has ended: a bound, not a
     speed (a remover took over 5 s beside CI's other tests); removers still there are a failure too."""
@@ -235,7 +255,7 @@ def test_the_last_rank_to_leave_by_itself_removes_everything_and_nothing_else_sp
             rank.wait()
     assert _left_once_removed(tmp_path) == []
     time.sleep(0.5)  # a remover that would speak has had its time
-    assert [line for line in said.read_text().splitlines() if line.startswith("ddpcheck")] == []
+    assert _ddpcheck_lines(said) == []
 
 
 @pytest.mark.integration
@@ -433,11 +453,7 @@ def test_a_rank_that_ended_first_is_named_when_its_launcher_stopped_every_peer_b
             rank.kill()
             rank.wait()
     assert _left_once_removed(tmp_path) == []
-    lines = [line for line in said.read_text().splitlines() if line.startswith("ddpcheck")]
-    assert lines == [
-        f"ddpcheck: rank 2 (host {os.uname().nodename}, pid {ranks[2].pid}) is lost: its process ended at "
-        "stage 'importing torch' while its peers ran; its launcher stopped them before they could say so"
-    ]
+    assert _ddpcheck_lines(said) == [_lost(ranks[2].pid, ENDED_WHILE_PEERS_RAN)]
 
 
 def _hammer_said(directory: Path, remove: Any) -> int:
@@ -576,12 +592,7 @@ def test_a_rank_killed_once_done_is_named_even_when_its_peer_leaves_before_its_r
             rank.kill()
             rank.wait()
     assert _left_once_removed(tmp_path) == []
-    lines = [line for line in said.read_text().splitlines() if line.startswith("ddpcheck")]
-    assert lines == [
-        f"ddpcheck: rank 2 (host {os.uname().nodename}, pid {killed.pid}) is lost: its process ended at "
-        "stage 'done' before it could leave; its part of the run was done; its launcher's exit code is "
-        "this end, the verdict said stands"
-    ]
+    assert _ddpcheck_lines(said) == [_lost(killed.pid, KILLED_AFTER_ITS_PART)]
 
 
 @pytest.mark.integration
@@ -627,8 +638,4 @@ def test_a_rank_killed_while_a_peer_is_still_starting_is_named_when_that_peer_en
             rank.kill()
             rank.wait()
     assert _left_once_removed(tmp_path) == []
-    lines = [line for line in said.read_text().splitlines() if line.startswith("ddpcheck")]
-    assert lines == [
-        f"ddpcheck: rank 2 (host {os.uname().nodename}, pid {killed.pid}) is lost: its process ended at "
-        "stage 'importing torch' while its peers ran; its launcher stopped them before they could say so"
-    ]
+    assert _ddpcheck_lines(said) == [_lost(killed.pid, ENDED_WHILE_PEERS_RAN)]
