@@ -552,7 +552,7 @@ def test_a_rank_killed_once_done_is_named_even_when_its_peer_leaves_before_its_r
 ) -> None:
     """Rank 2 killed at 'done'; its remover held back (stopped) while rank 0 leaves and exits: the
     directory stays for it, and it names rank 2 once, then removes it. Before, rank 0's leave()
-    removed the directory and the line was never said (3 of 10 torchrun strikes beside a spinner)."""
+    removed the directory and the line was never said (docs/failures.md: strikes beside a spinner)."""
     said, go = tmp_path / "stderr", tmp_path / "go"
     with said.open("w") as stderr:
         leaving = _rank_process(

@@ -64,7 +64,7 @@ LAUNCH_OPTIONS = ("--nproc", "--gpus", "--nnodes")
 # killed after its part of the run (mpirun then exits 137 under a report that passed). The first one
 # of the job here is named by its own remover, at once; later ones are their launcher's teardown.
 # Until that remover has named it (ended-after/), the directory is its to remove: a peer leaving at the
-# same moment removed it first and the line was never said (3 of 10 torchrun strikes beside a spinner).
+# same moment would take the file the line is read from (docs/failures.md has the figures).
 _REMOVER_SCRIPT = r"""state() {
   sed -n 's/^State:[[:space:]]*\([A-Za-z]\).*/\1/p' "/proc/$1/status" 2>/dev/null
 }
@@ -103,8 +103,7 @@ for c in $(cat /proc/"$3"/task/*/children 2>/dev/null); do  # a sibling rank wit
   case "$(state "$c")" in Z|X|'') continue;; esac
   ls "$1"/rank-*-"$c".json >/dev/null 2>&1 && continue
   tr '\0' '\n' 2>/dev/null < /proc/"$c"/cmdline | grep -qx ddpcheck-job-remover && continue
-  # A rank still starting is a peer that runs: this one ended first (it exited here before, silently,
-  # and a rank killed while a peer started was named by nobody). 2>/dev/null first: gone meanwhile.
+  # A rank still starting is a peer that runs: this one ended first. 2>/dev/null first: gone meanwhile.
   tr '\0' '\n' 2>/dev/null < /proc/"$c"/environ | grep -q "^$4=" && { alive=1; break; }
 done
 if [ -n "$alive" ]; then
