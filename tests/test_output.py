@@ -305,6 +305,14 @@ def test_one_rank_is_one_rank(terminal: FakeTerminal, monkeypatch: pytest.Monkey
     assert lines_of(terminal.getvalue()) == ["PASS  ddpcheck allreduce (1 rank, gloo, cpu): 1 pass in 0.0 s"]
 
 
+def test_a_watch_follower_says_one_line_and_leaves_the_report_to_task_0(terminal: FakeTerminal) -> None:
+    # A watch team's task 1 stands in for task 0's report (report_on 0, as a node's for rank 0's host).
+    detail = "the job hung; the report is task 0's (this is task 1)"
+    report = Report("watch", [Check("watch", Status.ERROR, detail)], world={"report_on": 0})
+    render.render_report(report, console_on(terminal))
+    assert lines_of(terminal.getvalue()) == [f"ERROR  ddpcheck watch: {detail}"]
+
+
 def test_details_quoting_brackets_are_not_rich_markup() -> None:
     """Rank errors quote paths like "[/src/gloo/pair.cc:553]"; rich must print them, not parse them."""
     import io
