@@ -200,7 +200,7 @@ def run_plain(command: Command, options: Any, output: OutputOptions) -> None:
     # A warning (watch's straggler) is shown whole: the verdict line alone would hide it.
     if command.terse_pass and report.verdict.exit_code == 0 and not report.warnings():
         output = dataclasses.replace(output, quiet=True)
-    if report.world.get("report_on") is not None:  # another process (task 0) writes the report's files
+    if report.written_elsewhere:  # another process (task 0) writes the report's files
         output = dataclasses.replace(output, json_path=None, junit_path=None, html_path=None)
     finish(report, console, output)
 
@@ -391,7 +391,7 @@ def _write_files(report: Report, output: OutputOptions, fleet: FleetOptions | No
     files = Files()
     output.write(report, files)
     # A node that is not rank 0's holds a one-line stand-in: the hostlist, metrics and drains are rank 0's.
-    if fleet is not None and not report.world.get("report_on"):
+    if fleet is not None and not report.written_elsewhere:
         fleet.write(report, files)
     return files
 
@@ -410,7 +410,7 @@ def finish(
     # The files first, so that the verdict line, last of all, comes after the lines saying where they went.
     files = _write_files(report, output, fleet)
     actions: list[str] = []
-    if fleet is not None and fleet.drain and not report.world.get("report_on"):
+    if fleet is not None and fleet.drain and not report.written_elsewhere:
         from ddpcheck.launcher.drain import act_on
 
         actions = act_on(report)

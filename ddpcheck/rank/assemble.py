@@ -60,7 +60,7 @@ def after_launch(
 
 def judge_speed(report: Report, known_good: dict[str, Any] | None, baseline: BaselineOptions) -> None:
     """After the run, on the launcher side: against the baseline, or else what the hardware should do."""
-    if report.world.get("report_on"):
+    if report.written_elsewhere:
         return  # not rank 0's node: the report, and its comparison, are printed there
     if known_good is None:
         if family_of(report.command) == "bandwidth" and report.verdict != Verdict.ERROR:

@@ -135,6 +135,12 @@ class Report:
         return f"injected faults: {', '.join(self.injected)} (planted with --inject: not a hardware fault)"
 
     @property
+    def written_elsewhere(self) -> bool:
+        """A stand-in: world["report_on"] names where the whole report is printed and written (rank 0's
+        host, or 0 for a watch team's task 0), and this process says one line."""
+        return self.world.get("report_on") is not None
+
+    @property
     def verdict(self) -> Verdict:
         statuses = {c.status for c in self.checks}
         if Status.ERROR in statuses:

@@ -110,7 +110,7 @@ def render_report(
 
     `actions`: what the run did to the cluster (--drain), shown quiet or not.
     """
-    if report.world.get("report_on") is not None:
+    if report.written_elsewhere:
         # Not the node of rank 0: one line, the whole report is printed there.
         (check,) = report.checks
         say(console, f"{report.verdict.value.upper()}  ddpcheck {report.command}: {check.detail}")
