@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ddpcheck.checks.postmortem.check import examine
-from ddpcheck.checks.postmortem.judge import judge
 from ddpcheck.failure.flight import RankTrace, parse_dump
+from ddpcheck.failure.flight_judge import judge
 from ddpcheck.failure.recorders import dump_every_recorder, merge, poke_debug_pipes
 from ddpcheck.report.model import Check, Status
 from tests.support.fr_dumps import dump, entry, grown_h200_dump, h200_dump, write_pickle

@@ -19,7 +19,6 @@ import pytest
 
 from ddpcheck.checks.postmortem import PostmortemOptions
 from ddpcheck.checks.postmortem.check import NothingToRead, examine
-from ddpcheck.checks.postmortem.judge import judge
 from ddpcheck.checks.postmortem.logs import (
     FoundLogs,
     judge_logs,
@@ -33,6 +32,7 @@ from ddpcheck.checks.postmortem.logs import (
 from ddpcheck.errors import UsageError
 from ddpcheck.failure.collectives import last_collective_line, with_last_collectives
 from ddpcheck.failure.flight import NotADump, find_dumps, parse_dump, rank_of, read_dump
+from ddpcheck.failure.flight_judge import judge
 from ddpcheck.report.model import Check, Status
 from tests.conftest import Run, assert_usage_error
 from tests.support.fr_dumps import dump, entry, nccl_dump, write_json, write_pickle

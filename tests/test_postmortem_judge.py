@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcheck.checks.postmortem.judge import (
+from ddpcheck.failure.collectives import last_collective_line, with_last_collectives
+from ddpcheck.failure.flight import RankTrace, parse_dump
+from ddpcheck.failure.flight_judge import (
     LAST_COLLECTIVES_COLUMNS,
     judge,
     last_collectives,
     world_size_of,
 )
-from ddpcheck.failure.collectives import last_collective_line, with_last_collectives
-from ddpcheck.failure.flight import RankTrace, parse_dump
 from ddpcheck.report.model import Check, Status
 from tests.support.fr_dumps import dump, entry, nccl_dump
 

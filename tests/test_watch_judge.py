@@ -7,13 +7,13 @@ from ddpcheck.checks.watch.judge import (
     RankView,
     judge_crash,
     judge_hang,
-    with_flight_recorders,
 )
 from ddpcheck.checks.watch.judge import (
     first_failed as first_failure,
 )
 from ddpcheck.checks.watch.progress import Progress
 from ddpcheck.failure.flight import parse_dump as parse_fr_dump
+from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.launchers import launcher_exit_codes
 from ddpcheck.failure.stacks import Frame, parse_dump, parse_faulthandler
 from tests.support.fr_dumps import dump, entry

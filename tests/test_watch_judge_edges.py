@@ -20,12 +20,12 @@ from ddpcheck.checks.watch.judge import (
     judge_success,
     view_from_dict,
     view_to_dict,
-    with_flight_recorders,
 )
 from ddpcheck.checks.watch.judge import (
     first_failed as first_failure,
 )
 from ddpcheck.failure.flight import parse_dump as parse_fr_dump
+from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.stacks import Frame, Stack
 from ddpcheck.report.model import Check, Status
 from tests.support.fr_dumps import dump, entry

@@ -6,6 +6,7 @@ Pure functions over the identities the harness gathers from every rank (rank, ho
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -61,6 +62,11 @@ def span(ranks: list[int]) -> str:
 
 def hosts_of(ranks: list[int], identities: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(identities[r]["host"] for r in ranks))
+
+
+def hosts_known(ranks: list[int], hosts: Mapping[int, str]) -> list[str]:
+    """The hosts of `ranks`, each once; a rank whose host is not known is left out."""
+    return list(dict.fromkeys(hosts[r] for r in ranks if r in hosts))
 
 
 def counted(n: int, noun: str) -> str:

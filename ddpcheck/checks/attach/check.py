@@ -16,8 +16,8 @@ import psutil
 
 from ddpcheck.checks.attach import AttachOptions, evidence, find, nodes
 from ddpcheck.checks.attach.evidence import IO_PROGRESS_BYTES, SAMPLES, Seen
-from ddpcheck.checks.watch.judge import with_flight_recorders
 from ddpcheck.failure import ras
+from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.hangs import _report, judge_hang
 from ddpcheck.failure.processes import alive
 from ddpcheck.report.model import Check, Report, Status

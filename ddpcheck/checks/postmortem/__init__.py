@@ -1,7 +1,7 @@
 """`ddpcheck postmortem DIR`: what a dead job left (flight-recorder dumps, logs), read and judged.
 
-The declaration only: check.py does the work (flight.py reads the dumps, judge.py judges
-them, logs.py reads and judges the logs).
+The declaration only: check.py does the work (failure/flight_judge.py judges the dumps,
+logs.py reads and judges the logs).
 """
 
 from __future__ import annotations
@@ -50,6 +50,6 @@ COMMAND = Command(
     ),
     options=PostmortemOptions,
     implementation="ddpcheck.checks.postmortem.check",
-    judges=("ddpcheck.checks.postmortem.judge",),
+    judges=("ddpcheck.failure.flight_judge",),
     ranked=False,
 )

@@ -10,12 +10,12 @@ import os
 import time
 
 from ddpcheck.checks.postmortem import PostmortemOptions
-from ddpcheck.checks.postmortem.judge import judge
 from ddpcheck.checks.postmortem.kept import KeptRecords, find_records, judge_records
 from ddpcheck.checks.postmortem.logs import ENDS_NAME as LOGS_ENDS
 from ddpcheck.checks.postmortem.logs import FoundLogs, find_logs, judge_logs
 from ddpcheck.errors import UsageError
 from ddpcheck.failure.flight import FoundDumps, find_dumps
+from ddpcheck.failure.flight_judge import judge
 from ddpcheck.report.model import Check, Report, Status
 
 

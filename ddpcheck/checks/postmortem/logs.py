@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ddpcheck.failure.launchers import torchrun_summary
 from ddpcheck.failure.peers import LOGGED_PEER_DIED, first_failure
 from ddpcheck.report.model import Check, Status
-from ddpcheck.report.naming import span
+from ddpcheck.report.naming import hosts_known, span
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
 _TAIL_BYTES = 4 * 1024 * 1024  # a log's last 4 MiB: where a dead job's last words are
@@ -299,7 +299,7 @@ def judge_logs(found: FoundLogs, mismatch_culprits: list[int] | None = None) -> 
                 "a collective mismatch. gloo aborts the rank that RECEIVES the wrong size, not the "
                 f"one that called the collective wrongly: {who}",
                 ranks=list(mismatch_culprits or []),
-                hosts=_hosts(mismatch_culprits or [], hosts),
+                hosts=hosts_known(mismatch_culprits or [], hosts),
             )
         )
     checks.append(_ends(found, receivers, hosts))
@@ -356,7 +356,7 @@ def _ends(found: FoundLogs, receivers: list[int], hosts: dict[int, str]) -> Chec
     if first is not None and first.rank is not None and first.timestamp is not None:
         when = time.strftime("%H:%M:%S UTC", time.gmtime(first.timestamp))
         parts.append(f"first error file: rank {first.rank}'s, at {when}")
-    return Check(name, Status.ERROR, "; ".join(parts), ranks=causes, hosts=_hosts(causes, hosts))
+    return Check(name, Status.ERROR, "; ".join(parts), ranks=causes, hosts=hosts_known(causes, hosts))
 
 
 def _said(finding: LogFinding, limit: int = 160) -> str:
@@ -368,7 +368,3 @@ def _said(finding: LogFinding, limit: int = 160) -> str:
         )
     text = SOURCE_PLACE.sub("", finding.text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _hosts(ranks: list[int], hosts: dict[int, str]) -> list[str]:
-    return list(dict.fromkeys(hosts[r] for r in ranks if r in hosts))

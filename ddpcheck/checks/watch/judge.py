@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ddpcheck.checks.postmortem.judge import judge as judge_dumps
-from ddpcheck.failure.collectives import with_last_collectives
 from ddpcheck.failure.exits import Exit, first_sentence
-from ddpcheck.failure.flight import RankTrace
 from ddpcheck.failure.hangs import (
     RankView,
     _identity,
@@ -41,7 +38,6 @@ __all__ = [
     "rank_place",
     "view_from_dict",
     "view_to_dict",
-    "with_flight_recorders",
 ]
 
 MISMATCH = re.compile(r"doesn't match expected size|size mismatch|Mismatch between collectives", re.I)
@@ -125,28 +121,3 @@ def _traceback_table(view: RankView, failure: Exit) -> Table:
         {"function": "function", "file": "file", "line": "line"},
         rows,
     )
-
-
-def with_flight_recorders(
-    report: Report, traces: dict[int, RankTrace], hosts: dict[int, str], world_size: int
-) -> Report:
-    """A hang's finding with what the ranks' flight recorders say: each culprit's last collective and,
-    where the stacks named nobody (every rank waits in the same call), the ranks whose collective
-    sequence is behind the others' (they never called the collective the others wait in)."""
-    hang = next((c for c in report.checks if c.status is Status.ERROR), None)
-    if hang is None or not traces:
-        return report
-    if not hang.ranks:
-        behind = next(
-            (
-                c
-                for c in judge_dumps(traces, world_size=world_size, hosts=hosts).checks
-                if c.status is Status.ERROR and c.ranks and c.name.endswith("every rank arrived")
-            ),
-            None,
-        )
-        if behind is not None:
-            hang.ranks, hang.hosts = list(behind.ranks), list(behind.hosts)
-            hang.detail += f"; the flight recorders: {behind.detail}"
-    with_last_collectives(hang, traces)
-    return report

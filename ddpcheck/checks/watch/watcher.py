@@ -32,6 +32,7 @@ from ddpcheck.checks.watch.records import exit_of
 from ddpcheck.checks.watch.sampling import Exchange, Sampler
 from ddpcheck.failure import processes, stacks
 from ddpcheck.failure.flight import find_dumps
+from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.launchers import launcher_exit_codes
 from ddpcheck.failure.recorders import poke_debug_pipes
 from ddpcheck.report.model import Report
@@ -376,7 +377,7 @@ class Watcher:
         if decision == "hang":
             report = judge.judge_hang(views, self.silent_s, self.options.hang_after)
             traces = find_dumps(self.dir).traces
-            return judge.with_flight_recorders(report, traces, {v.rank: v.host for v in views}, len(views))
+            return with_flight_recorders(report, traces, {v.rank: v.host for v in views}, len(views))
         code = self.proc.returncode if self.proc is not None else None
         if decision == "ended" and code == 0:
             return judge.judge_success(views, time.monotonic() - self.began)

@@ -1,6 +1,7 @@
 """Judging flight-recorder dumps: which rank did not arrive, which ranks called another collective.
 
-Pure: RankTraces in, Checks and a table out. Per process group, the ranks that left a dump
+Pure: RankTraces in, Checks and a table out; `postmortem` judges a dead job's dumps with it, and
+`watch` and `attach` a hang's (`with_flight_recorders`). Per process group, the ranks that left a dump
 are compared twice:
 
 - did every rank arrive? Each rank's last enqueued collective (`pg_status`). The ranks
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ddpcheck.failure.collectives import DEFAULT_GROUP, named_collective
+from ddpcheck.failure.collectives import DEFAULT_GROUP, named_collective, with_last_collectives
 from ddpcheck.failure.flight import (
     SCHEDULED,
     STATEFUL_BACKENDS,
@@ -28,8 +29,8 @@ from ddpcheck.failure.flight import (
     dtype_name,
     nbytes,
 )
-from ddpcheck.report.model import Check, Status, Table
-from ddpcheck.report.naming import span
+from ddpcheck.report.model import Check, Report, Status, Table
+from ddpcheck.report.naming import hosts_known, span
 from ddpcheck.report.units import human_bytes
 
 # Collectives whose ranks legitimately pass inputs of different sizes: only the op and dtypes must agree.
@@ -98,12 +99,12 @@ def judge(
                 f"no flight-recorder dump from {span(lost)} of {world}: lost (ended before it could "
                 "dump: killed, crashed, or its launcher ended it when another rank died)",
                 ranks=lost,
-                hosts=_hosts(lost, hosts),
+                hosts=hosts_known(lost, hosts),
             )
         )
     else:
         judgement.checks.append(Check("every rank left a dump", Status.PASS, f"all {world} ranks"))
-    groups = sorted({pg for trace in traces.values() for pg in trace.groups()}, key=_group_order)
+    groups = sorted({pg for trace in traces.values() for pg in trace.groups()}, key=group_order)
     for pg in groups:
         ranks = [r for r in members(pg, traces, world) if r in traces]
         if not ranks:
@@ -148,7 +149,7 @@ def _arrival(
         parts.append(
             f"{span(by_seq[seq])} {verb} in {named_collective(pg, seq, by_seq[seq], traces)}{inside}"
         )
-    return Check(name, Status.ERROR, "; ".join(parts), ranks=behind, hosts=_hosts(behind, hosts))
+    return Check(name, Status.ERROR, "; ".join(parts), ranks=behind, hosts=hosts_known(behind, hosts))
 
 
 def _never_called(
@@ -199,7 +200,7 @@ def _agreement(
         detail = f"collective mismatch at #{seq} ({what}): {said}"
         if not majority:
             detail += " (no majority: any of them may be the one that is wrong)"
-        return Check(name, Status.FAIL, detail, ranks=culprits, hosts=_hosts(culprits, hosts))
+        return Check(name, Status.FAIL, detail, ranks=culprits, hosts=hosts_known(culprits, hosts))
     if not common:
         return Check(name, Status.PASS, f"no collective held by all of {span(ranks)} to compare")
     held_ids = f"#{common[0]}" if len(common) == 1 else f"#{common[0]}-#{common[-1]}"
@@ -234,12 +235,9 @@ def _label(pg: str, traces: dict[int, RankTrace]) -> str:
     return f"group {pg} ({desc})" if desc else f"group {pg}"
 
 
-def _group_order(pg: str) -> tuple[int, int | str]:
+def group_order(pg: str) -> tuple[int, int | str]:
+    """Process groups in torch's numbering ('0', '1', ..., '10'), named ones after."""
     return (0, int(pg)) if pg.isdigit() else (1, pg)
-
-
-def _hosts(ranks: list[int], hosts: dict[int, str]) -> list[str]:
-    return list(dict.fromkeys(hosts[r] for r in ranks if r in hosts))
 
 
 def last_collectives(traces: dict[int, RankTrace], lost: list[int]) -> Table:
@@ -250,7 +248,7 @@ def last_collectives(traces: dict[int, RankTrace], lost: list[int]) -> Table:
         if trace is None:
             rows.append({"rank": rank, "group": "", "seq_id": None, "op": "(no dump)"})
             continue
-        for pg in sorted(trace.groups(), key=_group_order):
+        for pg in sorted(trace.groups(), key=group_order):
             seq = trace.last_enqueued(pg)
             call = trace.collectives(pg).get(seq)
             row: dict = {"rank": rank, "group": pg, "seq_id": seq}
@@ -273,3 +271,28 @@ def last_collectives(traces: dict[int, RankTrace], lost: list[int]) -> Table:
         dict(LAST_COLLECTIVES_COLUMNS),
         rows,
     )
+
+
+def with_flight_recorders(
+    report: Report, traces: dict[int, RankTrace], hosts: dict[int, str], world_size: int
+) -> Report:
+    """A hang's finding with what the ranks' flight recorders say: each culprit's last collective and,
+    where the stacks named nobody (every rank waits in the same call), the ranks whose collective
+    sequence is behind the others' (they never called the collective the others wait in)."""
+    hang = next((c for c in report.checks if c.status is Status.ERROR), None)
+    if hang is None or not traces:
+        return report
+    if not hang.ranks:
+        behind = next(
+            (
+                c
+                for c in judge(traces, world_size=world_size, hosts=hosts).checks
+                if c.status is Status.ERROR and c.ranks and c.name.endswith("every rank arrived")
+            ),
+            None,
+        )
+        if behind is not None:
+            hang.ranks, hang.hosts = list(behind.ranks), list(behind.hosts)
+            hang.detail += f"; the flight recorders: {behind.detail}"
+    with_last_collectives(hang, traces)
+    return report
