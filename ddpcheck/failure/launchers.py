@@ -10,6 +10,7 @@ from dataclasses import dataclass
 _SUMMARY_FIELD = re.compile(r"^\s*(?P<key>host|rank|exitcode)\s+:\s*(?P<value>.*)$")
 _ROOT_CAUSE = "Root Cause (first observed failure):"
 _SIGNAL_NAME = re.compile(r"\((SIG\w+)\)")
+_PID = re.compile(r"\(pid: (\d+)\)")
 _MPIRUN_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 _SRUN_SIGNAL = re.compile(r"srun: error: \S+: task (\d+): (Killed|Aborted|Segmentation fault|Terminated)")
 _SRUN_NAMES = {"Killed": signal.SIGKILL, "Aborted": signal.SIGABRT, "Segmentation fault": signal.SIGSEGV,
@@ -26,6 +27,7 @@ class SummaryExit:
     code: str  # as torchrun wrote it: "-6", "1", "<N/A>"
     signal: str | None  # "SIGABRT", when torchrun named one
     root_cause: bool  # listed under "Root Cause (first observed failure)"
+    pid: int | None  # "exitcode : -9 (pid: 4242)": the rank's process
 
 
 def torchrun_summary(text: str) -> list[SummaryExit]:
@@ -47,9 +49,10 @@ def torchrun_summary(text: str) -> list[SummaryExit]:
         elif key == "rank":
             rank = int(value.split()[0]) if value.split() and value.split()[0].isdigit() else None
         elif rank is not None:
-            said = _SIGNAL_NAME.search(value)
+            said, pid = _SIGNAL_NAME.search(value), _PID.search(value)
             code = value.split()[0] if value.split() else "?"
-            found.append(SummaryExit(number, rank, host, code, said[1] if said else None, root))
+            signal_name, process = (said[1] if said else None), (int(pid[1]) if pid else None)
+            found.append(SummaryExit(number, rank, host, code, signal_name, root, process))
             rank = None
     return found
 

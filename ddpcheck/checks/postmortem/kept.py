@@ -35,7 +35,7 @@ from ddpcheck.failure.exits import (
     recorded_pids,
     start_of,
 )
-from ddpcheck.failure.launchers import launcher_exit_codes
+from ddpcheck.failure.launchers import launcher_exit_codes, torchrun_summary
 from ddpcheck.failure.stacks import Stack, collective_frame, user_frame
 from ddpcheck.report.model import Check, Status, Table
 from ddpcheck.report.naming import span
@@ -44,9 +44,6 @@ NAME = "the ranks ended by themselves"
 NO_TRACE = "ended without a trace (killed, e.g. SIGKILL, or the OOM killer)"
 # An exception that is a signal: torchrun's handler turns SIGTERM into SignalException.
 _SIGNALLED = re.compile(r"^(?:\w+\.)*(?:SignalException|KeyboardInterrupt)\b")
-# torchrun's failure summary: "rank : 1 (local_rank: 1)" then "exitcode : -9 (pid: 4242)".
-_SUMMARY_RANK = re.compile(r"^\s*rank\s+:\s*(?P<rank>\d+)")
-_SUMMARY_PID = re.compile(r"^\s*exitcode\s+:.*\(pid: (?P<pid>\d+)\)")
 _ELASTIC = "torch/distributed/elastic/"  # torchrun's agent: a launcher's traceback runs through it
 _START_SLACK_S = 2.0  # a live pid started this much after the record is another process (pid reused)
 
@@ -154,7 +151,7 @@ def _read(watch_dir: str) -> list[Kept]:
     # (torchrun) its pid, which gives old directories without start records their ranks.
     said = "\n".join(e.exception for e in first.values() if e.kind == "exception")
     codes = launcher_exit_codes(said)
-    by_pid = _summary_pids(said)
+    by_pid = {e.pid: e.rank for e in torchrun_summary(said) if e.pid is not None}
     found = []
     for pid in pids:
         start = starts[pid]
@@ -166,20 +163,6 @@ def _read(watch_dir: str) -> list[Kept]:
             first[pid] if code is None else exit_of(watch_dir, pid, last_record_time(watch_dir, pid), code)
         )
         found.append(Kept(pid, watch_dir, start, ended, rank, _alive(pid, start)))
-    return found
-
-
-def _summary_pids(text: str) -> dict[int, int]:
-    """pid -> rank from torchrun's failure summary ("rank : 1 ..." then "exitcode : ... (pid: 4242)")."""
-    found: dict[int, int] = {}
-    rank: int | None = None
-    for line in text.splitlines():
-        said_rank, said_pid = _SUMMARY_RANK.match(line), _SUMMARY_PID.match(line)
-        if said_rank:
-            rank = int(said_rank["rank"])
-        elif said_pid and rank is not None:
-            found[int(said_pid["pid"])] = rank
-            rank = None
     return found
 
 
