@@ -457,10 +457,43 @@ def _judge_master_addr(master: Mapping[str, Any], env: Mapping[str, str]) -> Che
     return Check(name, Status.PASS, f"MASTER_ADDR={addr} resolves to {resolved} ({where})")
 
 
+# MASTER_PORT's verdict by what binding it on this host (the master) said, else what connecting to
+# the master said, and whether a launch runs (None: either way). "other": an outcome not listed; "": none.
+# fmt: off
+_PORT_VERDICTS: dict[tuple[str, str, bool | None], tuple[Status, str]] = {
+    ("free", "", None): (Status.PASS, "port {port} is free on this host (the master)"),
+    ("in use", "", True): (Status.PASS, "port {port} is in use on this host: this job's store listens there"),
+    ("in use", "", False): (Status.FAIL,
+        "port {port} is already in use on this host, the master: the store cannot listen and init fails "
+        "with 'address already in use' (often a previous job still running). Fix: pick another "
+        "MASTER_PORT, or find the holder with `ss -ltnp 'sport = :{port}'`."),
+    ("denied", "", None): (Status.FAIL,
+        "port {port} is privileged (below 1024) and this user may not listen on it. "
+        "Fix: use a port above 1024, e.g. 29500."),
+    ("other", "", None): (Status.WARN, "port {port}: could not test it on this host ({bind})"),
+    ("", "open", None): (Status.PASS, "{addr}:{port} is reachable and something listens there"),
+    ("", "refused", True): (Status.WARN,
+        "{addr}:{port} refused the connection: inside a running job the master's store should listen "
+        "there. Check that rank 0 started, and that MASTER_PORT is the same on every node."),
+    ("", "refused", False): (Status.PASS,
+        "{addr}:{port} answered (nothing listens yet, as expected before the master starts): "
+        "the port is not blocked"),
+    ("", "timeout", None): (Status.FAIL,
+        "{addr}:{port} did not answer within the timeout: a firewall drops the traffic or the route is "
+        "wrong, and every rank would hang in init_process_group. Fix: open the port (and NCCL's high "
+        "ports) between the nodes, or choose an address on the cluster network."),
+    ("", "other", None): (Status.FAIL,
+        "{addr}:{port} is unreachable ({connect}): ranks on this host cannot join. "
+        "Fix: check the route to the master (ping, ip route), or use its cluster-network address."),
+    ("", "", None): (Status.PASS,
+        "MASTER_PORT={port} is a valid port (not probed: MASTER_ADDR unset or unresolved)"),
+}
+# fmt: on
+
+
 def _judge_master_port(master: Mapping[str, Any], launched: bool) -> Check:
     name = "MASTER_PORT"
-    text = master.get("port_text")
-    port = master.get("port")
+    text, port = master.get("port_text"), master.get("port")
     if text is None:
         return Check(name, Status.SKIP, "unset: torchrun and ddpcheck choose one per job")
     if port is None:
@@ -470,66 +503,17 @@ def _judge_master_port(master: Mapping[str, Any], launched: bool) -> Check:
             f"MASTER_PORT={text!r} is not a TCP port (1-65535): init_process_group fails at once. "
             "Fix: set a free port, e.g. 29500.",
         )
-    addr = master.get("addr")
     bind, connect = master.get("bind"), master.get("connect")
-    if bind == "free":
-        return Check(name, Status.PASS, f"port {port} is free on this host (the master)")
-    if bind == "in use":
-        if launched:
-            return Check(
-                name, Status.PASS, f"port {port} is in use on this host: this job's store listens there"
-            )
-        return Check(
-            name,
-            Status.FAIL,
-            f"port {port} is already in use on this host, the master: the store cannot listen and "
-            "init fails with 'address already in use' (often a previous job still running). Fix: "
-            f"pick another MASTER_PORT, or find the holder with `ss -ltnp 'sport = :{port}'`.",
-        )
-    if bind == "denied":
-        return Check(
-            name,
-            Status.FAIL,
-            f"port {port} is privileged (below 1024) and this user may not listen on it. "
-            "Fix: use a port above 1024, e.g. 29500.",
-        )
-    if bind:
-        return Check(name, Status.WARN, f"port {port}: could not test it on this host ({bind})")
-    if connect == "open":
-        return Check(name, Status.PASS, f"{addr}:{port} is reachable and something listens there")
-    if connect == "refused":
-        if launched:
-            return Check(
-                name,
-                Status.WARN,
-                f"{addr}:{port} refused the connection: inside a running job the master's store "
-                "should listen there. Check that rank 0 started, and that MASTER_PORT is the same on "
-                "every node.",
-            )
-        return Check(
-            name,
-            Status.PASS,
-            f"{addr}:{port} answered (nothing listens yet, as expected before the master starts): "
-            "the port is not blocked",
-        )
-    if connect == "timeout":
-        return Check(
-            name,
-            Status.FAIL,
-            f"{addr}:{port} did not answer within the timeout: a firewall drops the traffic or the "
-            "route is wrong, and every rank would hang in init_process_group. Fix: open the port "
-            "(and NCCL's high ports) between the nodes, or choose an address on the cluster network.",
-        )
-    if connect:
-        return Check(
-            name,
-            Status.FAIL,
-            f"{addr}:{port} is unreachable ({connect}): ranks on this host cannot join. "
-            "Fix: check the route to the master (ping, ip route), or use its cluster-network address.",
-        )
-    return Check(
-        name, Status.PASS, f"MASTER_PORT={port} is a valid port (not probed: MASTER_ADDR unset or unresolved)"
-    )
+    # On the master the bind test decides; elsewhere the connect toward it.
+    key = (_outcome(bind, 0), "") if bind else ("", _outcome(connect, 1))
+    status, detail = _PORT_VERDICTS.get((*key, launched)) or _PORT_VERDICTS[(*key, None)]
+    return Check(name, status, detail.format(port=port, addr=master.get("addr"), bind=bind, connect=connect))
+
+
+def _outcome(value: str | None, column: int) -> str:
+    """A probe's outcome as that column of _PORT_VERDICTS reads it: itself if listed, "other", or ""."""
+    listed = {key[column] for key in _PORT_VERDICTS}
+    return "" if not value else value if value in listed else "other"
 
 
 def judge_shm(total: int | None, path: str = "/dev/shm") -> Check:
