@@ -19,6 +19,7 @@ import contextlib
 import re
 import subprocess
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.report.model import Check, Status, Table
@@ -258,105 +259,87 @@ def _short_bus(bus: str) -> str:
 
 
 # ---------------------------------------------------------------- judging
-def findings(facts: dict[str, Any]) -> list[tuple[Status, str]]:
-    """What is wrong with one GPU, each with its likely fix, worst first."""
-    found: list[tuple[Status, str]] = []
-    drain = "drain the node and reset the GPU (nvidia-smi -r); replace it if it recurs"
-    if facts.get("ecc_volatile_uncorrected"):
-        found.append(
-            (
-                Status.FAIL,
-                f"{facts['ecc_volatile_uncorrected']} uncorrectable ECC errors since the driver loaded; "
-                f"Fix: {drain}",
-            )
-        )
-    if facts.get("remap_failure"):
-        found.append(
-            (
-                Status.FAIL,
-                "row remapping failed (no spare rows left); Fix: drain the node and replace the GPU",
-            )
-        )
-    if facts.get("retired_pending"):
-        found.append(
-            (
-                Status.FAIL,
-                "retired pages pending; Fix: reset the GPU (nvidia-smi -r) or reboot to retire them",
-            )
-        )
-    for code in dict.fromkeys(facts.get("xid") or []):
-        what = CRITICAL_XID.get(code)
-        if what:
-            found.append((Status.FAIL, f"XID {code} in the kernel log ({what}); Fix: {drain}"))
-        else:
-            found.append((Status.WARN, f"XID {code} in the kernel log; look it up in NVIDIA's XID catalogue"))
-    links, up = facts.get("nvlink_links"), facts.get("nvlink_up")
-    if links and up is not None and (0 < up < links or (up == 0 and _nvlink_model(facts.get("name")))):
-        found.append(
-            (
-                Status.FAIL,
-                f"NVLink: {up} of {links} links up; "
-                "Fix: reset the GPU, then check the baseboard and NVSwitch (drain)",
-            )
-        )
-    if facts.get("remap_pending"):
-        found.append((Status.WARN, "a row remap is pending; Fix: reset the GPU (nvidia-smi -r) to apply it"))
-    if facts.get("ecc_aggregate_uncorrected"):
-        found.append(
-            (
-                Status.WARN,
-                f"{facts['ecc_aggregate_uncorrected']} uncorrectable ECC errors in its lifetime; watch it",
-            )
-        )
-    if facts.get("ecc_enabled") is False:
-        found.append((Status.WARN, "ECC is off: memory errors go unseen; Fix: nvidia-smi -e 1 and reboot"))
-    width, width_max = facts.get("pcie_width"), facts.get("pcie_width_max")
-    if width and width_max and width < width_max:
-        found.append(
-            (Status.WARN, f"PCIe link x{width} of x{width_max}; Fix: reseat the GPU, check its riser or slot")
-        )
-    gen, gen_max = facts.get("pcie_gen"), facts.get("pcie_gen_max")
-    if gen and gen_max and gen < gen_max:
-        found.append(
-            (
-                Status.WARN,
-                f"PCIe Gen{gen} of Gen{gen_max} (an idle GPU may step down; under load it should not); "
-                "Fix: reseat, check the BIOS link speed",
-            )
-        )
-    harmful = [t for t in facts.get("throttle") or [] if t in HARMFUL_THROTTLE]
-    if harmful:
-        found.append(
-            (Status.WARN, f"clocks held down: {', '.join(harmful)}; Fix: check cooling and power delivery")
-        )
-    temperature, slowdown = facts.get("temperature_c"), facts.get("slowdown_c")
-    if temperature is not None and slowdown and temperature >= slowdown - NEAR_SLOWDOWN_C:
-        found.append(
-            (Status.WARN, f"{temperature:g} C, near its slowdown at {slowdown:g} C; Fix: check airflow")
-        )
-    if facts.get("mig"):
-        found.append(
-            (Status.WARN, "MIG is on: ranks get a slice, not the GPU; Fix: nvidia-smi -mig 0 (then reset)")
-        )
-    mode = facts.get("compute_mode")
-    if mode and mode != "Default":
-        found.append((Status.WARN, f"compute mode {mode}; Fix: nvidia-smi -c DEFAULT"))
-    if facts.get("persistence") is False:
-        found.append(
-            (
-                Status.WARN,
-                "persistence mode off (slow start, settings lost); "
-                "Fix: nvidia-smi -pm 1 or nvidia-persistenced",
-            )
-        )
-    order = {Status.FAIL: 0, Status.WARN: 1}
-    return sorted(found, key=lambda f: order[f[0]])
+DRAIN = "drain the node and reset the GPU (nvidia-smi -r); replace it if it recurs"
+Fault = tuple[Callable[[dict[str, Any]], object], Status, str]
 
 
 def _nvlink_model(name: str | None) -> bool:
     """GPUs whose NVLinks are part of the board (SXM): all links down is a fault, not a missing bridge."""
     upper = (name or "").upper()
     return "SXM" in upper or "HBM3" in upper or "H200" in upper
+
+
+def _nvlink_down(facts: dict[str, Any]) -> bool:
+    links, up = facts.get("nvlink_links"), facts.get("nvlink_up")
+    return bool(
+        links and up is not None and (0 < up < links or (up == 0 and _nvlink_model(facts.get("name"))))
+    )
+
+
+def _below_max(facts: dict[str, Any], key: str) -> bool:
+    """A PCIe link trained below what both ends can do (`key` and `key`_max)."""
+    value, most = facts.get(key), facts.get(f"{key}_max")
+    return bool(value and most and value < most)
+
+
+def _near_slowdown(facts: dict[str, Any]) -> bool:
+    temperature, slowdown = facts.get("temperature_c"), facts.get("slowdown_c")
+    return bool(temperature is not None and slowdown and temperature >= slowdown - NEAR_SLOWDOWN_C)
+
+
+# What can be wrong with one GPU: when it is, how bad, what it means and its fix (formatted with the
+# facts and `harmful`, the throttle reasons that are faults). Reported in this order, the kernel
+# log's XID codes after the memory's failures, FAIL first.
+# fmt: off
+_MEMORY_FAILURES: tuple[Fault, ...] = (
+    (lambda f: f.get("ecc_volatile_uncorrected"), Status.FAIL,
+     "{ecc_volatile_uncorrected} uncorrectable ECC errors since the driver loaded; Fix: " + DRAIN),
+    (lambda f: f.get("remap_failure"), Status.FAIL,
+     "row remapping failed (no spare rows left); Fix: drain the node and replace the GPU"),
+    (lambda f: f.get("retired_pending"), Status.FAIL,
+     "retired pages pending; Fix: reset the GPU (nvidia-smi -r) or reboot to retire them"),
+)
+_FAULTS: tuple[Fault, ...] = (
+    (_nvlink_down, Status.FAIL,
+     "NVLink: {nvlink_up} of {nvlink_links} links up; "
+     "Fix: reset the GPU, then check the baseboard and NVSwitch (drain)"),
+    (lambda f: f.get("remap_pending"), Status.WARN,
+     "a row remap is pending; Fix: reset the GPU (nvidia-smi -r) to apply it"),
+    (lambda f: f.get("ecc_aggregate_uncorrected"), Status.WARN,
+     "{ecc_aggregate_uncorrected} uncorrectable ECC errors in its lifetime; watch it"),
+    (lambda f: f.get("ecc_enabled") is False, Status.WARN,
+     "ECC is off: memory errors go unseen; Fix: nvidia-smi -e 1 and reboot"),
+    (lambda f: _below_max(f, "pcie_width"), Status.WARN,
+     "PCIe link x{pcie_width} of x{pcie_width_max}; Fix: reseat the GPU, check its riser or slot"),
+    (lambda f: _below_max(f, "pcie_gen"), Status.WARN,
+     "PCIe Gen{pcie_gen} of Gen{pcie_gen_max} (an idle GPU may step down; under load it should not); "
+     "Fix: reseat, check the BIOS link speed"),
+    (lambda f: f["harmful"], Status.WARN,
+     "clocks held down: {harmful}; Fix: check cooling and power delivery"),
+    (_near_slowdown, Status.WARN,
+     "{temperature_c:g} C, near its slowdown at {slowdown_c:g} C; Fix: check airflow"),
+    (lambda f: f.get("mig"), Status.WARN,
+     "MIG is on: ranks get a slice, not the GPU; Fix: nvidia-smi -mig 0 (then reset)"),
+    (lambda f: (f.get("compute_mode") or "Default") != "Default", Status.WARN,
+     "compute mode {compute_mode}; Fix: nvidia-smi -c DEFAULT"),
+    (lambda f: f.get("persistence") is False, Status.WARN,
+     "persistence mode off (slow start, settings lost); Fix: nvidia-smi -pm 1 or nvidia-persistenced"),
+)
+# fmt: on
+
+
+def findings(facts: dict[str, Any]) -> list[tuple[Status, str]]:
+    """What is wrong with one GPU, each with its likely fix, worst first."""
+    said = {**facts, "harmful": ", ".join(t for t in facts.get("throttle") or [] if t in HARMFUL_THROTTLE)}
+    found = [(status, text.format_map(said)) for wrong, status, text in _MEMORY_FAILURES if wrong(said)]
+    for code in dict.fromkeys(facts.get("xid") or []):
+        if code in CRITICAL_XID:
+            found.append((Status.FAIL, f"XID {code} in the kernel log ({CRITICAL_XID[code]}); Fix: {DRAIN}"))
+        else:
+            found.append((Status.WARN, f"XID {code} in the kernel log; look it up in NVIDIA's XID catalogue"))
+    found += [(status, text.format_map(said)) for wrong, status, text in _FAULTS if wrong(said)]
+    order = {Status.FAIL: 0, Status.WARN: 1}
+    return sorted(found, key=lambda f: order[f[0]])
 
 
 def gpu_label(facts: dict[str, Any]) -> str:
