@@ -14,10 +14,10 @@ import pytest
 from ddpcheck.checks.attach import AttachOptions, check, evidence, nodes
 from ddpcheck.checks.attach.evidence import Seen
 from ddpcheck.checks.attach.find import Job
-from ddpcheck.checks.watch import agent
 from ddpcheck.errors import UsageError
 from ddpcheck.failure import processes, ras
 from ddpcheck.failure.hangs import RankView
+from ddpcheck.failure.ras.status import NO_SERVICE_VERDICT
 from ddpcheck.report.model import Status
 from tests.support.fr_dumps import dump, entry, write_pickle
 from tests.test_ras import HEALTHY, RasService
@@ -153,17 +153,12 @@ def test_nccl_ras_is_asked_once_and_its_verdict_stands_beside(monkeypatch: pytes
 
 
 def test_ras_outcomes_map_to_checks() -> None:
-    none = Seen([], [], [], ras=ras.RasStatus("localhost:28028", ras.NO_SERVICE, ras.NO_SERVICE_VERDICT))
+    none = Seen([], [], [], ras=ras.RasStatus("localhost:28028", ras.Outcome.NO_SERVICE, NO_SERVICE_VERDICT))
     assert check.ras_check(none).status is Status.SKIP
-    late = Seen([], [], [], ras=ras.RasStatus("localhost:28028", ras.TIMEOUT, "timeout: no answer"))
+    late = Seen([], [], [], ras=ras.RasStatus("localhost:28028", ras.Outcome.TIMEOUT, "timeout: no answer"))
     assert check.ras_check(late).status is Status.WARN
     cpu = Seen([], [], [], ras_skipped="the job loaded no NCCL library")
     assert check.ras_check(cpu).status is Status.SKIP
-
-
-def test_the_rank_variables_are_the_agents() -> None:
-    assert processes.RANK_VARIABLES == agent.RANK_VARIABLES
-    assert processes.PYTHON_HELPERS == agent.PYTHON_HELPERS
 
 
 @pytest.mark.parametrize(

@@ -1,23 +1,26 @@
-"""The job's rank processes: the launcher's descendants, each with the rank its environment gives.
+"""Other processes, read and ended: a process's state, the job's rank processes (a launcher's
+descendants, each with the rank its environment gives), and ending a group of them.
 
-Shared by `watch` (the job it started) and `attach` (a job it finds).
+Shared by `watch` (the job it started), `attach` (a job it finds), the launcher's monitor and the ranks.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import socket
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 
 import psutil
 
-# Where a rank's number comes from, first found first: torchrun's under any outer launcher. The same
-# as checks/watch/agent.py's (which runs inside the job, standard library only); a test keeps them equal.
-RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+from ddpcheck.failure.rank_env import RANK_VARIABLES, is_python_helper
 
-# Python's own helper processes, started by a rank or its launcher with the rank's environment: not
-# ranks (multiprocessing's resource tracker, spawned with RANK=0 set, was taken for rank 0). The same
-# as checks/watch/agent.py's; a test keeps them equal.
-PYTHON_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+# How long a process has to end after SIGTERM, and again after SIGKILL, before it is given up on.
+GRACE_S = 5.0
+_POLL_S = 0.05
 
 # The root of a job that is a launcher: none of its own processes is a rank until it starts them.
 LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "mpirun", "mpiexec", "srun")
@@ -129,12 +132,6 @@ def is_launcher(argv: list[str]) -> bool:
     return any(name in words for name in LAUNCHERS)
 
 
-def is_python_helper(argv: list[str]) -> bool:
-    """`python -B -c "from multiprocessing.resource_tracker import main; ..."` and the like."""
-    code = argv[argv.index("-c") + 1] if "-c" in argv[:-1] else ""
-    return any(f"from {name} import" in code for name in PYTHON_HELPERS)
-
-
 def _depth(pid: int, parents: dict[int, int], root: int) -> int:
     depth = 0
     while pid != root and pid in parents and depth < 64:
@@ -143,7 +140,30 @@ def _depth(pid: int, parents: dict[int, int], root: int) -> int:
     return depth
 
 
-def state(pid: int) -> str:
+class ProcState(str, Enum):
+    """What /proc says of a process. psutil's words map so: stopped and tracing-stop are STOPPED,
+    zombie is ZOMBIE, dead (and no such process) is GONE, every other (sleeping, disk-sleep, ...) RUNNING."""
+
+    RUNNING = "running"
+    STOPPED = "stopped"  # SIGSTOP, or a debugger's stop
+    ZOMBIE = "zombie"  # ended, not yet reaped by its parent
+    GONE = "gone"
+
+    @classmethod
+    def of_letter(cls, letter: str) -> ProcState:
+        """From /proc's state letter (R, S, D, T stopped, t traced, Z zombie, X dead) or 'gone'."""
+        if letter in ("T", "t"):
+            return cls.STOPPED
+        if letter == "Z":
+            return cls.ZOMBIE
+        return cls.GONE if letter in ("X", "x", "gone") else cls.RUNNING
+
+    @property
+    def ended(self) -> bool:
+        return self in (ProcState.ZOMBIE, ProcState.GONE)
+
+
+def state_letter(pid: int) -> str:
     """The process's state letter from /proc (R, S, D, T stopped, t traced, Z zombie), or 'gone'."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
@@ -152,8 +172,45 @@ def state(pid: int) -> str:
         return "gone"
 
 
-def alive(pid: int) -> bool:
-    return state(pid) not in ("gone", "Z", "X")
+def state_of(pid: int) -> ProcState:
+    return ProcState.of_letter(state_letter(pid))
+
+
+def end(
+    procs: Iterable[psutil.Process], *, sigterm: bool = True, grace_s: float = GRACE_S
+) -> list[psutil.Process]:
+    """End these processes: SIGTERM (a stopped one continued, to act on it), then SIGKILL what still runs
+    after `grace_s`; without `sigterm`, SIGKILL at once. Returns those SIGKILL was sent to.
+
+    Ended means a zombie or gone: a zombie is its parent's to reap (psutil's wait_procs would reap a
+    child of this process, its exit status lost to the Popen that started it, and wait the whole
+    grace on another's zombie).
+    """
+    procs = list(procs)
+    left = procs
+    if sigterm:
+        _send(procs, signal.SIGTERM, signal.SIGCONT)
+        left = _running_after(procs, grace_s)
+    _send(left, signal.SIGKILL)
+    _running_after(left, grace_s)
+    return left
+
+
+def _send(procs: list[psutil.Process], *signals: signal.Signals) -> None:
+    for proc in procs:
+        for sig in signals:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(sig)
+
+
+def _running_after(procs: list[psutil.Process], seconds: float) -> list[psutil.Process]:
+    """Those of `procs` not ended within `seconds`."""
+    deadline = time.monotonic() + seconds
+    left = [proc for proc in procs if not state_of(proc.pid).ended]
+    while left and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        left = [proc for proc in left if not state_of(proc.pid).ended]
+    return left
 
 
 def cpu_seconds(pid: int) -> float | None:

@@ -1,7 +1,7 @@
 """A process's Python stack, read from outside with py-spy; and what a stack says about where it is.
 
 One reader for ddpcheck's own ranks (the launcher's monitor, before a stall's kill) and for the
-ranks of a watched job; each caller bounds py-spy by its own timeout.
+ranks of a watched or attached job, with one bound.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ _TORCH_FILE = re.compile(r"[/\\]torch[/\\]")
 _LIBRARY_ROOTS = tuple(
     {os.path.realpath(sysconfig.get_paths()[key]) for key in ("stdlib", "purelib", "platlib")}
 )
+# One round of py-spy dumps, every process asked at once: what has not answered by then is left unread.
+PY_SPY_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ def py_spy() -> str | None:
 
 
 def py_spy_dumps(
-    pids: dict[Key, int], *, timeout: float, as_json: bool = False, blocking: bool = True
+    pids: dict[Key, int], *, timeout: float = PY_SPY_TIMEOUT_S, as_json: bool = False, blocking: bool = True
 ) -> dict[Key, str]:
     """key -> py-spy's dump of each process, all taken at once and together bounded by `timeout`.
 
@@ -119,7 +121,7 @@ def py_spy_dumps(
     return dumps
 
 
-def dump(pid: int, *, timeout: float, blocking: bool = False) -> Stack | None:
+def dump(pid: int, *, timeout: float = PY_SPY_TIMEOUT_S, blocking: bool = False) -> Stack | None:
     """The main thread's stack (None when it cannot be read: the process ended, say).
 
     Periodic samples read without pausing the process, so that sampling never stalls a rank;

@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 
 import psutil
 
 from ddpcheck.checks.attach import AttachOptions, evidence, find, nodes
 from ddpcheck.checks.attach.evidence import IO_PROGRESS_BYTES, SAMPLES, Seen
-from ddpcheck.failure import ras
+from ddpcheck.failure import processes, ras
 from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.hangs import _report, judge_hang
-from ddpcheck.failure.processes import alive
+from ddpcheck.failure.processes import ProcState
 from ddpcheck.report.model import Check, Report, Status
 from ddpcheck.report.naming import span
-
-KILL_GRACE_S = 5.0  # --kill: SIGTERM, then SIGKILL after this
 
 
 def run(options: AttachOptions) -> Report:
@@ -54,7 +51,7 @@ def run(options: AttachOptions) -> Report:
 def judge(seen: Seen, interval: float) -> Report:
     views = seen.views
     live = [v for v in views if v.rank not in seen.gone]
-    stopped = [v for v in live if v.state in ("T", "t")]
+    stopped = [v for v in live if ProcState.of_letter(v.state) is ProcState.STOPPED]
     moving = bool(live) and {v.rank for v in live} <= set(seen.moving)
     if (seen.changed or moving) and not stopped:
         how = (
@@ -102,9 +99,9 @@ def ras_check(seen: Seen) -> Check:
     status = seen.ras
     if status is None:
         return Check(name, Status.SKIP, seen.ras_skipped or "not asked")
-    if status.outcome == ras.NO_SERVICE:
+    if status.outcome == ras.Outcome.NO_SERVICE:
         return Check(name, Status.SKIP, status.verdict)
-    if status.outcome == ras.ANSWERED and status.healthy:
+    if status.outcome == ras.Outcome.ANSWERED and status.healthy:
         return Check(name, Status.PASS, f"NCCL says: {status.verdict}")
     return Check(name, Status.WARN, f"NCCL says: {status.verdict}")
 
@@ -129,25 +126,6 @@ def end(job: find.Job) -> str:
             proc = psutil.Process(pid)
             if proc.name() != "slurmstepd":  # Slurm's own: srun notices its tasks end
                 procs[pid] = proc
-    for proc in procs.values():
-        with contextlib.suppress(psutil.Error):
-            proc.send_signal(signal.SIGTERM)
-            proc.send_signal(signal.SIGCONT)
-    left = _wait_ended(list(procs.values()), KILL_GRACE_S)
-    for proc in left:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    _wait_ended(left, KILL_GRACE_S)
+    left = processes.end(procs.values())
     killed = f", {len(left)} after SIGKILL" if left else ""
     return f"--kill: ended the job ({len(procs)} process(es) sent SIGTERM{killed})"
-
-
-def _wait_ended(procs: list[psutil.Process], seconds: float) -> list[psutil.Process]:
-    """Those still running after `seconds`. A zombie has ended: its parent (the user's shell, say) reaps it,
-    not attach; psutil's wait_procs would wait the whole time on it, then count it as SIGKILLed."""
-    deadline = time.monotonic() + seconds
-    left = procs
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = [proc for proc in left if alive(proc.pid)]
-    return left

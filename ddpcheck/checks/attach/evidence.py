@@ -25,11 +25,10 @@ from ddpcheck.checks.attach.find import Job
 from ddpcheck.failure import ras
 from ddpcheck.failure.flight import NotADump, RankTrace, read_dump
 from ddpcheck.failure.hangs import RankView
-from ddpcheck.failure.processes import state
+from ddpcheck.failure.processes import ProcState, state_letter
 from ddpcheck.failure.stacks import Stack, parse_dump, py_spy_dumps
 
 SAMPLES = 3  # stacks per rank over --interval: two could fall on the same line of a running loop
-PY_SPY_TIMEOUT_S = 5.0  # one round of py-spy dumps, every rank at once
 RAS_TIMEOUT_S = 6.0  # runs beside the sampling; NCCL's own gathering is cut to fit (ras.leg_timeout)
 # Bytes every rank must read or write in the sampling window for the job to be moving: a healthy
 # 3-rank gloo job on a loaded 2-core machine wrote ~750 KB/s per rank, a stuck one 0 (docs/attach.md).
@@ -73,8 +72,8 @@ def read(job: Job, interval: float) -> Seen:
     )
     views, gone = [], []
     for rank, process in sorted(job.ranks.items()):
-        letter = state(process.pid)
-        if letter in ("gone", "Z", "X"):
+        letter = state_letter(process.pid)
+        if ProcState.of_letter(letter).ended:
             gone.append(rank)
         stacks = history[rank]
         unchanged = interval if len(stacks) > 1 and len(set(stacks)) == 1 else None
@@ -117,7 +116,7 @@ def sample(job: Job, interval: float) -> dict[int, list[Stack]]:
     began = time.monotonic()
     for index in range(SAMPLES):
         time.sleep(max(0.0, began + index * interval / (SAMPLES - 1) - time.monotonic()))
-        for rank, text in py_spy_dumps(pids, timeout=PY_SPY_TIMEOUT_S, as_json=True, blocking=False).items():
+        for rank, text in py_spy_dumps(pids, as_json=True, blocking=False).items():
             stack = parse_dump(text)
             if stack:
                 history[rank].append(stack)

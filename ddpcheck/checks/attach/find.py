@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import psutil
 
 from ddpcheck.errors import UsageError
-from ddpcheck.failure.processes import RANK_VARIABLES, ProcessTree, RankProcess, is_launcher
+from ddpcheck.failure.processes import ProcessTree, RankProcess, is_launcher
+from ddpcheck.failure.rank_env import RANK_VARIABLES
 
 # Above the ranks but none of them: the launchers watch knows, and what starts ranks for them.
 HELPERS = ("slurmstepd", "prterun", "prted", "orted", "hydra_pmi_proxy")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -21,8 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
-
-import psutil
 
 from ddpcheck.checks.watch import WatchOptions, agent, judge
 from ddpcheck.checks.watch.environment import job_environment
@@ -34,16 +31,15 @@ from ddpcheck.failure import processes, stacks
 from ddpcheck.failure.flight import find_dumps
 from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.launchers import launcher_exit_codes
+from ddpcheck.failure.processes import ProcState, state_letter, state_of
 from ddpcheck.failure.recorders import poke_debug_pipes
 from ddpcheck.report.model import Report
 
 TICK_S = 0.1  # how often the ranks' liveness is read (/proc, one file per rank)
 SCAN_S = 1.0  # how often the process tree is walked for new ranks
-TERM_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this
 LAUNCHER_GRACE_S = 5.0  # a rank failed: how long its launcher has to end the job itself
 DUMP_WAIT_S = 3.0  # how long the ranks have to write their flight-recorder dumps
 TAIL_BYTES = 256 * 1024  # the end of the job's output kept for the judge (launchers' summaries)
-PY_SPY_TIMEOUT_S = 10.0  # one py-spy dump of one rank
 
 
 class OutputPump:
@@ -99,7 +95,6 @@ class Watched:
 
     process: processes.RankProcess
     gone_at: float | None = None  # wall clock, when seen gone
-    state: str = "S"
     samples: list[stacks.Stack] = field(default_factory=list)
 
 
@@ -223,7 +218,7 @@ class Watcher:
         now = time.monotonic()
         live = [(rank, w) for rank, w in self.ranks.items() if w.gone_at is None]
         return bool(live) and all(
-            processes.state(w.process.pid) in ("T", "t")
+            state_of(w.process.pid) is ProcState.STOPPED
             or (
                 (self.progress.unchanged_for(rank, now) or 0.0) >= self.options.hang_after / 2
                 # Loading a module (libtorch's shared objects take seconds on a busy node) is start-up.
@@ -270,8 +265,7 @@ class Watcher:
         for watched in self.ranks.values():
             if watched.gone_at is not None:
                 continue
-            watched.state = processes.state(watched.process.pid)
-            if watched.state in ("gone", "Z", "X"):
+            if state_of(watched.process.pid).ended:
                 watched.gone_at = time.time()
                 newly = True
                 self.progress.ranks_changed(time.monotonic())
@@ -284,9 +278,9 @@ class Watcher:
 
     def _sample(self, blocking: bool) -> None:
         for rank, watched in self.ranks.items():
-            if watched.gone_at is not None or processes.state(watched.process.pid) in ("T", "t"):
+            if watched.gone_at is not None or state_of(watched.process.pid) is ProcState.STOPPED:
                 continue  # a stopped process is not read: its stack cannot change
-            stack = stacks.dump(watched.process.pid, timeout=PY_SPY_TIMEOUT_S, blocking=blocking)
+            stack = stacks.dump(watched.process.pid, blocking=blocking)
             if stack is not None:
                 watched.samples = [*watched.samples[-3:], stack]
                 self.progress.sample(rank, stack, time.monotonic())
@@ -311,7 +305,7 @@ class Watcher:
                     rank,
                     watched.process.host,
                     pid,
-                    state="gone" if watched.gone_at is not None else processes.state(pid),
+                    state="gone" if watched.gone_at is not None else state_letter(pid),
                     stack=watched.samples[-1] if watched.samples else None,
                     unchanged_s=self.progress.unchanged_for(rank, now),
                     exit=exit,
@@ -327,7 +321,7 @@ class Watcher:
         live = [
             w
             for w in self.ranks.values()
-            if w.gone_at is None and processes.state(w.process.pid) not in ("T", "t")
+            if w.gone_at is None and state_of(w.process.pid) is not ProcState.STOPPED
         ]
         wanted = [self.dir / f"{agent.DUMP_PREFIX}{w.process.rank}" for w in live]
         deadline = time.monotonic() + DUMP_WAIT_S
@@ -359,7 +353,7 @@ class Watcher:
         self.proc.wait()
         self._note_gone()
         if self.pump is not None:
-            self.pump.join(TERM_GRACE_S)
+            self.pump.join(processes.GRACE_S)
         return self.views(with_exits=True)
 
     def output(self) -> str:
@@ -394,18 +388,10 @@ class Watcher:
             return report
 
     def end(self) -> int:
-        """SIGTERM every process of the job, SIGKILL what is left after TERM_GRACE_S; how many there were."""
+        """SIGTERM every process of the job, then SIGKILL (processes.end); how many there were."""
         assert self.proc is not None and self.tree is not None
         everyone = self.tree.descendants()
-        for proc in everyone:
-            for sig in (signal.SIGTERM, signal.SIGCONT):  # a stopped process acts on SIGTERM once continued
-                with contextlib.suppress(psutil.Error):
-                    proc.send_signal(sig)
-        _, alive = psutil.wait_procs(everyone, timeout=TERM_GRACE_S)
-        for proc in alive:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        psutil.wait_procs(alive, timeout=TERM_GRACE_S)
+        processes.end(everyone)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=TERM_GRACE_S)
+            self.proc.wait(timeout=processes.GRACE_S)
         return len(everyone)

@@ -1,0 +1,90 @@
+"""Who a process is in a launch, from the variables its launcher set: its rank, and which launcher.
+
+torchrun sets RANK (and TORCHELASTIC_RUN_ID), Open MPI OMPI_COMM_WORLD_RANK, MPICH and Intel MPI
+(Hydra) PMI_RANK, an srun step SLURM_PROCID beside its step id. Standard library only, and cheap:
+every rank imports it in its first instant, and watch's agent loads it by path inside the user's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import Enum
+
+# Where a rank's number comes from, first found first: torchrun's under any outer launcher.
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+# An srun step's id (the older name second); a batch script's own step is "batch", no srun step.
+STEP_VARIABLES = ("SLURM_STEP_ID", "SLURM_STEPID")
+BATCH_STEP = "batch"
+# Python's own helper processes, started by a rank or its launcher with the rank's environment: not ranks.
+PYTHON_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+class Launcher(str, Enum):
+    """The launcher that started this process as one rank of many (NONE: no launcher's rank)."""
+
+    TORCHRUN = "torchrun"
+    MPIRUN = "mpirun"  # Open MPI's, MPICH's or Intel MPI's
+    SRUN = "srun"
+    NONE = "none"
+
+    @property
+    def rank0_hosts_store(self) -> bool:
+        """Rank 0's own process hosts the store the ranks share (torchrun's agent hosts its own), and the
+        first task to exit starts the launcher's teardown of the others."""
+        return self in (Launcher.SRUN, Launcher.MPIRUN)
+
+    @property
+    def ignores_stopped_ranks(self) -> bool:
+        """Its SIGTERM cannot reach a stopped rank, and it waits its whole shutdown timeout for one."""
+        return self is Launcher.TORCHRUN
+
+    @property
+    def kills_late(self) -> bool:
+        """Its SIGKILL follows its SIGTERM only after the cluster's KillWait, and it waits for a stopped
+        task after the others exited (unless --kill-on-bad-exit)."""
+        return self is Launcher.SRUN
+
+
+def srun_step(environ: Mapping[str, str]) -> str | None:
+    """The id of the srun step this process is a task of; None outside one (a batch script's own step)."""
+    step = next((environ[name] for name in STEP_VARIABLES if name in environ), None)
+    return None if step == BATCH_STEP else step
+
+
+def launcher_of(environ: Mapping[str, str]) -> Launcher:
+    """Which launcher started this process. An mpirun inside a Slurm allocation starts its ranks
+    through an srun step of its own daemons: mpirun's variables come before srun's."""
+    if "TORCHELASTIC_RUN_ID" in environ and "RANK" in environ:
+        return Launcher.TORCHRUN
+    if "OMPI_COMM_WORLD_RANK" in environ or "PMI_RANK" in environ:
+        return Launcher.MPIRUN
+    if srun_step(environ) is not None and "SLURM_PROCID" in environ:
+        return Launcher.SRUN
+    return Launcher.NONE
+
+
+def rank_variable(environ: Mapping[str, str]) -> str | None:
+    """The variable that holds this process's rank, the first of RANK_VARIABLES it has."""
+    return next((name for name in RANK_VARIABLES if name in environ), None)
+
+
+def rank_of(environ: Mapping[str, str]) -> int | None:
+    """This process's rank: the first rank variable that holds a number."""
+    for name in RANK_VARIABLES:
+        value = environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def ranks_given(environ: Mapping[str, str]) -> list[str]:
+    """Every rank a launcher gave this process (an outer launcher's too); SLURM_PROCID only inside an
+    srun step, as a batch script has SLURM_PROCID=0 of its own."""
+    step = srun_step(environ) is not None
+    return [environ[name] for name in RANK_VARIABLES if name in environ and (step or name != "SLURM_PROCID")]
+
+
+def is_python_helper(argv: list[str]) -> bool:
+    """`python -B -c "from multiprocessing.resource_tracker import main; ..."` and the like."""
+    code = argv[argv.index("-c") + 1] if "-c" in argv[:-1] else ""
+    return any(f"from {name} import" in code for name in PYTHON_HELPERS)
