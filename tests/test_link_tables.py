@@ -26,8 +26,8 @@ from ddpcheck.checks.links.tables import (
     link_tables,
     rank_rows,
 )
+from ddpcheck.checks.links.terminal import render_link_heatmap
 from ddpcheck.report.model import Table
-from ddpcheck.report.terminal import render_link_heatmap
 
 
 def idents(hosts: list[str], per_host: int, nodes: list[int] | None = None) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpcheck.checks.collective.terminal import render_bandwidth_chart
 from ddpcheck.report import terminal as render
 from ddpcheck.report.model import Check, Report, Status, Table
 
@@ -281,7 +282,7 @@ def test_bars_are_proportional_to_busbw() -> None:
     out = io.StringIO()
     console = render.Console(file=out, width=120, color_system=None)
     table = sample_report().tables[0]
-    render.render_bandwidth_chart(table, table.rows, console, width=40)
+    render_bandwidth_chart(table, table.rows, console, width=40)
     bars = {line.split()[0]: line.count("█") for line in lines_of(out.getvalue())[1:]}
     assert bars == {"1K": 20, "2K": 40}
 

@@ -21,7 +21,7 @@ from rich.console import Console
 from ddpcheck.checks.watch.judge import Exit, RankView, judge_crash
 from ddpcheck.commands import COMMANDS
 from ddpcheck.failure.stacks import Frame
-from ddpcheck.report import terminal
+from ddpcheck.report import table_layout, terminal
 from ddpcheck.report.model import Check, Report, Status, Table, read_report
 from tests.support.saved_reports import (
     Saved,
@@ -59,7 +59,7 @@ def texts(report: Report, verbose: bool) -> list[str]:
     out = [c.detail for c in report.checks] + list(report.notes)
     for table in shown_tables(report, verbose):
         # As the terminal writes each value (a float to 4 significant figures).
-        out += [terminal._cell(row.get(key)).plain for row in table.rows for key in table.columns]
+        out += [table_layout.cell(row.get(key)).plain for row in table.rows for key in table.columns]
     return out
 
 

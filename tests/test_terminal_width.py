@@ -17,6 +17,7 @@ from rich.console import Console
 from ddpcheck.commands import COMMANDS
 from ddpcheck.report import terminal
 from ddpcheck.report.model import Report, read_report
+from ddpcheck.report.table_layout import cell, format_number
 from tests.support.saved_reports import (
     Saved,
     run_ddpcheck,
@@ -47,7 +48,7 @@ def _shown_numbers(report: Report, verbose: bool) -> list[str]:
             for key in table.columns:
                 value = row.get(key)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    shown.append(terminal._cell(value).plain)
+                    shown.append(cell(value).plain)
     return shown
 
 
@@ -76,7 +77,7 @@ def test_a_fresh_report_fits_80_columns(saved_reports: dict[str, Saved], name: s
 
 
 def test_numbers_keep_four_significant_figures() -> None:
-    assert [terminal.format_number(v) for v in (0.0029331234, 1787.76, 123456.7, 2.5e7, 4.1e-08, 0.0)] == [
+    assert [format_number(v) for v in (0.0029331234, 1787.76, 123456.7, 2.5e7, 4.1e-08, 0.0)] == [
         "0.002933",
         "1788",
         "123457",
