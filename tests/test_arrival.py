@@ -24,7 +24,7 @@ import pytest
 from ddpcheck.checks.env.preflight import store_unreachable
 from ddpcheck.commands import COMMANDS
 from ddpcheck.failure import explain
-from ddpcheck.failure.peers import store_waited_for
+from ddpcheck.failure.error_texts import store_waited_for
 from ddpcheck.rank import arrival
 from ddpcheck.report.formats.text import write_text
 from tests.conftest import removed_in_time, removers_of

@@ -17,7 +17,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddpcheck.failure.peers import WATCHED_PEER_GONE
+from ddpcheck.failure.error_texts import WATCHED_PEER_GONE
 from ddpcheck.failure.stacks import Frame, Stack, parse_faulthandler
 
 PROCESSES = "processes"  # the folder of the per-process records in a watch directory

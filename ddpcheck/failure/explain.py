@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ddpcheck.failure.collectives import with_last_collectives
+from ddpcheck.failure.error_texts import connection_dropped, is_collateral_error, store_waited_for
 from ddpcheck.failure.flight import RankTrace
 from ddpcheck.failure.liveness import FROZEN_AFTER_S, Stall, stopped_beating
-from ddpcheck.failure.peers import connection_dropped, is_collateral_error, store_waited_for
 from ddpcheck.failure.stages import DONE, PRE_JOIN
 from ddpcheck.failure.statuses import ExitInfo, SeenStatus
 from ddpcheck.report.model import Check, Report, Status, Table, Verdict

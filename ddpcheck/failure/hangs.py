@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ddpcheck.failure.error_texts import peer_gone_words
 from ddpcheck.failure.exits import Exit, first_sentence
-from ddpcheck.failure.peers import peer_gone_words
 from ddpcheck.failure.stacks import Frame, Stack, collective_frame, user_frame
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import span

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ddpcheck.checks.postmortem.logs import SOURCE_PLACE
+from ddpcheck.failure.error_texts import SOURCE_PLACE
 from ddpcheck.failure.exits import (
     PROCESSES,
     Exit,

@@ -23,8 +23,17 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from ddpcheck.failure.crashes import first_failure
+from ddpcheck.failure.error_texts import (
+    FATAL_PYTHON_ERROR,
+    GLOO_SIZE_MISMATCH,
+    GLOO_TIMEOUT,
+    LOGGED_PEER_DIED,
+    NCCL_WARN,
+    NCCL_WATCHDOG_TIMEOUT,
+    SOURCE_PLACE,
+)
 from ddpcheck.failure.launchers import torchrun_summary
-from ddpcheck.failure.peers import LOGGED_PEER_DIED, first_failure
 from ddpcheck.report.model import Check, Status
 from ddpcheck.report.naming import hosts_known, span
 
@@ -33,11 +42,11 @@ _TAIL_BYTES = 4 * 1024 * 1024  # a log's last 4 MiB: where a dead job's last wor
 
 # What a line can say, by kind; the first that matches is the line's kind.
 _KINDS = (
-    ("gloo_mismatch", re.compile(r"Received data size doesn't match expected size")),
-    ("watchdog_timeout", re.compile(r"Watchdog caught collective operation timeout: (?P<what>.*)")),
-    ("fatal", re.compile(r"Fatal Python error: (?P<what>.*)")),
-    ("nccl_warn", re.compile(r"NCCL WARN (?P<what>.*)")),
-    ("gloo_timeout", re.compile(r"Timed out waiting \d+ms for (?:recv|send) operation")),
+    ("gloo_mismatch", GLOO_SIZE_MISMATCH),
+    ("watchdog_timeout", NCCL_WATCHDOG_TIMEOUT),
+    ("fatal", FATAL_PYTHON_ERROR),
+    ("nccl_warn", NCCL_WARN),
+    ("gloo_timeout", GLOO_TIMEOUT),
 )
 _TRACEBACK_START = "Traceback (most recent call last):"
 _EXCEPTION = re.compile(
@@ -50,8 +59,6 @@ _MISMATCH_BYTES = re.compile(r"(?P<got>\d+) vs (?P<expected>\d+)\. Received data
 _SEQ = re.compile(r"SeqNum=(?P<seq>\d+)")
 _OPTYPE = re.compile(r"OpType=(?P<op>\w+)")
 _WATCHDOG_RANK = re.compile(r"\[Rank (?P<rank>\d+)\]")
-# "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] ": where in gloo, not what.
-SOURCE_PLACE = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\] ")
 
 
 @dataclass(frozen=True)

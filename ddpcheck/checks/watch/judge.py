@@ -8,8 +8,8 @@
 
 from __future__ import annotations
 
-import re
-
+from ddpcheck.failure.crashes import first_failure
+from ddpcheck.failure.error_texts import COLLECTIVE_MISMATCH, could_not_start
 from ddpcheck.failure.exits import Exit, first_sentence
 from ddpcheck.failure.hangs import (
     RankView,
@@ -22,7 +22,6 @@ from ddpcheck.failure.hangs import (
     view_from_dict,
     view_to_dict,
 )
-from ddpcheck.failure.peers import first_failure
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import span
 
@@ -39,8 +38,6 @@ __all__ = [
     "view_from_dict",
     "view_to_dict",
 ]
-
-MISMATCH = re.compile(r"doesn't match expected size|size mismatch|Mismatch between collectives", re.I)
 
 
 def first_failed(views: list[RankView]) -> tuple[RankView | None, list[RankView]]:
@@ -63,8 +60,8 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
     failure = first.exit
     assert failure is not None
     where = frame_where(failure.stack) or _where(first.stack)
-    mismatch = MISMATCH.search(failure.exception + "\n" + failure.fatal) or (
-        failure.kind == "fatal" and MISMATCH.search(output)
+    mismatch = COLLECTIVE_MISMATCH.search(failure.exception + "\n" + failure.fatal) or (
+        failure.kind == "fatal" and COLLECTIVE_MISMATCH.search(output)
     )
     name = "collective mismatch" if mismatch else "crash"
     if mismatch:
@@ -74,7 +71,7 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
             f"{_identity(first)} aborted receiving it ({first_sentence(failure.describe())}, in {where}); "
             f"where every rank was: {'; '.join(places)}"
         )
-    elif failure.kind == "ended" and not failure.stack and (said := _could_not_start(output)):
+    elif failure.kind == "ended" and not failure.stack and (said := could_not_start(output)):
         detail = f"the job's program could not start: {said}; {_identity(first)} {failure.describe()}"
     else:
         # A long message (torch's out-of-memory one) said by its first sentence: the whole is in the JSON.
@@ -89,18 +86,6 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
     if failure.traceback or failure.stack:
         report.tables.append(_traceback_table(first, failure))
     return report
-
-
-# What an interpreter or a shell says when the job's program never ran (its stderr, as the job wrote it).
-NOT_STARTED = re.compile(
-    r"^.*(?:can't open file|No module named|command not found|\[Errno 2\] No such file).*$", re.M
-)
-
-
-def _could_not_start(output: str) -> str:
-    """The job's last line saying its program could not start ('python: can't open file ...'), or ''."""
-    found = NOT_STARTED.findall(output)
-    return found[-1].strip() if found else ""
 
 
 def judge_success(views: list[RankView], elapsed_s: float) -> Report:

@@ -1,16 +1,14 @@
-"""What a rank's error says when a *peer* went away: the consequence of another rank's failure.
+"""What an error's text means: a peer gone, a collective mismatch, a timeout, a program never started.
 
-One list of phrases, grouped by what they mean; each reader takes the groups its verdicts rest
-on (a wider set would blame or excuse other ranks than its tests expect), named below.
+The one catalogue of the words torch, gloo, NCCL, the store and an interpreter use. The phrases of
+a lost peer (the consequence of another rank's failure) are grouped by what they mean; each reader
+takes the groups its verdicts rest on (a wider set would blame or excuse other ranks than its tests
+expect), named below.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
-
-Failed = TypeVar("Failed")
 
 # The peer's end of the connection closed: it died, or its host went away.
 PEER_CLOSED = (r"connection reset by peer", r"connection closed by peer", r"broken pipe")
@@ -75,22 +73,6 @@ def is_collateral_error(message: str) -> bool:
     return bool(COLLATERAL.search(message))
 
 
-def first_failure(
-    ended: Iterable[Failed],
-    *,
-    when: Callable[[Failed], Any],
-    collateral: Callable[[Failed], bool] = lambda _: False,
-) -> tuple[Failed | None, list[Failed]]:
-    """The rank that failed first of its own accord (by `when`), and the others that ended meanwhile.
-
-    When every failure is collateral, the earliest is the lead all the same.
-    """
-    ordered = sorted(ended, key=when)
-    primary = [f for f in ordered if not collateral(f)]
-    first = primary[0] if primary else (ordered[0] if ordered else None)
-    return first, [f for f in ordered if f is not first]
-
-
 # torch's store timeout names the keys it waited for; a rendezvous key ends with the rank that sets it.
 _STORE_KEYS = re.compile(r"wait timeout after \d+ms, keys: (\S+)")
 
@@ -103,3 +85,28 @@ def store_waited_for(message: str) -> list[int]:
         return []
     ranks = [key.rsplit("/", 1)[-1] for key in found.group(1).strip("[]',").split(",")]
     return sorted({int(r.strip("'\" ")) for r in ranks if r.strip("'\" ").isdigit()})
+
+
+# ---------------------------------------------------------------- what else an error or a log line says
+# gloo aborts the rank that receives a collective of another size than it expects.
+GLOO_SIZE_MISMATCH = re.compile(r"Received data size doesn't match expected size")
+# Any backend's words for ranks that called different collectives (torch's own with TORCH_DISTRIBUTED_DEBUG).
+COLLECTIVE_MISMATCH = re.compile(
+    r"doesn't match expected size|size mismatch|Mismatch between collectives", re.I
+)
+NCCL_WATCHDOG_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout: (?P<what>.*)")
+FATAL_PYTHON_ERROR = re.compile(r"Fatal Python error: (?P<what>.*)")
+NCCL_WARN = re.compile(r"NCCL WARN (?P<what>.*)")
+GLOO_TIMEOUT = re.compile(r"Timed out waiting \d+ms for (?:recv|send) operation")
+# "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] ": where in gloo, not what.
+SOURCE_PLACE = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\] ")
+# What an interpreter or a shell says when the job's program never ran (its stderr, as the job wrote it).
+NOT_STARTED = re.compile(
+    r"^.*(?:can't open file|No module named|command not found|\[Errno 2\] No such file).*$", re.M
+)
+
+
+def could_not_start(output: str) -> str:
+    """The job's last line saying its program could not start ('python: can't open file ...'), or ''."""
+    found = NOT_STARTED.findall(output)
+    return found[-1].strip() if found else ""
