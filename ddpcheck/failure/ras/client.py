@@ -1,0 +1,205 @@
+"""The conversation with NCCL's RAS service, as NCCL's own client (`ncclras`, src/ras/client.cc) has it.
+
+Protocol 2, from NCCL 2.24 to 2.30 (the service: src/ras/client_support.cc):
+
+    client: CLIENT PROTOCOL 2            service: SERVER PROTOCOL 2
+    client: TIMEOUT 3   (optional)       service: OK
+    client: STATUS  (or VERBOSE STATUS)  service: the report as text, then it closes the connection
+
+The handshake has 1 s per try and is tried again on a timeout, as `ncclras` does: with
+SO_REUSEPORT every process of the job on this host listens on the port, and a stopped one's
+socket still accepts. Every socket operation here is bounded by one total deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from ddpcheck.failure.ras.address import atoi, parse_ras_addr, ras_address
+from ddpcheck.failure.ras.answer import RasAnswer
+from ddpcheck.failure.ras.link import Closed, Link, connect
+from ddpcheck.failure.ras.parse import parse_answer
+from ddpcheck.failure.ras.status import NO_SERVICE_VERDICT, Outcome, RasStatus
+from ddpcheck.failure.ras.verdict import judge
+from ddpcheck.report.naming import counted
+
+PROTOCOL = 2  # NCCL_RAS_CLIENT_PROTOCOL, unchanged from 2.24 to 2.30
+HANDSHAKE_TRY_S = 1.0  # ncclras's TIMEOUT_INCREMENT: a process that does not answer in 1 s is passed over
+# NCCL gathers the job's data in a collective over its RAS network: each leg times out after 5 s
+# (RAS_COLLECTIVE_LEG_TIMEOUT_SEC, or what TIMEOUT set), the whole after 5 s more (times
+# NCCL_RAS_TIMEOUT_FACTOR, 1 by default).
+NCCL_LEG_TIMEOUT_S = 5
+NCCL_EXTRA_TIMEOUT_S = 5
+DEFAULT_TIMEOUT_S = 15.0  # NCCL's worst case (10 s), the handshake, and a margin
+ANSWER_MAX_BYTES = 8 << 20
+
+
+def leg_timeout(timeout: float, nccl_timeout: int | None) -> int | None:
+    """The TIMEOUT to send, if any: NCCL's own (none sent) when the budget holds its worst case.
+
+    NCCL gives up on its gathering after the leg timeout plus 5 s; with a shorter budget the
+    leg timeout is cut so that NCCL answers, with what it has, before this client gives up.
+    0 would disable NCCL's timeout, so it is sent only when asked for.
+    """
+    if nccl_timeout is not None:
+        return nccl_timeout
+    if timeout >= HANDSHAKE_TRY_S + NCCL_LEG_TIMEOUT_S + NCCL_EXTRA_TIMEOUT_S:
+        return None
+    return max(1, int(timeout - HANDSHAKE_TRY_S - NCCL_EXTRA_TIMEOUT_S))
+
+
+def query(
+    address: str | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    verbose: bool = False,
+    nccl_timeout: int | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> RasStatus:
+    """Ask NCCL's RAS service for the job's status; never raises for what the network or NCCL does.
+
+    address: "host:port" as NCCL_RAS_ADDR writes it; None: NCCL_RAS_ADDR of `environ` (this
+    process's environment by default, a job's from /proc/PID/environ), else localhost:28028.
+    timeout: the whole conversation's bound, in seconds. verbose: VERBOSE STATUS (more ranks
+    named). nccl_timeout: the TIMEOUT to send NCCL (see leg_timeout).
+    """
+    started = time.monotonic()
+    deadline = started + max(0.0, timeout)
+    try:
+        where = parse_ras_addr(address) if address is not None else ras_address(environ)
+    except ValueError as error:
+        shown = address if address is not None else "NCCL_RAS_ADDR"
+        return RasStatus(
+            shown,
+            Outcome.CONNECT_ERROR,
+            f"no RAS address: {error}",
+            f"{error}: NCCL opens no RAS client socket",
+        )
+    status = RasStatus(str(where), Outcome.TIMEOUT, "")
+    leg = leg_timeout(timeout, nccl_timeout)
+    silent = 0  # connections whose handshake got no answer in time
+    while True:
+        status.attempts += 1
+        try:
+            sock = connect(where, deadline)
+        except ConnectionRefusedError:
+            status.end(Outcome.NO_SERVICE, NO_SERVICE_VERDICT, f"connection refused at {where}")
+            break
+        except TimeoutError:
+            _timed_out(status, timeout, silent)
+            break
+        except OSError as error:
+            status.end(
+                Outcome.CONNECT_ERROR, f"cannot reach NCCL's RAS service at {where}: {error}", str(error)
+            )
+            break
+        with sock:
+            try:
+                if _converse(Link(sock), status, deadline, verbose, leg):
+                    break
+            except TimeoutError:
+                silent += 1
+                if time.monotonic() < deadline:
+                    continue  # ncclras connects again: another process of the job may answer
+                _timed_out(status, timeout, silent)
+                break
+    status.seconds = time.monotonic() - started
+    return status
+
+
+def _timed_out(status: RasStatus, timeout: float, silent: int) -> None:
+    if not silent:
+        status.end(
+            Outcome.TIMEOUT, f"timeout: could not connect to {status.address} in {timeout:g} s", "connect"
+        )
+        return
+    status.end(
+        Outcome.TIMEOUT,
+        f"timeout: NCCL's RAS service at {status.address} did not answer in {timeout:g} s",
+        f"{counted(silent, 'connection')} accepted, none answered the handshake in "
+        f"{HANDSHAKE_TRY_S:g} s: a stopped or hung NCCL process, or not NCCL on this port",
+    )
+
+
+def _handshake(link: Link, status: RasStatus, deadline: float, leg: int | None) -> bool:
+    """CLIENT PROTOCOL and TIMEOUT, 1 s a step: True when done, False after a protocol error.
+
+    A timeout raises TimeoutError for the caller to connect again, as ncclras does.
+    """
+    try_until = min(deadline, time.monotonic() + HANDSHAKE_TRY_S)
+    link.send(f"CLIENT PROTOCOL {PROTOCOL}\n", try_until)
+    try:
+        line = link.readline(try_until)
+    except Closed as closed:
+        return not status.protocol_error(f"NCCL closed the connection during the handshake {str(closed)!r}")
+    except ValueError as error:
+        return not status.protocol_error(f"unexpected answer to the handshake: {error}")
+    if not line.upper().startswith("SERVER PROTOCOL "):
+        return not status.protocol_error(f"unexpected answer to the handshake: {line[:200]!r}")
+    version_text = line[len("SERVER PROTOCOL ") :]
+    status.server_protocol = atoi(version_text)
+    mismatch = (
+        f"protocol version mismatch (NCCL: {version_text.strip()}; this client: {PROTOCOL}): "
+        "continuing, as NCCL's own client does"
+    )
+    if status.server_protocol != PROTOCOL and mismatch not in status.notes:
+        status.notes.append(mismatch)
+    if leg is not None:
+        try_until = min(deadline, time.monotonic() + HANDSHAKE_TRY_S)
+        link.send(f"TIMEOUT {leg}\n", try_until)
+        try:
+            line = link.readline(try_until)
+        except Closed:
+            return not status.protocol_error(f"NCCL closed the connection after TIMEOUT {leg}")
+        except ValueError as error:
+            return not status.protocol_error(f"unexpected answer to TIMEOUT {leg}: {error}")
+        if line.strip().upper() != "OK":
+            return not status.protocol_error(f"unexpected answer to TIMEOUT {leg}: {line[:200]!r}")
+    return True
+
+
+def _converse(link: Link, status: RasStatus, deadline: float, verbose: bool, leg: int | None) -> bool:
+    """One connection's conversation; True when it settled the outcome. TimeoutError: try again."""
+    try:
+        if not _handshake(link, status, deadline, leg):
+            return True
+    except TimeoutError:
+        raise
+    except OSError as error:
+        return status.protocol_error(f"the connection failed during the handshake: {error}")
+    command = "VERBOSE STATUS" if verbose else "STATUS"
+    try:
+        link.send(f"{command}\n", deadline)
+    except TimeoutError:
+        return status.end(
+            Outcome.TIMEOUT, f"timeout: could not send {command} to {status.address}", "send timed out"
+        )
+    except OSError as error:
+        return status.protocol_error(f"the connection failed sending {command}: {error}")
+    data, end = link.read_to_end(deadline, ANSWER_MAX_BYTES)
+    text = data.decode("utf-8", errors="replace")
+    first = text.lstrip().splitlines()[0] if text.strip() else ""
+    if first.upper().startswith("ERROR:"):
+        status.answer = RasAnswer(raw=text)
+        return status.protocol_error(f"NCCL refused {command}: {first[:200]}")
+    status.answer = parse_answer(text)
+    received = f"after {len(data)} bytes"
+    if end == "timeout":
+        return status.end(
+            Outcome.TIMEOUT,
+            f"timeout: no complete answer from NCCL's RAS service at {status.address} "
+            f"({received}; the partial answer is kept)",
+            f"the answer did not end before the deadline ({received})",
+        )
+    if end == "reset":
+        return status.protocol_error(f"the connection was reset mid-answer ({received})")
+    if end == "too long":
+        return status.protocol_error(f"the answer exceeds {ANSWER_MAX_BYTES} bytes")
+    if not text.strip():
+        return status.protocol_error(f"NCCL closed the connection without answering {command}")
+    if status.answer.recognised and not status.answer.complete:
+        return status.protocol_error(
+            f"NCCL closed the connection mid-answer ({received}, no Warnings section)"
+        )
+    return status.end(Outcome.ANSWERED, judge(status.answer))

@@ -1,0 +1,123 @@
+"""A connection to NCCL's RAS service whose every step (lookup, connect, send, receive) has one deadline."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+import time
+
+from ddpcheck.failure.ras.address import DEFAULT_HOST, RasAddress
+
+HANDSHAKE_LINE_MAX = 1024  # ncclras's buffer for the handshake's answers
+
+
+class Closed(Exception):
+    """The service closed the connection before a whole line came; the text received so far."""
+
+
+def left(until: float) -> float:
+    """Seconds left until the deadline; TimeoutError once it passed."""
+    remaining = until - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError
+    return remaining
+
+
+class Link:
+    """A connected socket read line by line or to its end, each operation bounded by a deadline."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = bytearray()
+
+    def send(self, text: str, until: float) -> None:
+        self.sock.settimeout(left(until))
+        self.sock.sendall(text.encode())
+
+    def _recv(self, until: float, size: int = 65536) -> bytes:
+        self.sock.settimeout(left(until))
+        return self.sock.recv(size)
+
+    def readline(self, until: float) -> str:
+        while b"\n" not in self.buffer:
+            if len(self.buffer) >= HANDSHAKE_LINE_MAX:
+                raise ValueError(f"no end of line in {len(self.buffer)} bytes")
+            chunk = self._recv(until, HANDSHAKE_LINE_MAX)
+            if not chunk:
+                raise Closed(bytes(self.buffer).decode(errors="replace"))
+            self.buffer += chunk
+        line, _, rest = bytes(self.buffer).partition(b"\n")
+        self.buffer = bytearray(rest)
+        return line.decode(errors="replace").rstrip("\r")
+
+    def read_to_end(self, until: float, cap: int) -> tuple[bytes, str]:
+        """Everything until the service closes: (data, "eof" | "timeout" | "reset" | "too long")."""
+        data = bytearray(self.buffer)
+        self.buffer.clear()
+        try:
+            while len(data) <= cap:
+                chunk = self._recv(until)
+                if not chunk:
+                    return bytes(data), "eof"
+                data += chunk
+        except TimeoutError:
+            return bytes(data), "timeout"
+        except OSError:
+            return bytes(data), "reset"
+        return bytes(data), "too long"
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _resolve(where: RasAddress, until: float) -> list[tuple]:
+    """getaddrinfo, bounded: a name lookup cannot take a timeout, so a slow one runs in a thread."""
+    query = (where.host, where.port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+    if _is_ip(where.host) or where.host == DEFAULT_HOST:
+        return socket.getaddrinfo(*query)
+    found: list = []
+
+    def lookup() -> None:
+        try:
+            found.append(socket.getaddrinfo(*query))
+        except OSError as error:
+            found.append(error)
+
+    worker = threading.Thread(target=lookup, name="ras-resolve", daemon=True)
+    worker.start()
+    worker.join(max(0.0, until - time.monotonic()))
+    if not found:
+        raise TimeoutError(f"resolving {where.host}")
+    if isinstance(found[0], OSError):
+        raise found[0]
+    return found[0]
+
+
+def connect(where: RasAddress, until: float) -> socket.socket:
+    """A connection to the first address that takes one, as ncclras tries each of getaddrinfo's."""
+    failures: list[OSError] = []
+    for family, kind, proto, _, sockaddr in _resolve(where, until):
+        if family == socket.AF_INET6 and where.scope_id:
+            sockaddr = (*sockaddr[:3], where.scope_id)
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(left(until))
+            sock.connect(sockaddr)
+        except OSError as error:
+            sock.close()
+            failures.append(error)
+            if isinstance(error, TimeoutError):
+                break
+            continue
+        return sock
+    if failures and all(isinstance(f, ConnectionRefusedError) for f in failures):
+        raise failures[0]
+    if any(isinstance(f, TimeoutError) for f in failures):
+        raise TimeoutError("connect")
+    raise failures[-1] if failures else OSError(f"no address for {where.host}")

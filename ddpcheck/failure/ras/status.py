@@ -1,0 +1,55 @@
+"""What asking NCCL's RAS service gave: its answer, or why there is none."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ddpcheck.failure.ras.answer import RasAnswer
+
+
+class Outcome(str, Enum):
+    ANSWERED = "answered"
+    NO_SERVICE = "no_service"  # nothing listens at the address
+    TIMEOUT = "timeout"  # a partial answer is kept
+    PROTOCOL_ERROR = "protocol_error"  # an unexpected reply, ERROR:, a connection closed or reset mid-answer
+    CONNECT_ERROR = "connect_error"  # no address NCCL would listen at, or the network refused otherwise
+
+
+NO_SERVICE_VERDICT = (
+    "no RAS service: NCCL < 2.24, RAS disabled (NCCL_RAS_ENABLE=0), or no NCCL job on this host"
+)
+
+
+@dataclass
+class RasStatus:
+    """What asking the RAS service gave: an answer, or why there is none."""
+
+    address: str
+    outcome: Outcome
+    verdict: str  # one line
+    message: str = ""  # what happened, for the outcomes other than answered
+    seconds: float = 0.0
+    attempts: int = 0  # connections made (a handshake that timed out is tried again)
+    server_protocol: int | None = None
+    notes: list[str] = field(default_factory=list)  # e.g. a protocol version mismatch
+    answer: RasAnswer | None = None  # parsed, also from a partial answer
+
+    @property
+    def healthy(self) -> bool | None:
+        """True or False when NCCL answered in a known layout; None when it could not say."""
+        if self.outcome != Outcome.ANSWERED or self.answer is None or not self.answer.recognised:
+            return None
+        return self.answer.healthy
+
+    @property
+    def raw(self) -> str:
+        return self.answer.raw if self.answer else ""
+
+    def end(self, outcome: Outcome, verdict: str, message: str = "") -> bool:
+        """Settle the outcome; True, for a conversation's `return status.end(...)`."""
+        self.outcome, self.verdict, self.message = outcome, verdict, message
+        return True
+
+    def protocol_error(self, what: str) -> bool:
+        return self.end(Outcome.PROTOCOL_ERROR, f"protocol error: {what}", what)
