@@ -16,11 +16,12 @@ import pytest
 from ddpcheck.checks.collective.bisection import bisect, max_rounds
 from ddpcheck.checks.env import redact
 from ddpcheck.checks.links import check as links
-from ddpcheck.checks.links.outliers import EXACT_UP_TO, Findings, Pair, SlowLink, find_slow
+from ddpcheck.checks.links.outliers import EXACT_UP_TO, Findings, Pair, SlowLink
 from ddpcheck.checks.peers import SPREAD_K, reference_of
 from ddpcheck.checks.train.judge import GRAD_RTOL, judge
 from ddpcheck.report import baseline
 from ddpcheck.report.model import Status
+from tests.support.link_values import find_slow
 from tests.test_baseline import links as links_report
 from tests.test_links import OPTS as LINKS_OPTS
 from tests.test_links import idents, synthetic

@@ -30,12 +30,13 @@ from ddpcheck.checks.links.columns import (
     merge_groups,
     smallest,
 )
-from ddpcheck.checks.links.outliers import Pair, find_slow
+from ddpcheck.checks.links.outliers import Pair
 from ddpcheck.checks.links.schedule import link_plan, nodes_of
 from ddpcheck.checks.links.tables import NODE_GRID_MAX, REPORTED_LINKS
 from ddpcheck.checks.peers import EXACT_UP_TO, median_of, reference_of
 from ddpcheck.report.model import Report, Status
 from tests.support import outliers_oracle, scale_data
+from tests.support.link_values import find_slow
 from tests.test_links import idents, noisy, synthetic
 
 GOLDEN = Path(__file__).parent / "golden" / "links_judge.json"

@@ -15,8 +15,9 @@ from collections.abc import Callable
 
 import pytest
 
-from ddpcheck.checks.links.outliers import EXACT_UP_TO, Pair, SlowLink, find_slow
+from ddpcheck.checks.links.outliers import EXACT_UP_TO, Pair, SlowLink
 from ddpcheck.checks.peers import MAD_TO_SIGMA, SPREAD_K, Reference, reference_of
+from tests.support.link_values import find_slow
 
 # Healthy links within +-30% of 1.0, deterministic; no rank has most of its links below 0.8.
 SPREAD = (0.7, 0.85, 1.0, 1.15, 1.3)

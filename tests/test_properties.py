@@ -27,13 +27,13 @@ from ddpcheck.checks.env.redact import (
     is_secret_name,
 )
 from ddpcheck.checks.env.variables import DIST_ENV_PREFIXES, distributed_env
-from ddpcheck.checks.links.outliers import find_slow
 from ddpcheck.report import show
 from ddpcheck.report import terminal as render
 from ddpcheck.report.formats.json import write as write_json
 from ddpcheck.report.formats.junit import write as write_junit
 from ddpcheck.report.html import render_html
 from ddpcheck.report.model import Check, Report, Status, Table
+from tests.support.link_values import find_slow
 
 BOUNDED = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Each example of the secrets test renders a whole report four ways (HTML with charts among them).

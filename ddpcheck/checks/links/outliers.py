@@ -19,7 +19,6 @@ group them: a thousand nodes of eight GPUs measure 8.4 million links.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,18 +52,6 @@ class Findings:
     ranks: list[SlowRank]
     links: list[SlowLink]
     reference: Reference | None  # of the links that touch no slow rank; None when nothing compares
-
-
-def find_slow(
-    values: Mapping[Pair, float], threshold: float, best: Mapping[Pair, float] | None = None
-) -> Findings:
-    """find_slow_links over a dict of (src, dst) -> value (and of each link's best measurement)."""
-    pairs = sorted(values)
-    src = np.array([p[0] for p in pairs], dtype=np.int64)
-    dst = np.array([p[1] for p in pairs], dtype=np.int64)
-    value = np.array([values[p] for p in pairs], dtype=np.float64)
-    fastest = None if best is None else np.array([best[p] for p in pairs], dtype=np.float64)
-    return find_slow_links(src, dst, value, threshold, fastest)
 
 
 def find_slow_links(
