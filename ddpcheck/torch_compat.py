@@ -11,7 +11,6 @@ import dataclasses
 import inspect
 import signal
 import socket
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -77,12 +76,6 @@ def store_has(store: Any, key: str) -> bool:
     except RuntimeError:  # timed out (DistStoreError is a RuntimeError)
         return False
     return True
-
-
-def process_group_left_open() -> bool:
-    """Whether this process still has a process group: a rank run inline where teardown may deadlock."""
-    dist = sys.modules.get("torch.distributed")  # never imports torch (--help stays fast)
-    return dist is not None and dist.is_available() and dist.is_initialized()
 
 
 class _MainThreadSignals:

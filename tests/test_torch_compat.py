@@ -81,20 +81,6 @@ def test_teardown_is_skipped_only_before_the_release_that_fixed_it(monkeypatch) 
         assert teardown_may_deadlock() is deadlocks, version
 
 
-def test_an_open_process_group_is_seen(tmp_path: Path) -> None:
-    import torch.distributed as dist
-
-    from ddpcheck.torch_compat import process_group_left_open
-
-    assert not process_group_left_open()
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        assert process_group_left_open()
-    finally:
-        dist.destroy_process_group()
-    assert not process_group_left_open()
-
-
 def test_the_rendezvous_store_can_share_the_presence_port() -> None:
     from torch.distributed import TCPStore
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
