@@ -6,7 +6,7 @@ Not collected by pytest (bench_*.py). Run:
 
 Each rank builds the model exactly as `ddpcheck profile` does (profile.setup) and
 alternates blocks of steps: the bare classic loop (zero_grad, forward, loss,
-backward, step) and the same step through profile.timed_step, which is what
+backward, step) and the same step through profile.step_marked, which is what
 `ddpcheck profile` times (phase marks; CUDA events read once per step on GPUs).
 Blocks alternate ABBA so that drift (thermals, a neighbour's load) falls on both
 alike; a block's time is the slowest rank's, as in DDP. Prints the median
@@ -77,7 +77,7 @@ def rank_main(rank: int, world: int, port: int, args: argparse.Namespace, out: A
         marks = profile.Marks(device)
         variants = {
             "bare": lambda: bare_step(ddp, optimizer, inputs, targets),
-            "instrumented": lambda: profile.timed_step(ddp, optimizer, inputs, targets, marks),
+            "instrumented": lambda: profile.step_marked(ddp, optimizer, inputs, targets, marks)(),
         }
         for _ in range(args.warmup):
             for step in variants.values():
@@ -129,7 +129,7 @@ def main() -> None:
         f"blocks={args.blocks}x{args.steps} steps each, torch {torch.__version__}"
     )
     print(f"bare loop           {bare * 1e3:9.3f} ms/step (median of blocks, slowest rank)")
-    print(f"profile.timed_step  {instrumented * 1e3:9.3f} ms/step")
+    print(f"profile.step_marked {instrumented * 1e3:9.3f} ms/step")
     print(f"overhead ratio      {instrumented / bare:9.4f}x  (target <= 1.03)")
     print(f"reported step time  {reported * 1e3:9.3f} ms/step = {reported / bare:.4f}x the bare wall clock")
     spread = statistics.pstdev(results["bare"]) / bare

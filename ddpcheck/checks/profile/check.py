@@ -94,19 +94,6 @@ def zero_grads(optimizer: Any, inputs: Any) -> None:
     inputs.grad = None
 
 
-def timed_step(
-    ddp: Any,
-    optimizer: Any,
-    inputs: Any,
-    targets: Any,
-    marks: Marks,
-    before_forward: Callable[[], None] | None = None,
-) -> tuple[float, float, float]:
-    """One training step as the classic loop runs it; (forward, backward, update) seconds."""
-    forward, backward, update = step_marked(ddp, optimizer, inputs, targets, marks, before_forward)()
-    return forward, backward, update
-
-
 def step_marked(
     ddp: Any,
     optimizer: Any,
