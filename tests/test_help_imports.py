@@ -19,6 +19,8 @@ HELP = (
 )
 # ddpcheck's own modules that only a run needs: the report's schema and writers, the renderers.
 WORK = ("ddpcheck.report.model", "ddpcheck.report.terminal", "ddpcheck.report.html")
+# The same by their name's end: the work, and the charts a declaration names by string (checks/<cmd>/).
+WORK_ENDS = (".check", ".harness", ".judge", ".launch", ".terminal", ".html")
 
 
 def _modules(code: str) -> set[str]:
@@ -35,6 +37,6 @@ def test_help_imports_nothing_beyond_typer_and_the_declarations() -> None:
     foreign = sorted(m for m in extra if not m.startswith(("ddpcheck", "typer", "encodings")))
     assert foreign == [], f"--help imports {foreign}: import them inside the function that needs them"
     work = sorted(
-        m for m in extra if m.startswith(WORK) or m.endswith((".check", ".harness", ".judge", ".launch"))
+        m for m in extra if m.startswith(WORK) or m.endswith(WORK_ENDS)
     )
     assert work == [], f"--help imports {work}: import them inside the function that needs them"

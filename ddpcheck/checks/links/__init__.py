@@ -95,7 +95,7 @@ COMMAND = Command(
     implementation="ddpcheck.checks.links.check",
     faults=("slowlink", *HARNESS_FAULTS),
     charts={"link_matrix": "ddpcheck.checks.links.terminal:render_link_heatmap"},
-    html_charts=("ddpcheck.report.html.links",),
+    html_charts=("ddpcheck.checks.links.html",),
     family="links",
     figures="ddpcheck.checks.links.figures:link_figures",
     # size_bytes first: the name some saved reports hold it under.

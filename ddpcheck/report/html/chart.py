@@ -1,4 +1,4 @@
-"""A drawn chart and the numbers behind it: what every chart maker of report/html returns."""
+"""A drawn chart and the numbers behind it: what every chart maker (a command's html.py) returns."""
 
 from __future__ import annotations
 
