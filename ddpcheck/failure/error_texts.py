@@ -98,6 +98,8 @@ NCCL_WATCHDOG_TIMEOUT = re.compile(r"Watchdog caught collective operation timeou
 FATAL_PYTHON_ERROR = re.compile(r"Fatal Python error: (?P<what>.*)")
 NCCL_WARN = re.compile(r"NCCL WARN (?P<what>.*)")
 GLOO_TIMEOUT = re.compile(r"Timed out waiting \d+ms for (?:recv|send) operation")
+# An exception that is a signal: torchrun's handler turns SIGTERM into SignalException.
+SIGNAL_EXCEPTION = re.compile(r"^(?:\w+\.)*(?:SignalException|KeyboardInterrupt)\b")
 # "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] ": where in gloo, not what.
 SOURCE_PLACE = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\] ")
 # What an interpreter or a shell says when the job's program never ran (its stderr, as the job wrote it).

@@ -17,6 +17,15 @@ from ddpcheck.failure.stacks import Frame, Stack, collective_frame, user_frame
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import span
 
+RANKS_COLUMNS = {
+    "rank": "rank",
+    "host": "host",
+    "pid": "pid",
+    "state": "state",
+    "in": "waiting in",
+    "where": "where",
+}
+
 
 @dataclass
 class RankView:
@@ -30,9 +39,14 @@ class RankView:
     samples: list[Stack] = field(default_factory=list)  # earlier samples, oldest first
 
 
-def _where(stack: Stack | None) -> str:
+def frame_where(stack: Stack | None) -> str:
+    """'train_step (train.py:59)': the job's own innermost frame, or '' when the stack holds none."""
     frame = user_frame(stack or ())
-    return frame.where if frame else "(no Python stack)"
+    return frame.where if frame else ""
+
+
+def place_of(stack: Stack | None) -> str:
+    return frame_where(stack) or "(no Python stack)"
 
 
 def _waiting_in(stack: Stack | None) -> str:
@@ -40,13 +54,13 @@ def _waiting_in(stack: Stack | None) -> str:
     return frame.function if frame else ""
 
 
-def _call_at(stack: Stack | None) -> str:
+def call_at(stack: Stack | None) -> str:
     """'all_reduce at train_step (train.py:59)', or 'load_batch (train.py:42)' outside any collective."""
     call = _waiting_in(stack)
-    return f"{call} at {_where(stack)}" if call else _where(stack)
+    return f"{call} at {place_of(stack)}" if call else place_of(stack)
 
 
-def _identity(view: RankView) -> str:
+def identity(view: RankView) -> str:
     return f"rank {view.rank} (host {view.host}, pid {view.pid})"
 
 
@@ -57,9 +71,10 @@ def _signature(stack: Stack | None) -> tuple[str, Frame | None]:
 
 
 def judge_hang(
-    views: list[RankView], silent_s: float, hang_after: float, *, reason: str | None = None
+    views: list[RankView], silent_s: float, hang_after: float, *, command: str, reason: str | None = None
 ) -> Report:
-    """Every rank made no progress for `silent_s` >= hang_after: name the ones that differ.
+    """Every rank made no progress for `silent_s` >= hang_after: name the ones that differ, in `command`'s
+    Report.
 
     `reason`: what the finding ends with, in parentheses (watch's --hang-after by default)."""
     stopped = [v for v in views if v.state in ("T", "t")]
@@ -81,21 +96,21 @@ def judge_hang(
             blamed = [] if len(leaders) > 1 or len(counts) < 2 else [
                 v for v in views if v.stack is not None and _signature(v.stack) != leaders[0]
             ]  # fmt: skip
-        why = {v.rank: f"is in {_call_at(v.stack)}" for v in blamed}
+        why = {v.rank: f"is in {call_at(v.stack)}" for v in blamed}
     others = [v for v in views if v not in blamed]
     waiters = [v for v in others if _waiting_in(v.stack)]
     if blamed:
-        parts = [f"{_identity(v)} {why[v.rank]}" for v in blamed]
+        parts = [f"{identity(v)} {why[v.rank]}" for v in blamed]
         detail = f"no rank made progress for {silent_s:.0f} s: " + "; ".join(parts)
     else:
-        places = sorted({_where(v.stack) for v in views})
+        places = sorted({place_of(v.stack) for v in views})
         detail = (
             f"no rank made progress for {silent_s:.0f} s, and no rank differs from the others: "
             f"every rank is in {', '.join(places)} (a rank outside the job, or a deadlock every rank shares)"
         )
     if waiters:
         detail += f"; {span([v.rank for v in waiters])} {'was' if len(waiters) == 1 else 'were'} waiting"
-        calls = sorted({f"{_waiting_in(v.stack)} at {_where(v.stack)}" for v in waiters})
+        calls = sorted({f"{_waiting_in(v.stack)} at {place_of(v.stack)}" for v in waiters})
         detail += f" in {', '.join(calls)}"
     # Every rank in a collective, the named ones in another than the rest: they disagree on the call.
     mismatch = (
@@ -110,12 +125,7 @@ def judge_hang(
         ranks=[v.rank for v in blamed],
         hosts=list(dict.fromkeys(v.host for v in blamed)),
     )
-    return _report(views, [check], blamed)
-
-
-def frame_where(stack: Stack) -> str:
-    frame = user_frame(stack)
-    return frame.where if frame else ""
+    return ranks_report(command, views, [check], blamed)
 
 
 def rank_place(view: RankView) -> str:
@@ -126,10 +136,11 @@ def rank_place(view: RankView) -> str:
     if not stack:
         return ""
     call = _waiting_in(stack)
-    return f"rank {view.rank}: {call + ' at ' if call else ''}{_where(stack)}"
+    return f"rank {view.rank}: {call + ' at ' if call else ''}{place_of(stack)}"
 
 
-def _report(views: list[RankView], checks: list[Check], blamed: list[RankView]) -> Report:
+def ranks_report(command: str, views: list[RankView], checks: list[Check], blamed: list[RankView]) -> Report:
+    """`command`'s Report of the `checks`, with the table of every rank (the `blamed` ones marked)."""
     named = {v.rank for v in blamed}
     rows = []
     for v in sorted(views, key=lambda v: v.rank):
@@ -140,33 +151,20 @@ def _report(views: list[RankView], checks: list[Check], blamed: list[RankView]) 
             "pid": v.pid,
             "state": _state_words(v),
             "in": _waiting_in(stack) or "",
-            "where": _where(stack) if stack else "",
+            "where": place_of(stack) if stack else "",
             "frames": [f.to_dict() for f in (stack or ())[:8]],
             "named": v.rank in named,
             **_whole_exit(v.exit),
         })  # fmt: skip
-    table = Table(
-        "ranks",
-        "Every rank of the job",
-        {
-            "rank": "rank",
-            "host": "host",
-            "pid": "pid",
-            "state": "state",
-            "in": "waiting in",
-            "where": "where",
-        },
-        rows,
-    )
+    table = Table("ranks", "Every rank of the job", dict(RANKS_COLUMNS), rows)
     hosts = list(dict.fromkeys(v.host for v in views))
-    report = Report(
-        command="watch",
+    return Report(
+        command=command,
         checks=checks,
         tables=[table] if views else [],
         world={"size": len(views), "nodes": len(hosts)},
         ranks=[{"rank": v.rank, "local_rank": None, "host": v.host, "pid": v.pid} for v in views],
     )
-    return report
 
 
 def _whole_exit(exit: Exit | None) -> dict[str, str]:

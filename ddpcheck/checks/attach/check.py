@@ -17,7 +17,7 @@ from ddpcheck.checks.attach import AttachOptions, evidence, find, nodes
 from ddpcheck.checks.attach.evidence import IO_PROGRESS_BYTES, SAMPLES, Seen
 from ddpcheck.failure import processes, ras
 from ddpcheck.failure.flight_judge import with_flight_recorders
-from ddpcheck.failure.hangs import _report, judge_hang
+from ddpcheck.failure.hangs import judge_hang, ranks_report
 from ddpcheck.failure.processes import ProcState
 from ddpcheck.report.model import Check, Report, Status
 from ddpcheck.report.naming import span
@@ -64,18 +64,18 @@ def judge(seen: Seen, interval: float) -> Report:
             Status.PASS,
             f"making progress: {how}; {len(views)} rank{'s' if len(views) != 1 else ''}, none stopped",
         )
-        report = _report(views, [check], [])
+        report = ranks_report("attach", views, [check], [])
     else:
         why = (
             f"{SAMPLES} stack samples over {interval:g} s, none changed; how long before, attach cannot tell"
             if not stopped
             else "a stopped rank holds its peers"
         )
-        report = judge_hang(live, interval, interval, reason=why)
+        report = judge_hang(live, interval, interval, command="attach", reason=why)
         hosts = {v.rank: v.host for v in views}
         report = with_flight_recorders(report, seen.traces, hosts, len(views))
         if len(live) < len(views):
-            report.tables = _report(views, [], []).tables
+            report.tables = ranks_report("attach", views, [], []).tables
     if seen.gone:
         gone = [v for v in views if v.rank in seen.gone]
         report.checks.append(
@@ -89,7 +89,6 @@ def judge(seen: Seen, interval: float) -> Report:
                 hosts=list(dict.fromkeys(v.host for v in gone)),
             )
         )
-    report.command = "attach"
     return report
 
 

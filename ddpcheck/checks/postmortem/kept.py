@@ -5,7 +5,8 @@ Read with the failure side's reader (failure/exits.py), the one watch itself use
 agent wrote them has none, and its processes are then "a process of the job" by pid, unless the
 launcher's failure summary (in its exception record) maps the pid to a rank.
 
-The judgement never passes a job that did not end by itself:
+The judgement (the ends read by failure/crashes.py, as watch reads them) never passes a job that
+did not end by itself:
 - a rank that raised (not because a peer was gone), died of a fatal signal, or ended without any
   record (no exception, no faulthandler trace, no exit mark: SIGKILL, the OOM killer) failed;
 - a rank ended by SIGTERM (faulthandler's trace says where it was) was ended from outside: after
@@ -17,12 +18,12 @@ The judgement never passes a job that did not end by itself:
 from __future__ import annotations
 
 import os
-import re
 import socket
 from dataclasses import dataclass, field
 
 import psutil
 
+from ddpcheck.failure.crashes import collateral, judge_ends, torn_down
 from ddpcheck.failure.error_texts import SOURCE_PLACE
 from ddpcheck.failure.exits import (
     PROCESSES,
@@ -35,15 +36,14 @@ from ddpcheck.failure.exits import (
     recorded_pids,
     start_of,
 )
+from ddpcheck.failure.hangs import call_at, frame_where
 from ddpcheck.failure.launchers import launcher_exit_codes, torchrun_summary
-from ddpcheck.failure.stacks import Stack, collective_frame, user_frame
+from ddpcheck.failure.stacks import collective_frame
 from ddpcheck.report.model import Check, Status, Table
 from ddpcheck.report.naming import span
 
 NAME = "the ranks ended by themselves"
 NO_TRACE = "ended without a trace (killed, e.g. SIGKILL, or the OOM killer)"
-# An exception that is a signal: torchrun's handler turns SIGTERM into SignalException.
-_SIGNALLED = re.compile(r"^(?:\w+\.)*(?:SignalException|KeyboardInterrupt)\b")
 _ELASTIC = "torch/distributed/elastic/"  # torchrun's agent: a launcher's traceback runs through it
 _START_SLACK_S = 2.0  # a live pid started this much after the record is another process (pid reused)
 
@@ -75,19 +75,7 @@ class Kept:
 
     @property
     def signalled(self) -> bool:
-        """Ended from outside by a signal it could not survive (SIGTERM's trace, or torchrun's handler)."""
-        return self.exit.kind == "terminated" or (
-            self.exit.kind == "exception" and bool(_SIGNALLED.match(self.exit.exception))
-        )
-
-    @property
-    def failed(self) -> bool:
-        """Failed of its own accord: raised (not for a peer's going), a fatal signal, or no trace at all."""
-        if self.alive or self.signalled:
-            return False
-        return self.exit.kind in ("fatal", "ended") or (
-            self.exit.kind == "exception" and not self.exit.secondary
-        )
+        return torn_down(self.exit)
 
     def who(self) -> str:
         host = f"host {self.host}, " if self.host else ""
@@ -189,7 +177,9 @@ def judge_records(kept: KeptRecords) -> tuple[list[Check], Table | None]:
     if not judged:
         return [], None
     alive = [k for k in judged if k.alive]
-    failed = sorted((k for k in judged if k.failed), key=lambda k: (k.exit.kind == "ended", k.exit.time))
+    # A traceless end's time is its records' last write, not its end: it comes after the ends timed.
+    ended = [k for k in judged if not k.alive]
+    failed = judge_ends(ended, lambda k: k.exit, lambda k: (k.exit.kind == "ended", k.exit.time)).failed
     signalled = [k for k in judged if k.signalled and not k.alive]
     parts: list[str] = []
     if failed:
@@ -198,7 +188,7 @@ def judge_records(kept: KeptRecords) -> tuple[list[Check], Table | None]:
             lead = " failed first:" if i == 0 and len(failed) > 1 else ":"
             parts.append(f"{k.who()}{lead} {_ended(k)}")
         for k in judged:
-            if k.exit.kind == "exception" and k.exit.secondary and not k.signalled and not k.alive:
+            if collateral(k.exit) and not k.alive:
                 parts.append(f"{k.who()}: {_ended(k)} (a peer had gone first)")
         if signalled:
             parts.append(f"{_names(signalled)} ended by SIGTERM after it (the job torn down)")
@@ -207,7 +197,7 @@ def judge_records(kept: KeptRecords) -> tuple[list[Check], Table | None]:
         waiting = [k for k in signalled if k not in named]
         parts += _alike(named)
         if waiting:
-            calls = sorted({f"{_call(k.exit.stack)}" for k in waiting})
+            calls = sorted({call_at(k.exit.stack) for k in waiting})
             verb = "was" if len(waiting) == 1 else "were"
             parts.append(f"{_names(waiting)} {verb} waiting in {', '.join(calls)}, ended by SIGTERM too")
         parts.append(
@@ -258,7 +248,7 @@ def _stuck(signalled: list[Kept]) -> list[Kept]:
 
 def _ended(k: Kept) -> str:
     """How one process ended, with where it was."""
-    where = _where(k.exit.stack)
+    where = frame_where(k.exit.stack)
     at = f" ({where})" if where else ""
     if k.signalled:
         if k.exit.kind == "terminated":
@@ -291,17 +281,6 @@ def _message(exception: str) -> str:
     return first_sentence(SOURCE_PLACE.sub("", exception))
 
 
-def _where(stack: Stack) -> str:
-    frame = user_frame(stack)
-    return frame.where if frame else ""
-
-
-def _call(stack: Stack) -> str:
-    call = collective_frame(stack)
-    where = _where(stack)
-    return f"{call.function} at {where}" if call else where
-
-
 def _names(kept: list[Kept]) -> str:
     ranks = [k.rank for k in kept if k.rank is not None]
     others = [k for k in kept if k.rank is None]
@@ -319,7 +298,7 @@ def _table(judged: list[Kept], named: set[int]) -> Table:
             "host": k.host,
             "pid": k.pid,
             "ended": words if len(words) <= 60 else words[:57] + "...",
-            "where": _where(k.exit.stack),
+            "where": frame_where(k.exit.stack),
             "named": k.pid in named,
             # The whole of what the short words cut (torch's out-of-memory message), for the JSON.
             "exception": k.exit.exception or k.exit.fatal,

@@ -23,7 +23,6 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from ddpcheck.failure.crashes import first_failure
 from ddpcheck.failure.error_texts import (
     FATAL_PYTHON_ERROR,
     GLOO_SIZE_MISMATCH,
@@ -148,7 +147,7 @@ def parse_error_file(text: str, *, path: str = "", rank: int | None = None) -> E
 
 def earliest_error(errors: list[ErrorFile]) -> ErrorFile | None:
     """The earliest error file by its time (those without one come last)."""
-    return first_failure(errors, when=lambda e: (e.timestamp is None, e.timestamp or 0.0, e.rank or 0))[0]
+    return min(errors, key=lambda e: (e.timestamp is None, e.timestamp or 0.0, e.rank or 0), default=None)
 
 
 def scan_text(text: str, *, path: str = "", rank: int | None = None) -> list[LogFinding]:

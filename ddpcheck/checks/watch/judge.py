@@ -1,49 +1,54 @@
 """Pure: what the watcher saw of every rank -> the verdict, as a Report. No process is touched here.
 
-- Hang: failure/hangs.py's judge (shared with `attach`), with the flight recorders' word here.
-- Crash: the first rank to fail by time is named, with its exception, traceback or signal;
-  the ranks that failed only because a peer was gone (a closed connection), or that the
-  launcher ended (SIGTERM), are not blamed. A collective whose sizes disagree is a mismatch.
+- Hang: failure/hangs.py's judge (shared with `attach`), in watch's report.
+- Crash: the first rank to fail by time (failure/crashes.py, shared with `postmortem`) is named,
+  with its exception, traceback or signal; the ranks that failed only because a peer was gone (a
+  closed connection), or that the launcher ended (SIGTERM), are not blamed. A collective whose
+  sizes disagree is a mismatch.
 """
 
 from __future__ import annotations
 
-from ddpcheck.failure.crashes import first_failure
+from ddpcheck.failure import hangs
+from ddpcheck.failure.crashes import judge_ends, torn_down
 from ddpcheck.failure.error_texts import COLLECTIVE_MISMATCH, could_not_start
 from ddpcheck.failure.exits import Exit, first_sentence
 from ddpcheck.failure.hangs import (
     RankView,
-    _identity,
-    _report,
-    _where,
     frame_where,
-    judge_hang,
+    identity,
+    place_of,
     rank_place,
+    ranks_report,
     view_from_dict,
     view_to_dict,
 )
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import span
 
-# The hang judge and the views moved down to failure/hangs.py; watch's modules and tests name them here.
+COMMAND = "watch"
+# The views are failure/hangs.py's; watch's modules and tests name them here.
 __all__ = [
     "Exit",
     "RankView",
     "first_failed",
-    "frame_where",
     "judge_crash",
     "judge_hang",
     "judge_success",
-    "rank_place",
     "view_from_dict",
     "view_to_dict",
 ]
 
 
+def judge_hang(views: list[RankView], silent_s: float, hang_after: float) -> Report:
+    """No rank made progress for `silent_s`: failure/hangs.py's verdict, watch's report."""
+    return hangs.judge_hang(views, silent_s, hang_after, command=COMMAND)
+
+
 def first_failed(views: list[RankView]) -> tuple[RankView | None, list[RankView]]:
     """The rank that failed first of its own accord, and the ranks that only followed it."""
-    ended = [v for v in views if v.exit is not None]
-    return first_failure(ended, when=lambda v: v.exit.time, collateral=lambda v: v.exit.secondary)  # type: ignore[union-attr]
+    crash = judge_ends((v for v in views if v.exit is not None), lambda v: v.exit, lambda v: v.exit.time)  # type: ignore[union-attr]
+    return crash.first, crash.followers
 
 
 def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Report:
@@ -56,10 +61,10 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
             f"the job exited with code {job_code} and no rank was seen to fail "
             "(it failed before any rank started, or its launcher did)",
         )
-        return _report(views, [check], [])
+        return ranks_report(COMMAND, views, [check], [])
     failure = first.exit
     assert failure is not None
-    where = frame_where(failure.stack) or _where(first.stack)
+    where = frame_where(failure.stack) or place_of(first.stack)
     mismatch = COLLECTIVE_MISMATCH.search(failure.exception + "\n" + failure.fatal) or (
         failure.kind == "fatal" and COLLECTIVE_MISMATCH.search(output)
     )
@@ -68,21 +73,21 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
         places = sorted({f"{rank_place(v)}" for v in views if rank_place(v)})
         detail = (
             f"a collective mismatch: the ranks called a collective with different sizes; "
-            f"{_identity(first)} aborted receiving it ({first_sentence(failure.describe())}, in {where}); "
+            f"{identity(first)} aborted receiving it ({first_sentence(failure.describe())}, in {where}); "
             f"where every rank was: {'; '.join(places)}"
         )
     elif failure.kind == "ended" and not failure.stack and (said := could_not_start(output)):
-        detail = f"the job's program could not start: {said}; {_identity(first)} {failure.describe()}"
+        detail = f"the job's program could not start: {said}; {identity(first)} {failure.describe()}"
     else:
         # A long message (torch's out-of-memory one) said by its first sentence: the whole is in the JSON.
-        detail = f"{_identity(first)} failed first: {first_sentence(failure.describe())}, in {where}"
+        detail = f"{identity(first)} failed first: {first_sentence(failure.describe())}, in {where}"
         if followers:
             detail += f"; {span([v.rank for v in followers])} ended after it"
-            torn = [v for v in followers if v.exit is not None and v.exit.kind == "terminated"]
+            torn = [v for v in followers if v.exit is not None and torn_down(v.exit)]
             if torn:
                 detail += f" ({span([v.rank for v in torn])} ended by the launcher's SIGTERM)"
     check = Check(name, Status.ERROR, detail, ranks=[first.rank], hosts=[first.host])
-    report = _report(views, [check], [first])
+    report = ranks_report(COMMAND, views, [check], [first])
     if failure.traceback or failure.stack:
         report.tables.append(_traceback_table(first, failure))
     return report
@@ -95,7 +100,7 @@ def judge_success(views: list[RankView], elapsed_s: float) -> Report:
         Status.PASS,
         f"the job ran to completion: {ranks} rank{'s' if ranks != 1 else ''}, exit 0, {elapsed_s:.1f} s",
     )
-    return _report(views, [check], [])
+    return ranks_report(COMMAND, views, [check], [])
 
 
 def _traceback_table(view: RankView, failure: Exit) -> Table:
