@@ -177,6 +177,9 @@ class Command:
     figures: str | None = None  # "module:function", report dict -> list[Figure]
     # The options a baseline's run must share for its figures to be compared (FigureKind.needs).
     setup: tuple[Setup, ...] = ()
+    # "module:function", a completed run's report dict -> Check: what the hardware should do,
+    # judged when no --baseline is given.
+    expected: str | None = None
     # "module:function", its report's rows by table name -> the Prometheus metrics it exports.
     metrics: str | None = None
     # Its pure judges, mutated by `mutmut run` (pyproject.toml's only_mutate lists them all).

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from ddpcheck import __version__
+from ddpcheck.checks.collective import expected as expectations
 from ddpcheck.checks.collective.figures import bandwidth_figures
 from ddpcheck.errors import UsageError
-from ddpcheck.report import baseline, compare, expectations
+from ddpcheck.report import baseline, compare
 from ddpcheck.report.model import Status
 from tests.conftest import assert_nothing_left, assert_usage_error, worker_processes
 from tests.support.netns import free_port, ip, on_host, veth_pair

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcheck.commands import family_of
+from ddpcheck.command import load
+from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import UsageError
 from ddpcheck.rank.agreement import fingerprint_table, judge_agreement
 from ddpcheck.rank.rankmap import hosts_table
 from ddpcheck.report import baseline as baselines
 from ddpcheck.report.compare import BaselineOptions
-from ddpcheck.report.expectations import judge_expected
 from ddpcheck.report.model import Check, Report, Status, Verdict
 
 
@@ -63,8 +63,9 @@ def judge_speed(report: Report, known_good: dict[str, Any] | None, baseline: Bas
     if report.written_elsewhere:
         return  # not rank 0's node: the report, and its comparison, are printed there
     if known_good is None:
-        if family_of(report.command) == "bandwidth" and report.verdict != Verdict.ERROR:
-            report.checks.append(judge_expected(report.to_dict()))
+        command = COMMANDS.get(report.command)
+        if command and command.expected and report.verdict != Verdict.ERROR:
+            report.checks.append(load(command.expected)(report.to_dict()))
         return
     if report.verdict == Verdict.ERROR:
         report.checks.append(Check("baseline", Status.SKIP, "the run did not complete: nothing to compare"))

@@ -89,6 +89,7 @@ COMMAND = Command(
     family="bandwidth",
     figures="ddpcheck.checks.collective.figures:bandwidth_figures",
     setup=(Setup("dtype", "dtype", ("dtype",)),),
+    expected="ddpcheck.checks.collective.expected:judge_expected",
     metrics="ddpcheck.checks.collective.figures:bandwidth_metrics",
     judges=("ddpcheck.checks.collective.judge", "ddpcheck.checks.collective.bisection"),
     budgeted=True,

@@ -1,4 +1,4 @@
-"""What the hardware should do: expected all_reduce plateaus of known GPU systems.
+"""What the hardware should do: expected all_reduce plateaus of known GPU systems (`expected`).
 
 Pure and torch-free: judged on the launcher side from the JSON report (the ranks' device
 names, the world, the bandwidth table), when no --baseline is given. Unknown hardware
