@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -202,3 +203,25 @@ class Command:
     def figures_of(self, report: Mapping[str, Any]) -> list[Any]:
         """The figures a saved report of this command holds (none for a command that measures nothing)."""
         return load(self.figures)(report) if self.figures else []
+
+
+class RankedCommands:
+    """`name in RANKED_COMMANDS`: whether the command of that name runs as ranks, as it declares.
+
+    Asked at a rank's first instant, before Typer and torch (rank/arrival.py): it loads that one
+    declaration, `checks/<name>/__init__.py`, not every command's (commands.py). A command declared
+    anywhere else starts no ranks (tests/test_declarations.py keeps it so).
+    """
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str) or not name.isidentifier():
+            return False
+        package = f"{__package__}.checks.{name}"
+        found = importlib.util.find_spec(package)
+        if found is None or found.submodule_search_locations is None:
+            return False  # no folder of that name (a module there is no declaration: not loaded)
+        declared = getattr(importlib.import_module(package), "COMMAND", None)
+        return isinstance(declared, Command) and declared.name == name and declared.ranked
+
+
+RANKED_COMMANDS = RankedCommands()

@@ -22,7 +22,6 @@ import psutil
 import pytest
 
 from ddpcheck.checks.env.preflight import store_unreachable
-from ddpcheck.commands import COMMANDS
 from ddpcheck.failure import explain
 from ddpcheck.failure.error_texts import store_waited_for
 from ddpcheck.rank import arrival
@@ -53,11 +52,6 @@ MPIRUN_ENV = {
     "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
     "OMPI_MCA_ess_base_jobid": "123",
 }
-
-
-def test_ranked_commands_are_the_commands_that_run_as_ranks() -> None:
-    # arrival.py cannot import commands.py (it runs before Typer): the two lists must agree.
-    assert {name for name, c in COMMANDS.items() if c.ranked} == arrival.RANKED_COMMANDS
 
 
 @pytest.mark.parametrize(

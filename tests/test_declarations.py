@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpcheck.command import load
+from ddpcheck.command import RANKED_COMMANDS, load
 from ddpcheck.commands import COMMANDS
 from ddpcheck.report.baseline import SETUP_NAMES
 from ddpcheck.report.figures import FigureKind
@@ -74,3 +74,11 @@ def test_every_figure_kind_depends_on_setup_keys_that_exist() -> None:
             if isinstance(kind, FigureKind):
                 unknown = set(kind.needs) - SETUP_NAMES.keys()
                 assert not unknown, f"{command.name}: {kind.name} needs {unknown}"
+
+
+def test_a_rank_finds_whether_its_command_runs_as_ranks_from_its_declaration_alone() -> None:
+    # RANKED_COMMANDS loads checks/<name>/ only: every ranked command is declared there.
+    assert {name for name in COMMANDS if name in RANKED_COMMANDS} == {
+        name for name, command in COMMANDS.items() if command.ranked
+    }
+    assert "collective" not in RANKED_COMMANDS and "network" not in RANKED_COMMANDS  # no command

@@ -31,6 +31,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddpcheck.command import RANKED_COMMANDS  # the one declaration asked, loaded alone
+
 JOB_PREFIX = "ddpcheck-job-"
 REMOVER_NAME = "ddpcheck-job-remover"  # the remover shell's $0: how it is told from a rank
 # The stages before the harness's own (failure/stages.py), as a peer names them.
@@ -46,8 +48,6 @@ LEFT = "left"  # ended by itself: its verdict, its own error, a Ctrl-C
 KILLED_AFTER_ITS_PART = ("done", WRITING_REPORT)
 ENDED_AFTER = "ended-after"  # made by the remover that names the first such rank here
 ENDED_FIRST = "ended-first"  # holds the file of the first rank that ended without a word while a peer ran
-# The commands that run as ranks (commands.py's `ranked`; tests/test_arrival.py keeps them equal).
-RANKED_COMMANDS = frozenset({"allreduce", "collectives", "devices", "links", "profile", "train"})
 # Options that mean "launch ranks from here", even inside a launcher (launcher/plan.detect_inline).
 LAUNCH_OPTIONS = ("--nproc", "--gpus", "--nnodes")
 
