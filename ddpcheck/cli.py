@@ -1,8 +1,8 @@
-"""The `ddpcheck` command line: generated from the command registry; validate, launch, render, exit.
+"""The `ddpcheck` command line: generated from the command registry; every usage problem one line.
 
 Each command's options, help and examples are declared once, with the command (commands.py
-lists them); the launch, baseline and output options once each, beside what they drive. No
-torch at module level: `ddpcheck --help` stays instant.
+lists them); the launch, baseline and output options once each, beside what they drive. Running
+a command is launcher/run.py's. No torch at module level: `ddpcheck --help` stays instant.
 """
 
 from __future__ import annotations
@@ -10,33 +10,25 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import errno
 import inspect
 import os
 import sys
 import typing
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
 from ddpcheck import __version__
-from ddpcheck.command import Command, Parameter, build_options, options_to_dict, parameters
+from ddpcheck.command import Command, Parameter, build_options, parameters
 from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, say
-from ddpcheck.launcher.budget_options import BudgetOptions, StartingWatch
+from ddpcheck.launcher.budget_options import BudgetOptions
 from ddpcheck.launcher.options import LaunchOptions
 from ddpcheck.rank import arrival, interrupt
 from ddpcheck.report.compare import BaselineOptions
 from ddpcheck.report.fleet import FleetOptions
-from ddpcheck.report.outputs import Files, OutputOptions
-
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from ddpcheck.launcher.plan import LaunchPlan
-    from ddpcheck.rank.faults import Fault
-    from ddpcheck.report.model import Report
+from ddpcheck.report.outputs import OutputOptions
 
 app = typer.Typer(
     name="ddpcheck",
@@ -146,16 +138,21 @@ def _register(command: Command) -> None:
     declared = _declared(command)
 
     def run(**values: Any) -> None:
+        from ddpcheck.launcher.run import run_plain, run_ranked
+
         options = build_options(command.options, values)
         output = build_options(OutputOptions, values)
         if command.ranked:
+            from ddpcheck.checks.env import preflight
+
             launch = build_options(LaunchOptions, values)
             baseline = build_options(BaselineOptions, values)
             fleet = build_options(FleetOptions, values)
             budget = build_options(BudgetOptions, values)
-            run_ranked(command, options, launch, output, baseline, fleet, budget)
+            code = run_ranked(command, options, launch, output, baseline, fleet, budget, preflight)
         else:
-            run_plain(command, options, output)
+            code = run_plain(command, options, output)
+        raise typer.Exit(code)
 
     run.__name__ = command.name.replace("-", "_")
     run.__doc__ = command.help
@@ -177,266 +174,6 @@ def _register(command: Command) -> None:
 
 for _command in COMMANDS.values():
     _register(_command)
-
-
-# ---------------------------------------------------------------- running a command
-def run_plain(command: Command, options: Any, output: OutputOptions) -> None:
-    """A command that starts no ranks: validate, run, render, exit with the verdict's code."""
-    options.validate()
-    output.check()
-    console = _console(output)
-    if not command.interrupt_raises:  # a Ctrl-C leaves at once (the mode interrupt.install set)
-        report = command.module().run(options)
-    else:
-        try:
-            # `watch`: a Ctrl-C, or a scheduler's SIGTERM (a time limit), is one KeyboardInterrupt
-            # in its loop, which ends the job it ran first.
-            with interrupt.deferred(raise_once=True):
-                report = command.module().run(options)
-        except KeyboardInterrupt:
-            interrupt.leave()
-        if interrupt.interrupted():  # one that code on the way swallowed is not lost
-            interrupt.leave()
-    # A warning (watch's straggler) is shown whole: the verdict line alone would hide it.
-    if command.terse_pass and report.verdict.exit_code == 0 and not report.warnings():
-        output = dataclasses.replace(output, quiet=True)
-    if report.written_elsewhere:  # another process (task 0) writes the report's files
-        output = dataclasses.replace(output, json_path=None, junit_path=None, html_path=None)
-    finish(report, console, output)
-
-
-def run_ranked(
-    command: Command,
-    options: Any,
-    launch_options: LaunchOptions,
-    output: OutputOptions,
-    baseline: BaselineOptions,
-    fleet: FleetOptions | None = None,
-    budget_options: BudgetOptions | None = None,
-) -> None:
-    """Validate, launch (or run as a rank), render, and exit with the verdict's code."""
-    fleet = fleet or FleetOptions()
-    budget_options = budget_options or BudgetOptions()
-    faults = validate_ranked(command, options, launch_options, output, baseline, fleet, budget_options)
-    starting = budget_options.watch_starting()
-    arrival.stage(arrival.IMPORTING_TORCH)  # an inline rank's peers may name it here (rank/arrival.py)
-    from ddpcheck.rank import assemble
-    from ddpcheck.report.baseline import load_baseline
-
-    known_good = load_baseline(baseline)
-    from ddpcheck.rank.torch_logs import quiet_torch_cpp_logs
-
-    quiet_torch_cpp_logs()
-    console = _console(output)
-    from ddpcheck.launcher.plan import detect_inline
-
-    inline = detect_inline(launch_options)
-    # One line per interrupted run: under torchrun, srun or mpirun, rank 0's.
-    interrupt.speak(not inline or os.environ.get("RANK") == "0")
-    plan, options = plan_ranks(command, options, launch_options, faults, inline)
-    # The last thing before the ranks start: what starting ddpcheck and torch took is spent.
-    start_budget(plan, budget_options, starting)
-    if known_good is not None:
-        check_baseline_setup(command, plan, options, known_good, baseline)
-    if inline:
-        report = run_as_rank(command, options, faults, plan, output, fleet)
-    else:
-        report = launch_ranks(command, options, faults, plan, output, console)
-    assemble.judge_speed(report, known_good, baseline)
-    finish(report, console, output, fleet)
-
-
-def validate_ranked(
-    command: Command,
-    options: Any,
-    launch_options: LaunchOptions,
-    output: OutputOptions,
-    baseline: BaselineOptions,
-    fleet: FleetOptions,
-    budget_options: BudgetOptions,
-) -> list[Fault]:
-    """Every option group checked before anything starts (bad input: one line, exit 2); the parsed faults."""
-    from ddpcheck.launcher import slurm
-    from ddpcheck.rank.faults import parse_faults
-
-    launch_options.node_rank = slurm.default_node_rank(launch_options, os.environ)
-    launch_options.validate()
-    options.validate()
-    faults = parse_faults(launch_options.inject, command.name)
-    output.check()
-    fleet.check(injected=bool(faults))
-    baseline.validate()
-    budget_options.validate()
-    return faults
-
-
-def plan_ranks(
-    command: Command, options: Any, launch_options: LaunchOptions, faults: list[Fault], inline: bool
-) -> tuple[LaunchPlan, Any]:
-    """The ranks, backend and device (or this process as one rank), refused when they cannot run the
-    command; and the command's options for that device."""
-    from ddpcheck.checks.env.preflight import backend_without_torch, store_unreachable
-    from ddpcheck.launcher import plan as planning
-    from ddpcheck.rank import inline as inline_rank
-    from ddpcheck.rank.faults import check_ranks
-
-    # A host-wide setting that every rank would fail on is env's finding, not a crash of each
-    # rank: refused before torch is imported where the backend is known without it, else after planning.
-    early = backend_without_torch(launch_options.backend)
-    if early is not None:
-        refuse_fatal_setting(early, inline)
-    plan = planning.plan_inline(launch_options) if inline else planning.plan_launch(launch_options)
-    if inline:
-        inline_rank.why_unreachable = store_unreachable  # this rank, should rank 0's store not answer
-    check_ranks(faults, plan.world_size)
-    if early is None:
-        refuse_fatal_setting(plan.backend, inline)
-    least = getattr(options, "min_world_size", 1)
-    if plan.world_size < least:
-        raise UsageError(
-            f"ddpcheck {command.name} needs at least {least} ranks, got {plan.world_size}: "
-            f"give --nproc {least} (CPU ranks where GPUs are too few), --gpus or --nnodes"
-        )
-    return plan, options.for_device(plan.device) if hasattr(options, "for_device") else options
-
-
-def start_budget(plan: LaunchPlan, budget_options: BudgetOptions, starting: StartingWatch | None) -> None:
-    """The budget's clock hands over to the plan: its end, and --timeout bounded by what is left."""
-    from ddpcheck.launcher.budget_options import bounded_timeout
-
-    if starting is not None:
-        starting.stop()
-    plan.budget = budget_options.start()
-    plan.timeout = bounded_timeout(plan.timeout, plan.budget)
-
-
-def check_baseline_setup(
-    command: Command, plan: LaunchPlan, options: Any, known_good: dict[str, Any], baseline: BaselineOptions
-) -> None:
-    """Exit 2 before the ranks start when the baseline was measured on another setup than this run's."""
-    from ddpcheck.report.baseline import check_setup, planned_setup
-
-    planned = planned_setup(
-        command.name, plan.world_size, plan.backend, plan.device, options_to_dict(options)
-    )
-    check_setup(known_good, command.name, planned, str(baseline.path))
-
-
-def run_as_rank(
-    command: Command,
-    options: Any,
-    faults: list[Fault],
-    plan: LaunchPlan,
-    output: OutputOptions,
-    fleet: FleetOptions,
-) -> Report:
-    """Under torchrun, srun or mpirun: run as this rank; rank 0 returns the report, the others exit."""
-    from ddpcheck.launcher import launch
-    from ddpcheck.report.model import Verdict
-
-    outcome = launch.run_inline(
-        command.name, options_to_dict(options), faults, plan, lambda r: _written_lines(r, output, fleet)
-    )
-    if isinstance(outcome, Verdict):
-        raise typer.Exit(outcome.exit_code)
-    return outcome
-
-
-def launch_ranks(
-    command: Command,
-    options: Any,
-    faults: list[Fault],
-    plan: LaunchPlan,
-    output: OutputOptions,
-    console: Console,
-) -> Report:
-    """Start the ranks and show their progress until the report is back."""
-    from ddpcheck.launcher import launch
-    from ddpcheck.report import terminal as render
-
-    if not output.quiet:
-        for note in plan.notes:
-            render.say(console, note, "dim")
-    try:
-        # A Ctrl-C while the progress display is up: one KeyboardInterrupt, so that the display
-        # gives the terminal back (its cursor) before the line; launch() ends the ranks first.
-        with interrupt.deferred(raise_once=True, sigterm=False):
-            # On stderr: `ddpcheck allreduce | tee log` still shows it; the report goes down the pipe.
-            progress_console = render.make_console(stderr=True)
-            with render.LaunchProgress(
-                progress_console, enabled=not output.quiet, ranks=plan.nproc
-            ) as progress:
-                return launch.launch(command.name, options_to_dict(options), faults, plan, progress.update)
-    except KeyboardInterrupt:
-        interrupt.leave()
-
-
-def refuse_fatal_setting(backend: str, inline: bool) -> None:
-    """Exit 2 with env's finding and its Fix line when this host's settings fail every rank."""
-    from ddpcheck.checks.env.preflight import fatal_setting
-
-    fatal = fatal_setting(os.environ, backend, inline)
-    if fatal is not None:
-        raise UsageError(fatal.detail)
-
-
-def _console(output: OutputOptions) -> Console:
-    from ddpcheck.report import terminal as render
-
-    return render.make_console(stderr=output.to_stdout)
-
-
-def _write_files(report: Report, output: OutputOptions, fleet: FleetOptions | None) -> Files:
-    """The report's files, and the fleet's (hostlist, metrics): each written, or said to be lost."""
-    files = Files()
-    output.write(report, files)
-    # A node that is not rank 0's holds a one-line stand-in: the hostlist, metrics and drains are rank 0's.
-    if fleet is not None and not report.written_elsewhere:
-        fleet.write(report, files)
-    return files
-
-
-def _written_lines(report: Report, output: OutputOptions, fleet: FleetOptions | None) -> list[str]:
-    """A rank stopped by SIGTERM writes its files itself: the lines saying where each went, or was lost."""
-    files = _write_files(report, output, fleet)
-    return files.wrote + files.lost
-
-
-def finish(
-    report: Report, console: Console, output: OutputOptions, fleet: FleetOptions | None = None
-) -> None:
-    from ddpcheck.report import terminal as render
-
-    # The files first, so that the verdict line, last of all, comes after the lines saying where they went.
-    files = _write_files(report, output, fleet)
-    actions: list[str] = []
-    if fleet is not None and fleet.drain and not report.written_elsewhere:
-        from ddpcheck.launcher.drain import act_on
-
-        actions = act_on(report)
-    try:
-        render.render_report(
-            report, console, quiet=output.quiet, verbose=output.verbose, wrote=files.wrote, actions=actions
-        )
-    except OSError as exc:
-        if exc.errno not in (errno.EPIPE, errno.EIO):
-            raise
-        # The terminal report's reader left (`ddpcheck allreduce | head`) or its terminal closed:
-        # the verdict stands, and is the exit code (Typer's own answer, exit 1, would read as FAIL).
-        _say_lost(files.lost)
-        _exit(report.verdict.exit_code)
-    # A lost file does not change the verdict, nor its exit code (README's exit codes): one line each,
-    # on stderr, after the report, where they are the last thing seen.
-    _say_lost(files.lost)
-    raise typer.Exit(report.verdict.exit_code)
-
-
-def _say_lost(lines: list[str]) -> None:
-    if lines:
-        with contextlib.suppress(Exception):  # the report first, also where stdout and stderr share a pipe
-            sys.stdout.flush()
-    for line in lines:
-        say(line)
 
 
 def main() -> None:
