@@ -14,7 +14,7 @@ import pytest
 
 from ddpcheck import __version__
 from ddpcheck.errors import UsageError
-from ddpcheck.report import baseline
+from ddpcheck.report import baseline, compare_run
 from ddpcheck.report.compare import BaselineOptions, CompareOptions
 from ddpcheck.report.figures import Figure, FigureKind
 from ddpcheck.report.model import Check, Status, Table
@@ -514,7 +514,7 @@ def test_default_tolerance_is_the_devices_or_the_cpus() -> None:
 def test_compare_run_judges_new_against_old_with_the_default_tolerance(tmp_path: Path) -> None:
     old = write(tmp_path / "old.json", saved_run(2.0, device="cuda"))
     new = write(tmp_path / "new.json", saved_run(1.5, device="cuda"))  # 0.75x: FAIL at 0.2
-    report = baseline.run(CompareOptions(old=old, new=new))
+    report = compare_run.run(CompareOptions(old=old, new=new))
     assert [c.name for c in report.checks] == ["baseline", "verdicts", "environment"]
     assert report.checks[0] == Check(
         "baseline",
@@ -526,14 +526,14 @@ def test_compare_run_judges_new_against_old_with_the_default_tolerance(tmp_path:
     assert report.options == {"old": old, "new": new, "tolerance": 0.2}
     assert report.notes == [] and report.injected == []
     assert 0 <= report.elapsed_s < 60
-    looser = baseline.run(CompareOptions(old=old, new=new, tolerance=0.3))
+    looser = compare_run.run(CompareOptions(old=old, new=new, tolerance=0.3))
     assert looser.checks[0].status == Status.PASS and looser.options["tolerance"] == 0.3
 
 
 def test_compare_run_notes_which_side_had_planted_faults(tmp_path: Path) -> None:
     old = write(tmp_path / "old.json", saved_run(injected=["slow:1"]))
     new = write(tmp_path / "new.json", saved_run(injected=["hang:0", "slow:1"]))
-    report = baseline.run(CompareOptions(old=old, new=new))
+    report = compare_run.run(CompareOptions(old=old, new=new))
     assert report.notes == [
         f"OLD ({old}) had faults planted with --inject: slow:1; its figures measure the fault, not the "
         "hardware",
@@ -541,7 +541,7 @@ def test_compare_run_notes_which_side_had_planted_faults(tmp_path: Path) -> None
         "the hardware",
     ]
     assert report.injected == ["slow:1", "hang:0"]
-    only_new = baseline.run(CompareOptions(old=write(tmp_path / "clean.json", saved_run()), new=new))
+    only_new = compare_run.run(CompareOptions(old=write(tmp_path / "clean.json", saved_run()), new=new))
     assert only_new.notes == [
         f"NEW ({new}) had faults planted with --inject: hang:0, slow:1; its figures measure the fault, not "
         "the hardware"
@@ -656,7 +656,7 @@ def test_each_file_is_named_by_its_own_flag_when_refused(tmp_path: Path) -> None
         (CompareOptions(old=good, new=bad), "NEW"),
     ]:
         with pytest.raises(UsageError) as caught:
-            baseline.run(options)
+            compare_run.run(options)
         assert str(caught.value) == f"{flag} {bad}: {said}"
     with pytest.raises(UsageError) as caught:
         baseline.load_baseline(BaselineOptions(path=bad))

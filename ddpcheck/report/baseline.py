@@ -2,7 +2,8 @@
 
 Pure and torch-free: the launcher loads and validates a baseline before anything is
 launched (`load_report`, `check_setup`), and compares rank 0's report with it after
-the run (`compare`); `ddpcheck compare` does the same between two saved reports.
+the run (`compare`); `ddpcheck compare` (report/compare.py) does the same between two saved
+reports, with what else changed: the checks' verdicts and the environment.
 
 Every figure a report holds (busbw per op and size, each link's bandwidth and
 latency, each profile phase's time and TFLOP/s) is extracted with the parts of the
@@ -15,19 +16,20 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpcheck import __version__
 from ddpcheck.commands import COMMANDS, family_of
 from ddpcheck.errors import UsageError
-from ddpcheck.report.compare import BaselineOptions, CompareOptions
 from ddpcheck.report.figures import Figure, FigureKind
-from ddpcheck.report.model import Check, Report, Status, Table
+from ddpcheck.report.model import Check, Status, Table
 from ddpcheck.report.naming import counted
+
+if TYPE_CHECKING:
+    from ddpcheck.report.compare import BaselineOptions
 
 # Default --tolerance per device type: above the spread of healthy CPU reruns on shared cores,
 # and below what a GPU fault costs (docs/compare.md, "The tolerance, and how it was chosen").
@@ -371,34 +373,6 @@ def _named(found: Iterable[tuple[Figure, float]], limit: int = 6) -> str:
     items = list(found)
     text = ", ".join(f"{fig.label} {speed:.2f}x" for fig, speed in items[:limit])
     return text + (f" and {len(items) - limit} more" if len(items) > limit else "")
-
-
-# ---------------------------------------------------------------- `ddpcheck compare`
-def run(options: CompareOptions) -> Report:
-    """`ddpcheck compare OLD NEW`: the figures, the verdicts and the environment, then and now."""
-    began = time.monotonic()
-    then, now = load_report(options.old, "OLD"), load_report(options.new, "NEW")
-    chosen = default_tolerance(now) if options.tolerance is None else options.tolerance
-    comparison = compare(then, now, chosen, options.old)
-    verdicts, verdicts_table = verdict_changes(then, now)
-    environment, environment_table = environment_changes(then, now)
-    report = Report(
-        "compare",
-        checks=[comparison.check, verdicts, environment],
-        tables=[comparison.table, verdicts_table, environment_table],
-        world=now.get("world", {}),
-        options={"old": options.old, "new": options.new, "tolerance": chosen},
-    )
-    for side, saved in (("OLD", then), ("NEW", now)):
-        planted = injected_of(saved)
-        if planted:
-            report.notes.append(
-                f"{side} ({options.old if side == 'OLD' else options.new}) had faults planted with "
-                f"--inject: {', '.join(planted)}; its figures measure the fault, not the hardware"
-            )
-    report.injected = list(dict.fromkeys([*injected_of(then), *injected_of(now)]))
-    report.elapsed_s = time.monotonic() - began
-    return report
 
 
 # ---------------------------------------------------------------- what else changed

@@ -1,6 +1,6 @@
 """Comparing with a saved run: `ddpcheck compare OLD NEW`, and --baseline on the measuring commands.
 
-The options are declared here; report/baseline.py does the comparing.
+The options and compare's declaration; report/compare_run.py runs it, report/baseline.py compares.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ COMMAND = Command(
         "--junit compare.xml | ddpcheck compare node-type.json new-node.json --quiet"
     ),
     options=CompareOptions,
-    implementation="ddpcheck.report.baseline",
+    implementation="ddpcheck.report.compare_run",
     judges=("ddpcheck.report.baseline",),
     ranked=False,
 )
