@@ -1,4 +1,4 @@
-"""Pure: the straggler judge (ddpcheck/failure/stragglers.py) on synthetic flight-recorder samples.
+"""Pure: the straggler judge (ddpcheck/failure/stragglers/) on synthetic flight-recorder samples.
 
 A job is simulated collective by collective: each rank works for its time, then enqueues the
 collective (time_created_ns, on its host's clock); the collective ends when its last member
@@ -19,23 +19,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddpcheck.failure import stragglers
 from ddpcheck.failure.flight import read_dump
-from ddpcheck.failure.stragglers import (
-    GPU,
+from ddpcheck.failure.stragglers.judge import (
+    HEAT_BUCKETS,
     MARGIN,
+    MIN_COLLECTIVES,
     MIN_LAG_S,
-    Sample,
+    WINDOW_MIN,
+    Judgement,
     StragglerVerdict,
-    check,
-    durations_of,
     judge,
     needed,
-    rank_rows,
-    sample_from_dumps,
-    stderr_line,
-    table,
 )
+from ddpcheck.failure.stragglers.samples import Sample, durations_of, sample_from_dumps
+from ddpcheck.failure.stragglers.timeline import Estimator, peer_medians
+from ddpcheck.failure.stragglers.words import check, label, rank_rows, stderr_line, table
 from ddpcheck.report.model import Status
 from tests.support.fr_dumps import dump, entry
 
@@ -172,7 +170,7 @@ def works(
     ]
 
 
-def verdict(judged: stragglers.Judgement) -> StragglerVerdict | None:
+def verdict(judged: Judgement) -> StragglerVerdict | None:
     found = judged.verdicts
     assert len(found) <= 1, found
     return found[0] if found else None
@@ -192,7 +190,7 @@ def test_a_slower_rank_is_named_with_its_lag_and_its_peers_wait(
     found = verdict(judged)
     assert found is not None
     assert (found.ranks, found.hosts, found.group, found.op) == ((5,), ("b07",), "0", "all_reduce")
-    assert found.estimator == (GPU if backend == "nccl" else stragglers.ENQUEUE)
+    assert found.estimator == (Estimator.GPU if backend == "nccl" else Estimator.ENQUEUE)
     assert found.lag_s == pytest.approx(STEP * (factor - 1), rel=0.25)
     assert found.peers_wait_share == pytest.approx(share, abs=0.06)
     assert found.window_s == pytest.approx(99 * STEP * factor, rel=0.1)
@@ -228,7 +226,7 @@ def test_healthy_jitter_of_ten_percent_never_names_anyone_and_a_third_slower_ran
     seed=st.integers(0, 2**32 - 1),
     jitter=st.floats(0.0, 0.09),
     world=st.integers(2, 8),
-    steps=st.integers(stragglers.MIN_COLLECTIVES + 1, 60),
+    steps=st.integers(MIN_COLLECTIVES + 1, 60),
 )
 def test_healthy_with_jitter_below_nine_percent_never_names(
     seed: int, jitter: float, world: int, steps: int
@@ -281,7 +279,7 @@ def test_the_heat_map_shows_the_lag_where_it_began() -> None:
     judged = judge(samples(job))
     (heat,) = judged.heat_maps()
     assert heat.ranks == [0, 1, 2, 3] and heat.hosts == ["a"] * 4
-    assert len(heat.lag_s) == 4 and all(len(row) == stragglers.HEAT_BUCKETS for row in heat.lag_s)
+    assert len(heat.lag_s) == 4 and all(len(row) == HEAT_BUCKETS for row in heat.lag_s)
     row = heat.lag_s[2]
     assert all(v == 0.0 for v in row[:20])  # before the slowdown (at 50 of ~150 buckets' worth of time)
     assert all(v == pytest.approx(STEP) for v in row[-10:])
@@ -312,7 +310,7 @@ def test_without_offsets_gloo_compares_each_hosts_ranks_among_themselves() -> No
     judged = judge(samples(simulate(works(80, 8, seed=6, slow={6: 1.3})), hosts=EIGHT, clocks=clocks))
     found = verdict(judged)
     assert found is not None and found.ranks == (6,)
-    assert [g.label for g in judged.judged] == [
+    assert [label(g) for g in judged.judged] == [
         "group 0 (default_pg) on host b06",
         "group 0 (default_pg) on host b07",
     ]
@@ -372,7 +370,7 @@ def test_nccl_gpu_time_names_the_rank_whose_cpu_enqueues_ahead_of_its_gpu() -> N
     enqueue times say little, the GPU time in each collective names rank 2 anyway."""
     job = simulate(works(80, 8, seed=14, slow={2: 1.3}))
     found = verdict(judge(samples(job, backend="nccl", ahead=0.08)))
-    assert found is not None and found.ranks == (2,) and found.estimator == GPU
+    assert found is not None and found.ranks == (2,) and found.estimator == Estimator.GPU
     assert found.lag_s == pytest.approx(0.3 * STEP, rel=0.25)
     assert judge(samples(simulate(works(80, 8, seed=14)), backend="nccl", ahead=0.08)).verdicts == []
 
@@ -380,7 +378,7 @@ def test_nccl_gpu_time_names_the_rank_whose_cpu_enqueues_ahead_of_its_gpu() -> N
 def test_nccl_without_timing_is_judged_by_enqueue_times() -> None:
     job = simulate(works(60, 4, seed=15, slow={1: 1.5}))
     found = verdict(judge(samples(job, backend="nccl", timing=False)))
-    assert found is not None and found.ranks == (1,) and found.estimator == stragglers.ENQUEUE
+    assert found is not None and found.ranks == (1,) and found.estimator == Estimator.ENQUEUE
 
 
 def test_ranks_with_no_host_given_share_one_clock() -> None:
@@ -408,7 +406,7 @@ def test_each_ranks_peer_median_is_the_median_of_the_others(values: list[float])
     import statistics
 
     by_rank = dict(enumerate(values))
-    medians = stragglers._peer_medians(by_rank)
+    medians = peer_medians(by_rank)
     for rank in by_rank:
         assert medians[rank] == pytest.approx(statistics.median(v for r, v in by_rank.items() if r != rank))
 
@@ -455,7 +453,7 @@ def test_no_samples_no_collectives_a_world_of_one_and_too_few_are_skips() -> Non
     one = judge(samples(simulate(works(50, 1))))
     assert check(one).status is Status.SKIP
     assert check(one).detail == "every process group has a single rank: nobody to compare with"
-    few = judge(samples(simulate(works(stragglers.MIN_COLLECTIVES, 4, slow={0: 3.0}))))
+    few = judge(samples(simulate(works(MIN_COLLECTIVES, 4, slow={0: 3.0}))))
     assert check(few).status is Status.SKIP
     assert check(few).detail == (
         "group 0 (default_pg): too few collectives held by every rank (9, at least 10 needed): "
@@ -530,12 +528,14 @@ def test_the_window_is_the_last_minute_and_at_least_the_last_twenty() -> None:
     assert judged.judged[0].window_s == pytest.approx(61.0)
     slow_steps = [[10.0 * (1.5 if r == 0 else 1.0) for r in range(4)] for _ in range(40)]
     found = verdict(judge(samples(simulate(slow_steps))))
-    assert found is not None and found.collectives == stragglers.WINDOW_MIN
+    assert found is not None and found.collectives == WINDOW_MIN
 
 
 # ---------------------------------------------------------------- what the user sees
 def test_the_stderr_line_and_the_check_word_for_word() -> None:
-    one = StragglerVerdict((5,), ("b07",), "0", "default_pg", "all_reduce", 0.031, 0.31, 60.2, 400, GPU)
+    one = StragglerVerdict(
+        (5,), ("b07",), "0", "default_pg", "all_reduce", 0.031, 0.31, 60.2, 400, Estimator.GPU
+    )
     assert stderr_line(one) == (
         "ddpcheck watch: rank 5 (host b07) is slowing the job: its peers waited 31% of the last 60 s for it, "
         "at all_reduce"
@@ -547,7 +547,7 @@ def test_the_stderr_line_and_the_check_word_for_word() -> None:
         "ddpcheck watch: ranks 4, 12 (hosts b07, b08) are slowing the job: their peers waited 40% of the "
         "last 5.2 s (20 collectives) for them, at reduce_scatter in group 3 (dp)"
     )
-    nameless = StragglerVerdict((1,), (), "0", "default_pg", "broadcast", 0.002, 0.05, 0.5, 20, GPU)
+    nameless = StragglerVerdict((1,), (), "0", "default_pg", "broadcast", 0.002, 0.05, 0.5, 20, Estimator.GPU)
     assert stderr_line(nameless).startswith("ddpcheck watch: rank 1 is slowing the job: its peers waited 5% ")
     assert one.key == ("0", (5,)) and two.key == ("3", (4, 12))
 
@@ -573,7 +573,9 @@ def test_the_stderr_line_and_the_check_word_for_word() -> None:
 def test_the_window_is_said_in_seconds_and_a_short_one_with_its_collectives(window_s, said) -> None:
     """Early in a run the window is its 20 collectives, a fraction of a second: said as such, never in ms."""
     line = stderr_line(
-        StragglerVerdict((1,), ("a",), "0", "default_pg", "all_reduce", 0.01, 0.2, window_s, 20, GPU)
+        StragglerVerdict(
+            (1,), ("a",), "0", "default_pg", "all_reduce", 0.01, 0.2, window_s, 20, Estimator.GPU
+        )
     )
     assert said in line and " ms " not in line, line
 

@@ -19,8 +19,8 @@ from ddpcheck.checks.watch import WatchOptions, agent
 from ddpcheck.checks.watch.environment import job_environment, make_watch_dir
 from ddpcheck.checks.watch.sampling import History, Sampler, Shared, StoreExchange, _Pending, slim
 from ddpcheck.errors import UsageError
-from ddpcheck.failure import stragglers
-from ddpcheck.failure.stragglers import GroupJudgement, Judgement, StragglerVerdict
+from ddpcheck.failure.stragglers import words
+from ddpcheck.failure.stragglers.judge import GroupJudgement, Judgement, StragglerVerdict
 from tests.conftest import Run, assert_usage_error
 from tests.support.fr_dumps import dump, entry, write_pickle
 from tests.support.saved_reports import run_ddpcheck
@@ -75,9 +75,10 @@ def _verdict(ranks: tuple[int, ...], group: str = "0") -> StragglerVerdict:
 def _judgement(*verdicts: StragglerVerdict, groups: tuple[str, ...] = ("0",)) -> Judgement:
     judged = []
     for group in groups:
-        unit = GroupJudgement(group, "default_pg", None, [0, 1, 2], "enqueue", collectives=20)
-        unit.verdict = next((v for v in verdicts if v.group == group), None)
-        judged.append(unit)
+        verdict = next((v for v in verdicts if v.group == group), None)
+        judged.append(
+            GroupJudgement(group, "default_pg", None, [0, 1, 2], "enqueue", collectives=20, verdict=verdict)
+        )
     return Judgement(judged)
 
 
@@ -95,8 +96,8 @@ def test_a_verdict_is_said_once_and_again_only_when_it_changes(tmp_path) -> None
     ]:
         sampler._say_changes(judgement)
     assert said == [
-        stragglers.stderr_line(_verdict((1,))),
-        stragglers.stderr_line(_verdict((2,))),
+        words.stderr_line(_verdict((1,))),
+        words.stderr_line(_verdict((2,))),
         "ddpcheck watch: rank 2 no longer slows the job",
     ]
     assert said[0].startswith("ddpcheck watch: rank 1 (host h) is slowing the job: its peers waited 20%")

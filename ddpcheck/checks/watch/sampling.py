@@ -3,7 +3,7 @@
 The watcher's loop calls `Sampler.tick` (it never blocks): a numbered request is written to the
 watch directory, each rank's in-process agent answers it with a dump (agent.py), and once every
 live rank answered (or ANSWER_S passed) the answers are read, kept (History: each collective once
-per rank) and judged by failure/stragglers.py. A verdict that names a rank is one line on stderr,
+per rank) and judged by failure/stragglers/. A verdict that names a rank is one line on stderr,
 said again only when it changes. At the end the whole run is judged once more for the report: the
 `stragglers` check, its per-rank table and the heat map's rows (report/html/stragglers.py).
 
@@ -26,14 +26,15 @@ from typing import Any, Protocol
 
 from ddpcheck.checks.watch import agent
 from ddpcheck.errors import say
-from ddpcheck.failure import stragglers
 from ddpcheck.failure.flight import NotADump, read_raw
+from ddpcheck.failure.stragglers import words
+from ddpcheck.failure.stragglers.judge import Judgement, Unjudged, judge
+from ddpcheck.failure.stragglers.samples import Sample, sample_from_dumps
 from ddpcheck.report.model import Report, Table
 
 ANSWER_S = 2.0  # how long the ranks have to answer one request (the agent looks twice a second)
 KEPT_PER_GROUP = 10_000  # a rank's collectives of one group kept for the report (the oldest go)
 RECENT_PER_GROUP = 1_000  # ...and judged while the job runs (the judge's window is the last 60 s)
-HEAT = "straggler_lag"  # the report's table of the heat map's rows (JSON and HTML only)
 # The keys of a dump entry the judge reads: the rest (sizes, stacks, states) is left behind.
 SLIM_KEYS = ("process_group", "collective_seq_id", "profiling_name", "time_created_ns", "duration_ms")
 DUMP_VERSION = "2.10"  # what a slim dump says it is (parse_dump wants a 2.x)
@@ -103,7 +104,7 @@ class History:
                 held.popitem(last=False)
         return fresh
 
-    def sample(self, wall_s: float, last: int | None = None) -> stragglers.Sample:
+    def sample(self, wall_s: float, last: int | None = None) -> Sample:
         """One Sample of what is kept: of each rank's groups, the `last` collectives (all: None)."""
         dumps = {
             rank: {
@@ -113,7 +114,7 @@ class History:
             for rank, groups in self.entries.items()
         }
         offsets = {rank: round(statistics.median(found)) for rank, found in self.offsets_ns.items()}
-        return stragglers.sample_from_dumps(wall_s, dumps, hosts=self.hosts, clock_offsets_ns=offsets)
+        return sample_from_dumps(wall_s, dumps, hosts=self.hosts, clock_offsets_ns=offsets)
 
 
 @dataclass
@@ -195,7 +196,7 @@ class Sampler:
                     self.history.offset(rank, 0)
         self._take_others()
         if self.judging and self.history.entries:
-            self._say_changes(stragglers.judge([self.history.sample(self.clock(), RECENT_PER_GROUP)]))
+            self._say_changes(judge([self.history.sample(self.clock(), RECENT_PER_GROUP)]))
 
     def _take_others(self) -> None:
         """Task 0 of a team: what the other tasks published since it last looked, kept with its own."""
@@ -216,69 +217,47 @@ class Sampler:
             if not found.isdigit() or int(found) <= number:
                 path.unlink(missing_ok=True)
 
-    def _say_changes(self, judgement: stragglers.Judgement) -> None:
+    def _say_changes(self, judgement: Judgement) -> None:
         """A verdict's line when new or changed; one line when a named rank no longer slows its group."""
         now = {v.group: v for v in judgement.verdicts}
         for group, verdict in now.items():
             if self.said.get(group) != verdict.ranks:
-                self._speak(stragglers.stderr_line(verdict))
+                self._speak(words.stderr_line(verdict))
                 self.said[group] = verdict.ranks
         judged = {g.group for g in judgement.judged}
         for group in [g for g in self.said if g not in now and g in judged]:
-            ranks = self.said.pop(group)
-            who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
-            where = f" of group {group}" if group != "0" else ""
-            verb = "slows" if len(ranks) == 1 else "slow"
-            self._speak(f"ddpcheck watch: {who} no longer {verb} the job{where}")
+            self._speak(words.recovered_line(group, self.said.pop(group)))
 
     def _speak(self, line: str) -> None:
         self.lines.append(line)
         self.speak(line)
 
     # ------------------------------------------------------------ the report
-    def judgement(self) -> stragglers.Judgement:
+    def judgement(self) -> Judgement:
         """The whole watched run judged (the report's; its window is the run's last minute)."""
         self._take_others()  # the other tasks' last samples, published after task 0's own last one
         if not self.history.entries:
-            asked = f"{self.number} request{'s' if self.number != 1 else ''}"
-            why = f"no rank answered ({asked})" if self.number else "the job ended before the first sample"
-            return stragglers.Judgement(reason=f"no flight-recorder sample was taken: {why}")
-        return stragglers.judge([self.history.sample(self.clock())])
+            return Judgement(unjudged=Unjudged.NO_SAMPLE, requests=self.number)
+        return judge([self.history.sample(self.clock())])
 
     def add_to(self, report: Report) -> Report:
         """The `stragglers` check, its per-rank table and the heat map's rows, added to `report`."""
         judgement = self.judgement()
-        if judgement.reason is not None:
+        reason = words.reason(judgement)
+        if reason is not None:
             # Not judged (a job too short to sample, no collectives): a note, not a check, so that a
             # short healthy job's verdict stays its one line.
-            report.notes.append(f"stragglers not judged: {judgement.reason}")
+            report.notes.append(f"stragglers not judged: {reason}")
         else:
-            report.checks.append(stragglers.check(judgement))
-        found = stragglers.table(judgement)
+            report.checks.append(words.check(judgement))
+        found = words.table(judgement)
         if found is not None:
             report.tables.append(found)
-        rows = heat_rows(judgement)
+        rows = words.heat_rows(judgement)
         if rows:
-            report.tables.append(Table(HEAT, "Lag behind peers over time", {}, rows))
+            report.tables.append(Table(words.HEAT, "Lag behind peers over time", {}, rows))
         report.notes += [f"while the job ran: {line.removeprefix('ddpcheck watch: ')}" for line in self.lines]
         return report
-
-
-def heat_rows(judgement: stragglers.Judgement) -> list[dict[str, Any]]:
-    """A row per rank of each judged group: its lag per time bucket (seconds, None: no collective)."""
-    named = {(row["group"], row["rank"]) for row in stragglers.rank_rows(judgement) if row.get("named")}
-    return [
-        {
-            "group": heat.group,
-            "rank": rank,
-            "host": host,
-            "bucket_s": round(heat.bucket_s, 6),
-            "named": (heat.group, rank) in named,
-            "lag_s": [None if v is None else round(v, 6) for v in lags],
-        }
-        for heat in judgement.heat_maps()
-        for rank, host, lags in zip(heat.ranks, heat.hosts, heat.lag_s, strict=True)
-    ]
 
 
 class StoreExchange:

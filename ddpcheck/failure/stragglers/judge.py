@@ -1,0 +1,315 @@
+"""The straggler judge: samples in, a frozen Judgement out (who slows each group, by how much); no words.
+
+The thresholds are parameters (Thresholds); their defaults are the module's constants, which
+docs/stragglers.md explains.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from ddpcheck.failure.stragglers.samples import Sample
+from ddpcheck.failure.stragglers.timeline import Arrivals, Estimator, Gathered, arrivals, gather
+
+# A rank is late at a collective when its work before it is at least MARGIN x its peers' median:
+# healthy ranks within +-9% of each other can never reach it ((1.09 / 0.91) < 1.2), a rank 30%
+# slower does at every collective while the jitter stays within +-3% (1.3 x 0.97 / 1.03 > 1.2).
+MARGIN = 1.2
+# ...and later than its peers' median by at least this: below a fifth of a millisecond, the OS's
+# scheduling noise on a loaded host is as large as the lag, and such a lag costs the job little.
+MIN_LAG_S = 2e-4
+# A rank is named when late at >= 60% of the window's collectives: a healthy rank is late at a
+# few percent of them (each of N is the last ~1/N of the time, and rarely by the margin); a rank
+# 30% slower with +-10% jitter is late at ~90% of them, so a window of 20 names it every time.
+PERSISTENCE = 0.6
+# The window: the collectives of the last minute (the issue's "of the last 60 s": a verdict follows
+# a change within about a minute)...
+WINDOW_S = 60.0
+# ...but never fewer than the last 20 (a job of 10-s steps would have 6 a minute: too few for a
+# fraction to mean anything)...
+WINDOW_MIN = 20
+# ...and a group with fewer than 10 judged collectives is not judged at all (SKIP: too few).
+MIN_COLLECTIVES = 10
+# The heat map's time buckets, at most (the whole watched run, a column per bucket).
+HEAT_BUCKETS = 60
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    margin: float = MARGIN
+    min_lag_s: float = MIN_LAG_S
+    persistence: float = PERSISTENCE
+    window_s: float = WINDOW_S
+    window_min: int = WINDOW_MIN
+    min_collectives: int = MIN_COLLECTIVES
+    heat_buckets: int = HEAT_BUCKETS
+
+
+class Skip(Enum):
+    """Why a group (or one host's ranks of it) was not judged."""
+
+    SINGLE_RANK = "single rank"
+    ALONE_ON_HOST = "alone on host"  # by enqueue time, without clock offsets, no other rank on its host
+    TOO_FEW = "too few collectives"
+
+
+class Unjudged(Enum):
+    """Why nothing at all was judged."""
+
+    NO_SAMPLE = "no sample"
+    NO_COLLECTIVES = "no collectives"
+    SINGLE_RANKS = "every group has a single rank"
+    SKIPPED = "every group skipped"  # each for its own reason
+
+
+@dataclass(frozen=True)
+class StragglerVerdict:
+    """The rank(s) that slow one process group, and by how much, over the window judged."""
+
+    ranks: tuple[int, ...]
+    hosts: tuple[str, ...]  # the named ranks' hosts, each once, in rank order ("" unknown: left out)
+    group: str  # the process group's name ("0" the default group)
+    group_desc: str  # "default_pg", or new_group(group_desc=...)
+    op: str  # the collective its peers waited at the longest, summed over the window
+    lag_s: float  # the median, over the window, of how much later than its peers' median it arrived
+    peers_wait_share: float  # the share of the window its peers spent waiting for it (0..1)
+    window_s: float  # the window's wall time
+    collectives: int  # collectives in the window
+    estimator: Estimator
+
+    @property
+    def key(self) -> tuple[str, tuple[int, ...]]:
+        """What must change for the verdict to be said again: the group and the ranks named."""
+        return (self.group, self.ranks)
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """One rank of a judged group, over the window: its medians, its peers' wait for it, lateness."""
+
+    rank: int
+    host: str
+    work_s: float  # its work before a collective (median)
+    lag_s: float  # how much later than its peers' median it arrived (median)
+    wait_share: float  # the share of the window its peers spent waiting for it
+    late: int  # the window's collectives it was late at
+    named: bool
+
+
+@dataclass(frozen=True)
+class HeatMap:
+    """Ranks x time buckets of lag for one group, over the whole watched run (the HTML page draws it).
+
+    lag_s[i][j]: the mean over bucket j's collectives of how much later than its peers' median
+    ranks[i] arrived (0 when it was not later), None when the bucket holds no collective.
+    """
+
+    ranks: list[int]
+    hosts: list[str]
+    bucket_s: float
+    lag_s: list[list[float | None]]
+
+
+@dataclass(frozen=True)
+class GroupJudgement:
+    """One process group (or, by enqueue time without clock offsets, one host's ranks of it)."""
+
+    group: str
+    group_desc: str
+    host: str | None  # set when only this host's ranks of the group were compared
+    ranks: Sequence[int]
+    estimator: Estimator | None
+    collectives: int = 0  # in the window
+    window_s: float = 0.0
+    verdict: StragglerVerdict | None = None
+    figures: tuple[RankFigures, ...] = ()
+    heat: HeatMap | None = None
+    skipped: Skip | None = None
+    compared: int = 0  # collectives held by every rank (a group skipped as TOO_FEW: how few)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Every group judged; `unjudged` says why nothing could be (then the check is SKIP)."""
+
+    groups: Sequence[GroupJudgement] = ()
+    unjudged: Unjudged | None = None
+    thresholds: Thresholds = Thresholds()
+    requests: int | None = None  # NO_SAMPLE of a watched run: the requests no rank answered
+
+    @property
+    def verdicts(self) -> list[StragglerVerdict]:
+        return [g.verdict for g in self.groups if g.verdict is not None]
+
+    @property
+    def judged(self) -> list[GroupJudgement]:
+        return [g for g in self.groups if g.skipped is None]
+
+    def heat_maps(self) -> list[HeatMap]:
+        return [g.heat for g in self.judged if g.heat is not None]
+
+
+def needed(collectives: int, persistence: float = PERSISTENCE) -> int:
+    """How many of a window's collectives a rank must be late at to be named."""
+    return math.ceil(persistence * collectives - 1e-9)
+
+
+def group_order(pg: str) -> tuple[int, int | str]:
+    return (0, int(pg)) if pg.isdigit() else (1, pg)
+
+
+def judge(samples: Sequence[Sample], thresholds: Thresholds = Thresholds()) -> Judgement:
+    """Every process group of the samples judged: who slows it, over the last window."""
+    if not samples:
+        return Judgement(unjudged=Unjudged.NO_SAMPLE, thresholds=thresholds)
+    gathered = gather(samples)
+    if not gathered.records:
+        return Judgement(unjudged=Unjudged.NO_COLLECTIVES, thresholds=thresholds)
+    groups: list[GroupJudgement] = []
+    for pg in sorted(gathered.records, key=group_order):
+        groups += _judge_group(pg, gathered, thresholds)
+    unjudged = None
+    if all(g.skipped for g in groups):
+        unjudged = Unjudged.SINGLE_RANKS if all(len(g.ranks) < 2 for g in groups) else Unjudged.SKIPPED
+    return Judgement(groups, unjudged, thresholds)
+
+
+def _judge_group(pg: str, gathered: Gathered, thresholds: Thresholds) -> list[GroupJudgement]:
+    held = gathered.records[pg]
+    desc = gathered.descs.get(pg, "")
+    members = sorted(held)
+    if len(members) < 2:
+        return [GroupJudgement(pg, desc, None, members, None, skipped=Skip.SINGLE_RANK)]
+
+    def unit(
+        host: str | None, ranks: list[int], estimator: Estimator, offsets: Mapping[int, int]
+    ) -> GroupJudgement:
+        found = arrivals(ranks, held, estimator, offsets)
+        return _judge_unit(
+            GroupJudgement(pg, desc, host, ranks, estimator), estimator, found, gathered.hosts, thresholds
+        )
+
+    if all(any(s.duration_ms is not None for s in held[r].values()) for r in members):
+        return [unit(None, members, Estimator.GPU, {})]
+    by_host: dict[str, list[int]] = {}
+    for rank in members:
+        by_host.setdefault(gathered.hosts.get(rank, ""), []).append(rank)
+    if all(r in gathered.offsets_ns for r in members):
+        estimator = Estimator.ALIGNED if len(by_host) > 1 else Estimator.ENQUEUE
+        return [unit(None, members, estimator, gathered.offsets_ns)]
+    if len(by_host) == 1:
+        return [unit(None, members, Estimator.ENQUEUE, {})]
+    units = [
+        unit(host or "?", ranks, Estimator.ENQUEUE, {})
+        for host, ranks in sorted(by_host.items())
+        if len(ranks) >= 2
+    ]
+    alone = sorted(r for ranks in by_host.values() if len(ranks) == 1 for r in ranks)
+    if alone:
+        units.append(GroupJudgement(pg, desc, None, alone, Estimator.ENQUEUE, skipped=Skip.ALONE_ON_HOST))
+    return units
+
+
+def _judge_unit(
+    unit: GroupJudgement,
+    estimator: Estimator,
+    found: list[Arrivals],
+    hosts: Mapping[int, str],
+    thresholds: Thresholds,
+) -> GroupJudgement:
+    ranks = list(unit.ranks)
+    heat = _heat(ranks, hosts, found, thresholds.heat_buckets) if found else None
+    if len(found) < thresholds.min_collectives:
+        return replace(unit, heat=heat, skipped=Skip.TOO_FEW, compared=len(found))
+    window = _window(found, thresholds)
+    window_s = sum(c.period_s for c in window)
+    late = {r: sum(c.late(r, thresholds.margin, thresholds.min_lag_s) for c in window) for r in ranks}
+    named = tuple(r for r in ranks if late[r] >= needed(len(window), thresholds.persistence))
+    figures = tuple(
+        RankFigures(
+            rank=rank,
+            host=hosts.get(rank, ""),
+            work_s=statistics.median(c.work[rank] for c in window),
+            lag_s=statistics.median(c.lag[rank] for c in window),
+            wait_share=_share(sum(c.waited([rank]) for c in window), window_s),
+            late=late[rank],
+            named=rank in named,
+        )
+        for rank in ranks
+    )
+    verdict = _verdict(unit, estimator, named, window, window_s, hosts) if named else None
+    return replace(
+        unit,
+        collectives=len(window),
+        window_s=window_s,
+        verdict=verdict,
+        figures=figures,
+        heat=heat,
+        compared=len(found),
+    )
+
+
+def _verdict(
+    unit: GroupJudgement,
+    estimator: Estimator,
+    named: tuple[int, ...],
+    window: list[Arrivals],
+    window_s: float,
+    hosts: Mapping[int, str],
+) -> StragglerVerdict:
+    waits = Counter[str]()
+    for c in window:
+        waits[c.op] += c.waited(named)
+    op = (
+        max(waits, key=waits.__getitem__)
+        if any(waits.values())
+        else Counter(c.op for c in window).most_common(1)[0][0]
+    )
+    lags = [
+        max(c.arrival[r] for r in named)
+        - statistics.median(a for r, a in c.arrival.items() if r not in named)
+        for c in window
+    ]
+    return StragglerVerdict(
+        ranks=named,
+        hosts=tuple(dict.fromkeys(hosts[r] for r in named if hosts.get(r))),
+        group=unit.group,
+        group_desc=unit.group_desc,
+        op=op,
+        lag_s=statistics.median(lags),
+        peers_wait_share=_share(sum(waits.values()), window_s),
+        window_s=window_s,
+        collectives=len(window),
+        estimator=estimator,
+    )
+
+
+def _window(found: list[Arrivals], thresholds: Thresholds) -> list[Arrivals]:
+    """The collectives of the last window_s seconds, or the last window_min when those are fewer."""
+    end = found[-1].at_s
+    recent = [c for c in found if c.at_s >= end - thresholds.window_s]
+    return recent if len(recent) >= thresholds.window_min else found[-thresholds.window_min :]
+
+
+def _share(part: float, whole: float) -> float:
+    return min(1.0, part / whole) if whole > 0 else 0.0
+
+
+def _heat(ranks: list[int], hosts: Mapping[int, str], found: list[Arrivals], most: int) -> HeatMap:
+    start, end = found[0].at_s, found[-1].at_s
+    buckets = min(most, len(found))
+    bucket_s = (end - start) / buckets if end > start else 1.0
+    sums = [[0.0] * buckets for _ in ranks]
+    counts = [0] * buckets
+    for c in found:
+        j = min(int((c.at_s - start) / bucket_s), buckets - 1)
+        counts[j] += 1
+        for i, rank in enumerate(ranks):
+            sums[i][j] += max(0.0, c.lag[rank])
+    cells = [[s / n if n else None for s, n in zip(row, counts, strict=True)] for row in sums]
+    return HeatMap(list(ranks), [hosts.get(r, "") for r in ranks], bucket_s, cells)
