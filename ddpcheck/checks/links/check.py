@@ -10,19 +10,18 @@ its peers (outliers.py): intra-node links with intra-node links, inter-node with
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 import time
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ddpcheck.checks.links import LinksOptions
 from ddpcheck.checks.links.columns import FAIL, PASS, STATUSES, LinkColumns, rank_columns
-from ddpcheck.checks.links.fit import StepCost, budget_findings, fit_step
+from ddpcheck.checks.links.fit import Pacer, budget_findings
 from ddpcheck.checks.links.outliers import Findings, SlowLink, SlowRank, find_slow_links
 from ddpcheck.checks.links.schedule import INTER, INTRA, Round, link_plan, nodes_of
 from ddpcheck.checks.links.tables import link_tables
@@ -77,22 +76,13 @@ def measure_plan(ctx: RankContext, rounds: list[Round], opts: LinksOptions, pass
 
     assert opts.size is not None and opts.iters is not None and opts.warmup is not None
     send = torch.full((opts.size,), ctx.rank % 251, dtype=torch.uint8, device=ctx.device)
-    recv = torch.empty_like(send)
     ping = torch.zeros(LATENCY_BYTES // 4, dtype=torch.float32, device=ctx.device)
-    iters = -(-opts.iters // passes)  # per pass, rounded up: at least --iters in all
-    trips = -(-max(opts.iters, LATENCY_TRIPS) // passes)
-    # With a budget the warm-up's last exchange is what each round is projected from: at least one.
-    warmup = max(opts.warmup, 1) if ctx.budget else opts.warmup
-    if ctx.budget:
-        # Round trips beyond LATENCY_TRIPS only sharpen the least of them, and on a busy host each
-        # costs far more than a hot exchange foretells.
-        trips = min(trips, -(-LATENCY_TRIPS // passes))
-    pacer = _Pacer(ctx, warmup, iters, trips) if ctx.budget else None
-    samples: dict[int, dict[str, Any]] = {}
-    steps = passes * len(rounds)
-    step = 0
+    buffers = _Buffers(send, torch.empty_like(send), ping)
+    pacer = Pacer(ctx, *_per_pass(opts, passes, ctx.budget is not None))
+    samples: dict[int, _Samples] = {}
+    steps, step = passes * len(rounds), 0
     while step < steps:
-        if pacer and step and step % len(rounds) == 0 and not pacer.next_pass_fits:
+        if step and step % len(rounds) == 0 and not pacer.next_pass_fits:
             break  # another pass does not fit: every link has been measured at least once
         rnd = rounds[step % len(rounds)]
         label = f"round {step % len(rounds) + 1}/{len(rounds)}: {rnd.kind}-node links"
@@ -100,47 +90,11 @@ def measure_plan(ctx: RankContext, rounds: list[Round], opts: LinksOptions, pass
             label += f", pass {step // len(rounds) + 1}/{passes}"
         ctx.stage(f"measure: links {label}")
         ctx.progress(step, steps, label)  # after the stage, which clears the previous progress
-        peer = rnd.partner(ctx.rank)
-        began = time.perf_counter()
-        # Three phases, each begun together by every rank, so that the pairs of a round
-        # run at the same time and one pair's warm-up never overlaps another's timing.
-        ctx.barrier()
-        warm = pacer.warmup if pacer else warmup
-        hint = _warm_up(ctx, peer, send, recv, warm) if peer is not None else 0.0
         left = (steps - step, len(rounds) - step % len(rounds), len(rounds))
-        step_iters, step_trips = pacer.fit(*left, hint) if pacer else (iters, trips)
-        ctx.barrier()
-        timing = time.perf_counter()
-        timed = _time_exchange(ctx, peer, send, recv, step_iters, hint) if peer is not None else None
-        exchanges_s = time.perf_counter() - timing
-        ctx.barrier()
-        tripping = time.perf_counter()
-        if peer is not None and timed is not None:
-            link = samples.setdefault(
-                peer, {"kind": rnd.kind, "recv": [], "passes": [], "exchange": [], "trips": [], "wrong": 0}
-            )
-            link["recv"] += timed[0]
-            link["passes"].append(statistics.median(timed[0]))
-            link["exchange"] += timed[1]
-            link["trips"].append(_time_round_trip(ctx, peer, ping, step_trips))
-            link["wrong"] += int((recv != peer % 251).sum().item())
-        if pacer:
-            done = time.perf_counter()
-            pacer.spent(done - began, warm * hint, exchanges_s, done - tripping, step_iters, step_trips)
+        _measure_round(ctx, rnd, buffers, pacer, left, samples)
         step += 1
     ctx.barrier()
     ctx.progress(steps, steps, "done")
-    links = [
-        {
-            "peer": peer,
-            "kind": link["kind"],
-            "recv_s": statistics.median(link["recv"]),
-            "best_pass_recv_s": min(link["passes"]),
-            "latency_s": min(link["trips"]),
-            "wrong": link["wrong"],
-        }
-        for peer, link in sorted(samples.items())
-    ]
     passes_run = -(-step // len(rounds)) if rounds else passes
     # Columns, not a dict per link: at a thousand nodes each rank has a thousand links, and rank 0
     # receives 8 million of them.
@@ -148,81 +102,82 @@ def measure_plan(ctx: RankContext, rounds: list[Round], opts: LinksOptions, pass
         "size_bytes": opts.size,
         "rounds": len(rounds),
         "passes": passes_run,
-        "links": rank_columns(links),
-        **({"budget": pacer.account(passes, passes_run, opts.warmup)} if pacer else {}),
+        "links": rank_columns([link.row(peer) for peer, link in sorted(samples.items())]),
+        **({"budget": pacer.account(passes, passes_run, opts.warmup)} if ctx.budget else {}),
     }
 
 
-# The share of the time left that the rounds left are planned to fill, each round: on a busy host
-# a round costs more than the one before it, and the gather after the last waits for a core too
-# (docs/fleet.md).
-BUDGET_SPENT = 0.6
+def _per_pass(opts: LinksOptions, passes: int, budgeted: bool) -> tuple[int, int, int]:
+    """Each round's warm-up, timed exchanges and round trips in one pass: --iters in all, rounded up."""
+    assert opts.iters is not None and opts.warmup is not None
+    iters = -(-opts.iters // passes)
+    trips = -(-max(opts.iters, LATENCY_TRIPS) // passes)
+    if not budgeted:
+        return opts.warmup, iters, trips
+    # The warm-up's last exchange is what each round is projected from: at least one. Round trips
+    # beyond LATENCY_TRIPS only sharpen the least of them, and on a busy host each costs far more
+    # than a hot exchange foretells.
+    return max(opts.warmup, 1), iters, min(trips, -(-LATENCY_TRIPS // passes))
 
 
-class _Pacer:
-    """--budget in measure_plan: what each round may spend, from what the rounds before it cost.
+@dataclass(frozen=True)
+class _Buffers:
+    send: Any  # this rank's bytes, the same every exchange: the peer checks them
+    recv: Any
+    ping: Any  # the round trips' message
 
-    Every rank must run the same iterations (a pair's two ranks exchange in lockstep) and stop
-    after the same pass: the costs and the time left are agreed (one all_reduce a round, the
-    slowest rank's costs, the least time left), then the same pure function runs everywhere.
-    """
 
-    def __init__(self, ctx: RankContext, warmup: int, iters: int, trips: int) -> None:
-        self.ctx, self.asked = ctx, (warmup, iters, trips)
-        self.warmup, self.next_pass_fits = warmup, True
-        # Until a round has run: a round trip as dear as an exchange, nothing else (cautious).
-        self.trip_s: float | None = None
-        self.exchange_s = self.fixed_s = 0.0
-        self.iters_run: list[int] = []
-        self.warmups_run: list[int] = []
+@dataclass
+class _Samples:
+    """One link's measurements, pooled over the passes."""
 
-    def fit(self, steps_left: int, pass_left: int, rounds: int, exchange_s: float) -> tuple[int, int]:
-        """This round's timed exchanges and round trips; the next rounds' warm-up; whether one
-        more pass fits. `steps_left`, `pass_left`: the rounds left in all, in this pass (this one
-        included); `exchange_s`: this round's last warm-up exchange."""
-        assert self.ctx.budget is not None
-        # The dearer of this round's warm-up and the last round's timed exchanges: rounds alternate
-        # between links inside a node and links between nodes.
-        exchange_s = max(exchange_s, self.exchange_s)
-        trip_s = exchange_s if self.trip_s is None else self.trip_s
-        agreed = self.ctx.agree_max(
-            [
-                math.ceil(exchange_s * 1e6),
-                math.ceil(trip_s * 1e6),
-                math.ceil(self.fixed_s * 1e6),
-                -math.floor(self.ctx.budget.measure_left() * 1e3),
-            ]
-        )
-        cost = StepCost(agreed[0] / 1e6, agreed[1] / 1e6, agreed[2] / 1e6)
-        warmup, iters, trips = self.asked
-        left = -agreed[3] / 1e3 * BUDGET_SPENT
-        fit = fit_step(steps_left, cost, warmup, iters, trips, left)
-        self.warmups_run.append(self.warmup)
-        self.warmup = fit.warmup
-        self.next_pass_fits = fit_step(pass_left + rounds, cost, warmup, iters, trips, left).fits
-        self.iters_run.append(fit.iters)
-        return fit.iters, fit.trips
+    kind: str
+    recv: list[float] = field(default_factory=list)
+    passes: list[float] = field(default_factory=list)  # each pass's median
+    trips: list[float] = field(default_factory=list)
+    wrong: int = 0  # bytes received that the peer did not send
 
-    def spent(
-        self, step_s: float, warm_s: float, timed_s: float, trips_s: float, iters: int, trips: int
-    ) -> None:
-        """What the round just run cost this rank: per exchange, per round trip, and the rest."""
-        self.exchange_s = timed_s / iters
-        self.trip_s = trips_s / (trips + 1)  # the first round trip is a warm-up
-        self.fixed_s = max(0.0, step_s - warm_s - timed_s - trips_s)
-
-    def account(self, passes_asked: int, passes_run: int, warmup_asked: int) -> dict[str, Any]:
-        assert self.ctx.budget is not None
+    def row(self, peer: int) -> dict[str, Any]:
         return {
-            "budget_s": self.ctx.budget.seconds,
-            "passes_asked": passes_asked,
-            "passes_run": passes_run,
-            "iters_asked": self.asked[1],
-            "iters_least": min(self.iters_run, default=self.asked[1]),
-            "iters_most": max(self.iters_run, default=self.asked[1]),
-            "warmup_asked": warmup_asked,
-            "warmup_least": min(self.warmups_run, default=warmup_asked),
+            "peer": peer,
+            "kind": self.kind,
+            "recv_s": statistics.median(self.recv),
+            "best_pass_recv_s": min(self.passes),
+            "latency_s": min(self.trips),
+            "wrong": self.wrong,
         }
+
+
+def _measure_round(
+    ctx: RankContext,
+    rnd: Round,
+    buffers: _Buffers,
+    pacer: Pacer,
+    left: tuple[int, int, int],
+    samples: dict[int, _Samples],
+) -> None:
+    """One round on this rank, in three phases, each begun together by every rank, so that the pairs
+    of a round run at the same time and one pair's warm-up never overlaps another's timing."""
+    peer = rnd.partner(ctx.rank)
+    began = time.perf_counter()
+    ctx.barrier()
+    warm = pacer.warmup
+    hint = _warm_up(ctx, peer, buffers.send, buffers.recv, warm) if peer is not None else 0.0
+    iters, trips = pacer.fit(*left, hint)
+    ctx.barrier()
+    timing = time.perf_counter()
+    timed = _time_exchange(ctx, peer, buffers.send, buffers.recv, iters, hint) if peer is not None else None
+    exchanges_s = time.perf_counter() - timing
+    ctx.barrier()
+    tripping = time.perf_counter()
+    if peer is not None and timed is not None:
+        link = samples.setdefault(peer, _Samples(rnd.kind))
+        link.recv += timed[0]
+        link.passes.append(statistics.median(timed[0]))
+        link.trips.append(_time_round_trip(ctx, peer, buffers.ping, trips))
+        link.wrong += int((buffers.recv != peer % 251).sum().item())
+    done = time.perf_counter()
+    pacer.spent(done - began, warm * hint, exchanges_s, done - tripping, iters, trips)
 
 
 def _ops(peer: int, send: Any, recv: Any) -> list[Any]:

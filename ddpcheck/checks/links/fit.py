@@ -1,21 +1,30 @@
 """--budget on `links`: how many iterations each round, and how many passes, fit in the time left.
 
-Pure: measure_plan (check.py) calls `fit_step` at every round, after that round's warm-up, with
-times every rank agreed on; it is tested with synthetic times. The rounds are never cut (every
-link is measured at least once: a link not measured cannot be judged); in order, the warm-up
-of the later rounds (to one exchange), the timed exchanges and round trips of each round (to
-one each), then the passes after the first are. Each round is projected from the rounds before
-it and re-projected at the next, so an early over-estimate cuts nothing for good.
+measure_plan (check.py) asks its `Pacer` at every round, after that round's warm-up; the pacer
+agrees the costs with every rank and calls `fit_step`, pure and tested with synthetic times.
+The rounds are never cut (every link is measured at least once: a link not measured cannot be
+judged); in order, the warm-up of the later rounds (to one exchange), the timed exchanges and
+round trips of each round (to one each), then the passes after the first are. Each round is
+projected from the rounds before it and re-projected at the next, so an early over-estimate
+cuts nothing for good.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpcheck.rank.budget import budget_check
 from ddpcheck.report.model import Check, Table
+
+if TYPE_CHECKING:
+    from ddpcheck.rank.context import RankContext
+
+# The share of the time left that the rounds left are planned to fill, each round: on a busy host
+# a round costs more than the one before it, and the gather after the last waits for a core too
+# (docs/fleet.md).
+BUDGET_SPENT = 0.6
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,76 @@ def fit_step(
 
 def _trips(iters: int, iters_asked: int, trips_asked: int) -> int:
     return max(1, math.ceil(trips_asked * iters / iters_asked))
+
+
+class Pacer:
+    """--budget in measure_plan: what each round may spend, from what the rounds before it cost
+    (without a budget: every round and every pass as asked).
+
+    Every rank must run the same iterations (a pair's two ranks exchange in lockstep) and stop
+    after the same pass: the costs and the time left are agreed (one all_reduce a round, the
+    slowest rank's costs, the least time left), then the same pure function runs everywhere.
+    """
+
+    def __init__(self, ctx: RankContext, warmup: int, iters: int, trips: int) -> None:
+        self.ctx, self.asked = ctx, (warmup, iters, trips)
+        self.warmup, self.next_pass_fits = warmup, True
+        # Until a round has run: a round trip as dear as an exchange, nothing else (cautious).
+        self.trip_s: float | None = None
+        self.exchange_s = self.fixed_s = 0.0
+        self.iters_run: list[int] = []
+        self.warmups_run: list[int] = []
+
+    def fit(self, steps_left: int, pass_left: int, rounds: int, exchange_s: float) -> tuple[int, int]:
+        """This round's timed exchanges and round trips; the next rounds' warm-up; whether one
+        more pass fits. `steps_left`, `pass_left`: the rounds left in all, in this pass (this one
+        included); `exchange_s`: this round's last warm-up exchange."""
+        if self.ctx.budget is None:
+            return self.asked[1:]
+        # The dearer of this round's warm-up and the last round's timed exchanges: rounds alternate
+        # between links inside a node and links between nodes.
+        exchange_s = max(exchange_s, self.exchange_s)
+        trip_s = exchange_s if self.trip_s is None else self.trip_s
+        agreed = self.ctx.agree_max(
+            [
+                math.ceil(exchange_s * 1e6),
+                math.ceil(trip_s * 1e6),
+                math.ceil(self.fixed_s * 1e6),
+                -math.floor(self.ctx.budget.measure_left() * 1e3),
+            ]
+        )
+        cost = StepCost(agreed[0] / 1e6, agreed[1] / 1e6, agreed[2] / 1e6)
+        warmup, iters, trips = self.asked
+        left = -agreed[3] / 1e3 * BUDGET_SPENT
+        fit = fit_step(steps_left, cost, warmup, iters, trips, left)
+        self.warmups_run.append(self.warmup)
+        self.warmup = fit.warmup
+        self.next_pass_fits = fit_step(pass_left + rounds, cost, warmup, iters, trips, left).fits
+        self.iters_run.append(fit.iters)
+        return fit.iters, fit.trips
+
+    def spent(
+        self, step_s: float, warm_s: float, timed_s: float, trips_s: float, iters: int, trips: int
+    ) -> None:
+        """What the round just run cost this rank: per exchange, per round trip, and the rest."""
+        if self.ctx.budget is None:
+            return
+        self.exchange_s = timed_s / iters
+        self.trip_s = trips_s / (trips + 1)  # the first round trip is a warm-up
+        self.fixed_s = max(0.0, step_s - warm_s - timed_s - trips_s)
+
+    def account(self, passes_asked: int, passes_run: int, warmup_asked: int) -> dict[str, Any]:
+        assert self.ctx.budget is not None
+        return {
+            "budget_s": self.ctx.budget.seconds,
+            "passes_asked": passes_asked,
+            "passes_run": passes_run,
+            "iters_asked": self.asked[1],
+            "iters_least": min(self.iters_run, default=self.asked[1]),
+            "iters_most": max(self.iters_run, default=self.asked[1]),
+            "warmup_asked": warmup_asked,
+            "warmup_least": min(self.warmups_run, default=warmup_asked),
+        }
 
 
 # ---------------------------------------------------------------- what was cut, for the report
