@@ -32,16 +32,10 @@ def to_junit(report: Report) -> ET.Element:
     most one <failure> (FAIL), <error> (ERROR: could not complete) or <skipped>.
     WARN has no JUnit form: it passes, and says why in <system-out>.
     """
-    failures = sum(c.status == Status.FAIL for c in report.checks)
-    errors = sum(c.status == Status.ERROR for c in report.checks)
-    skipped = sum(c.status == Status.SKIP for c in report.checks)
-    elapsed = f"{report.elapsed_s:.3f}"
     counts = {
         "tests": str(len(report.checks)),
-        "failures": str(failures),
-        "errors": str(errors),
-        "skipped": str(skipped),
-        "time": elapsed,
+        **{tag: str(sum(c.status == status for c in report.checks)) for tag, status in _COUNTED},
+        "time": f"{report.elapsed_s:.3f}",
     }
     suites = ET.Element("testsuites", name="ddpcheck", **counts)
     # The report is written as the run ends: its start is now minus its length.
@@ -60,12 +54,7 @@ def to_junit(report: Report) -> ET.Element:
     props = ET.SubElement(suite, "properties")
     for name, value in _junit_properties(report):
         ET.SubElement(props, "property", name=name, value=_xml_safe(value))
-    tails = {
-        row.get("rank"): "\n\n".join(
-            x for x in (row.get("stderr_tail"), row.get("stack") and f"Python stack:\n{row['stack']}") if x
-        )
-        for row in _rows(report, "stderr")
-    }
+    tails = _stderr_tails(report)
     seen: dict[str, int] = {}
     for check in report.checks:
         # Reporters key test cases by name: two "rank crashed" rows must not merge into one.
@@ -74,26 +63,7 @@ def to_junit(report: Report) -> ET.Element:
         case = ET.SubElement(
             suite, "testcase", classname=f"ddpcheck.{report.command}", name=_xml_safe(name), time="0"
         )
-        culprits = _culprit_text(check)
-        if check.status in (Status.FAIL, Status.ERROR):
-            tag = "failure" if check.status == Status.FAIL else "error"
-            # Many reporters show only the message attribute: it names the culprits too.
-            message = check.detail or check.status.value
-            if culprits:
-                message += f" ({culprits})"
-            element = ET.SubElement(case, tag, message=_xml_safe(message))
-            element.set("type", check.status.value)
-            element.text = _xml_safe("\n".join(x for x in (check.detail, culprits) if x))
-            stderr = "\n\n".join(f"rank {r}:\n{tails[r]}" for r in check.ranks if tails.get(r))
-            if stderr:
-                ET.SubElement(case, "system-err").text = _xml_safe(stderr)
-        elif check.status == Status.SKIP:
-            ET.SubElement(case, "skipped", message=_xml_safe(check.detail))
-        elif check.detail or culprits:
-            out = ET.SubElement(case, "system-out")
-            out.text = _xml_safe(
-                "\n".join(x for x in (f"{check.status.value}: {check.detail}", culprits) if x)
-            )
+        _outcome(case, check, tails)
     notes = [
         *([report.injected_line()] if report.injected else []),
         *report.notes,
@@ -102,6 +72,41 @@ def to_junit(report: Report) -> ET.Element:
     if notes:
         ET.SubElement(suite, "system-out").text = _xml_safe("\n".join(notes))
     return suites
+
+
+_COUNTED = (("failures", Status.FAIL), ("errors", Status.ERROR), ("skipped", Status.SKIP))
+
+
+def _stderr_tails(report: Report) -> dict[Any, str]:
+    """Each rank's last stderr lines and Python stack, from the stderr table."""
+    return {
+        row.get("rank"): "\n\n".join(
+            x for x in (row.get("stderr_tail"), row.get("stack") and f"Python stack:\n{row['stack']}") if x
+        )
+        for row in _rows(report, "stderr")
+    }
+
+
+def _outcome(case: ET.Element, check: Check, tails: dict[Any, str]) -> None:
+    """A test case's <failure>, <error>, <skipped> or, for what passed, its <system-out>."""
+    culprits = _culprit_text(check)
+    if check.status in (Status.FAIL, Status.ERROR):
+        tag = "failure" if check.status == Status.FAIL else "error"
+        # Many reporters show only the message attribute: it names the culprits too.
+        message = check.detail or check.status.value
+        if culprits:
+            message += f" ({culprits})"
+        element = ET.SubElement(case, tag, message=_xml_safe(message))
+        element.set("type", check.status.value)
+        element.text = _xml_safe("\n".join(x for x in (check.detail, culprits) if x))
+        stderr = "\n\n".join(f"rank {r}:\n{tails[r]}" for r in check.ranks if tails.get(r))
+        if stderr:
+            ET.SubElement(case, "system-err").text = _xml_safe(stderr)
+    elif check.status == Status.SKIP:
+        ET.SubElement(case, "skipped", message=_xml_safe(check.detail))
+    elif check.detail or culprits:
+        out = ET.SubElement(case, "system-out")
+        out.text = _xml_safe("\n".join(x for x in (f"{check.status.value}: {check.detail}", culprits) if x))
 
 
 def _junit_properties(report: Report) -> list[tuple[str, str]]:
