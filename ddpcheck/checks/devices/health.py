@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.report.model import Check, Status, Table
-from ddpcheck.report.naming import hosts_of
+from ddpcheck.report.naming import counted, hosts_of
 
 if TYPE_CHECKING:
     import torch
@@ -377,8 +377,7 @@ def judge(all_facts: list[dict[str, Any] | None], identities: list[dict[str, Any
         why = (all_facts[unread[0]] or {}).get("error")
         problems.append(f"not read on {', '.join(f'rank {r}' for r in unread)}: {why}")
     if status == Status.PASS:
-        gpus = f"{len(seen)} GPU{'s' if len(seen) != 1 else ''}"
-        detail = f"{gpus}: no ECC, remap, XID, PCIe, NVLink, clock or mode problem"
+        detail = f"{counted(len(seen), 'GPU')}: no ECC, remap, XID, PCIe, NVLink, clock or mode problem"
         if unread:
             detail += "; " + problems[-1]
         return Check("health", Status.PASS, detail)

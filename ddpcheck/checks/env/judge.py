@@ -13,6 +13,7 @@ from typing import Any
 from ddpcheck.checks.env.master import is_loopback
 from ddpcheck.checks.env.variables import in_launch, under_slurm
 from ddpcheck.report.model import Check, Status
+from ddpcheck.report.naming import counted
 from ddpcheck.report.units import GIB, MIB, UNLIMITED, human_bytes
 
 SHM_MIN_BYTES = 1 * GIB  # NCCL's shared-memory transport; Docker's default is 64 MB
@@ -92,9 +93,7 @@ def judge_cuda_build(
     if build and visible:
         models = sorted({g["name"] for g in torch_info["gpus"]})
         status = Status.WARN if said else Status.PASS
-        detail = (
-            f"{visible} GPU{'s' if visible > 1 else ''} visible to torch (CUDA {build}): {', '.join(models)}"
-        )
+        detail = f"{counted(visible, 'GPU')} visible to torch (CUDA {build}): {', '.join(models)}"
         return Check(name, status, detail + said)
     if build and cuda_visible is not None and _hides_everything(cuda_visible) and has_driver:
         return Check(
@@ -105,9 +104,7 @@ def judge_cuda_build(
         )
     if build and has_driver:
         where = (
-            f"this host has {host_gpus} NVIDIA GPU{'s' if host_gpus != 1 else ''}"
-            if host_gpus
-            else "an NVIDIA driver is loaded"
+            f"this host has {counted(host_gpus, 'NVIDIA GPU')}" if host_gpus else "an NVIDIA driver is loaded"
         )
         return Check(
             name,
@@ -206,7 +203,7 @@ def judge_visible_devices(
     if absent:
         first = entries.index(absent[0])
         survivors = ", ".join(entries[:first]) or "none"
-        have = f"{count} GPU{'s' if count != 1 else ''}" + (f" (0..{count - 1})" if count else "")
+        have = counted(count, "GPU") + (f" (0..{count - 1})" if count else "")
         return Check(
             name,
             Status.FAIL,

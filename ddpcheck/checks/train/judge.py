@@ -13,7 +13,7 @@ from typing import Any
 from ddpcheck.checks.train import TrainOptions
 from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
-from ddpcheck.report.naming import all_of, hosts_of, where
+from ddpcheck.report.naming import all_of, counted, hosts_of, where
 
 # DDP's averaged gradient vs the mean of local gradients computed here: the same products summed
 # in another order, so they agree to a few float32 ulps of the largest gradient element.
@@ -166,10 +166,6 @@ def _evidence(rank: int, values: list[float], names: list[str], identities: list
     return f"{where(rank, identities)}: max |difference| {value} in {tensor}"
 
 
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'s' if n != 1 else ''}"
-
-
 def judge_gradients(
     data: list[dict[str, Any]],
     identities: list[dict[str, Any]],
@@ -245,7 +241,7 @@ def _grad_split_detail(
     return (
         f"after backward() at step {step}, {_named(odd, identities)} "
         f"{'holds' if len(odd) == 1 else 'hold'} gradients that differ from the other "
-        f"{_count(len(right), 'rank')}{evidence}: the all-reduce did not reach "
+        f"{counted(len(right), 'rank')}{evidence}: the all-reduce did not reach "
         "every rank alike (a skipped hook, find_unused_parameters, or a bad link)"
     )
 
@@ -418,7 +414,7 @@ def judge_big_batch(
         return Check(
             name,
             Status.PASS,
-            f"after {steps} step{'s' if steps != 1 else ''} every rank's weights match one process trained "
+            f"after {counted(steps, 'step')} every rank's weights match one process trained "
             f"on the {rows}-row global batch: max |difference| {_fmt(value)} in {tensor} "
             f"(tolerance {tol:.2g}: {REF_RTOL:g} of the update, {REF_ULPS} ulps of the weights)",
         )
