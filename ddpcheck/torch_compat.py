@@ -53,9 +53,8 @@ def teardown_may_deadlock() -> bool:
 
     Its ProcessGroup destructor held the GIL while joining the backend's worker threads,
     and a worker still dropping a finished collective's tensors needs the GIL
-    (pytorch#56297; pytorch#154976, merged June 2025, releases it there from 2.8).
-    Seen here on 2.2 and 2.4: a rank frozen at stage 'done', inside ~ProcessGroupGloo,
-    about one run in 25 on a loaded machine.
+    (pytorch#56297; pytorch#154976, merged June 2025, releases it there from 2.8); what it
+    did here: docs/testing.md.
     """
     import torch
 

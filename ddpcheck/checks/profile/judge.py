@@ -95,7 +95,7 @@ def variation(data: list[dict[str, Any]], warmup: int) -> list[float]:
     for d in data:
         compute = [s["compute"] for s in step_times(d["steps"])[warmup:]]
         mean = statistics.fmean(compute)
-        # In floats: statistics.pstdev sums exact fractions, seconds of a judge at 8,192 ranks.
+        # In floats: statistics.pstdev sums exact fractions, slow over thousands of ranks.
         spread = math.sqrt(statistics.fmean([(x - mean) ** 2 for x in compute]))
         out.append(spread / mean if len(compute) > 1 and mean > 0 else 0.0)
     return out
@@ -451,7 +451,8 @@ def breakdown_table(medians: list[dict[str, float]]) -> Table:
 
 
 # Ranks whose every step the report keeps, at most: beyond, rank 0, the ranks a check names and
-# the slowest (a step table of 8,192 ranks was 34 MB of JSON); per_rank keeps every rank's medians.
+# the slowest (every step of every rank grows the JSON without bound: docs/performance.md);
+# per_rank keeps every rank's medians.
 STEP_RANKS = 64
 
 
