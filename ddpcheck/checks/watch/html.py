@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ddpcheck.failure.stragglers.words import HEAT
 from ddpcheck.report.html import svg
 from ddpcheck.report.html.chart import Chart, number
 from ddpcheck.report.model import Report, Table
 
-HEAT = "straggler_lag"
 RANK_LABELS = 32  # up to this many ranks each row is labelled; beyond, matplotlib's own ticks
 
 
