@@ -135,6 +135,11 @@ class RankTrace:
         return {e.pg for e in self.entries} | set(self.pg_status)
 
 
+def group_order(pg: str) -> tuple[int, int | str]:
+    """Process groups in torch's numbering ('0', '1', ..., '10'), named ones after."""
+    return (0, int(pg)) if pg.isdigit() else (1, pg)
+
+
 @dataclass(frozen=True)
 class Skipped:
     path: str

@@ -27,6 +27,7 @@ from ddpcheck.failure.flight import (
     RankTrace,
     describe,
     dtype_name,
+    group_order,
     nbytes,
 )
 from ddpcheck.report.model import Check, Report, Status, Table
@@ -233,11 +234,6 @@ def _label(pg: str, traces: dict[int, RankTrace]) -> str:
         "",
     )
     return f"group {pg} ({desc})" if desc else f"group {pg}"
-
-
-def group_order(pg: str) -> tuple[int, int | str]:
-    """Process groups in torch's numbering ('0', '1', ..., '10'), named ones after."""
-    return (0, int(pg)) if pg.isdigit() else (1, pg)
 
 
 def last_collectives(traces: dict[int, RankTrace], lost: list[int]) -> Table:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from ddpcheck.failure.flight import group_order
 from ddpcheck.failure.stragglers.samples import Sample
 from ddpcheck.failure.stragglers.timeline import Arrivals, Estimator, Gathered, arrivals, gather
 
@@ -157,10 +158,6 @@ class Judgement:
 def needed(collectives: int, persistence: float = PERSISTENCE) -> int:
     """How many of a window's collectives a rank must be late at to be named."""
     return math.ceil(persistence * collectives - 1e-9)
-
-
-def group_order(pg: str) -> tuple[int, int | str]:
-    return (0, int(pg)) if pg.isdigit() else (1, pg)
 
 
 def judge(samples: Sequence[Sample], thresholds: Thresholds = Thresholds()) -> Judgement:
