@@ -84,10 +84,6 @@ class Marks:
 
         return read
 
-    def intervals(self) -> list[float]:
-        """Seconds between consecutive marks since the last call (on a GPU, waits for them)."""
-        return self.pending()()
-
 
 def zero_grads(optimizer: Any, inputs: Any) -> None:
     optimizer.zero_grad(set_to_none=True)
