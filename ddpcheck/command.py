@@ -22,8 +22,15 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-# What every command that runs on ranks can be made to suffer (rank/faults.py says what each does).
-HARNESS_FAULTS = ("hang", "crash", "kill")
+# What every command that runs on ranks can be made to suffer, at a stage of its run (the harness
+# strikes: rank/faults.py): --inject kind -> what it does.
+HARNESS_FAULTS: Mapping[str, str] = {
+    "hang": "rank R sleeps forever at STAGE",
+    "crash": "rank R raises an exception at STAGE",
+    "kill": "rank R sends itself SIGKILL at STAGE",
+}
+# A rank slower than its peers, for the commands that step (rank/faults.py strikes).
+SLOW_FAULT: Mapping[str, str] = {"slow": "rank R sleeps a little in every step"}
 
 _UNSET: Any = object()
 
@@ -164,7 +171,10 @@ class Command:
     # what it started first (`watch`: the user's job); any other leaves at once, as a
     # KeyboardInterrupt raised anywhere can land in code that swallows it (torch's import of numpy).
     interrupt_raises: bool = False
-    faults: tuple[str, ...] = ()  # the --inject kinds it takes
+    # The --inject kinds it takes, each with what it does (its own, then HARNESS_FAULTS, SLOW_FAULT).
+    faults: Mapping[str, str] = field(default_factory=dict)
+    # "module:class", the Faults its ranks are given: a subclass striking its own kinds, in its folder.
+    fault_actions: str = "ddpcheck.rank.faults:Faults"
     # Tables the terminal draws a chart for after the table itself: table name -> "module:function",
     # the function drawing it from (table, rows, console).
     charts: Mapping[str, str] = field(default_factory=dict)

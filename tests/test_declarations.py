@@ -16,6 +16,7 @@ import pytest
 
 from ddpcheck.command import RANKED_COMMANDS, load
 from ddpcheck.commands import COMMANDS
+from ddpcheck.rank.faults import Faults
 from ddpcheck.report.baseline import SETUP_NAMES
 from ddpcheck.report.figures import FigureKind
 
@@ -56,6 +57,7 @@ def test_what_a_declaration_names_exists(name: str) -> None:
         assert callable(load(chart)), f"{name}: the chart of {table}"
     for maker in command.html_charts:
         assert callable(importlib.import_module(maker).charts), f"{name}: {maker}"
+    assert issubclass(load(command.fault_actions), Faults), f"{name}: {command.fault_actions}"
     for reference in (command.figures, command.metrics):
         if reference:
             assert inspect.isfunction(load(reference)), f"{name}: {reference}"

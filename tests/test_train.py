@@ -12,9 +12,9 @@ from ddpcheck.checks.train import TrainOptions
 from ddpcheck.checks.train import check as train
 from ddpcheck.checks.train import judge as verdicts
 from ddpcheck.checks.train.check import Batches, fingerprint, max_abs_diff, mean_local_gradients
+from ddpcheck.checks.train.faults import DIVERGE_NUDGE, fault_step
 from ddpcheck.checks.train.judge import judge
 from ddpcheck.errors import UsageError
-from ddpcheck.rank.faults import DIVERGE_NUDGE, fault_step
 from ddpcheck.report.model import Status, Verdict
 from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu
 

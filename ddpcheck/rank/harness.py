@@ -24,7 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ddpcheck.command import options_from_dict
+from ddpcheck.command import load, options_from_dict
 from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, say
 from ddpcheck.failure import explain, peers, stages
@@ -97,7 +97,7 @@ def run_rank(
     _writer[:] = [status] if status else []  # for the SIGTERM thread: was this rank itself stopped?
     if status and spec.inline:
         status.add_transport(arrival.StageTransport())  # the host's job directory, for peers before the store
-    faults = Faults(spec.faults, rank)
+    faults: Faults = load(COMMANDS[spec.command].fault_actions)(spec.faults, rank)
     session: inline.Session | None = None
     import torch.distributed as dist
 

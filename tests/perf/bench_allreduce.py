@@ -59,14 +59,14 @@ dist.destroy_process_group()
 SAME_RUN = """
 import statistics, time, torch, torch.distributed as dist
 from ddpcheck.rank.context import NullStatus, RankContext
-from ddpcheck.rank.faults import Faults
+from ddpcheck.checks.collective.faults import SweepFaults
 from ddpcheck.checks.collective.sweep import time_collective
 dist.init_process_group("gloo")
 n, iters, warmup = dist.get_world_size(), {iters}, {warmup}
 rank0 = dist.get_rank()
 ctx = RankContext(
     rank=rank0, local_rank=rank0, world_size=dist.get_world_size(), backend="gloo",
-    device=torch.device("cpu"), host="bench", faults=Faults([], rank0), status=NullStatus(),
+    device=torch.device("cpu"), host="bench", faults=SweepFaults([], rank0), status=NullStatus(),
 )
 x = torch.zeros({size} // 4)
 

@@ -27,7 +27,7 @@ from bench_allreduce import timed  # the same command timer (this script runs fr
 SAME_RUN = """
 import statistics, time, torch, torch.distributed as dist
 from ddpcheck.rank.context import NullStatus, RankContext
-from ddpcheck.rank.faults import Faults
+from ddpcheck.checks.collective.faults import SweepFaults
 from ddpcheck.checks.collective.sweep import time_collective
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.ops.base import Team
@@ -36,7 +36,7 @@ n, rank, iters, warmup = dist.get_world_size(), dist.get_rank(), {iters}, {warmu
 rank0 = dist.get_rank()
 ctx = RankContext(
     rank=rank0, local_rank=rank0, world_size=dist.get_world_size(), backend="gloo",
-    device=torch.device("cpu"), host="bench", faults=Faults([], rank0), status=NullStatus(),
+    device=torch.device("cpu"), host="bench", faults=SweepFaults([], rank0), status=NullStatus(),
 )
 team = Team(tuple(range(n)), rank)
 

@@ -25,14 +25,14 @@ import os, statistics, time, torch, torch.distributed as dist
 from types import SimpleNamespace
 from ddpcheck.checks.links.check import _time_exchange, measure_plan
 from ddpcheck.checks.links.schedule import Round, link_plan
-from ddpcheck.rank.faults import Faults
+from ddpcheck.checks.links.faults import LinkFaults
 from ddpcheck.checks.links import LinksOptions
 
 dist.init_process_group("gloo")
 rank, n = dist.get_rank(), dist.get_world_size()
 ctx = SimpleNamespace(
     rank=rank, device=torch.device("cpu"), sync=lambda: None, barrier=dist.barrier, tick=lambda: None,
-    stage=lambda s: None, progress=lambda *a: None, faults=Faults([], rank),
+    stage=lambda s: None, progress=lambda *a: None, faults=LinkFaults([], rank),
 )
 opts = LinksOptions(size={size}, iters={iters}, warmup={warmup}, threshold=0.25)
 rounds = link_plan([list(range(n))])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ddpcheck.checks.collective import CORRUPT_FAULT
 from ddpcheck.checks.collective.options import SweepOptions
 from ddpcheck.command import HARNESS_FAULTS, Command, Setup
 
@@ -31,7 +32,8 @@ COMMAND = Command(
     ),
     options=AllreduceOptions,
     implementation="ddpcheck.checks.allreduce.check",
-    faults=("corrupt", *HARNESS_FAULTS),
+    faults={**CORRUPT_FAULT, **HARNESS_FAULTS},
+    fault_actions="ddpcheck.checks.collective.faults:SweepFaults",
     charts={"bandwidth": "ddpcheck.checks.collective.terminal:render_bandwidth_chart"},
     html_charts=("ddpcheck.checks.collective.html",),
     family="bandwidth",

@@ -6,6 +6,7 @@ import difflib
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ddpcheck.checks.collective import CORRUPT_FAULT
 from ddpcheck.checks.collective.ops import OPS
 from ddpcheck.checks.collective.options import SweepOptions
 from ddpcheck.command import HARNESS_FAULTS, Command, Setup, option
@@ -82,7 +83,8 @@ COMMAND = Command(
     ),
     options=CollectivesOptions,
     implementation="ddpcheck.checks.collectives.check",
-    faults=("corrupt", *HARNESS_FAULTS),
+    faults={**CORRUPT_FAULT, **HARNESS_FAULTS},
+    fault_actions="ddpcheck.checks.collective.faults:SweepFaults",
     charts={"bandwidth": "ddpcheck.checks.collective.terminal:render_bandwidth_chart"},
     details={"bandwidth": "every collective's bandwidth by message size"},
     html_charts=("ddpcheck.checks.collective.html",),

@@ -84,7 +84,12 @@ COMMAND = Command(
     ),
     options=DevicesOptions,
     implementation="ddpcheck.checks.devices.check",
-    faults=("slowgpu", "sdc", *HARNESS_FAULTS),
+    faults={
+        "slowgpu": "rank R's matrix products run at a quarter of its device's speed",
+        "sdc": "one element of each matrix product on rank R is wrong (silent data corruption)",
+        **HARNESS_FAULTS,
+    },
+    fault_actions="ddpcheck.checks.devices.faults:DeviceFaults",
     charts={"devices": "ddpcheck.checks.devices.terminal:render_rate_chart"},
     html_charts=("ddpcheck.checks.devices.html",),
     family="devices",

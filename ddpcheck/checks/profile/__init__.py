@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddpcheck.checks.network_options import bucket_option, check_bucket, check_model_size, hidden_option
-from ddpcheck.command import HARNESS_FAULTS, Command, Setup, option
+from ddpcheck.command import HARNESS_FAULTS, SLOW_FAULT, Command, Setup, option
 from ddpcheck.errors import UsageError
 
 
@@ -63,7 +63,7 @@ COMMAND = Command(
     ),
     options=ProfileOptions,
     implementation="ddpcheck.checks.profile.check",
-    faults=(*HARNESS_FAULTS, "slow"),
+    faults={**HARNESS_FAULTS, **SLOW_FAULT},
     charts={"breakdown": "ddpcheck.checks.profile.terminal:render_breakdown_chart"},
     html_charts=("ddpcheck.checks.profile.html",),
     builds_ddp=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddpcheck.checks.network_options import bucket_option, check_bucket, check_model_size, hidden_option
-from ddpcheck.command import HARNESS_FAULTS, Command, option
+from ddpcheck.command import HARNESS_FAULTS, SLOW_FAULT, Command, option
 from ddpcheck.errors import UsageError
 
 OPTIMIZERS = ("adam", "sgd")
@@ -57,7 +57,13 @@ COMMAND = Command(
     ),
     options=TrainOptions,
     implementation="ddpcheck.checks.train.check",
-    faults=(*HARNESS_FAULTS, "diverge", "nan", "slow"),
+    faults={
+        **HARNESS_FAULTS,
+        "diverge": "rank R nudges its weights after a step",
+        "nan": "rank R's loss turns NaN",
+        **SLOW_FAULT,
+    },
+    fault_actions="ddpcheck.checks.train.faults:TrainFaults",
     html_charts=("ddpcheck.checks.train.html",),
     builds_ddp=True,
     metrics="ddpcheck.checks.train.figures:train_metrics",
