@@ -152,3 +152,72 @@ def test_declarations_load_neither_torch_nor_the_work() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+# Where a shared file may name a command, and why; every other naming of one fails the test below.
+NAMES_ALLOWED = {
+    # `compare` is a report-side command: a baseline refuses its report (compare's own run is there too).
+    ("ddpcheck/report/baseline.py", "compare"),
+    # Every ranked run's preflight is env's judges of the setting (checks/env/preflight.py).
+    ("ddpcheck/cli.py", "env"),
+    # Words that are also command names: a column of the hosts table, a check's field, `scontrol show`.
+    ("ddpcheck/rank/rankmap.py", "devices"),
+    ("ddpcheck/report/model.py", "links"),
+    ("ddpcheck/launcher/drain.py", "show"),
+}
+
+
+def _commands_named(source: str, names: set[str]) -> set[str]:
+    """The commands a module names: a string equal to one's name, or its folder imported or referred to."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            texts = [node.value]
+        elif isinstance(node, ast.ImportFrom):
+            texts = [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            texts = [alias.name for alias in node.names]
+        else:
+            continue
+        for text in texts:
+            dotted = f"{text}."
+            found |= {
+                name
+                for name in names
+                if text == name or dotted.startswith((f"ddpcheck.checks.{name}.", f"ddpcheck.checks.{name}:"))
+            }
+    return found
+
+
+def _own_files(command: Command) -> set[Path]:
+    """Where a command may be named: its folder, or (a command declared outside checks/) its two modules."""
+    declared = next(
+        module
+        for name, module in sys.modules.items()
+        if name.startswith("ddpcheck.") and getattr(module, "COMMAND", None) is command
+    )
+    modules = {declared.__name__, command.implementation}
+    return {PACKAGE.parent / f"{module.replace('.', '/')}.py" for module in modules}
+
+
+def test_a_command_is_named_only_by_its_declaration_its_folder_and_commands_py() -> None:
+    names = set(COMMANDS)
+    found = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = str(path.relative_to(PACKAGE.parent))
+        if where == "ddpcheck/commands.py":
+            continue
+        for name in _commands_named(path.read_text(), names):
+            if path not in _own_files(COMMANDS[name]) and PACKAGE / "checks" / name not in path.parents:
+                found.add((where, name))
+    assert sorted(found - NAMES_ALLOWED) == [], "a shared file names a command: let its declaration say it"
+    assert sorted(NAMES_ALLOWED - found) == [], "allowed, but no longer named there: take it off the list"
+
+
+def test_the_naming_finder_finds_a_command() -> None:
+    names = {"links", "watch"}
+    assert _commands_named('ranked = {"links"}', names) == {"links"}
+    assert _commands_named("from ddpcheck.checks.watch.judge import judge", names) == {"watch"}
+    assert _commands_named("from ddpcheck.checks import watch", names) == {"watch"}
+    assert _commands_named('chart = "ddpcheck.checks.links.terminal:render"', names) == {"links"}
+    assert _commands_named('a = "linksys"; from ddpcheck.checks.watcher import x', names) == set()
