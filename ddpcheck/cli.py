@@ -14,21 +14,69 @@ import inspect
 import os
 import sys
 import typing
-from collections.abc import Callable
-from typing import Annotated, Any, NoReturn
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from ddpcheck import __version__
 from ddpcheck.command import Command, Parameter, build_options, parameters
 from ddpcheck.commands import COMMANDS
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, say
-from ddpcheck.launcher.budget_options import BudgetOptions
-from ddpcheck.launcher.options import LaunchOptions
 from ddpcheck.rank import arrival, interrupt
 from ddpcheck.report.compare import BaselineOptions
-from ddpcheck.report.fleet import FleetOptions
-from ddpcheck.report.outputs import OutputOptions
+
+if TYPE_CHECKING:
+    from typer._click import Command as ClickCommand
+    from typer._click import Context, HelpFormatter
+
+
+class _Built(MutableMapping[str, "ClickCommand"]):
+    """The commands by name, in the registry's order; each built by Typer at its first look-up."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, ClickCommand] = {}
+
+    def __getitem__(self, name: str) -> ClickCommand:
+        if name not in self._built:
+            self._built[name] = _typer_command(COMMANDS[name])
+        return self._built[name]
+
+    def __setitem__(self, name: str, built: ClickCommand) -> None:
+        self._built[name] = built
+
+    def __delitem__(self, name: str) -> None:
+        del self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS)
+
+
+class _Commands(TyperGroup):
+    """ddpcheck's group: a command is built when it is run, completed or asked for its help; the list
+    that `ddpcheck --help` prints needs only each declaration's help."""
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.commands = _Built()
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return list(COMMANDS)
+
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
+        """Typer's list of commands, each named by the first words of its help."""
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = [
+            (name, TyperCommand(name, help=inspect.cleandoc(command.help)).get_short_help_str(limit))
+            for name, command in COMMANDS.items()
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
 
 app = typer.Typer(
     name="ddpcheck",
@@ -37,6 +85,7 @@ app = typer.Typer(
         "(or runs as one under torchrun/srun), checks, and exits 0 (pass), 1 (a check failed), "
         "2 (bad usage) or 3 (could not complete: a rank crashed, hung or never joined)."
     ),
+    cls=_Commands,
     no_args_is_help=True,
     # Plain help: Typer's rich formatter imports markdown and syntax highlighting (docs/performance.md).
     rich_markup_mode=None,
@@ -121,6 +170,12 @@ def _faults_help(command: Command) -> str:
 
 def _declared(command: Command) -> list[Parameter]:
     """A command's parameters: its own options, then the shared ones its kind takes."""
+    # The shared options load with the first command built: `ddpcheck --help` lists names alone.
+    from ddpcheck.launcher.budget_options import BudgetOptions
+    from ddpcheck.launcher.options import LaunchOptions
+    from ddpcheck.report.fleet import FleetOptions
+    from ddpcheck.report.outputs import OutputOptions
+
     shared: list[type] = [OutputOptions]
     if command.ranked:
         shared = [
@@ -133,8 +188,13 @@ def _declared(command: Command) -> list[Parameter]:
     return [p for cls in (command.options, *shared) for p in parameters(cls)]
 
 
-def _register(command: Command) -> None:
-    """Declare one command to Typer: its own options, then the shared ones its kind takes."""
+def _typer_command(command: Command) -> ClickCommand:
+    """One command as Typer builds it from a signature: its own options, then the shared ones of its kind."""
+    from ddpcheck.launcher.budget_options import BudgetOptions
+    from ddpcheck.launcher.options import LaunchOptions
+    from ddpcheck.report.fleet import FleetOptions
+    from ddpcheck.report.outputs import OutputOptions
+
     declared = _declared(command)
 
     def run(**values: Any) -> None:
@@ -169,11 +229,9 @@ def _register(command: Command) -> None:
     run.__signature__ = inspect.Signature(typed)  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in typed}
     epilog = f"{command.epilog}\n\n{_faults_help(command)}" if command.faults else command.epilog
-    app.command(command.name, epilog=epilog)(run)
-
-
-for _command in COMMANDS.values():
-    _register(_command)
+    alone = typer.Typer(add_completion=False, rich_markup_mode=None)
+    alone.command(command.name, epilog=epilog)(run)
+    return typer.main.get_command(alone)
 
 
 def main() -> None:
