@@ -110,7 +110,7 @@ def judge_hang(
         )
     if waiters:
         detail += f"; {span([v.rank for v in waiters])} {'was' if len(waiters) == 1 else 'were'} waiting"
-        calls = sorted({f"{_waiting_in(v.stack)} at {place_of(v.stack)}" for v in waiters})
+        calls = sorted({call_at(v.stack) for v in waiters})
         detail += f" in {', '.join(calls)}"
     # Every rank in a collective, the named ones in another than the rest: they disagree on the call.
     mismatch = (
@@ -128,15 +128,17 @@ def judge_hang(
     return ranks_report(command, views, [check], blamed)
 
 
+def _end_stack(view: RankView) -> Stack | None:
+    """Where the rank ended (its exit's stack), else where it was last sampled."""
+    return view.exit.stack if view.exit is not None and view.exit.stack else view.stack
+
+
 def rank_place(view: RankView) -> str:
     """'rank 1: all_reduce at train_step (train.py:59)': where a rank was last seen."""
-    stack = view.exit.stack if view.exit is not None and view.exit.stack else view.stack
-    if not stack and view.samples:
-        stack = view.samples[-1]
+    stack = _end_stack(view) or (view.samples[-1] if view.samples else None)
     if not stack:
         return ""
-    call = _waiting_in(stack)
-    return f"rank {view.rank}: {call + ' at ' if call else ''}{place_of(stack)}"
+    return f"rank {view.rank}: {call_at(stack)}"
 
 
 def ranks_report(command: str, views: list[RankView], checks: list[Check], blamed: list[RankView]) -> Report:
@@ -144,7 +146,7 @@ def ranks_report(command: str, views: list[RankView], checks: list[Check], blame
     named = {v.rank for v in blamed}
     rows = []
     for v in sorted(views, key=lambda v: v.rank):
-        stack = v.exit.stack if v.exit is not None and v.exit.stack else v.stack
+        stack = _end_stack(v)
         rows.append({
             "rank": v.rank,
             "host": v.host,

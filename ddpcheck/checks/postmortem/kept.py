@@ -177,19 +177,17 @@ def judge_records(kept: KeptRecords) -> tuple[list[Check], Table | None]:
     if not judged:
         return [], None
     alive = [k for k in judged if k.alive]
-    # A traceless end's time is its records' last write, not its end: it comes after the ends timed.
     ended = [k for k in judged if not k.alive]
+    # A traceless end's time is its records' last write, not its end: it comes after the ends timed.
     failed = judge_ends(ended, lambda k: k.exit, lambda k: (k.exit.kind == "ended", k.exit.time)).failed
-    signalled = [k for k in judged if k.signalled and not k.alive]
+    signalled = [k for k in ended if k.signalled]
     parts: list[str] = []
     if failed:
         named = failed
         for i, k in enumerate(failed):
             lead = " failed first:" if i == 0 and len(failed) > 1 else ":"
             parts.append(f"{k.who()}{lead} {_ended(k)}")
-        for k in judged:
-            if collateral(k.exit) and not k.alive:
-                parts.append(f"{k.who()}: {_ended(k)} (a peer had gone first)")
+        parts += [f"{k.who()}: {_ended(k)} (a peer had gone first)" for k in ended if collateral(k.exit)]
         if signalled:
             parts.append(f"{_names(signalled)} ended by SIGTERM after it (the job torn down)")
     elif signalled:
