@@ -23,7 +23,7 @@ _ANSWER = struct.Struct("!Qq")
 TRIES = 8
 ANSWER_WAIT_S = 0.2  # one question's answer; a lost datagram costs only this
 # Half of it is the worst error of an offset: 2 ms of round trip, 1 ms, five times the judge's
-# smallest lag (failure/stragglers.MIN_LAG_S); a LAN's round trip is some 0.1 ms.
+# smallest lag (failure/stragglers/judge.MIN_LAG_S); a LAN's round trip is some 0.1 ms.
 MAX_ROUND_TRIP_NS = 2_000_000
 
 
