@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ddpcheck.checks.postmortem.check import NothingToRead, examine
-from ddpcheck.checks.watch import agent, records
+from ddpcheck.checks.watch import agent
 from ddpcheck.checks.watch.judge import Exit, RankView, judge_crash
 from ddpcheck.failure import exits
 from ddpcheck.failure.exits import first_sentence
@@ -121,7 +121,6 @@ def ended(report: Report) -> Check:
 
 # ---------------------------------------------------------------- one reader, both sides
 def test_watch_and_postmortem_read_the_records_with_one_reader_named_as_the_agent_writes_them() -> None:
-    assert records.exit_of is exits.exit_of
     assert (agent.PROCESSES, agent.process_file("/d", 7, "term")) == (
         exits.PROCESSES,
         exits.process_file("/d", 7, "term"),

@@ -25,9 +25,9 @@ from ddpcheck.checks.watch import WatchOptions, agent, judge
 from ddpcheck.checks.watch.environment import job_environment
 from ddpcheck.checks.watch.judge import RankView
 from ddpcheck.checks.watch.progress import Progress, sample_interval
-from ddpcheck.checks.watch.records import exit_of
 from ddpcheck.checks.watch.sampling import Exchange, Sampler
 from ddpcheck.failure import processes, stacks
+from ddpcheck.failure.exits import exit_of
 from ddpcheck.failure.flight import find_dumps
 from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.launchers import launcher_exit_codes
