@@ -63,7 +63,7 @@ def to_junit(report: Report) -> ET.Element:
         case = ET.SubElement(
             suite, "testcase", classname=f"ddpcheck.{report.command}", name=_xml_safe(name), time="0"
         )
-        _outcome(case, check, tails)
+        _case_outcome(case, check, tails)
     notes = [
         *([report.injected_line()] if report.injected else []),
         *report.notes,
@@ -87,7 +87,7 @@ def _stderr_tails(report: Report) -> dict[Any, str]:
     }
 
 
-def _outcome(case: ET.Element, check: Check, tails: dict[Any, str]) -> None:
+def _case_outcome(case: ET.Element, check: Check, tails: dict[Any, str]) -> None:
     """A test case's <failure>, <error>, <skipped> or, for what passed, its <system-out>."""
     culprits = _culprit_text(check)
     if check.status in (Status.FAIL, Status.ERROR):
