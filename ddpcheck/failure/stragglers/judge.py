@@ -11,7 +11,7 @@ import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from enum import Enum
+from enum import Enum, auto
 
 from ddpcheck.failure.flight import group_order
 from ddpcheck.failure.stragglers.samples import Sample
@@ -42,6 +42,8 @@ HEAT_BUCKETS = 60
 
 @dataclass(frozen=True)
 class Thresholds:
+    """What the judge names a rank by; each defaults to the constant above of the same name."""
+
     margin: float = MARGIN
     min_lag_s: float = MIN_LAG_S
     persistence: float = PERSISTENCE
@@ -54,18 +56,18 @@ class Thresholds:
 class Skip(Enum):
     """Why a group (or one host's ranks of it) was not judged."""
 
-    SINGLE_RANK = "single rank"
-    ALONE_ON_HOST = "alone on host"  # by enqueue time, without clock offsets, no other rank on its host
-    TOO_FEW = "too few collectives"
+    SINGLE_RANK = auto()
+    ALONE_ON_HOST = auto()  # by enqueue time, without clock offsets, no other rank on its host
+    TOO_FEW = auto()  # fewer than min_collectives held by every rank
 
 
 class Unjudged(Enum):
     """Why nothing at all was judged."""
 
-    NO_SAMPLE = "no sample"
-    NO_COLLECTIVES = "no collectives"
-    SINGLE_RANKS = "every group has a single rank"
-    SKIPPED = "every group skipped"  # each for its own reason
+    NO_SAMPLE = auto()
+    NO_COLLECTIVES = auto()  # p2p operations only, or none
+    SINGLE_RANKS = auto()  # every group has a single rank
+    SKIPPED = auto()  # each for its own reason
 
 
 @dataclass(frozen=True)
