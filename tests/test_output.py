@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ddpcheck.checks.collective.terminal import render_bandwidth_chart
+from ddpcheck.launcher.progress import LaunchProgress
 from ddpcheck.report import terminal as render
 from ddpcheck.report.model import Check, Report, Status, Table
 
@@ -254,13 +255,13 @@ def test_no_color_when_set_and_not_empty(
 def test_the_progress_display_runs_only_on_a_real_terminal(
     terminal: FakeTerminal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert render.LaunchProgress(console_on(terminal), enabled=True).enabled
-    assert not render.LaunchProgress(console_on(terminal), enabled=False).enabled
+    assert LaunchProgress(console_on(terminal), enabled=True).enabled
+    assert not LaunchProgress(console_on(terminal), enabled=False).enabled
     monkeypatch.setenv("NO_COLOR", "1")
-    assert not render.LaunchProgress(console_on(terminal), enabled=True).enabled
+    assert not LaunchProgress(console_on(terminal), enabled=True).enabled
     monkeypatch.delenv("NO_COLOR")
     monkeypatch.setenv("TERM", "dumb")
-    assert not render.LaunchProgress(console_on(terminal), enabled=True).enabled
+    assert not LaunchProgress(console_on(terminal), enabled=True).enabled
 
 
 def test_forced_colour_on_a_pipe_gets_no_progress_display(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -272,7 +273,7 @@ def test_forced_colour_on_a_pipe_gets_no_progress_display(monkeypatch: pytest.Mo
     pipe = io.StringIO()
     console = console_on(pipe)
     assert console.is_terminal
-    with render.LaunchProgress(console, enabled=True) as progress:
+    with LaunchProgress(console, enabled=True) as progress:
         assert not progress.enabled
         progress.update({"stage": "measure", "progress": {"label": "1K", "done": 1, "total": 3}})
     assert pipe.getvalue() == ""
@@ -348,7 +349,7 @@ def test_a_terminal_gets_colour_and_the_sweep_progress_driven_by_the_launcher(sc
 
 # ------------------------------------------------------------ the verdict line last; the progress on stderr
 def test_the_progress_counts_the_planned_ranks(terminal: FakeTerminal) -> None:
-    with render.LaunchProgress(console_on(terminal), enabled=True, ranks=4) as progress:
+    with LaunchProgress(console_on(terminal), enabled=True, ranks=4) as progress:
         progress._progress.refresh()
         assert "starting ranks" in terminal.getvalue() and "0/4" in terminal.getvalue()
         progress.update({"stage": "join", "ranks_started": 3})

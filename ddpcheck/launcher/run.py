@@ -216,6 +216,7 @@ def launch_ranks(
 ) -> Report:
     """Start the ranks and show their progress until the report is back."""
     from ddpcheck.launcher import launch
+    from ddpcheck.launcher.progress import LaunchProgress
     from ddpcheck.report import terminal as render
 
     if not output.quiet:
@@ -227,9 +228,7 @@ def launch_ranks(
         with interrupt.deferred(raise_once=True, sigterm=False):
             # On stderr: `ddpcheck allreduce | tee log` still shows it; the report goes down the pipe.
             progress_console = render.make_console(stderr=True)
-            with render.LaunchProgress(
-                progress_console, enabled=not output.quiet, ranks=plan.nproc
-            ) as progress:
+            with LaunchProgress(progress_console, enabled=not output.quiet, ranks=plan.nproc) as progress:
                 return launch.launch(command.name, options_to_dict(options), faults, plan, progress.update)
     except KeyboardInterrupt:
         interrupt.leave()
