@@ -3,12 +3,15 @@
 A command declares itself once, in its own folder under `checks/` (or, for the commands
 that only read saved reports, in `report/`): its name and help, its typed Options (each
 field carrying the help text and command-line metadata the Typer declaration is generated
-from), the `--inject` kinds it takes, the module that measures and judges it, the tables the
-terminal and the HTML page chart, the family of figures a baseline compares and the options
-it must share with the run, the Prometheus metrics its reports export, and its pure judges.
+from), the `--inject` kinds it takes and what each does, the module that measures and judges
+it, its charts for the terminal and the HTML page, the family of figures a baseline compares
+and the options it must share with the run, what the hardware should do, the Prometheus
+metrics its reports export, and its pure judges. Nothing outside its folder and commands.py
+names it (tests/test_house.py).
 
-Torch-free and Typer-free: `ddpcheck --help` reads every declaration, so they stay light;
-the module that does the work is imported only when the command runs.
+Torch-free and Typer-free: `ddpcheck --help` reads every declaration, so they stay light; the
+modules that do the work, strike its faults and draw its charts (in its folder, each named by a
+"module:name" string) are imported only when they are needed.
 """
 
 from __future__ import annotations
@@ -180,7 +183,7 @@ class Command:
     charts: Mapping[str, str] = field(default_factory=dict)
     # Tables the terminal shows only with --verbose, each with the words of the note that says so.
     details: Mapping[str, str] = field(default_factory=dict)
-    # The HTML page's chart makers: modules with `charts(report) -> list[Chart]` (report/html/).
+    # The HTML page's chart makers: modules with `charts(report) -> list[Chart]` (report/html/chart.py).
     html_charts: tuple[str, ...] = ()
     # Commands of one family hold the same kinds of figures: --baseline and --tolerance
     # compare a run with a saved one of its family (allreduce with collectives, say).

@@ -1,7 +1,8 @@
 """Every command, in the order `ddpcheck --help` lists them. Each declares itself in its own module.
 
 Adding a command: its folder under checks/ (a declaration in `__init__.py`, the work in
-`check.py`), its line here, its tests and its docs page (docs/architecture.md says how).
+`check.py`, its charts and fault actions beside them), its line here, its tests and its docs
+page (docs/architecture.md says how).
 """
 
 from __future__ import annotations
