@@ -48,7 +48,7 @@ class NotADump(ValueError):
 
 
 @dataclass(frozen=True)
-class Collective:
+class FrEntry:
     """One collective (or point-to-point operation) a rank enqueued, as its dump recorded it."""
 
     pg: str  # the process group's name, the same on every rank ("0" is the default group)
@@ -101,13 +101,13 @@ class RankTrace:
     form: str  # "pickle" or "json"
     pg_config: dict[str, GroupConfig]  # by group name
     pg_status: dict[str, GroupStatus]  # by group name
-    entries: list[Collective]
+    entries: list[FrEntry]
 
     @property
     def backend(self) -> str | None:
         return next((e.backend for e in self.entries if e.backend), None)
 
-    def collectives(self, pg: str) -> dict[int, Collective]:
+    def collectives(self, pg: str) -> dict[int, FrEntry]:
         """The group's collectives (not point-to-point) still in the ring buffer, by sequence id."""
         return {e.seq_id: e for e in self.entries if e.pg == pg and not e.is_p2p}
 
@@ -278,11 +278,11 @@ def _pg(entry: dict[str, Any]) -> tuple[str, str]:
     return str(group[0]), str(group[1]) if len(group) > 1 else ""
 
 
-def _collective(entry: dict[str, Any]) -> Collective:
+def _collective(entry: dict[str, Any]) -> FrEntry:
     backend, _, op = str(entry.get("profiling_name", "")).rpartition(":")
     pg, desc = _pg(entry)
     created = entry.get("time_created_ns")
-    return Collective(
+    return FrEntry(
         pg=pg,
         pg_desc=desc,
         seq_id=int(entry.get("collective_seq_id", 0)),
@@ -315,7 +315,7 @@ def dtype_name(torch_name: str) -> str:
     return _DTYPES.get(torch_name, (torch_name.lower(), 0))[0]
 
 
-def nbytes(collective: Collective) -> int | None:
+def nbytes(collective: FrEntry) -> int | None:
     """The bytes of the collective's inputs, None when a dtype's size is not known."""
     total = 0
     for shape, dtype in zip(collective.input_sizes, collective.input_dtypes, strict=False):
@@ -329,7 +329,7 @@ def nbytes(collective: Collective) -> int | None:
     return total
 
 
-def describe(collective: Collective) -> str:
+def describe(collective: FrEntry) -> str:
     """'all_reduce #4 (1.0 KiB float32, [256])': how every finding names a collective."""
     shapes = ", ".join(str(s) for s in collective.input_sizes) or "no tensors"
     dtypes = "/".join(dict.fromkeys(dtype_name(d) for d in collective.input_dtypes))

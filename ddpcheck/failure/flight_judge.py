@@ -23,7 +23,7 @@ from ddpcheck.failure.collectives import DEFAULT_GROUP, named_collective, with_l
 from ddpcheck.failure.flight import (
     SCHEDULED,
     STATEFUL_BACKENDS,
-    Collective,
+    FrEntry,
     RankTrace,
     describe,
     dtype_name,
@@ -208,14 +208,14 @@ def _agreement(
     return Check(name, Status.PASS, f"{span(ranks)} agree on {held_ids}")
 
 
-def _compared(call: Collective) -> tuple:
+def _compared(call: FrEntry) -> tuple:
     op, sizes, dtypes = call.signature()
     if any(word in op for word in _SIZES_MAY_DIFFER):
         return (op, (), dtypes)
     return (op, sizes, dtypes)
 
 
-def _difference(a: Collective, b: Collective) -> str:
+def _difference(a: FrEntry, b: FrEntry) -> str:
     if a.op != b.op:
         return "another operation"
     if a.input_dtypes != b.input_dtypes:

@@ -14,7 +14,7 @@ class Sample:
     """What every rank's flight recorder held when the watcher asked, at `wall_s` (the watcher's clock).
 
     `durations_ms`: per rank, (group, seq_id) -> the entry's `duration_ms` (NCCL with timing on),
-    which RankTrace's Collective does not keep; `sample_from_dumps` fills it from the raw dumps.
+    which RankTrace's FrEntry does not keep; `sample_from_dumps` fills it from the raw dumps.
     `clock_offsets_ns`: per rank, its clock minus the watcher's, where the caller measured it
     (absent: ranks of different hosts are not compared by enqueue time).
     """
