@@ -23,6 +23,8 @@ from ddpcheck.checks.watch import agent
 from ddpcheck.checks.watch.judge import Exit, RankView, judge_crash
 from ddpcheck.failure import exits
 from ddpcheck.failure.exits import first_sentence
+from ddpcheck.failure.process_records import process_file
+from ddpcheck.failure.rank_env import RANK_VARIABLES
 from ddpcheck.report.formats.json import write as write_json
 from ddpcheck.report.model import Check, Report, Status
 from tests.support.fr_dumps import dump, entry, write_pickle
@@ -121,10 +123,6 @@ def ended(report: Report) -> Check:
 
 # ---------------------------------------------------------------- one reader, both sides
 def test_watch_and_postmortem_read_the_records_with_one_reader_named_as_the_agent_writes_them() -> None:
-    assert (agent.PROCESSES, agent.process_file("/d", 7, "term")) == (
-        exits.PROCESSES,
-        exits.process_file("/d", 7, "term"),
-    )
     # postmortem reads watch's directory without importing watch: the reader is the failure side's.
     folder = Path(exits.__file__).parents[1] / "checks" / "postmortem"
     for source in folder.glob("*.py"):
@@ -359,7 +357,7 @@ def test_the_agents_start_record_is_read_back_as_who_the_process_is(tmp_path: Pa
     (tmp_path / "processes").mkdir()
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    agent._record_start(agent.process_file(str(tmp_path), 4242, "start"))
+    agent._record_start(process_file(tmp_path, 4242, "start"))
     start = exits.start_of(tmp_path, 4242)
     assert start is not None
     assert (start.rank, start.local_rank, start.host, start.ppid) == (
@@ -369,9 +367,9 @@ def test_the_agents_start_record_is_read_back_as_who_the_process_is(tmp_path: Pa
         os.getppid(),
     )
     assert start.argv and abs(start.time - time.time()) < 60
-    for name in (*agent.RANK_VARIABLES, "LOCAL_RANK"):
+    for name in (*RANK_VARIABLES, "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
-    agent._record_start(agent.process_file(str(tmp_path), 4243, "start"))  # torchrun itself: no rank
+    agent._record_start(process_file(tmp_path, 4243, "start"))  # torchrun itself: no rank
     launcher = exits.start_of(tmp_path, 4243)
     assert launcher is not None and (launcher.rank, launcher.local_rank) == (None, None)
     assert exits.start_of(tmp_path, 4244) is None  # a directory kept before start records

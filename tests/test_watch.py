@@ -22,7 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ddpcheck.checks.watch import agent
+from ddpcheck.failure.process_records import PROCESSES
+from ddpcheck.failure.rank_env import RANK_VARIABLES
 from tests.conftest import assert_usage_error
 
 # Every test here runs a real job under watch (torchrun, srun, mpirun or plain python).
@@ -503,7 +504,7 @@ def test_multiprocessings_resource_tracker_is_not_taken_for_a_rank(tmp_path: Pat
     same environment, was taken for rank 0 (its pid in the report's ranks, seen under watch)."""
     from ddpcheck.failure.processes import ProcessTree
 
-    env = {k: v for k, v in os.environ.items() if k not in agent.RANK_VARIABLES}
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES}
     script = tmp_path / "launcher.py"
     script.write_text(SPAWNS_RANK_0)
     root = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
@@ -530,18 +531,17 @@ def test_the_agent_leaves_pythons_helpers_alone(tmp_path: Path, code: str, recor
     """The tracker's start record would claim rank 0 for a postmortem: the agent does not start in it."""
     from ddpcheck.checks.watch.environment import job_environment
 
-    (tmp_path / agent.PROCESSES).mkdir()
+    (tmp_path / PROCESSES).mkdir()
     env = job_environment({**os.environ, "RANK": "0"}, tmp_path, nccl_info=False)
     done = subprocess.run([sys.executable, "-B", "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert bool(list((tmp_path / agent.PROCESSES).glob("*.start"))) is recorded
+    assert bool(list((tmp_path / PROCESSES).glob("*.start"))) is recorded
 
 
 def test_a_rank_first_seen_between_fork_and_exec_is_found_once_it_runs() -> None:
     """A rank read before its exec shows its launcher's environment, no rank in it. Kept so, the
     rank was never seen: under load, a job's rank 1 that raised went unnamed and rank 0, which only
     lost its connection to it, was named instead."""
-    from ddpcheck.checks.watch.agent import RANK_VARIABLES
     from ddpcheck.failure.processes import ProcessTree
 
     env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES}

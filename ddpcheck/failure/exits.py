@@ -1,11 +1,11 @@
 """How each process of a watched job ended, from the records `watch`'s in-process agent keeps.
 
 The agent (checks/watch/agent.py, standard library only: it cannot import this) writes, per
-process, `DIR/processes/PID.KIND`: `start` (JSON: rank, local rank, host, pid, ppid, argv, time),
-`exception` (JSON: type, message, traceback, frames, time), `fatal` and `term` (faulthandler's
-text; both opened empty at start), `exit` (JSON: time; the interpreter ended normally). The names
-here are that contract; `watch` (while the job runs) and `postmortem` (after) read it with the
-same `exit_of`.
+process, `DIR/processes/PID.KIND` (failure/process_records.py names them): `start` (JSON: rank,
+local rank, host, pid, ppid, argv, time), `exception` (JSON: type, message, traceback, frames,
+time), `fatal` and `term` (faulthandler's text; both opened empty at start), `exit` (JSON: time;
+the interpreter ended normally). `watch` (while the job runs) and `postmortem` (after) read them
+with the same `exit_of`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpcheck.failure.error_texts import WATCHED_PEER_GONE
+from ddpcheck.failure.process_records import KINDS, PROCESSES, process_file
 from ddpcheck.failure.stacks import Frame, Stack, parse_faulthandler
 
-PROCESSES = "processes"  # the folder of the per-process records in a watch directory
-KINDS = ("start", "exception", "fatal", "term", "exit")
-_RECORD = re.compile(r"^(?P<pid>\d+)\.(?P<kind>start|exception|fatal|term|exit)$")
+_RECORD = re.compile(rf"^(?P<pid>\d+)\.(?P<kind>{'|'.join(KINDS)})$")
 # A message's first sentence: up to a full stop followed by white space, or the first line.
 _SENTENCE_END = re.compile(r"(?<=[^\s.])\.(?=\s)")
 SHORT_MESSAGE = 120  # characters: a message up to this long is said whole
@@ -95,11 +94,6 @@ def first_sentence(message: str) -> str:
     end = _SENTENCE_END.search(first)
     cut = first[: end.start()] if end else first  # without its full stop: the caller's words follow
     return cut if len(cut) <= LONGEST_SENTENCE else cut[: LONGEST_SENTENCE - 3].rstrip() + "..."
-
-
-def process_file(watch_dir: str | os.PathLike[str], pid: int, kind: str) -> str:
-    """One of a process's records (the agent's `process_file`, the same name)."""
-    return os.path.join(os.fspath(watch_dir), PROCESSES, f"{pid}.{kind}")
 
 
 def recorded_pids(watch_dir: str | os.PathLike[str]) -> list[int]:

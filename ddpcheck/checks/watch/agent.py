@@ -14,7 +14,8 @@ it opens three files of its own in the watch directory, and from then on it only
   straggler sampling, again and again) with a dump of its own, `samples/<rank>-<n>.sample`.
 
 Every file is keyed by pid (a rank's data-loader workers carry its rank too); the watcher maps
-pids to ranks. The watcher reads the same names from here: one contract, both sides.
+pids to ranks. The watcher reads the same names from here (the per-process records' from
+failure/process_records.py, which this loads by path with failure/rank_env.py): one contract, both sides.
 """
 
 from __future__ import annotations
@@ -34,53 +35,50 @@ import traceback
 from types import ModuleType, TracebackType
 
 WATCH_DIR_VARIABLE = "DDPCHECK_WATCH_DIR"
-# Where a rank's number comes from, first found first: torchrun's under any outer launcher.
-RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
-# Python's own helpers, which inherit a rank's environment yet are none (failure/processes.py's).
-PYTHON_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
-PROCESSES = "processes"  # the folder of the per-process files
 DUMP_REQUEST = "dump-request"  # the watcher creates it: every rank writes its flight-recorder dump
 SAMPLE_REQUEST = "sample-request"  # holds the number of the watcher's latest sample request
 SAMPLES = "samples"  # the folder of the answers: <rank>-<n>.sample (no trailing digits: not a dump)
 SAMPLE_SUFFIX = ".sample"
 DUMP_PREFIX = "nccl_trace_rank_"  # torch's own default name: <prefix><rank>
 DEBUG_PIPE_PREFIX = "nccl_pipe_rank_"  # NCCL's debug-info pipes: <prefix><rank>.pipe
-_RECORDERS = "ddpcheck_watch_recorders"  # the name failure/recorders.py is loaded under
 POLL_S = 0.5  # how often the dump thread looks for a request (two stat()s; nothing else)
 
 
-def process_file(watch_dir: str, pid: int, kind: str) -> str:
-    """One of a process's files: 'start', 'exception' or 'exit' (JSON), 'fatal' or 'term' (faulthandler's
-    text). failure/exits.py reads them by the same names."""
-    return os.path.join(watch_dir, PROCESSES, f"{pid}.{kind}")
+def _failure_module(name: str) -> ModuleType:
+    """failure/<name>.py, loaded by its path: the job's Python may not have ddpcheck installed."""
+    key = f"ddpcheck_watch_{name}"
+    module = sys.modules.get(key)
+    if module is None:
+        path = os.path.join(
+            os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "failure", f"{name}.py"
+        )
+        spec = importlib.util.spec_from_file_location(key, path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[key] = module
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
 
 
-def rank_of(environ: dict[str, str] | os._Environ[str]) -> int | None:
-    for name in RANK_VARIABLES:
-        value = environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return None
+_rank_env = _failure_module("rank_env")
+_records = _failure_module("process_records")
 
 
 def start() -> None:
     watch_dir = os.environ.get(WATCH_DIR_VARIABLE)
-    if not watch_dir or not os.path.isdir(os.path.join(watch_dir, PROCESSES)):
+    if not watch_dir or not os.path.isdir(os.path.join(watch_dir, _records.PROCESSES)):
         return
-    argv = list(getattr(sys, "orig_argv", None) or sys.argv)
-    code = argv[argv.index("-c") + 1] if "-c" in argv[:-1] else ""
-    if any(f"from {name} import" in code for name in PYTHON_HELPERS):
+    if _rank_env.is_python_helper(list(getattr(sys, "orig_argv", None) or sys.argv)):
         return  # its start record would claim the rank in its environment for a postmortem
     pid = os.getpid()
-    _record_start(process_file(watch_dir, pid, "start"))
+    _record_start(_records.process_file(watch_dir, pid, "start"))
     # Kept open for the life of the process: faulthandler writes to their descriptors.
-    fatal = open(process_file(watch_dir, pid, "fatal"), "w")  # noqa: SIM115
-    term = open(process_file(watch_dir, pid, "term"), "w")  # noqa: SIM115
+    fatal = open(_records.process_file(watch_dir, pid, "fatal"), "w")  # noqa: SIM115
+    term = open(_records.process_file(watch_dir, pid, "term"), "w")  # noqa: SIM115
     faulthandler.enable(file=fatal)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         faulthandler.register(signal.SIGTERM, file=term, chain=True)
-    _chain_excepthook(process_file(watch_dir, pid, "exception"))
-    atexit.register(_mark_exit, process_file(watch_dir, pid, "exit"))
+    _chain_excepthook(_records.process_file(watch_dir, pid, "exception"))
+    atexit.register(_mark_exit, _records.process_file(watch_dir, pid, "exit"))
     threading.Thread(
         target=_wait_for_dump_request, args=(watch_dir,), name="ddpcheck-watch", daemon=True
     ).start()
@@ -92,7 +90,7 @@ def _record_start(path: str) -> None:
     try:
         local = os.environ.get("LOCAL_RANK", "")
         record = {
-            "rank": rank_of(os.environ),
+            "rank": _rank_env.rank_of(os.environ),
             "local_rank": int(local) if local.isdigit() else None,
             "host": socket.gethostname(),
             "pid": os.getpid(),
@@ -178,7 +176,7 @@ def _number_in(path: str) -> int:
 
 def _answer_sample(watch_dir: str, number: int) -> None:
     """Sample request `number`: this rank's recorders, without stacks (the cheap dump), in its own file."""
-    rank = rank_of(os.environ)
+    rank = _rank_env.rank_of(os.environ)
     if rank is not None:
         _write_dump(sample_file(watch_dir, rank, number), stacks=(False,))
 
@@ -186,7 +184,7 @@ def _answer_sample(watch_dir: str, number: int) -> None:
 def dump_flight_recorder() -> None:
     """This rank's flight-recorder dump, where torch's own dump on timeout would go: every recorder
     its groups use (NCCL's and the others'), as one."""
-    rank = rank_of(os.environ)
+    rank = _rank_env.rank_of(os.environ)
     prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
     if rank is not None and prefix:
         # Without NCCL's stacks first: should symbolising them block, a dump is already on disk.
@@ -203,7 +201,7 @@ def _write_dump(path: str, stacks: tuple[bool, ...]) -> None:
             return
         from torch._C import _distributed_c10d as native
 
-        recorders = _recorders()
+        recorders = _failure_module("recorders")
         for with_stacks in stacks:
             data = recorders.dump_every_recorder(native, nccl_stacks=with_stacks)
             if data is None:
@@ -214,17 +212,3 @@ def _write_dump(path: str, stacks: tuple[bool, ...]) -> None:
             os.replace(partial, path)
     except Exception:
         pass
-
-
-def _recorders() -> ModuleType:
-    """failure/recorders.py, loaded by its path: the job's Python may not have ddpcheck installed."""
-    module = sys.modules.get(_RECORDERS)
-    if module is None:
-        path = os.path.join(
-            os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "failure", "recorders.py"
-        )
-        spec = importlib.util.spec_from_file_location(_RECORDERS, path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-        sys.modules[_RECORDERS] = module
-    return module

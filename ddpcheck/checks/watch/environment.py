@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ddpcheck.checks.watch import agent
 from ddpcheck.errors import UsageError
+from ddpcheck.failure.process_records import PROCESSES
 
 INRANK = str(Path(__file__).resolve().parent / "inrank")  # holds the sitecustomize.py
 FR_BUFFER_ENTRIES = "2000"  # collectives each rank's flight recorder keeps (torch's own default when on)
@@ -33,7 +34,7 @@ def make_watch_dir(path: str | None) -> tuple[Path, bool]:
         except OSError as exc:
             raise UsageError(f"--dir {path}: cannot create it ({exc.strerror})") from None
         fresh = False
-    for sub in (agent.PROCESSES, NCCL_LOGS, agent.SAMPLES):
+    for sub in (PROCESSES, NCCL_LOGS, agent.SAMPLES):
         (made / sub).mkdir(exist_ok=True)
     for stale in (agent.DUMP_REQUEST, agent.SAMPLE_REQUEST):  # a --dir used before: not this job's
         (made / stale).unlink(missing_ok=True)

@@ -31,7 +31,9 @@ from ddpcheck.failure.exits import exit_of
 from ddpcheck.failure.flight import find_dumps
 from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.launchers import launcher_exit_codes
+from ddpcheck.failure.process_records import process_file
 from ddpcheck.failure.processes import ProcState, state_letter, state_of
+from ddpcheck.failure.rank_env import rank_of
 from ddpcheck.failure.recorders import poke_debug_pipes
 from ddpcheck.report.model import Report
 
@@ -132,7 +134,7 @@ class Watcher:
         # the first scan: its environment is the one given here.
         # (No rank variable at all: a plain `python train.py` is rank 0, as the process tree says.)
         if not processes.is_launcher(self.options.command):
-            rank = agent.rank_of(env) or 0
+            rank = rank_of(env) or 0
             self.ranks[rank] = Watched(processes.RankProcess(rank, self.proc.pid, self.tree.host))
         self.pump = OutputPump(self.proc, lambda: self.progress.output(time.monotonic()))
 
@@ -203,7 +205,7 @@ class Watcher:
         """
         for watched in self.ranks.values():
             pid = watched.process.pid
-            record = agent.process_file(str(self.dir), pid, "exception")
+            record = process_file(self.dir, pid, "exception")
             if watched.gone_at is None and os.path.exists(record):
                 raised = exit_of(self.dir, pid, time.time(), None)
                 if raised.kind == "exception" and not raised.secondary:  # not a peer's going, in its turn
