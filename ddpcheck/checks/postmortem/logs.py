@@ -99,10 +99,6 @@ class ErrorFile:
     traceback: str = ""
     timestamp: float | None = None  # seconds since the epoch
 
-    @property
-    def peer_died(self) -> bool:
-        return bool(LOGGED_PEER_DIED.search(self.message))
-
 
 @dataclass
 class FoundLogs:

@@ -13,31 +13,13 @@ from ddpcheck.failure import hangs
 from ddpcheck.failure.crashes import judge_ends, torn_down
 from ddpcheck.failure.error_texts import COLLECTIVE_MISMATCH, could_not_start
 from ddpcheck.failure.exits import Exit, first_sentence
-from ddpcheck.failure.hangs import (
-    RankView,
-    frame_where,
-    identity,
-    place_of,
-    rank_place,
-    ranks_report,
-    view_from_dict,
-    view_to_dict,
-)
+from ddpcheck.failure.hangs import RankView, frame_where, identity, place_of, rank_place, ranks_report
+from ddpcheck.failure.hangs import view_from_dict as view_from_dict  # team.py and the tests name these here
+from ddpcheck.failure.hangs import view_to_dict as view_to_dict
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import span
 
 COMMAND = "watch"
-# The views are failure/hangs.py's; watch's modules and tests name them here.
-__all__ = [
-    "Exit",
-    "RankView",
-    "first_failed",
-    "judge_crash",
-    "judge_hang",
-    "judge_success",
-    "view_from_dict",
-    "view_to_dict",
-]
 
 
 def judge_hang(views: list[RankView], silent_s: float, hang_after: float) -> Report:
