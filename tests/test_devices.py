@@ -31,7 +31,6 @@ from tests.conftest import (
     wait_for_workers,
 )
 from tests.support.load import busy_cores, duty_cycle
-from tests.support.smi_xml import from_smi_xml
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 OPTS = DevicesOptions().for_device("cpu")
@@ -166,7 +165,7 @@ def test_only_ranks_of_one_model_are_compared() -> None:
 
 # ---------------------------------------------------------------- health: nvidia-smi XML and NVML
 def test_a_healthy_h100_node_reads_and_passes() -> None:
-    facts = from_smi_xml((FIXTURES / "h100-healthy.xml").read_text())
+    facts = health.from_smi_xml((FIXTURES / "h100-healthy.xml").read_text())
     assert [f["index"] for f in facts] == [0, 1]
     first = facts[0]
     assert first["name"] == "NVIDIA H100 80GB HBM3" and first["pci_bus_id"] == "00000000:19:00.0"
@@ -183,7 +182,7 @@ def test_a_healthy_h100_node_reads_and_passes() -> None:
 
 
 def test_a_sick_a100_is_named_with_each_finding_and_its_fix() -> None:
-    (facts,) = from_smi_xml((FIXTURES / "a100-sick.xml").read_text())
+    (facts,) = health.from_smi_xml((FIXTURES / "a100-sick.xml").read_text())
     facts["xid"] = health.xid_codes((FIXTURES / "dmesg-xid.txt").read_text(), facts["pci_bus_id"])
     assert facts["xid"] == [48, 63]
     found = health.findings(facts)
