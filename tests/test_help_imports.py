@@ -17,8 +17,15 @@ HELP = (
     "    app(['--help'], prog_name='ddpcheck', standalone_mode=False)\n"
     "print(json.dumps(sorted(sys.modules)))"
 )
-# ddpcheck's own modules that only a run needs: the report's schema and writers, the renderers.
-WORK = ("ddpcheck.report.model", "ddpcheck.report.terminal", "ddpcheck.report.html")
+# ddpcheck's own modules that only a run needs: the report's schema and writers, the renderers; and
+# the launcher side with the output options, which load with the first command built, not with the list.
+WORK = (
+    "ddpcheck.report.model",
+    "ddpcheck.report.terminal",
+    "ddpcheck.report.html",
+    "ddpcheck.report.outputs",
+    "ddpcheck.launcher",
+)
 # The same by their name's end: the work, and the charts a declaration names by string (checks/<cmd>/).
 WORK_ENDS = (".check", ".harness", ".judge", ".launch", ".terminal", ".html")
 
