@@ -169,7 +169,7 @@ def check(judgement: Judgement) -> Check:
     if verdicts:
         detail = "; ".join(
             f"{_said(v)} ({v.collectives} collectives of group {group_name(v.group, v.group_desc)}, "
-            f"lag {_seconds(v.lag_s)} each, {ESTIMATED[Estimator(v.estimator)]})"
+            f"lag {_seconds(v.lag_s)} each, {ESTIMATED[v.estimator]})"
             for v in verdicts
         )
         ranks = sorted({r for v in verdicts for r in v.ranks})
