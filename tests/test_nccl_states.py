@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpcheck.checks.postmortem.check import examine
-from ddpcheck.failure.flight import RankTrace, parse_dump
+from ddpcheck.failure.flight import RankTrace, parse_trace
 from ddpcheck.failure.flight_judge import judge
 from ddpcheck.failure.recorders import dump_every_recorder, merge, poke_debug_pipes
 from ddpcheck.report.model import Check, Status
@@ -32,11 +32,11 @@ def check(checks: list[Check], name: str) -> Check:
 
 
 def world(dumps: dict[int, dict[str, Any]]) -> dict[int, RankTrace]:
-    return {rank: parse_dump(data, rank=rank) for rank, data in dumps.items()}
+    return {rank: parse_trace(data, rank=rank) for rank, data in dumps.items()}
 
 
 def test_the_real_dump_reads_as_nccl_with_15_enqueued_and_14_started() -> None:
-    trace = parse_dump(h200_dump(), rank=0)
+    trace = parse_trace(h200_dump(), rank=0)
     assert trace.backend == "nccl" and trace.backend_of("0") == "nccl"
     assert (trace.last_enqueued("0"), trace.last_started("0")) == (15, 14)
     assert (trace.last_enqueued("1"), trace.last_started("1")) == (1, 1)
@@ -141,7 +141,7 @@ class Recorders:
 def test_both_recorders_are_dumped_as_one_so_an_nccl_jobs_collectives_are_not_lost() -> None:
     gloo = dump([entry(seq, pg=("2", "cpu_group"), pg_id=2) for seq in (1, 2)])
     native = Recorders(h200_dump(), gloo)
-    trace = parse_dump(pickle.loads(dump_every_recorder(native)), rank=0)
+    trace = parse_trace(pickle.loads(dump_every_recorder(native)), rank=0)
     assert trace.groups() == {"0", "1", "2"}
     assert (trace.backend_of("0"), trace.backend_of("2")) == ("nccl", "gloo")
     assert (trace.last_enqueued("0"), trace.last_enqueued("2")) == (15, 2)
@@ -160,7 +160,7 @@ def test_an_nccl_job_with_an_empty_other_recorder_keeps_every_nccl_entry() -> No
 def test_one_group_recorded_by_both_backends_is_kept_apart() -> None:
     gloo = dump([entry(seq, pg=("0", "default_pg"), pg_id=0) for seq in (1, 2, 3)])
     merged = merge([h200_dump(), gloo])
-    trace = parse_dump(merged, rank=0)
+    trace = parse_trace(merged, rank=0)
     assert trace.groups() == {"0", "1", "0:gloo"}
     assert (trace.last_enqueued("0"), trace.last_started("0")) == (15, 14)  # NCCL's status kept
     assert trace.last_enqueued("0:gloo") == 3 and trace.backend_of("0:gloo") == "gloo"

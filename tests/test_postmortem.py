@@ -31,7 +31,7 @@ from ddpcheck.checks.postmortem.logs import (
 )
 from ddpcheck.errors import UsageError
 from ddpcheck.failure.collectives import last_collective_line, with_last_collectives
-from ddpcheck.failure.flight import NotADump, find_dumps, parse_dump, rank_of, read_dump
+from ddpcheck.failure.flight import NotADump, find_dumps, parse_trace, rank_of, read_dump
 from ddpcheck.failure.flight_judge import judge
 from ddpcheck.report.model import Check, Status
 from tests.conftest import Run, assert_usage_error
@@ -41,7 +41,7 @@ JOB = Path(__file__).parent / "support" / "fr_job.py"
 
 
 def traces(*dumps: dict) -> dict:
-    return {rank: parse_dump(data, rank=rank) for rank, data in enumerate(dumps)}
+    return {rank: parse_trace(data, rank=rank) for rank, data in enumerate(dumps)}
 
 
 def healthy(last: int = 4, **kwargs) -> dict:
@@ -127,7 +127,7 @@ def test_a_rank_behind_by_one_is_named_and_the_others_wait() -> None:
         "rank 0 at #4 (all_reduce)"
     )
     assert last_collective_line(judged_traces, 7) is None
-    assert last_collective_line({0: parse_dump(dump([]), rank=0), 1: judged_traces[1]}, 0) == (
+    assert last_collective_line({0: parse_trace(dump([]), rank=0), 1: judged_traces[1]}, 0) == (
         "last collective: none (no collective in this group yet); rank 1 at #3 (all_reduce)"
     )
 
@@ -214,7 +214,7 @@ def test_missing_dumps_are_lost_ranks() -> None:
 
 
 def test_nccls_members_give_the_world_and_a_stuck_rank() -> None:
-    found = {r: parse_dump(nccl_dump(r, world=4, last=9 if r != 3 else 8), rank=r) for r in (0, 1, 3)}
+    found = {r: parse_trace(nccl_dump(r, world=4, last=9 if r != 3 else 8), rank=r) for r in (0, 1, 3)}
     judged = judge(found, hosts={3: "node-b"})
     assert judged.world_size == 4 and judged.lost == [2]
     arrived = check(judged, "every rank arrived")

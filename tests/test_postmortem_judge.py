@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddpcheck.failure.collectives import last_collective_line, with_last_collectives
-from ddpcheck.failure.flight import RankTrace, parse_dump
+from ddpcheck.failure.flight import RankTrace, parse_trace
 from ddpcheck.failure.flight_judge import (
     LAST_COLLECTIVES_COLUMNS,
     judge,
@@ -31,7 +31,7 @@ def called(seq: int, op: str = "all_reduce") -> str:
 
 
 def traces(*dumps: dict[str, Any]) -> dict[int, RankTrace]:
-    return {rank: parse_dump(data, rank=rank) for rank, data in enumerate(dumps)}
+    return {rank: parse_trace(data, rank=rank) for rank, data in enumerate(dumps)}
 
 
 def healthy(last: int, **kwargs: Any) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def test_no_dumps_make_an_empty_world_and_no_finding() -> None:
 def test_the_default_groups_members_give_a_world_beyond_the_highest_rank_that_dumped() -> None:
     """NCCL's dumps name the default group's four members: the two above the last dump are lost,
     said with how many there were, and only their host is named."""
-    found = {r: parse_dump(nccl_dump(r, world=4, last=3), rank=r) for r in (0, 1)}
+    found = {r: parse_trace(nccl_dump(r, world=4, last=3), rank=r) for r in (0, 1)}
     judged = judge(found, hosts={0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b"})
     assert judged.world_size == 4 and judged.lost == [2, 3]
     assert judged.checks[0] == Check(
@@ -205,7 +205,7 @@ def test_each_ranks_last_collective_row_by_row() -> None:
         [entry(2), odd],
         pg_status={"0": {"last_enqueued_collective": 3}, "1": {"last_enqueued_collective": 1}},
     )
-    found = {0: parse_dump(dump([entry(1), two_dtypes]), rank=0), 2: parse_dump(rank2, rank=2)}
+    found = {0: parse_trace(dump([entry(1), two_dtypes]), rank=0), 2: parse_trace(rank2, rank=2)}
     table = last_collectives(found, lost=[1])
     assert (table.name, table.title) == ("last_collectives", "Each rank's last collective, by process group")
     assert table.columns == LAST_COLLECTIVES_COLUMNS and table.columns is not LAST_COLLECTIVES_COLUMNS

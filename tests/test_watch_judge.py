@@ -12,7 +12,7 @@ from ddpcheck.checks.watch.judge import (
     first_failed as first_failure,
 )
 from ddpcheck.checks.watch.progress import Progress
-from ddpcheck.failure.flight import parse_dump as parse_fr_dump
+from ddpcheck.failure.flight import parse_trace
 from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.launchers import launcher_exit_codes
 from ddpcheck.failure.stacks import Frame, parse_dump, parse_faulthandler
@@ -178,7 +178,7 @@ def test_a_fatal_signal_in_a_native_thread_is_placed_where_the_main_thread_was()
 # ---------------------------------------------------------------- the flight recorders' evidence
 def _traces(last: dict[int, int]) -> dict:
     """Each rank's dump with all_reduces #1..last[rank] enqueued (gloo's layout)."""
-    return {r: parse_fr_dump(dump([entry(s) for s in range(1, n + 1)]), rank=r) for r, n in last.items()}
+    return {r: parse_trace(dump([entry(s) for s in range(1, n + 1)]), rank=r) for r, n in last.items()}
 
 
 def test_a_hang_every_stack_shares_is_pinned_on_the_rank_whose_collectives_are_behind() -> None:

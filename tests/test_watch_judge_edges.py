@@ -24,7 +24,7 @@ from ddpcheck.checks.watch.judge import (
 from ddpcheck.checks.watch.judge import (
     first_failed as first_failure,
 )
-from ddpcheck.failure.flight import parse_dump as parse_fr_dump
+from ddpcheck.failure.flight import parse_trace
 from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.stacks import Frame, Stack
 from ddpcheck.report.model import Check, Status
@@ -335,7 +335,7 @@ def test_a_job_that_ran_to_completion_says_how_many_ranks_and_how_long() -> None
 
 # ---------------------------------------------------------------- the flight recorders' evidence
 def _traces(last: dict[int, int]) -> dict:
-    return {r: parse_fr_dump(dump([entry(s) for s in range(1, n + 1)]), rank=r) for r, n in last.items()}
+    return {r: parse_trace(dump([entry(s) for s in range(1, n + 1)]), rank=r) for r, n in last.items()}
 
 
 def test_the_flight_recorders_name_the_rank_behind_appended_to_the_hang_as_it_was() -> None:

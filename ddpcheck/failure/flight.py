@@ -185,7 +185,7 @@ def read_dump(path: str | os.PathLike[str], rank: int | None = None) -> RankTrac
     if rank is None:
         raise NotADump("its name does not end in a rank")
     raw, form = read_raw(path)
-    return parse_dump(raw, rank=rank, path=path, form=form)
+    return parse_trace(raw, rank=rank, path=path, form=form)
 
 
 def read_raw(path: str | os.PathLike[str]) -> tuple[Any, str]:
@@ -208,7 +208,7 @@ def read_raw(path: str | os.PathLike[str]) -> tuple[Any, str]:
     return raw, form
 
 
-def parse_dump(raw: Any, *, rank: int, path: str = "", form: str = "pickle") -> RankTrace:
+def parse_trace(raw: Any, *, rank: int, path: str = "", form: str = "pickle") -> RankTrace:
     """A dump's data (the unpickled or JSON-decoded dict) as a RankTrace. Raises NotADump."""
     if not isinstance(raw, dict) or "entries" not in raw or "version" not in raw:
         raise NotADump("not a flight-recorder dump (no 'version' and 'entries')")

@@ -37,7 +37,7 @@ KEPT_PER_GROUP = 10_000  # a rank's collectives of one group kept for the report
 RECENT_PER_GROUP = 1_000  # ...and judged while the job runs (the judge's window is the last 60 s)
 # The keys of a dump entry the judge reads: the rest (sizes, stacks, states) is left behind.
 SLIM_KEYS = ("process_group", "collective_seq_id", "profiling_name", "time_created_ns", "duration_ms")
-DUMP_VERSION = "2.10"  # what a slim dump says it is (parse_dump wants a 2.x)
+DUMP_VERSION = "2.10"  # what a slim dump says it is (parse_trace wants a 2.x)
 OFFSETS_KEPT = 100  # a rank's latest clock offsets: their median is the one used
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpcheck.failure.flight import RankTrace, parse_dump
+from ddpcheck.failure.flight import RankTrace, parse_trace
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,10 @@ def sample_from_dumps(
     hosts: Mapping[int, str] | None = None,
     clock_offsets_ns: Mapping[int, int] | None = None,
 ) -> Sample:
-    """A Sample from each rank's raw dump (the unpickled dict). Raises NotADump as parse_dump does."""
+    """A Sample from each rank's raw dump (the unpickled dict). Raises NotADump as parse_trace does."""
     return Sample(
         wall_s=wall_s,
-        traces={rank: parse_dump(raw, rank=rank) for rank, raw in dumps.items()},
+        traces={rank: parse_trace(raw, rank=rank) for rank, raw in dumps.items()},
         hosts=dict(hosts or {}),
         durations_ms={rank: durations_of(raw) for rank, raw in dumps.items()},
         clock_offsets_ns=dict(clock_offsets_ns or {}),
