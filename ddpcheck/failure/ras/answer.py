@@ -44,7 +44,6 @@ class RasCommunicator:
     """One communicator: a row of NCCL's table gives its group's figures, its entries the rest."""
 
     id: str  # "#g-i", NCCL's numbering in this answer (groups largest first)
-    group: int
     ranks_expected: int  # the communicator's size ("Ranks per comm")
     status: str  # RUNNING, INIT, FINALIZE, ABORT; NOCOMM (UNKNOWN before 2.26) for a rank outside it
     errors: list[str]  # [] for OK; INCOMPLETE, ERROR, MISMATCH

@@ -149,7 +149,7 @@ def _gather(answer: RasAnswer) -> None:
     for group in answer.groups:
         for index in range(min(group.comms, COMMUNICATORS_MAX - len(answer.communicators))):
             comm = RasCommunicator(
-                f"#{group.group}-{index}", group.group, group.ranks_per_comm, group.status, list(group.errors)
+                f"#{group.group}-{index}", group.ranks_per_comm, group.status, list(group.errors)
             )
             answer.communicators.append(comm)
             by_id[comm.id] = comm
