@@ -196,6 +196,56 @@ def test_a_sick_a100_is_named_with_each_finding_and_its_fix() -> None:
     assert "GPU 3 (GPU-7f2c" in check.detail and "Fix: drain the node" in check.detail
 
 
+H200_SMI = Path(__file__).parent / "fixtures" / "h200" / "nvidia-smi-q.xml"
+
+
+def _stand_in_smi(tmp_path: Path, body: str) -> str:
+    """An executable that does what `body` says when asked `-q -x` (a real nvidia-smi's place)."""
+    binary = tmp_path / "nvidia-smi"
+    binary.write_text(f"#!/bin/sh\n{body}\n")
+    binary.chmod(0o755)
+    return str(binary)
+
+
+@pytest.mark.integration
+def test_without_the_bindings_the_gpu_is_read_from_nvidia_smi(tmp_path: Path) -> None:
+    smi = _stand_in_smi(tmp_path, f"cat '{H200_SMI}'")
+    facts = health.from_smi("00000000:00:06.0", smi)  # how read() spells torch's bus id
+    assert "error" not in facts, facts
+    assert facts["name"] == "NVIDIA H200" and facts["pci_bus_id"] == "00000000:00:06.0"
+    assert health.from_smi("0000:00:06.0", smi)["uuid"] == facts["uuid"]  # a short domain too
+    other = health.from_smi("00000000:19:00.0", smi)
+    assert other["error"].endswith("nvidia-smi -q -x lists no GPU at 00000000:19:00.0")
+    assert "pip install nvidia-ml-py" in other["error"]
+
+
+@pytest.mark.integration
+def test_an_nvidia_smi_that_hangs_or_fails_is_an_error_not_a_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(health, "SMI_TIMEOUT_S", 0.5)
+    hung = health.from_smi("00000000:00:06.0", _stand_in_smi(tmp_path, "exec sleep 60.5"))
+    assert hung["error"].endswith("nvidia-smi -q -x did not answer within 0.5 s")
+    assert not [p for p in _processes() if "sleep 60.5" in p], "the hung nvidia-smi was left running"
+    failed = health.from_smi("00000000:00:06.0", _stand_in_smi(tmp_path, "echo 'no devices' >&2; exit 9"))
+    assert failed["error"].endswith("nvidia-smi -q -x exited with 9")
+    garbled = health.from_smi("00000000:00:06.0", _stand_in_smi(tmp_path, "echo '<nvidia_smi_log'"))
+    assert "printed no XML it could read" in garbled["error"]
+    missing = health.from_smi("00000000:00:06.0", str(tmp_path / "absent"))
+    assert "could not run" in missing["error"]
+
+
+def _processes() -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except OSError:
+                continue
+    return found
+
+
 def test_xid_lines_are_matched_to_their_gpu_only() -> None:
     log = (FIXTURES / "dmesg-xid.txt").read_text()
     assert health.xid_codes(log, "00000000:19:00.0") == [79]

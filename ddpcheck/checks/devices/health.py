@@ -1,9 +1,9 @@
 """A GPU's health: read through NVML (or from `nvidia-smi -q -x`), then judged, each finding with its fix.
 
 Two sources give the same plain facts (a dict per GPU, keys below): `read()` asks NVML
-through nvidia-ml-py, NVIDIA's own bindings, imported only here and only on GPU ranks;
-`from_smi_xml()` reads what `nvidia-smi -q -x` prints, for a host without the bindings and
-for tests. `judge()` is pure over those facts.
+through nvidia-ml-py, NVIDIA's own bindings, imported only here and only on GPU ranks, and
+where they are missing `from_smi()` runs `nvidia-smi -q -x` (bounded) and `from_smi_xml()` reads
+what it printed. `judge()` is pure over those facts.
 
 Facts (None where the GPU or the source does not say): index, uuid, pci_bus_id, name;
 ecc_enabled; ecc_volatile_uncorrected, ecc_aggregate_uncorrected; retired_pages_dbe,
@@ -22,6 +22,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ddpcheck.failure.processes import output_within
 from ddpcheck.report.model import Check, Status, Table
 from ddpcheck.report.naming import counted, hosts_of
 
@@ -57,19 +58,66 @@ CRITICAL_XID = {
 COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 NEAR_SLOWDOWN_C = 5  # within this of the slowdown temperature is a warning
 NVLINK_MAX_LINKS = 18  # H100/H200 SXM; older GPUs answer NotSupported beyond their own count
+SMI_TIMEOUT_S = 10.0  # nvidia-smi answers in seconds; a hung driver never does
 
 
 # ---------------------------------------------------------------- reading
 def read(device: torch.device) -> dict[str, Any]:
-    """This rank's GPU, through NVML; {"error": ...} when NVML cannot be asked."""
+    """This rank's GPU, through NVML, or from `nvidia-smi -q -x` where the bindings are missing;
+    {"error": ...} when neither can be asked."""
     import torch
 
+    props = torch.cuda.get_device_properties(device)
+    bus = f"{getattr(props, 'pci_domain_id', 0):08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
     try:
         import pynvml
     except ImportError:
-        return {"error": f"nvidia-ml-py is not installed ({INSTALL_HINT})"}
-    props = torch.cuda.get_device_properties(device)
-    bus = f"{getattr(props, 'pci_domain_id', 0):08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+        facts = from_smi(bus, "nvidia-smi")
+    else:
+        facts = _from_nvml_at(pynvml, bus)
+    if "error" not in facts:
+        facts["xid"] = xid_codes(kernel_log(), facts.get("pci_bus_id") or bus)
+    return facts
+
+
+def from_smi(bus: str, binary: str) -> dict[str, Any]:
+    """The GPU at PCI `bus` as `binary -q -x` describes it (a hung driver is killed at SMI_TIMEOUT_S)."""
+    missing = f"nvidia-ml-py is not installed ({INSTALL_HINT})"
+    try:
+        proc = subprocess.Popen(
+            [binary, "-q", "-x"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,  # so a late one is killed with anything it started
+        )
+    except OSError as exc:
+        return {"error": f"{missing}, and {binary} could not run: {exc.strerror}"}
+    out = output_within(proc, SMI_TIMEOUT_S)
+    if out is None or proc.returncode != 0:
+        late = out is None
+        why = f"did not answer within {SMI_TIMEOUT_S:g} s" if late else f"exited with {proc.returncode}"
+        return {"error": f"{missing}, and {binary} -q -x {why}"}
+    try:
+        gpus = from_smi_xml(out)
+    except ET.ParseError as exc:
+        return {"error": f"{missing}, and {binary} -q -x printed no XML it could read: {exc}"}
+    for gpu in gpus:
+        if _bus_address(str(gpu.get("pci_bus_id") or "")) == _bus_address(bus):
+            return gpu
+    return {"error": f"{missing}, and {binary} -q -x lists no GPU at {bus}"}
+
+
+def _bus_address(bus: str) -> tuple[int, ...] | None:
+    """'00000000:3B:00.0' and '0000:3b:00.0' as one address (domain, bus, device, function)."""
+    try:
+        return tuple(int(part, 16) for part in re.split(r"[:.]", bus.strip()))
+    except ValueError:
+        return None
+
+
+def _from_nvml_at(pynvml: Any, bus: str) -> dict[str, Any]:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
@@ -81,7 +129,6 @@ def read(device: torch.device) -> dict[str, Any]:
         return {"error": f"NVML could not read GPU {bus}: {exc}"}
     finally:
         _quiet(pynvml.nvmlShutdown)
-    facts["xid"] = xid_codes(kernel_log(), facts.get("pci_bus_id") or bus)
     return facts
 
 
