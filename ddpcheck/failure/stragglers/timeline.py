@@ -25,7 +25,7 @@ class Estimator(str, Enum):
 
 
 @dataclass(frozen=True)
-class Seen:
+class Record:
     """One rank's record of one collective, merged over the samples that held it."""
 
     op: str
@@ -35,7 +35,7 @@ class Seen:
 
 @dataclass(frozen=True)
 class Gathered:
-    records: dict[str, dict[int, dict[int, Seen]]]  # group -> rank -> seq_id -> record
+    records: dict[str, dict[int, dict[int, Record]]]  # group -> rank -> seq_id -> record
     descs: dict[str, str]
     hosts: dict[int, str]
     offsets_ns: dict[int, int]
@@ -44,7 +44,7 @@ class Gathered:
 def gather(samples: Sequence[Sample]) -> Gathered:
     """Every collective seen, once per (group, seq_id) and rank: a ring buffer sampled twice holds the
     same entries twice. The latest sample's record wins (an NCCL entry completes between samples)."""
-    records: dict[str, dict[int, dict[int, Seen]]] = {}
+    records: dict[str, dict[int, dict[int, Record]]] = {}
     descs: dict[str, str] = {}
     hosts: dict[int, str] = {}
     offsets: dict[int, list[int]] = {}
@@ -62,7 +62,9 @@ def gather(samples: Sequence[Sample]) -> Gathered:
                 old = held.get(c.seq_id)
                 if duration is None and old is not None:
                     duration = old.duration_ms
-                held[c.seq_id] = Seen(c.op, c.time_created_ns, None if duration is None else float(duration))
+                held[c.seq_id] = Record(
+                    c.op, c.time_created_ns, None if duration is None else float(duration)
+                )
                 descs.setdefault(c.pg, c.pg_desc)
     # The median of each rank's measured offsets: one slow answer does not move it.
     medians = {rank: round(statistics.median(found)) for rank, found in offsets.items()}
@@ -114,7 +116,7 @@ def peer_medians(values: Mapping[int, float]) -> dict[int, float]:
 
 
 def arrivals(
-    ranks: list[int], held: dict[int, dict[int, Seen]], estimator: Estimator, offsets: Mapping[int, int]
+    ranks: list[int], held: dict[int, dict[int, Record]], estimator: Estimator, offsets: Mapping[int, int]
 ) -> list[Arrivals]:
     common = set.intersection(*(set(held[r]) for r in ranks))
     seqs = sorted(k for k in common if k - 1 in common)
