@@ -519,8 +519,7 @@ def run_inline(
     a report's files (--json, --junit, --html ...) and says where: rank 0 calls it itself when its
     launcher stops it (SIGTERM) before it could return the report.
     """
-    from ddpcheck.rank import arrival, here, inline
-    from ddpcheck.rank.harness import on_inline_sigterm
+    from ddpcheck.rank import arrival, giving_up, here, inline
 
     started = time.monotonic()
     interrupt.leave_on_sigterm()
@@ -540,7 +539,7 @@ def run_inline(
 
     os.environ.update(compile_cache_env(run_dir))
     import_what_ddp_imports(command)
-    sigterm = inline.SigtermWatch(lambda: on_inline_sigterm(spec, run_dir, write_stopped))
+    sigterm = inline.SigtermWatch(lambda: giving_up.on_sigterm(spec, run_dir, write_stopped))
     sigterm.start()
     interrupt.act_from_a_thread()  # and on SIGINT (torchrun passes Ctrl-C on so), after it
     try:

@@ -11,7 +11,6 @@ the run directory holds); under torchrun, srun or mpirun the CLI calls `run_rank
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -21,16 +20,13 @@ import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from ddpcheck.command import load, options_from_dict
 from ddpcheck.commands import COMMANDS
-from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, say
-from ddpcheck.failure import explain, peers, stages
-from ddpcheck.failure.liveness import Stall
+from ddpcheck.failure import stages
 from ddpcheck.failure.recorders import dump_every_recorder
-from ddpcheck.rank import arrival, assemble, here, inline, interrupt, rundir
+from ddpcheck.rank import arrival, assemble, giving_up, inline, rundir
 from ddpcheck.rank.context import NullStatus, RankContext
 from ddpcheck.rank.faults import Faults
 from ddpcheck.rank.fingerprint import rank_fingerprint
@@ -42,16 +38,10 @@ from ddpcheck.torch_compat import takes_device_id, teardown_may_deadlock
 if TYPE_CHECKING:
     import torch
 
-    from ddpcheck.report.model import Check, Report
+    from ddpcheck.report.model import Report
 
 # How often a rank looks for the launcher's monitor's request to dump its flight recorder.
 FLIGHT_POLL_S = 0.2
-# Past its own timeout, this much longer before a join that did not return is given up (_guard_join).
-JOIN_GRACE_S = 5.0
-# This rank's status writer, once it has one.
-_writer: list[StatusWriter] = []
-# A pause of its own this long names the rank itself (a busy 2-core machine delays a beat by < 0.5 s).
-PAUSED_ITSELF_S = 2.0
 
 
 def rank_identity() -> dict[str, Any]:
@@ -92,12 +82,9 @@ def run_rank(
     verdict itself travels in the report.
     """
     identity = rank_identity()
-    rank, world_size = identity["rank"], int(os.environ["WORLD_SIZE"])
-    status = StatusWriter(run_dir, identity) if run_dir else None
-    _writer[:] = [status] if status else []  # for the SIGTERM thread: was this rank itself stopped?
-    if status and spec.inline:
-        status.add_transport(arrival.StageTransport())  # the host's job directory, for peers before the store
-    faults: Faults = load(COMMANDS[spec.command].fault_actions)(spec.faults, rank)
+    world_size = int(os.environ["WORLD_SIZE"])
+    status = _status_writer(spec, run_dir, identity)
+    faults: Faults = load(COMMANDS[spec.command].fault_actions)(spec.faults, identity["rank"])
     session: inline.Session | None = None
     import torch.distributed as dist
 
@@ -108,47 +95,9 @@ def run_rank(
         _stage(status, faults, stages.JOIN)
         if spec.inline and status:
             # Before the rendezvous: a peer that never arrives is named from what this rank publishes.
-            session = _inline_session(rank, world_size, status, spec.collective_timeout)
-        joined = (
-            _guard_join(spec, run_dir, world_size, session, status, write_report) if spec.inline else None
-        )
-        _join(spec, device, status)
-        if joined is not None:
-            joined.set()
-        if run_dir and not spec.inline:
-            _answer_flight_requests(run_dir, rank)
-        if session is not None and status:
-            status.stage(stages.JOINED)
-        command = COMMANDS[spec.command]
-        check = command.module()
-        options = options_from_dict(command.options, spec.options)
-        ctx = RankContext(
-            rank=rank,
-            local_rank=identity["local_rank"],
-            world_size=world_size,
-            backend=spec.backend,
-            device=device,
-            host=identity["host"],
-            faults=faults,
-            status=status or NullStatus(),
-            budget=spec.budget,
-        )
-        _stage(status, faults, stages.MEASURE)
-        data = check.measure(ctx, options)
-        _stage(status, faults, stages.GATHER)
-        _substage(status, stages.GATHER_WAIT)
-        gathered = ctx.gather_to_rank0(
-            {**identity, **device_identity(device), "fingerprint": fingerprint, "data": data}
-        )
-        shared: list[Any] = [None]
-        if gathered is not None:
-            fingerprints = [g.pop("fingerprint") for g in gathered]
-            judged = check.judge([g.pop("data") for g in gathered], gathered, options)
-            world = _world(spec, gathered, device)
-            report = assemble.from_ranks(judged, gathered, fingerprints, world, spec.options)
-            shared = [{"verdict": report.verdict.value, "host": identity["host"]}]
-            if run_dir:
-                rundir.write_rank0_report(run_dir, report)
+            session = _inline_session(identity["rank"], world_size, status, spec.collective_timeout)
+        _join_guarded(spec, run_dir, world_size, device, status, session, write_report)
+        shared = _run_command(spec, identity, world_size, device, fingerprint, status, faults, run_dir)
         # Every node learns the verdict before teardown, so all of them exit with it.
         dist.broadcast_object_list(shared, src=0)
         if run_dir:
@@ -157,14 +106,12 @@ def run_rank(
         return 0
     except BaseException as exc:
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        if isinstance(exc, StoreNotReached):
+        if isinstance(exc, inline.StoreNotReached):
             message = str(exc)  # ddpcheck's own finding, whole: no exception type before it
         if status:
             status.error(message)
         if spec.inline:
-            own = status.record.to_dict() if status else {}
-            paused = _paused_itself(spec, status, rank, message)
-            _inline_gave_up(spec, run_dir, world_size, message, session, {**own, "error": message}, paused)
+            giving_up.after_failure(giving_up.InlineRank(spec, run_dir, world_size, session, status), message)
         else:
             traceback.print_exc()
         return 1
@@ -176,6 +123,82 @@ def run_rank(
             status.close()
         if session:
             session.close()
+
+
+def _status_writer(spec: RunSpec, run_dir: str | None, identity: dict[str, Any]) -> StatusWriter | None:
+    """This rank's status channel: the run directory's file, and inline the host's job directory."""
+    status = StatusWriter(run_dir, identity) if run_dir else None
+    giving_up.status_of_this_rank = status  # for the SIGTERM thread: was this rank itself stopped?
+    if status and spec.inline:
+        status.add_transport(arrival.StageTransport())  # the host's job directory, for peers before the store
+    return status
+
+
+def _join_guarded(
+    spec: RunSpec,
+    run_dir: str | None,
+    world_size: int,
+    device: torch.device,
+    status: StatusWriter | None,
+    session: inline.Session | None,
+    write_report: Callable[[Report], list[str]] | None,
+) -> None:
+    """Join the process group; inline, a join that outlives its timeout is given up from a thread."""
+    joined = (
+        giving_up.guard_join(spec, run_dir, world_size, session, status, write_report)
+        if spec.inline
+        else None
+    )
+    _join(spec, device, status)
+    if joined is not None:
+        joined.set()
+    if run_dir and not spec.inline:
+        _answer_flight_requests(run_dir, int(os.environ["RANK"]))
+    if session is not None and status:
+        status.stage(stages.JOINED)
+
+
+def _run_command(
+    spec: RunSpec,
+    identity: dict[str, Any],
+    world_size: int,
+    device: torch.device,
+    fingerprint: dict[str, Any],
+    status: StatusWriter | None,
+    faults: Faults,
+    run_dir: str | None,
+) -> list[Any]:
+    """The check's measure() on every rank, gathered to rank 0, which judges it and writes the report;
+    returns what rank 0 shares with every rank (its verdict and host; None elsewhere)."""
+    command = COMMANDS[spec.command]
+    check = command.module()
+    options = options_from_dict(command.options, spec.options)
+    ctx = RankContext(
+        rank=identity["rank"],
+        local_rank=identity["local_rank"],
+        world_size=world_size,
+        backend=spec.backend,
+        device=device,
+        host=identity["host"],
+        faults=faults,
+        status=status or NullStatus(),
+        budget=spec.budget,
+    )
+    _stage(status, faults, stages.MEASURE)
+    data = check.measure(ctx, options)
+    _stage(status, faults, stages.GATHER)
+    _substage(status, stages.GATHER_WAIT)
+    gathered = ctx.gather_to_rank0(
+        {**identity, **device_identity(device), "fingerprint": fingerprint, "data": data}
+    )
+    if gathered is None:
+        return [None]
+    fingerprints = [g.pop("fingerprint") for g in gathered]
+    judged = check.judge([g.pop("data") for g in gathered], gathered, options)
+    report = assemble.from_ranks(judged, gathered, fingerprints, _world(spec, gathered, device), spec.options)
+    if run_dir:
+        rundir.write_rank0_report(run_dir, report)
+    return [{"verdict": report.verdict.value, "host": identity["host"]}]
 
 
 def _inline_session(rank: int, world_size: int, status: StatusWriter, wait_s: float) -> inline.Session | None:
@@ -195,227 +218,6 @@ def _inline_session(rank: int, world_size: int, status: StatusWriter, wait_s: fl
     return session
 
 
-def _inline_gave_up(
-    spec: RunSpec,
-    run_dir: str | None,
-    world_size: int,
-    message: str,
-    session: inline.Session | None,
-    own: dict[str, Any],
-    paused: Check | None = None,
-    claimed: bool = False,
-) -> None:
-    """Under torchrun, srun or mpirun no launcher watches: the rank that gives up names who stopped beating.
-
-    Rank 0 writes the report; every other rank names the same culprit in its one line (this
-    is the user's terminal, not a log file). A peer whose connection dropped may still beat
-    for a moment: wait up to inline.SAMPLE_S for its heartbeat to stop.
-    """
-    rank = int(os.environ["RANK"])
-    headline = message.splitlines()[-1]
-    if not claimed and not inline.claim():
-        # SIGTERM came first: its thread says the one line and ends the process.
-        time.sleep(inline.SIGTERM_GRACE_S)
-        return
-    try:
-        if rank != 0 and run_dir:
-            # Nothing more to write here; a launcher's SIGKILL may come while this rank looks.
-            rundir.remove(run_dir)
-        if paused is not None:
-            # Its peers' timeouts are its own doing: it names itself, and blames nobody else.
-            say(f"ddpcheck: rank {rank} failed ({headline}): {paused.detail}")
-            if rank == 0 and run_dir:
-                report = explain.inline_crash_report(spec, world_size, own, message, paused)
-                rundir.write_rank0_report(run_dir, report)
-            return
-        if session is None or not peers.is_collateral_error(message):
-            # No store to read, or this rank failed first-hand: then it is the culprit itself.
-            say(f"ddpcheck: rank {rank} failed: {headline}")
-            if rank == 0 and run_dir and session is not None:
-                rundir.write_rank0_report(
-                    run_dir, explain.inline_crash_report(spec, world_size, own, message)
-                )
-            return
-        wait_s = inline.SAMPLE_S if rank != 0 or peers.connection_dropped(message) else 0.0
-        statuses = session.observe(wait_s)
-        if not statuses:
-            where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-            say(
-                f"ddpcheck: rank {rank} failed: {headline} (the store at {where}, which holds every "
-                "rank's heartbeat, did not answer: its host, rank 0 or the launcher, is gone or frozen)"
-            )
-            return
-        stall = Stall(statuses, waited_s=spec.collective_timeout, world_size=world_size)
-        end_stopped = spec.launcher == "torchrun" and rank == 0
-        ended = inline.reap(statuses, end_stopped=end_stopped, store=session.store)
-        if rank != 0:
-            check = explain.judge_inline(stall, message, rank)
-            say(f"ddpcheck: rank {rank} failed ({headline}): {check.detail}")
-            session.said()
-            if spec.launcher in ("srun", "mpirun"):
-                # The first task to exit starts the launcher's teardown: rank 0, which reports, leaves first.
-                session.wait_for_rank0(inline.RANK0_LEAVES_S)
-            return
-        say(f"ddpcheck: rank 0 failed: {headline}")
-        report = explain.inline_report(spec, stall, message)
-        if ended:
-            report.notes.append(
-                f"ddpcheck ended stopped rank(s) {', '.join(map(str, ended))} on this host (SIGKILL): "
-                "torchrun's SIGTERM cannot reach a stopped process, and it would wait its shutdown timeout"
-            )
-        if run_dir:
-            rundir.write_rank0_report(run_dir, report)
-        if spec.launcher in ("srun", "mpirun"):
-            # Rank 0's process hosts the store there: the others read it to name the culprit.
-            session.wait_for_waiters(report.checks[0].ranks, inline.SAMPLE_S + 1.0)
-    finally:
-        inline.gave_up.set()
-
-
-def _guard_join(
-    spec: RunSpec,
-    run_dir: str | None,
-    world_size: int,
-    session: inline.Session | None,
-    status: StatusWriter | None,
-    write_report: Callable[[Report], list[str]] | None,
-) -> threading.Event:
-    """Under torchrun, srun or mpirun: a join that outlives its own timeout is given up from a thread.
-
-    gloo's full-mesh connect to a peer stopped mid-handshake never returns (torch 2.13: two ranks
-    stuck 45 s in init_process_group with --timeout 10, 1 strike of 20 under torchrun), and no
-    launcher watches. Set the event once the join returned."""
-    joined = threading.Event()
-    bound_s = spec.collective_timeout + JOIN_GRACE_S
-
-    def guard() -> None:
-        if joined.wait(bound_s) or not inline.claim():
-            return  # joined; or the main thread (its own timeout), or SIGTERM's thread, is giving up
-        rank = int(os.environ["RANK"])
-        message = (
-            f"init_process_group timed out: it had not returned {bound_s:g} s after it began "
-            f"(its own timeout is {spec.collective_timeout:g} s)"
-        )
-        if status:
-            status.error(message)
-        own = status.record.to_dict() if status else {}
-        paused = _paused_itself(spec, status, rank, message)
-        _inline_gave_up(spec, run_dir, world_size, message, session, {**own, "error": message}, paused, True)
-        report = rundir.read_rank0_report(run_dir) if run_dir and write_report else None
-        if report is not None and write_report is not None:
-            with contextlib.suppress(Exception):
-                for said in write_report(report):
-                    say(f"ddpcheck: {said}")
-        _leave()
-
-    threading.Thread(target=_quietly, args=(guard,), name="ddpcheck-join-guard", daemon=True).start()
-    return joined
-
-
-def _paused_itself(spec: RunSpec, status: StatusWriter | None, rank: int, message: str) -> Check | None:
-    """This rank's own beats show it did not run for a long while (SIGSTOP, then SIGCONT from its
-    launcher's teardown): then the timeout it met is its own doing. A pause under PAUSED_ITSELF_S, or
-    under a quarter of the collective timeout, cannot have made a peer give up."""
-    if status is None:
-        return None
-    pause_s, stage = status.pause()
-    if pause_s < max(PAUSED_ITSELF_S, spec.collective_timeout / 4):
-        return None
-    return explain.paused_itself(rank, status.record.to_dict(), pause_s, stage, message)
-
-
-def _leave() -> NoReturn:
-    """Exit 3, the run directory (registered by run_inline) removed once more: the main thread went
-    on while this thread looked, and what it wrote there since would outlive the rank."""
-    interrupt.leave(EXIT_COULD_NOT_COMPLETE, say=False)
-
-
-def on_inline_sigterm(
-    spec: RunSpec, run_dir: Path, write_report: Callable[[Report], list[str]] | None = None
-) -> None:
-    """The launcher stops this rank (SIGTERM) because another failed: name the one that stopped beating.
-
-    Runs on inline.SigtermWatch's thread while the main thread may be blocked in a collective.
-    Rank 0 also writes the report's files (`write_report`, which says where): under mpirun its
-    SIGTERM can come before its own collective fails, and a SIGKILL a second after it.
-    """
-    rank = int(os.environ["RANK"])
-    # slurmstepd's SIGKILL follows only after KillWait: rank 0's main thread, which writes the report,
-    # gives up within its collective's timeout (at once when the peer's connection dropped).
-    srun_rank0 = rank == 0 and spec.launcher == "srun" and inline.current is not None
-    if srun_rank0 and inline.gave_up.wait(spec.collective_timeout + inline.SIGTERM_GRACE_S):
-        time.sleep(inline.SIGTERM_GRACE_S)  # it is rendering the report, then exits by itself
-        _leave()
-    claimed = inline.claim()
-    arrival.stage(arrival.TERMINATED)  # a SIGKILL may follow: the peers must not take this rank for a culprit
-    # The launcher may follow with SIGKILL within a second (mpirun does): clean up first. Nothing
-    # in the run directory must outlive that: rank 0's report, if its main thread is writing it
-    # now, is kept in this process too (rundir.write_rank0_report).
-    rundir.remove(run_dir)
-    if not claimed:
-        # This rank is already giving up: let it finish its report and line, within a bound.
-        inline.gave_up.wait(inline.SIGTERM_GRACE_S)
-        time.sleep(inline.SIGTERM_GRACE_S)
-        _leave()
-    line = f"ddpcheck: rank {rank} stopped by SIGTERM (its launcher ends every rank once one failed)"
-    paused = _paused_itself(spec, _writer[0] if _writer else None, rank, "")
-    if paused is not None:
-        # Stopped itself, and continued by its launcher's teardown (SIGCONT, then SIGTERM): the culprit.
-        written: list[str] = []
-        if rank == 0 and write_report is not None:
-            world = int(os.environ["WORLD_SIZE"])
-            with contextlib.suppress(Exception):
-                written = write_report(explain.inline_crash_report(spec, world, {}, "SIGTERM", paused))
-        say(f"{line}: {paused.detail}")
-        for said in written:
-            say(f"ddpcheck: {said}")
-        _leave()
-    session = inline.current
-    found: list[str] = []
-    stalls: list[Stall] = []
-
-    def look() -> None:
-        if session is None:
-            statuses = here.arrivals_seen()  # before the store: what this host's job directory says
-            if statuses:
-                world = int(os.environ["WORLD_SIZE"])
-                stalls.append(Stall(statuses, None, world))
-                found.append(": " + explain.judge_inline(stalls[0], "SIGTERM", rank).detail)
-            return
-        statuses = session.observe(look_s, connect_s=look_s)
-        end_stopped = spec.launcher == "torchrun" and rank == 0
-        inline.reap(statuses, end_stopped=end_stopped, store=session.store)
-        world = int(os.environ["WORLD_SIZE"])
-        if statuses:
-            stalls.append(Stall(statuses, None, world))
-            found.append(": " + explain.judge_inline(stalls[0], "SIGTERM", rank).detail)
-        else:
-            found.append("; the store the ranks shared is gone: the others had ended already")
-
-    # Bounded: mpirun's SIGKILL follows its SIGTERM by a second; the line must be out before it.
-    look_s = inline.sigterm_look_s(spec.launcher)
-    looking = threading.Thread(target=_quietly, args=(look,), daemon=True)
-    looking.start()
-    looking.join(look_s)
-    line += found[0] if found else "; the others' heartbeats could not be read in time"
-    wrote: list[str] = []
-    if rank == 0 and found and stalls and write_report is not None:
-        # The files first: they are what a SIGKILL would cost; each is written whole or not at all.
-        with contextlib.suppress(Exception):
-            wrote = write_report(explain.sigterm_report(spec, stalls[0]))
-    say(line)
-    for said in wrote:
-        say(f"ddpcheck: {said}")
-    if session is not None and rank != 0:
-        _quietly(session.said)
-    _leave()
-
-
-def _quietly(action: Callable[[], object]) -> None:
-    with contextlib.suppress(Exception):
-        action()
-
-
 def _bind_device(spec: RunSpec, local_rank: int, status: StatusWriter | None, faults: Faults) -> torch.device:
     import torch
 
@@ -426,26 +228,6 @@ def _bind_device(spec: RunSpec, local_rank: int, status: StatusWriter | None, fa
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
     return torch.device("cpu")
-
-
-class StoreNotReached(RuntimeError):
-    """A rank could not reach rank 0's store: what it says names the address and what is wrong with it."""
-
-
-def _rendezvous_store(timeout: timedelta) -> Any:
-    """inline.rendezvous_store; a rank that cannot reach rank 0's store says where it looked and why
-    it failed (what `ddpcheck env` finds), not torch's timeout."""
-    began = time.monotonic()
-    try:
-        return inline.rendezvous_store(timeout)
-    except Exception as exc:
-        if os.environ.get("RANK") == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-            raise  # rank 0 hosts it; torchrun's agent is this host's own
-        waited_s = round(time.monotonic() - began)
-        where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-        if inline.why_unreachable is None:
-            raise StoreNotReached(f"could not reach rank 0's store at {where} within {waited_s} s") from exc
-        raise StoreNotReached(inline.why_unreachable(os.environ, waited_s)) from exc
 
 
 def _join(spec: RunSpec, device: torch.device, status: StatusWriter | None) -> None:
@@ -461,7 +243,7 @@ def _join(spec: RunSpec, device: torch.device, status: StatusWriter | None) -> N
     if spec.inline:
         # The rendezvous apart from the join: a peer stuck in one is named at that stage.
         _substage(status, stages.RENDEZVOUS)
-        kwargs.update(store=_rendezvous_store(timeout), rank=int(os.environ["RANK"]))
+        kwargs.update(store=inline.rendezvous_store(timeout), rank=int(os.environ["RANK"]))
         kwargs["world_size"] = int(os.environ["WORLD_SIZE"])
     _substage(status, stages.JOIN_WAIT)
     dist.init_process_group(**kwargs)
@@ -496,7 +278,7 @@ def _answer_flight_requests(run_dir: str, rank: int) -> None:
         if dump is not None:
             rundir.write_flight_dump(run_dir, rank, dump)
 
-    threading.Thread(target=_quietly, args=(watch,), name="ddpcheck-flight", daemon=True).start()
+    threading.Thread(target=giving_up.quietly, args=(watch,), name="ddpcheck-flight", daemon=True).start()
 
 
 def _stage(status: StatusWriter | None, faults: Faults, name: str) -> None:

@@ -60,27 +60,8 @@ STORE_OP_TIMEOUT_S = 3.0
 # How long a rank without a fresh view from rank 0 samples beats before it judges: long enough for a
 # peer to beat STOPPED_AFTER_BEATS times, and a second more.
 SAMPLE_S = STOPPED_AFTER_BEATS * HEARTBEAT_INTERVAL_S + 1.0
-# A rank stopped by SIGTERM while it was already giving up: how long its report may still take.
-SIGTERM_GRACE_S = 5.0
-# How long a rank stopped by SIGTERM looks for the peer that stopped beating: mpirun sends SIGKILL
-# about a second after its SIGTERM (at once to every rank left when one exits), torchrun after
-# --shutdown-timeout; srun's slurmstepd only after Slurm's KillWait (30 s unless the cluster sets
-# it; measured: SIGTERM at once, SIGKILL 30 s later).
-SIGTERM_LOOK_S = 0.6
-SRUN_SIGTERM_LOOK_S = 3.0
-# How long a rank other than 0, done, waits for rank 0 to leave first (under srun and mpirun).
-RANK0_LEAVES_S = 15.0
-
-# One process is one rank: its session, and who speaks for it when it fails (the rank giving up,
-# or the SIGTERM thread; whichever comes first, once).
+# One process is one rank: its session, once it has one.
 current: Session | None = None
-gave_up = threading.Event()
-_claimed = threading.Lock()
-
-
-def claim() -> bool:
-    """True for the first caller only: one account of a failure per rank."""
-    return _claimed.acquire(blocking=False)
 
 
 def connect(timeout_s: float = STORE_OP_TIMEOUT_S) -> Store:
@@ -104,14 +85,33 @@ why_unreachable: Callable[[Mapping[str, str], float], str] | None = None
 _hosted: list[Store] = []
 
 
+class StoreNotReached(RuntimeError):
+    """A rank could not reach rank 0's store: what it says names the address and what is wrong with it."""
+
+
 def rendezvous_store(timeout: timedelta) -> Store:
-    """The store the process group joins through.
+    """The store the process group joins through; a rank that cannot reach rank 0's store raises
+    StoreNotReached, which says where it looked and why it failed (what `ddpcheck env` finds).
 
     Under torchrun, its agent's (torch's own env:// rendezvous). Under srun and mpirun rank 0 hosts
     it, opened at once and never waiting for the others: torch's rendezvous would wait for every
     rank inside the store's constructor, and on a timeout the store would close with it, taking every
     rank's heartbeat along before anyone could read who never came.
     """
+    began = time.monotonic()
+    try:
+        return _rendezvous_store(timeout)
+    except Exception as exc:
+        if os.environ.get("RANK") == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            raise  # rank 0 hosts it; torchrun's agent is this host's own
+        waited_s = round(time.monotonic() - began)
+        where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        if why_unreachable is None:
+            raise StoreNotReached(f"could not reach rank 0's store at {where} within {waited_s} s") from exc
+        raise StoreNotReached(why_unreachable(os.environ, waited_s)) from exc
+
+
+def _rendezvous_store(timeout: timedelta) -> Store:
     import torch.distributed as dist
 
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
@@ -149,11 +149,6 @@ def launcher_of(environ: dict[str, str] | os._Environ[str]) -> str:
     if "SLURM_STEP_ID" in environ or "SLURM_STEPID" in environ:
         return "srun"
     return "launcher"
-
-
-def sigterm_look_s(launcher: str | None) -> float:
-    """How long a rank stopped by `launcher`'s SIGTERM may look for the culprit before it must speak."""
-    return SRUN_SIGTERM_LOOK_S if launcher == "srun" else SIGTERM_LOOK_S
 
 
 def read_records(store: Store, world_size: int) -> dict[int, RankStatus]:

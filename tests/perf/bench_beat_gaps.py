@@ -1,7 +1,7 @@
 """Benchmark: how late a rank's own heartbeat comes on a busy machine, the floor of "was stopped".
 
 A rank that was itself stopped names itself when its heartbeat thread saw a gap of at least
-harness.PAUSED_ITSELF_S (and a quarter of --timeout) between two beats. This runs the real
+giving_up.PAUSED_ITSELF_S (and a quarter of --timeout) between two beats. This runs the real
 StatusWriter in a process whose main thread works as a rank's does (torch matmuls, which release
 the GIL, and pure Python, which holds it), beside one spinning process per core, and prints the
 longest gap beyond the beat interval. docs/failures.md quotes it.
