@@ -156,7 +156,7 @@ def test_declarations_load_neither_torch_nor_the_work() -> None:
 
 # Where a shared file may name a command, and why; every other naming of one fails the test below.
 NAMES_ALLOWED = {
-    # `compare` is a report-side command: a baseline refuses its report (compare's own run is there too).
+    # `compare` is a report-side command: a baseline refuses its report.
     ("ddpcheck/report/baseline.py", "compare"),
     # Every ranked run's preflight is env's judges of the setting (checks/env/preflight.py).
     ("ddpcheck/cli.py", "env"),

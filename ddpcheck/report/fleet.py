@@ -4,7 +4,7 @@
 (`gpu-a[001-004,017]`), ready for `sbatch --exclude=$(cat PATH)`, and an empty file on a pass;
 `--prom PATH` writes node_exporter textfile metrics (report/formats/prometheus.py); `--drain` drains
 the culprits' Slurm nodes (launcher/drain.py). Only the process that writes the report
-writes these (cli.finish): under torchrun or srun, rank 0's.
+writes these (launcher/finish.py): under torchrun or srun, rank 0's.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ class _Console(Console):
     def on_broken_pipe(self) -> None:
         """The reader left (`ddpcheck ... | head`): rich would exit 1, which reads as FAIL.
 
-        Quiet from here on; the caller exits with the verdict (cli.finish).
+        Quiet from here on; the caller exits with the verdict (launcher/finish.py).
         """
         self.quiet = True
         raise BrokenPipeError(errno.EPIPE, "the reader of the report left")
