@@ -13,12 +13,14 @@ import posix  # built in too: the environment, before os is loaded
 _noted_before: list[int] = []
 if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # an ignored one stays ignored
     _signal.signal(_signal.SIGINT, lambda signum, frame: _noted_before.append(signum))
+
+from ddpcheck.failure.rank_env import RANK_VARIABLES  # noqa: E402 (standard library only, and small)
+
 # A launcher's rank: its SIGTERM (another rank failed) is noted too, and answered once rank/early.py
-# is loaded. By default it would end the rank without a word: on a busy host, loading ddpcheck's
-# first modules took over a second, and torchrun's SIGTERM came then (3 strikes of 20).
+# is loaded. By default it would end the rank without a word while ddpcheck's first modules load.
 _terms_noted: list[int] = []
-_LAUNCHED = (b"RANK", b"OMPI_COMM_WORLD_RANK", b"PMI_RANK", b"SLURM_PROCID")
-if any(name in posix.environ for name in _LAUNCHED) and _signal.getsignal(_signal.SIGTERM) == _signal.SIG_DFL:
+_launched = any(name.encode() in posix.environ for name in RANK_VARIABLES)
+if _launched and _signal.getsignal(_signal.SIGTERM) == _signal.SIG_DFL:
     _signal.signal(_signal.SIGTERM, lambda signum, frame: _terms_noted.append(signum))
 
 import os  # noqa: E402

@@ -7,8 +7,10 @@ Shared by `watch` (the job it started), `attach` (a job it finds), the launcher'
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,14 +18,15 @@ from enum import Enum
 
 import psutil
 
-from ddpcheck.failure.rank_env import RANK_VARIABLES, is_python_helper
+from ddpcheck.failure.rank_env import RANK_VARIABLES, has_rank, is_python_helper
 
 # How long a process has to end after SIGTERM, and again after SIGKILL, before it is given up on.
 GRACE_S = 5.0
 _POLL_S = 0.05
 
+TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")  # `python -m` these: torchrun
 # The root of a job that is a launcher: none of its own processes is a rank until it starts them.
-LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "mpirun", "mpiexec", "srun")
+LAUNCHERS = ("torchrun", *TORCHRUN_MODULES, "mpirun", "mpiexec", "srun")
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class ProcessTree:
         self.host = socket.gethostname()
         self._environ: dict[int, dict[str, str]] = {}
         self._helpers: set[int] = set()
-        if root_environ is not None and any(name in root_environ for name in RANK_VARIABLES):
+        if root_environ is not None and has_rank(root_environ):
             self._environ[root_pid] = dict(root_environ)
 
     def descendants(self) -> list[psutil.Process]:
@@ -102,7 +105,7 @@ class ProcessTree:
 
     def guessed(self, pid: int) -> bool:
         """Whether `pid` was taken for rank 0 only because no process of the job carried a rank."""
-        return pid == self.root_pid and not any(name in self._environ.get(pid, {}) for name in RANK_VARIABLES)
+        return pid == self.root_pid and not has_rank(self._environ.get(pid, {}))
 
     def _rank_variable(self, procs: list[psutil.Process]) -> str | None:
         """The variable that numbers the ranks: torchrun's RANK over the outer launcher's."""
@@ -121,7 +124,7 @@ class ProcessTree:
             environ = proc.environ()
         except psutil.Error:
             return {}
-        if any(name in environ for name in RANK_VARIABLES):
+        if has_rank(environ):
             self._environ[proc.pid] = environ
         return environ
 
@@ -219,3 +222,18 @@ def cpu_seconds(pid: int) -> float | None:
         return times.user + times.system
     except psutil.Error:
         return None
+
+
+def output_within(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
+    """The output of a command started in a session of its own; None when it ran past `timeout_s`,
+    and then it is killed with whatever it started (its process group)."""
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            proc.kill()
+        proc.communicate()
+        return None
+    return out

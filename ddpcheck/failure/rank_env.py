@@ -10,8 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import Enum
 
+# (name, rank, size, local rank, local size) variables of each MPI family.
+MPI_FAMILIES = (
+    ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("MPICH/Intel MPI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+)  # fmt: skip
 # Where a rank's number comes from, first found first: torchrun's under any outer launcher.
-RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+RANK_VARIABLES = ("RANK", *(family[1] for family in MPI_FAMILIES), "SLURM_PROCID")
 # An srun step's id (the older name second); a batch script's own step is "batch", no srun step.
 STEP_VARIABLES = ("SLURM_STEP_ID", "SLURM_STEPID")
 BATCH_STEP = "batch"
@@ -56,7 +62,7 @@ def launcher_of(environ: Mapping[str, str]) -> Launcher:
     through an srun step of its own daemons: mpirun's variables come before srun's."""
     if "TORCHELASTIC_RUN_ID" in environ and "RANK" in environ:
         return Launcher.TORCHRUN
-    if "OMPI_COMM_WORLD_RANK" in environ or "PMI_RANK" in environ:
+    if any(family[1] in environ for family in MPI_FAMILIES):
         return Launcher.MPIRUN
     if srun_step(environ) is not None and "SLURM_PROCID" in environ:
         return Launcher.SRUN
@@ -66,6 +72,10 @@ def launcher_of(environ: Mapping[str, str]) -> Launcher:
 def rank_variable(environ: Mapping[str, str]) -> str | None:
     """The variable that holds this process's rank, the first of RANK_VARIABLES it has."""
     return next((name for name in RANK_VARIABLES if name in environ), None)
+
+
+def has_rank(environ: Mapping[str, str]) -> bool:
+    return rank_variable(environ) is not None
 
 
 def rank_of(environ: Mapping[str, str]) -> int | None:

@@ -11,13 +11,14 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sysconfig
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
+
+from ddpcheck.failure.processes import output_within
 
 Key = TypeVar("Key", bound=Hashable)
 
@@ -109,26 +110,20 @@ def py_spy_dumps(
     deadline = time.monotonic() + timeout
     dumps = {}
     for key, proc in running.items():
-        try:
-            out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            continue
-        if proc.returncode == 0 and out.strip():
+        out = output_within(proc, max(0.1, deadline - time.monotonic()))
+        if out is not None and proc.returncode == 0 and out.strip():
             dumps[key] = out.strip()
     return dumps
 
 
-def dump(pid: int, *, timeout: float = PY_SPY_TIMEOUT_S, blocking: bool = False) -> Stack | None:
-    """The main thread's stack (None when it cannot be read: the process ended, say).
+def stacks_of(pids: dict[Key, int], *, blocking: bool = False) -> dict[Key, Stack]:
+    """key -> the main thread's stack of each process that could be read (one that ended cannot).
 
     Periodic samples read without pausing the process, so that sampling never stalls a rank;
     the stacks a verdict rests on are read with it paused, so that they are consistent.
     """
-    text = py_spy_dumps({pid: pid}, timeout=timeout, as_json=True, blocking=blocking).get(pid)
-    return None if text is None else parse_dump(text)
+    texts = py_spy_dumps(pids, as_json=True, blocking=blocking)
+    return {key: stack for key, text in texts.items() if (stack := parse_dump(text))}
 
 
 def parse_dump(text: str) -> Stack | None:

@@ -15,15 +15,10 @@ import zlib
 from collections.abc import Mapping
 
 from ddpcheck.errors import UsageError
+from ddpcheck.failure.rank_env import MPI_FAMILIES
 from ddpcheck.launcher.options import parse_endpoint
 from ddpcheck.launcher.slurm import PORT_BASE, PORT_SPAN
 
-# (rank, size, local rank, local size) variables of each MPI family.
-FAMILIES = (
-    ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-     "OMPI_COMM_WORLD_LOCAL_SIZE"),
-    ("MPICH/Intel MPI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-)  # fmt: skip
 # Variables whose value every rank of one mpirun job shares and two jobs do not.
 JOB_ID_VARIABLES = ("OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_KVSNAME", "PMI_PORT")
 HOW_TO_PASS = (
@@ -33,7 +28,7 @@ HOW_TO_PASS = (
 
 
 def _family(environ: Mapping[str, str]) -> tuple[str, str, str, str, str] | None:
-    return next((f for f in FAMILIES if f[1] in environ and f[2] in environ), None)
+    return next((f for f in MPI_FAMILIES if f[1] in environ and f[2] in environ), None)
 
 
 def under_mpirun(environ: Mapping[str, str]) -> bool:

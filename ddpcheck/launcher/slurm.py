@@ -12,12 +12,13 @@ import re
 from collections.abc import Mapping
 
 from ddpcheck.errors import UsageError
+from ddpcheck.failure.rank_env import srun_step
 from ddpcheck.launcher.options import LaunchOptions
 
 PORT_BASE = 20000
 # Ports 20000..32767: above the well-known range and below every usual ephemeral range (Linux's
 # 32768..60999, IANA's 49152..65535). In one, an outgoing connection's local port could hold the
-# job's port when rank 0 binds it (EADDRINUSE); 20000..39999 had 37% of its ports in Linux's range.
+# job's port when rank 0 binds it (EADDRINUSE).
 PORT_SPAN = 12768
 
 _GROUP_RE = re.compile(r"([^,\[]*)(?:\[([^\]]*)\])?([^,\[]*)")
@@ -94,12 +95,17 @@ def port_for_job(job_id: str, step_id: str = "0") -> int:
     return PORT_BASE + (int(digits) * 7919 + step) % PORT_SPAN
 
 
+def step_port(environ: Mapping[str, str]) -> int:
+    """port_for_job of this task's job and step."""
+    return port_for_job(
+        environ.get("SLURM_JOB_ID", environ.get("SLURM_JOBID", "0")), srun_step(environ) or "0"
+    )
+
+
 def under_srun(environ: Mapping[str, str]) -> bool:
     """A task of an srun step with several tasks (not the batch script itself)."""
-    step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID"))
     return (
-        step is not None
-        and step != "batch"
+        srun_step(environ) is not None
         and "SLURM_PROCID" in environ
         and int(environ.get("SLURM_NTASKS", "1")) > 1
     )
@@ -120,7 +126,6 @@ def torch_environment(environ: Mapping[str, str]) -> dict[str, str]:
         local_world = tasks_on_node(per_node, node_id)
     else:
         local_world = int(environ.get("SLURM_NTASKS_PER_NODE", world))
-    job_id = environ.get("SLURM_JOB_ID", environ.get("SLURM_JOBID", "0"))
     return {
         "RANK": str(rank),
         "WORLD_SIZE": str(world),
@@ -128,8 +133,7 @@ def torch_environment(environ: Mapping[str, str]) -> dict[str, str]:
         "LOCAL_WORLD_SIZE": str(local_world),
         "GROUP_RANK": str(node_id),
         "MASTER_ADDR": environ.get("MASTER_ADDR") or expand_nodelist(nodelist)[0],
-        "MASTER_PORT": environ.get("MASTER_PORT")
-        or str(port_for_job(job_id, environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID", "0")))),
+        "MASTER_PORT": environ.get("MASTER_PORT") or str(step_port(environ)),
     }
 
 

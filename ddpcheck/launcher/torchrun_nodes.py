@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ddpcheck.failure.processes import TORCHRUN_MODULES
+
 DEFAULT_MASTER_PORT = 29500  # torchrun's own default
-TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 FLAGS = frozenset({"standalone", "no-python", "run-path", "module", "use-env"})  # no value follows
 
 

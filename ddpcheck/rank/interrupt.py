@@ -24,24 +24,33 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from enum import Enum
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, ClassVar, NoReturn
 
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED
 from ddpcheck.errors import say as say_line
+from ddpcheck.failure.rank_env import ranks_given
 from ddpcheck.rank import arrival
 
 if TYPE_CHECKING:  # loaded before the Ctrl-C handler is in: subprocess is half of its import time
     import subprocess
 
 LINE = "ddpcheck: interrupted; every rank was stopped"
-LEAVE, NOTE, RAISE_ONCE = "leave", "note", "raise once"
+
+
+class Mode(Enum):
+    """What a signal does now: the process leaves at once, or the signal is noted (and raised once)."""
+
+    LEAVE = "leave"
+    NOTE = "note"
+    RAISE_ONCE = "raise once"
 
 
 class _State:
-    mode: ClassVar[str] = LEAVE
+    mode: ClassVar[Mode] = Mode.LEAVE
     stopped: ClassVar[threading.Event] = threading.Event()  # a signal came; set for the rest of the process
     removals: ClassVar[list[Path]] = []
     sessions: ClassVar[list[subprocess.Popen]] = []  # children in sessions of their own: killed on leaving
@@ -72,7 +81,7 @@ def install(noted_before: list[int] | None = None) -> None:
         signal.signal(signal.SIGINT, _on_signal)
     if noted_before:
         _on_signal(signal.SIGINT, None)
-    if _is_rank(os.environ):
+    if ranks_given(os.environ):
         _leave_with_launcher()
 
 
@@ -82,10 +91,6 @@ def leave_on_sigterm() -> None:
     (inline.SigtermWatch); by default the rank would die there, its run directory left."""
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_signal)
-
-
-def _is_rank(environ: os._Environ[str] | dict[str, str]) -> bool:
-    return any(name in environ for name in _RANKS) or "SLURM_STEP_ID" in environ
 
 
 def _leave_with_launcher() -> None:
@@ -117,16 +122,9 @@ def speak(say: bool) -> None:
     _State.say = say
 
 
-# The rank variables of torchrun, mpirun (Open MPI, MPICH) and an srun step.
-_RANKS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
-
-
-def _first_rank(environ: os._Environ[str] | dict[str, str]) -> bool:
+def _first_rank(environ: Mapping[str, str]) -> bool:
     """Before the CLI knows whether it runs as a rank: not a rank other than 0 of a launch."""
-    ranks = [environ[name] for name in _RANKS if name in environ]
-    if "SLURM_STEP_ID" in environ and "SLURM_PROCID" in environ:
-        ranks.append(environ["SLURM_PROCID"])
-    return all(rank == "0" for rank in ranks)
+    return all(rank == "0" for rank in ranks_given(environ))
 
 
 def leave(code: int = EXIT_INTERRUPTED, say: bool = True) -> NoReturn:
@@ -205,7 +203,7 @@ def remove_on_leave(path: Path) -> None:
 def kill_on_leave(proc: subprocess.Popen) -> None:
     """A child started in a session of its own (a command under a timeout, which kills its whole
     group when late): a terminal's Ctrl-C does not reach it, so an interrupted process kills its
-    group before it leaves. Before, `env` Ctrl-C'd left a hung nvidia-smi running."""
+    group before it leaves."""
     _State.sessions.append(proc)
 
 
@@ -229,7 +227,7 @@ def deferred(raise_once: bool = False, sigterm: bool = True) -> Iterator[threadi
     wanted = [signal.SIGINT, *([signal.SIGTERM] if sigterm else [])]
     previous_mode = _State.mode
     previous = {sig: signal.getsignal(sig) for sig in wanted}
-    _State.mode = RAISE_ONCE if raise_once else NOTE
+    _State.mode = Mode.RAISE_ONCE if raise_once else Mode.NOTE
     for sig in wanted:
         if previous[sig] is not signal.SIG_IGN:
             signal.signal(sig, _on_signal)
@@ -253,12 +251,12 @@ def ignore_sigterm() -> None:
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    if _State.mode == LEAVE:
+    if _State.mode is Mode.LEAVE:
         _State.stopped.set()
         leave(EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum)
     first = not _State.stopped.is_set()
     _State.stopped.set()
-    if first and _State.mode == RAISE_ONCE:
+    if first and _State.mode is Mode.RAISE_ONCE:
         raise KeyboardInterrupt
 
 

@@ -26,12 +26,12 @@ from ddpcheck.failure import ras
 from ddpcheck.failure.flight import NotADump, RankTrace, read_dump
 from ddpcheck.failure.hangs import RankView
 from ddpcheck.failure.processes import ProcState, state_letter
-from ddpcheck.failure.stacks import Stack, parse_dump, py_spy_dumps
+from ddpcheck.failure.stacks import Stack, stacks_of
 
 SAMPLES = 3  # stacks per rank over --interval: two could fall on the same line of a running loop
 RAS_TIMEOUT_S = 6.0  # runs beside the sampling; NCCL's own gathering is cut to fit (ras.leg_timeout)
 # Bytes every rank must read or write in the sampling window for the job to be moving: a healthy
-# 3-rank gloo job on a loaded 2-core machine wrote ~750 KB/s per rank, a stuck one 0 (docs/attach.md).
+# job's sockets carry far more, a stuck one's none (docs/attach.md has the figures).
 IO_PROGRESS_BYTES = 16 * 1024
 PIPE_WAIT_S = 3.0  # how long NCCL has to write a dump after its pipe was written to
 # torch's names: where a rank's flight-recorder dump goes (<prefix><rank>), and the pipe that asks for one.
@@ -116,10 +116,8 @@ def sample(job: Job, interval: float) -> dict[int, list[Stack]]:
     began = time.monotonic()
     for index in range(SAMPLES):
         time.sleep(max(0.0, began + index * interval / (SAMPLES - 1) - time.monotonic()))
-        for rank, text in py_spy_dumps(pids, as_json=True, blocking=False).items():
-            stack = parse_dump(text)
-            if stack:
-                history[rank].append(stack)
+        for rank, stack in stacks_of(pids).items():
+            history[rank].append(stack)
     return history
 
 

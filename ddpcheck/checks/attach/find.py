@@ -15,7 +15,7 @@ import psutil
 
 from ddpcheck.errors import UsageError
 from ddpcheck.failure.processes import ProcessTree, RankProcess, is_launcher
-from ddpcheck.failure.rank_env import RANK_VARIABLES
+from ddpcheck.failure.rank_env import has_rank
 
 # Above the ranks but none of them: the launchers watch knows, and what starts ranks for them.
 HELPERS = ("slurmstepd", "prterun", "prted", "orted", "hydra_pmi_proxy")
@@ -65,10 +65,6 @@ def is_starter(proc: psutil.Process) -> bool:
     """A launcher, or what starts ranks for one (slurmstepd, Open MPI's daemons)."""
     argv = _cmdline(proc)
     return is_launcher(argv) or _name(proc) in HELPERS or any(h in " ".join(argv[:2]) for h in HELPERS)
-
-
-def has_rank(environ: dict[str, str]) -> bool:
-    return any(name in environ for name in RANK_VARIABLES)
 
 
 def _check_readable(pid: int) -> psutil.Process:

@@ -7,13 +7,12 @@ torch imports, the MASTER_ADDR/MASTER_PORT probe in a thread).
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from ddpcheck.failure.processes import output_within
 from ddpcheck.rank import interrupt
 
 
@@ -40,14 +39,8 @@ def reap(proc: subprocess.Popen[str] | None, timeout_s: float, what: str, proble
     """The output of a started command, or None; a command past its time is killed, not left behind."""
     if proc is None:
         return None
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            proc.kill()
-        proc.communicate()
+    out = output_within(proc, timeout_s)
+    if out is None:
         problems.append(f"{what} did not finish within {timeout_s:g} s: skipped")
         return None
     if proc.returncode != 0:

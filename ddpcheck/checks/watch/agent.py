@@ -194,7 +194,7 @@ def dump_flight_recorder() -> None:
 def _write_dump(path: str, stacks: tuple[bool, ...]) -> None:
     """Every recorder's dump written whole to `path` (a partial file renamed), once per `stacks` value."""
     # While the rank's main thread is importing torch.distributed the module is there, half made:
-    # no is_initialized yet (the AttributeError ended this thread: 1 of 8 slowed runs unjudged).
+    # no is_initialized yet, and calling it would end this thread.
     is_initialized = getattr(sys.modules.get("torch.distributed"), "is_initialized", None)
     try:
         if is_initialized is None or not is_initialized():

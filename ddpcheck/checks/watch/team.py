@@ -70,8 +70,7 @@ def task_of(environ: dict[str, str] | os._Environ[str], command: list[str] | Non
         base = int(mapped["MASTER_PORT"])
     elif slurm.under_srun(environ):
         mapped = slurm.torch_environment(environ)
-        job = environ.get("SLURM_JOB_ID", environ.get("SLURM_JOBID", "0"))
-        base = slurm.port_for_job(job, environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID", "0")))
+        base = slurm.step_port(environ)
     else:
         return None
     port = slurm.PORT_BASE + (base - slurm.PORT_BASE + PORT_OFFSET) % slurm.PORT_SPAN

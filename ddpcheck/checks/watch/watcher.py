@@ -200,7 +200,7 @@ class Watcher:
         """A live rank whose main thread raised uncaught: its interpreter is ending, and stuck at it.
 
         Its exception is its failure, not a hang (an exit handler that waits for a peer, or for a
-        thread, keeps it alive past --hang-after: it was named `hang ... is in wait_for_peers`).
+        thread, keeps it alive past --hang-after, in a frame that is not where it failed).
         An exception that says a peer went away is that peer's failure, not this rank's.
         """
         for watched in self.ranks.values():
@@ -282,7 +282,7 @@ class Watcher:
         for rank, watched in self.ranks.items():
             if watched.gone_at is not None or state_of(watched.process.pid) is ProcState.STOPPED:
                 continue  # a stopped process is not read: its stack cannot change
-            stack = stacks.dump(watched.process.pid, blocking=blocking)
+            stack = stacks.stacks_of({rank: watched.process.pid}, blocking=blocking).get(rank)
             if stack is not None:
                 watched.samples = [*watched.samples[-3:], stack]
                 self.progress.sample(rank, stack, time.monotonic())
