@@ -155,7 +155,7 @@ def test_real_ranks_pass(ddpcheck, scratch) -> None:
         "data integrity",
         "bandwidth",
         "nodes agree",
-        "expected bandwidth",  # SKIP on CPU ranks: no expectation (ddpcheck/report/expectations.py)
+        "expected bandwidth",  # SKIP on CPU ranks: no expectation (ddpcheck/checks/collective/expected.py)
     }
     assert len({r["pid"] for r in report["ranks"]}) == world
     assert "Classic check" in run.stdout and "PASS" in run.stdout
