@@ -15,9 +15,10 @@ from ddpcheck.commands import COMMANDS
 PACKAGE = Path(__file__).resolve().parent.parent / "ddpcheck"
 DOCS = PACKAGE.parent / "docs"
 ROOT_MODULES = {"__init__", "__main__", "cli", "command", "commands", "completions", "errors", "torch_compat"}
-# Top to bottom: the commands start runs, the launcher starts ranks, ranks and the launcher explain a
-# failure, and all of them build reports. A side imports only the sides below it (the root: anyone).
-SIDES = ("checks", "launcher", "rank", "failure", "report")
+# Top to bottom: preflight() runs the checks' pieces inside the user's own job, the commands start
+# runs, the launcher starts ranks, ranks and the launcher explain a failure, and all of them build
+# reports. A side imports only the sides below it (the root: anyone).
+SIDES = ("preflight", "checks", "launcher", "rank", "failure", "report")
 
 
 def _module_name(path: Path) -> str:
@@ -164,6 +165,8 @@ NAMES_ALLOWED = {
     ("ddpcheck/rank/rankmap.py", "devices"),
     ("ddpcheck/report/model.py", "links"),
     ("ddpcheck/launcher/drain.py", "show"),
+    # preflight() reads each GPU's health with `devices`' NVML reader and judge (docs/preflight.md).
+    ("ddpcheck/preflight/health.py", "devices"),
 }
 
 

@@ -1,0 +1,100 @@
+"""Every rank's arrival, through the job's store and bounded by the budget, before any collective.
+
+An NCCL collective cannot be bounded from Python: a rank that never comes leaves its peers inside
+it until the job's own timeout (30 minutes by default). So each rank announces itself in the store
+(a key of its own and a counter) and waits, polling, until every rank has, or its wait ends. One
+key decides for all: the first rank to see everyone sets it to "open", the first whose wait ends
+first sets it to the ranks present then; `compare_set` makes that one decision, so a rank arriving
+just late learns it was counted missing and stops too, instead of entering a collective alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+PREFIX = "ddpcheck/preflight/"
+POLL_S = 0.02
+OPEN = "open"
+_calls = itertools.count()  # this process's calls: ranks that call preflight alike share each call's keys
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """What the store said: every rank came (missing == []), or who did by the end of the wait."""
+
+    world_size: int
+    missing: list[int]
+    present: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> where it said it runs
+    waited_s: float = 0.0
+
+    def host_of(self, rank: int) -> str | None:
+        """The host of a rank that never came, from its node's other ranks (torchrun's layout:
+        node = rank // local world size, when every rank that came fits it); None if unknown."""
+        if rank in self.present:
+            return self.present[rank].get("host")
+        sizes = {p.get("local_world") for p in self.present.values()}
+        if len(sizes) != 1 or not isinstance(size := sizes.pop(), int) or size < 1:
+            return None
+        if any(p.get("node") != r // size for r, p in self.present.items()):
+            return None
+        return next((p["host"] for r, p in self.present.items() if r // size == rank // size), None)
+
+
+def next_call() -> int:
+    return next(_calls)
+
+
+def arrive(
+    store: Any,
+    rank: int,
+    world_size: int,
+    me: dict[str, Any],
+    wait_s: float,
+    call: int,
+    absent: bool = False,
+) -> Arrival:
+    """Announce this rank (unless `absent`: a planted fault) and wait at most `wait_s` for the rest."""
+    key = f"{PREFIX}{call}/"
+    began = time.monotonic()
+    if not absent:
+        store.set(f"{key}rank/{rank}", json.dumps(me))
+        store.add(f"{key}count", 1)
+    deadline = began + wait_s
+    while True:
+        decided = _read(store, f"{key}verdict")
+        if decided is None:
+            if int(store.add(f"{key}count", 0)) >= world_size:
+                decided = _decide(store, f"{key}verdict", OPEN)
+            elif time.monotonic() >= deadline:
+                present = {r: _where(store, f"{key}rank/{r}") for r in range(world_size)}
+                came = {r: p for r, p in present.items() if p is not None}
+                decided = _decide(store, f"{key}verdict", json.dumps({str(r): p for r, p in came.items()}))
+        if decided is not None:
+            break
+        time.sleep(POLL_S)
+    waited = time.monotonic() - began
+    if decided == OPEN:
+        return Arrival(world_size, [], {}, waited)
+    came = {int(r): p for r, p in json.loads(decided).items()}
+    return Arrival(world_size, [r for r in range(world_size) if r not in came], came, waited)
+
+
+def _decide(store: Any, key: str, value: str) -> str:
+    """Set `key` to `value` unless a rank set it first; what it holds now, either way."""
+    return _text(store.compare_set(key, "", value))
+
+
+def _read(store: Any, key: str) -> str | None:
+    return _text(store.get(key)) if store.check([key]) else None
+
+
+def _where(store: Any, key: str) -> dict[str, Any] | None:
+    return json.loads(_text(store.get(key))) if store.check([key]) else None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

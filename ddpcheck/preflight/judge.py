@@ -1,0 +1,110 @@
+"""preflight's verdicts, on rank 0: pure over what every rank measured (measure.py) or what the store
+said (arrival.py), with the judges `ddpcheck allreduce` and every command use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpcheck.checks.collective.fit import budget_findings
+from ddpcheck.checks.collective.judge import bandwidth_rows, bandwidth_table, judge_bandwidth, judge_data
+from ddpcheck.preflight import health
+from ddpcheck.preflight.arrival import Arrival
+from ddpcheck.preflight.options import PreflightOptions
+from ddpcheck.rank import assemble
+from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
+from ddpcheck.report.model import Check, Report, Status
+from ddpcheck.report.naming import counted
+
+COMMAND = "preflight"
+ALL_REDUCE = "all_reduce"
+DTYPE = "float32"
+
+
+def arrival_check(arrival: Arrival, wait_s: float) -> Check:
+    n = arrival.world_size
+    if not arrival.missing:
+        return Check("arrival", Status.PASS, f"{counted(n, 'rank')} arrived in {arrival.waited_s:.2f} s")
+    hosts = {r: arrival.host_of(r) for r in arrival.missing}
+    named = ", ".join(f"rank {r}" + (f" (host {hosts[r]})" if hosts[r] else "") for r in arrival.missing[:16])
+    more = f" and {len(arrival.missing) - 16} more" if len(arrival.missing) > 16 else ""
+    came = f"{len(arrival.present)} of {n} ranks came"
+    detail = f"{named}{more} did not arrive within {wait_s:.1f} s ({came}): no collective was run"
+    return Check(
+        "arrival",
+        Status.ERROR,
+        detail,
+        list(arrival.missing),
+        sorted({h for h in hosts.values() if h}),
+    )
+
+
+def judge_missing(arrival: Arrival, wait_s: float, world: dict[str, Any], opts: PreflightOptions) -> Report:
+    """The report when a rank never came: the arrival alone (nothing else could run)."""
+    report = Report(command=COMMAND, checks=[arrival_check(arrival, wait_s)], world=world)
+    report.ranks = [arrival.present[r] for r in sorted(arrival.present)]
+    report.options = _options(opts)
+    report.injected = opts.injected()
+    return report
+
+
+def judge(
+    gathered: list[dict[str, Any]],
+    arrival: Arrival,
+    wait_s: float,
+    world: dict[str, Any],
+    opts: PreflightOptions,
+) -> Report:
+    """Every rank's measurements -> the Report: arrival, the sum, bandwidth, versions, health, rank map."""
+    identities = [g["identity"] for g in gathered]
+    report = Report(command=COMMAND, checks=[arrival_check(arrival, wait_s)])
+    sweeps = [g["sweep"] for g in gathered]
+    if sweeps[0] is not None:
+        _judge_sweep(report, sweeps, identities, opts)
+    if "health" in opts.checks:
+        check, table = health.judge([g["health"] for g in gathered], identities)
+        report.checks.append(check)
+        if table is not None and check.status != Status.PASS:
+            report.tables.append(table)
+    if "rankmap" in opts.checks:
+        report.checks.append(judge_rank_map(identities))
+        if report.checks[-1].status != Status.PASS:
+            report.tables.append(rank_map_table(identities))
+    fingerprints = [g["fingerprint"] for g in gathered]
+    report = assemble.from_ranks(report, identities, fingerprints, world, _options(opts))
+    if "versions" not in opts.checks:
+        report.checks = [c for c in report.checks if c.name != "nodes agree"]
+    report.injected = opts.injected()
+    return report
+
+
+def _judge_sweep(
+    report: Report, sweeps: list[dict[str, Any]], identities: list[dict[str, Any]], opts: PreflightOptions
+) -> None:
+    if sweeps[0].get("skipped"):
+        for name in ("sum", "bandwidth"):
+            if name in opts.checks:
+                report.checks.append(Check(f"all_reduce {name}", Status.SKIP, str(sweeps[0]["skipped"])))
+        return
+    rows = bandwidth_rows(ALL_REDUCE, sweeps, DTYPE)
+    if "sum" in opts.checks or any(r["wrong"] for r in rows):  # a wrong sum is never left unsaid
+        report.checks.append(judge_data("all_reduce sum", ALL_REDUCE, rows, sweeps, identities))
+    if "bandwidth" in opts.checks:
+        check = judge_bandwidth("bandwidth", rows, len(sweeps), opts.min_busbw)
+        check.detail = check.detail.replace("--min-busbw", "min_busbw")
+        report.checks.append(check)
+        n = len(sweeps)
+        if n > 1:
+            title = f"all_reduce bandwidth ({DTYPE}, {n} ranks, slowest rank's time)"
+            report.tables.append(bandwidth_table("bandwidth", title, rows))
+        budget = budget_findings([sweeps[0]])
+        if budget and "(cut to fit)" in budget[0].detail:
+            report.notes.append(f"bandwidth sample {budget[0].detail}")
+
+
+def _options(opts: PreflightOptions) -> dict[str, Any]:
+    return {
+        "checks": list(opts.checks),
+        "budget_s": opts.budget_s,
+        "min_busbw": opts.min_busbw,
+    }
