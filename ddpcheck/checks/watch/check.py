@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ddpcheck.checks.watch import WatchOptions, team
 from ddpcheck.checks.watch.environment import make_watch_dir
+from ddpcheck.checks.watch.progress import Event
 from ddpcheck.checks.watch.watcher import Watcher
 from ddpcheck.rank import interrupt
 from ddpcheck.report.model import Check, Report, Status
@@ -62,18 +63,18 @@ def run(options: WatchOptions) -> Report:
     else:
         report.log_dir = str(watch_dir)
     interrupt.forget(watch_dir)
-    if options.keep and decision == "hang":
+    if options.keep and decision is Event.HANG:
         _hand_over_output(watcher)
     return report
 
 
-def _follower_report(decision: str, index: int) -> Report:
+def _follower_report(decision: Event, index: int) -> Report:
     """The one line of a watcher that is not task 0: task 0 writes the report."""
-    status = Status.PASS if decision == "ended" else Status.ERROR
+    status = Status.PASS if decision is Event.ENDED else Status.ERROR
     words = {
-        "ended": "the job ran to completion",
-        "hang": "the job hung",
-        "crash": "a rank of the job failed",
+        Event.ENDED: "the job ran to completion",
+        Event.HANG: "the job hung",
+        Event.CRASH: "a rank of the job failed",
     }
     detail = f"{words.get(decision, decision)}; the report is task 0's (this is task {index})"
     return Report(command="watch", checks=[Check("watch", status, detail)], world={"report_on": 0})

@@ -12,11 +12,21 @@ prints is never looked into.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from ddpcheck.failure.stacks import Stack
 
 SAMPLES_PER_WINDOW = 5  # stack samples within one --hang-after
 MIN_SAMPLE_INTERVAL_S = 0.5
+
+
+class Event(str, Enum):
+    """What a look at the job found; HANG, CRASH and ENDED are also the decisions a verdict is judged on."""
+
+    ENDED = "ended"  # the job ended
+    FAILED = "failed"  # a rank failed and the job goes on (its launcher may still end it)
+    CRASH = "crash"  # a rank failed and the job went on past its launcher's grace
+    HANG = "hang"
 
 
 def sample_interval(hang_after: float) -> float:

@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Protocol
 
 from ddpcheck.checks.watch import clocks, judge
+from ddpcheck.checks.watch.progress import Event
 from ddpcheck.checks.watch.sampling import Exchange, StoreExchange
 from ddpcheck.launcher import mpi, slurm, torchrun_nodes
 from ddpcheck.rank import interrupt
@@ -40,9 +41,9 @@ CLOCK_KEY = "watch/clock"  # task 0's clock server's port (clocks.py)
 class Watching(Protocol):
     """What the team needs of this task's watcher (watcher.Watcher)."""
 
-    def step(self) -> str | None: ...
-    def evidence(self, decision: str) -> list[judge.RankView]: ...
-    def verdict(self, decision: str, views: list[judge.RankView], output: str) -> Report: ...
+    def step(self) -> Event | None: ...
+    def evidence(self, decision: Event) -> list[judge.RankView]: ...
+    def verdict(self, decision: Event, views: list[judge.RankView], output: str) -> Report: ...
     def output(self) -> str: ...
     def job_code(self) -> int | None: ...
     def share_samples(self, exchange: Exchange, judging: bool) -> None: ...
@@ -104,7 +105,7 @@ def _set(store, key: str, value: dict) -> None:
     store.set(key, json.dumps(value))
 
 
-def run_team(watcher: Watching, task: Task, store) -> tuple[str, Report | None]:
+def run_team(watcher: Watching, task: Task, store) -> tuple[Event, Report | None]:
     """(the decision, the report on task 0; None elsewhere)."""
     server = clocks.ClockServer() if task.index == 0 else None
     try:
@@ -127,7 +128,7 @@ def _clock_offset(store, task: Task) -> Callable[[], int | None]:
     return measured
 
 
-def _run_team(watcher: Watching, task: Task, store) -> tuple[str, Report | None]:
+def _run_team(watcher: Watching, task: Task, store) -> tuple[Event, Report | None]:
     decision = None
     next_publish = 0.0
     exchange = StoreExchange(store, task.index, task.count, clock=_clock_offset(store, task))
@@ -144,7 +145,7 @@ def _run_team(watcher: Watching, task: Task, store) -> tuple[str, Report | None]
                     _set(store, "watch/decision", {"decision": decision})
         if task.index != 0:
             found = _get(store, "watch/decision")
-            decision = found["decision"] if found else None
+            decision = Event(found["decision"]) if found else None
         time.sleep(0.1)
     views = watcher.evidence(decision)
     _set(store, f"watch/evidence/{task.index}", {"views": [judge.view_to_dict(v) for v in views],
@@ -174,15 +175,17 @@ def _run_team(watcher: Watching, task: Task, store) -> tuple[str, Report | None]
     return decision, report
 
 
-def _decide(store, task: Task) -> str | None:
-    events = [(_get(store, f"watch/{i}") or {"event": None, "code": None}) for i in range(task.count)]
-    if any(e["event"] == "failed" or (e["event"] == "ended" and e["code"] not in (0, None)) for e in events):
+def _decide(store, task: Task) -> Event | None:
+    """Task 0's decision from every task's last look (its event, and its job's exit status once ended)."""
+    looks = [_get(store, f"watch/{i}") or {"event": None, "code": None} for i in range(task.count)]
+    events = [(Event(look["event"]) if look["event"] else None, look["code"]) for look in looks]
+    if any(e is Event.FAILED or (e is Event.ENDED and code not in (0, None)) for e, code in events):
         time.sleep(FAILED_GRACE_S)
-        return "crash"
-    if all(e["event"] == "ended" for e in events):
-        return "ended"
-    if all(e["event"] in ("hang", "ended") for e in events) and any(e["event"] == "hang" for e in events):
-        return "hang"
+        return Event.CRASH
+    if all(e is Event.ENDED for e, _ in events):
+        return Event.ENDED
+    if all(e in (Event.HANG, Event.ENDED) for e, _ in events) and any(e is Event.HANG for e, _ in events):
+        return Event.HANG
     return None
 
 

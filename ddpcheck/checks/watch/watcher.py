@@ -24,7 +24,7 @@ from typing import IO
 from ddpcheck.checks.watch import WatchOptions, agent, judge
 from ddpcheck.checks.watch.environment import job_environment
 from ddpcheck.checks.watch.judge import RankView
-from ddpcheck.checks.watch.progress import Progress, sample_interval
+from ddpcheck.checks.watch.progress import Event, Progress, sample_interval
 from ddpcheck.checks.watch.sampling import Exchange, Sampler
 from ddpcheck.failure import processes, stacks
 from ddpcheck.failure.exits import exit_of
@@ -139,13 +139,13 @@ class Watcher:
         self.pump = OutputPump(self.proc, lambda: self.progress.output(time.monotonic()))
 
     # ------------------------------------------------------------ the loop
-    def watch(self) -> str:
-        """Until the job ends ('ended'), a rank fails and the job goes on ('crash'), or it hangs ('hang')."""
+    def watch(self) -> Event:
+        """Until the job ends (ENDED), a rank fails and the job goes on (CRASH), or it hangs (HANG)."""
         while True:
             event = self.step()
-            if event == "failed":
+            if event is Event.FAILED:
                 event = (
-                    "crash"
+                    Event.CRASH
                     if self.failed_at is not None and time.monotonic() - self.failed_at >= LAUNCHER_GRACE_S
                     else None
                 )
@@ -153,13 +153,13 @@ class Watcher:
                 return event
             time.sleep(TICK_S)
 
-    def step(self) -> str | None:
-        """One look: 'ended', 'failed' (a rank failed, the job goes on), 'hang', or None."""
+    def step(self) -> Event | None:
+        """One look: ENDED, FAILED (a rank failed, the job goes on), HANG, or None."""
         assert self.proc is not None
         now = time.monotonic()
         if self.proc.poll() is not None:
             self._note_gone()
-            return "ended"
+            return Event.ENDED
         if now >= self.next_scan:
             self._scan()
             self.next_scan = now + SCAN_S
@@ -178,8 +178,8 @@ class Watcher:
         if self.silent_s >= self.options.hang_after and self._stalled():
             if self.failed_at is None and self._raised_and_still_ending():
                 self.failed_at = now
-            return "failed" if self.failed_at is not None else "hang"
-        return "failed" if self.failed_at is not None else None
+            return Event.FAILED if self.failed_at is not None else Event.HANG
+        return Event.FAILED if self.failed_at is not None else None
 
     def _tick_sampler(self) -> None:
         """The straggler sampling's turn: never why a watch fails (a fault in it ends it, said once)."""
@@ -333,10 +333,10 @@ class Watcher:
             str(p) for p in self.dir.glob(f"{agent.DUMP_PREFIX}*") if not p.name.endswith(".partial")
         )
 
-    def evidence(self, decision: str) -> list[RankView]:
+    def evidence(self, decision: Event) -> list[RankView]:
         """What the verdict rests on, taken now: on a hang, every rank's stack (paused, consistent) and its
         flight-recorder dump, then the job ended unless --keep; on a crash, the job ended, every exit read."""
-        if decision == "hang":
+        if decision is Event.HANG:
             self._sample(blocking=True)
             views = self.views(with_exits=True)
             dumps = self.request_dumps()
@@ -349,7 +349,7 @@ class Watcher:
             else:
                 self.notes.append(f"the job's {self.end()} processes were ended (SIGTERM, then SIGKILL)")
             return views
-        if decision == "crash" and self.proc is not None and self.proc.poll() is None:
+        if decision is Event.CRASH and self.proc is not None and self.proc.poll() is None:
             self.end()
         assert self.proc is not None
         self.proc.wait()
@@ -366,16 +366,16 @@ class Watcher:
         """The job's exit status once it ended."""
         return self.proc.returncode if self.proc is not None else None
 
-    def verdict(self, decision: str, views: list[RankView], output: str) -> Report:
+    def verdict(self, decision: Event, views: list[RankView], output: str) -> Report:
         return self._with_stragglers(self._judged(decision, views, output))
 
-    def _judged(self, decision: str, views: list[RankView], output: str) -> Report:
-        if decision == "hang":
+    def _judged(self, decision: Event, views: list[RankView], output: str) -> Report:
+        if decision is Event.HANG:
             report = judge.judge_hang(views, self.silent_s, self.options.hang_after)
             traces = find_dumps(self.dir).traces
             return with_flight_recorders(report, traces, {v.rank: v.host for v in views}, len(views))
         code = self.proc.returncode if self.proc is not None else None
-        if decision == "ended" and code == 0:
+        if decision is Event.ENDED and code == 0:
             return judge.judge_success(views, time.monotonic() - self.began)
         return judge.judge_crash(views, output, code)
 
