@@ -17,7 +17,7 @@ from ddpcheck.checks.collective.bisection import bisect, max_rounds
 from ddpcheck.checks.env import redact
 from ddpcheck.checks.links import check as links
 from ddpcheck.checks.links.outliers import EXACT_UP_TO, Findings, Pair, SlowLink
-from ddpcheck.checks.peers import SPREAD_K, reference_of
+from ddpcheck.checks.reference import SPREAD_K, reference_of
 from ddpcheck.checks.train.judge import GRAD_RTOL, judge
 from ddpcheck.report import baseline
 from ddpcheck.report.model import Status
@@ -258,7 +258,7 @@ def test_a_nan_loss_on_one_rank_names_it_and_the_step() -> None:
 
 # ------------------------------------------------------------------ found by mutation testing (mutmut)
 def test_a_single_link_exactly_at_the_noise_bound_is_not_slow() -> None:
-    from ddpcheck.checks.peers import Reference
+    from ddpcheck.checks.reference import Reference
 
     ref = Reference(median=1.0, sigma=0.125)  # the noise bound: 1.0 - 2 x 0.125 = 0.75, exactly
     assert ref.is_below(0.75, 0.9) and not ref.is_slow(0.75, 0.9)

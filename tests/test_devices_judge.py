@@ -14,7 +14,7 @@ import pytest
 
 from ddpcheck.checks.devices import DevicesOptions
 from ddpcheck.checks.devices import judge as devices
-from ddpcheck.checks.peers import EXACT_UP_TO
+from ddpcheck.checks.reference import EXACT_UP_TO
 from ddpcheck.report.model import Check, Status
 from tests.test_devices import rank_data
 

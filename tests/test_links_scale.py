@@ -33,7 +33,7 @@ from ddpcheck.checks.links.columns import (
 from ddpcheck.checks.links.outliers import Pair
 from ddpcheck.checks.links.schedule import link_plan, nodes_of
 from ddpcheck.checks.links.tables import NODE_GRID_MAX, REPORTED_LINKS
-from ddpcheck.checks.peers import EXACT_UP_TO, median_of, reference_of
+from ddpcheck.checks.reference import EXACT_UP_TO, median_of, reference_of
 from ddpcheck.report.model import Report, Status
 from tests.support import outliers_oracle, scale_data
 from tests.support.link_values import find_slow

@@ -1,4 +1,4 @@
-"""The links judge against peers (checks/links/outliers.py, over checks/peers.py), pinned at its boundaries.
+"""The links judge against peers (links/outliers.py, over checks/reference.py), pinned at its boundaries.
 
 Pure and over plain numbers: the reference is the median (not the mean) and its noise the MAD of
 the links at or above threshold x median; a single link is slow only strictly below threshold x
@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from ddpcheck.checks.links.outliers import EXACT_UP_TO, Pair, SlowLink
-from ddpcheck.checks.peers import MAD_TO_SIGMA, SPREAD_K, Reference, reference_of
+from ddpcheck.checks.reference import MAD_TO_SIGMA, SPREAD_K, Reference, reference_of
 from tests.support.link_values import find_slow
 
 # Healthy links within +-30% of 1.0, deterministic; no rank has most of its links below 0.8.

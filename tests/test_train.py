@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ddpcheck.checks.network import DATA, INIT, build_linear, derive_seed, make_batch, mse
+from ddpcheck.checks.model import DATA, INIT, build_linear, derive_seed, make_batch, mse
 from ddpcheck.checks.train import TrainOptions
 from ddpcheck.checks.train import check as train
 from ddpcheck.checks.train import judge as verdicts

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ddpcheck.checks.network import mse, private_compile_cache
+from ddpcheck.checks.model import mse, private_compile_cache
 from ddpcheck.checks.profile import ProfileOptions
 from ddpcheck.checks.profile import check as profile
 

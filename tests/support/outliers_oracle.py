@@ -11,7 +11,7 @@ import statistics
 from collections import defaultdict
 
 from ddpcheck.checks.links.outliers import Findings, Pair, SlowLink, SlowRank
-from ddpcheck.checks.peers import EXACT_UP_TO, MAD_TO_SIGMA, Reference
+from ddpcheck.checks.reference import EXACT_UP_TO, MAD_TO_SIGMA, Reference
 
 
 def reference_of(values: list[float], threshold: float) -> Reference | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddpcheck.checks.collective import CORRUPT_FAULT
-from ddpcheck.checks.collective.options import SweepOptions
+from ddpcheck.checks.collective.sweep_options import SweepOptions
 from ddpcheck.command import HARNESS_FAULTS, Command, Setup
 
 

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ddpcheck.checks.collective import CORRUPT_FAULT
 from ddpcheck.checks.collective.ops import OPS
-from ddpcheck.checks.collective.options import SweepOptions
+from ddpcheck.checks.collective.sweep_options import SweepOptions
 from ddpcheck.command import HARNESS_FAULTS, Command, Setup, option
 from ddpcheck.errors import UsageError
 

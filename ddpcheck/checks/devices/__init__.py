@@ -96,6 +96,6 @@ COMMAND = Command(
     figures="ddpcheck.checks.devices.figures:device_figures",
     setup=(Setup("matrix_size", "--size (matrix side)", ("size",)),),
     metrics="ddpcheck.checks.devices.figures:device_metrics",
-    judges=("ddpcheck.checks.devices.judge", "ddpcheck.checks.peers"),
+    judges=("ddpcheck.checks.devices.judge", "ddpcheck.checks.reference"),
     budgeted=True,
 )

@@ -18,7 +18,7 @@ import numpy as np
 from ddpcheck.checks.devices import DevicesOptions, health, topology
 from ddpcheck.checks.devices import expected as expectations
 from ddpcheck.checks.devices.fit import budget_findings
-from ddpcheck.checks.peers import EXACT_UP_TO, median_of, reference_of
+from ddpcheck.checks.reference import EXACT_UP_TO, median_of, reference_of
 from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import counted, describe_ranks, hosts_of, where

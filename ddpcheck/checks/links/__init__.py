@@ -102,6 +102,6 @@ COMMAND = Command(
     # size_bytes first: the name some saved reports hold it under.
     setup=(Setup("link_bytes", "link message size", ("size_bytes", "size")),),
     metrics="ddpcheck.checks.links.figures:link_metrics",
-    judges=("ddpcheck.checks.links.outliers", "ddpcheck.checks.links.figures", "ddpcheck.checks.peers"),
+    judges=("ddpcheck.checks.links.outliers", "ddpcheck.checks.links.figures", "ddpcheck.checks.reference"),
     budgeted=True,
 )

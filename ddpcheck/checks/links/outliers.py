@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ddpcheck.checks.links.columns import stable_order
-from ddpcheck.checks.peers import EXACT_UP_TO, SPREAD_K, Reference, reference_of
+from ddpcheck.checks.reference import EXACT_UP_TO, SPREAD_K, Reference, reference_of
 
 Pair = tuple[int, int]
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.collective.sweep import time_collective
-from ddpcheck.checks.network import (
+from ddpcheck.checks.model import (
     DATA,
     INIT,
     build_linear,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddpcheck.checks.network_options import bucket_option, check_bucket, check_model_size, hidden_option
+from ddpcheck.checks.model_options import bucket_option, check_bucket, check_model_size, hidden_option
 from ddpcheck.command import HARNESS_FAULTS, SLOW_FAULT, Command, option
 from ddpcheck.errors import UsageError
 

@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ddpcheck.checks.network import (
+from ddpcheck.checks.model import (
     DATA,
     INIT,
     build_linear,
