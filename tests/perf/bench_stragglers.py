@@ -14,8 +14,18 @@ Three figures, each on tests/support/slow_job.py (gloo, CPU, 3 ranks, 50 ms of w
 - pause: the longest gap a rank's busy main thread sees while its agent answers one sample
   request (its recorder full: TORCH_FR_BUFFER_SIZE collectives), against no dump at all.
 
+With --shapes, the named runs are of the shapes of tests/support/straggler_shapes.py (each one run
+per slowed and healthy pair, per launcher; `stall` under python only), and for each the figure the
+rule names by (a rank's peers' wait share for it beyond the median of its peers' own) is printed: of
+the slowed rank in the slowed runs (what must reach the floor), of the most waited-for rank in the
+healthy ones (what must not), and how often the old rule (late at >= 60% of the window's
+collectives) would have named the slowed rank. --busy N runs them beside N spinners.
+
     python tests/perf/bench_stragglers.py --runs 20 --cost-reps 12
+    python tests/perf/bench_stragglers.py --phases simulate --seeds 200
     python tests/perf/bench_stragglers.py --phases naming --launchers srun,mpirun --runs 20
+    python tests/perf/bench_stragglers.py --phases naming --launchers python --runs 10 \
+        --shapes one,two,two-ddp,accum,stall,partway --seconds 8
 """
 
 from __future__ import annotations
@@ -37,9 +47,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.support.load import busy_cores
 from tests.support.netns import free_port
 from tests.support.slurm import SlurmUnavailable, slurm_daemons
-from tests.test_watch_stragglers import MPIRUN, PLAIN_JOB, SLOW_JOB, SRUN, TORCHRUN
+from tests.test_watch_stragglers import MPIRUN, PLAIN_JOB, SHAPES_JOB, SLOW_JOB, SRUN, TORCHRUN
 
 HERE = Path(__file__).resolve().parents[2]
 
@@ -79,14 +90,26 @@ paused = [longest_gap(0.5, dump) for _ in range(10)]
 print(max(reference), max(paused), statistics.median(dumps), os.path.getsize({path!r}))
 dist.destroy_process_group()
 """
+# A shape: its job's environment, and its slowed rank's planting (tests/support/straggler_shapes.py).
+SHAPES = {
+    "one": ({"SLOW_JOB_SHAPE": "one"}, {"SLOW_JOB_FACTOR": "1.3"}),
+    "two": ({"SLOW_JOB_SHAPE": "two"}, {"SLOW_JOB_FACTOR": "1.5"}),
+    "two-ddp": ({"SLOW_JOB_SHAPE": "two", "SLOW_JOB_DDP": "1"}, {"SLOW_JOB_FACTOR": "1.5"}),
+    "accum": ({"SLOW_JOB_SHAPE": "accum"}, {"SLOW_JOB_FACTOR": "1.3"}),
+    "stall": ({"SLOW_JOB_SHAPE": "stall"}, {"SLOW_JOB_STALL": "0.4", "SLOW_JOB_STALL_PERIOD_S": "0.25"}),
+    "partway": ({"SLOW_JOB_SHAPE": "one"}, {"SLOW_JOB_FACTOR": "2.0", "SLOW_JOB_FROM": "40"}),
+}
+OLD_PERSISTENCE = 0.6  # the rule before issue 50: late at >= 60% of the window's collectives
 DONE = re.compile(r"rank 0 done: \d+ steps in ([\d.]+) s")
 
 
 def watched(
     launcher: str, tmp: str, sample_every: float, env: dict[str, str], **planted: str
-) -> tuple[int, dict, float, str]:
-    """(exit code, report, wall seconds, the job's stdout) of one run of the job under watch."""
+) -> tuple[int, dict, float, str, str]:
+    """(exit code, report, wall seconds, the job's stdout, watch's stderr) of one run under watch."""
     prefix, job = JOBS[launcher]
+    if "SLOW_JOB_SHAPE" in planted:  # the shapes' job instead of slow_job.py, with the same arguments
+        job = [SHAPES_JOB if arg == SLOW_JOB else arg for arg in job]
     report = os.path.join(tmp, "report.json")
     full = {
         **os.environ,
@@ -106,7 +129,7 @@ def watched(
     done = subprocess.run([*argv, "--json", report, "--", *job], env=full, capture_output=True, text=True)
     wall = time.perf_counter() - began
     loaded = json.loads(Path(report).read_text()) if os.path.exists(report) else {}
-    return done.returncode, loaded, wall, done.stdout
+    return done.returncode, loaded, wall, done.stdout, done.stderr
 
 
 def named(report: dict) -> list[int] | None:
@@ -115,6 +138,72 @@ def named(report: dict) -> list[int] | None:
     if check is None:
         return None
     return list(check.get("ranks") or []) if check["status"] == "WARN" else []
+
+
+def rows(report: dict) -> dict[int, dict]:
+    return {row["rank"]: row for row in report.get("tables", {}).get("stragglers", [])}
+
+
+def beyond(table: dict[int, dict]) -> dict[int, float]:
+    """Each rank's peers' wait share for it beyond the median of its peers' own: what names it."""
+    shares = {rank: row["wait_share"] for rank, row in table.items()}
+    return {
+        rank: share - statistics.median(v for r, v in shares.items() if r != rank)
+        for rank, share in shares.items()
+    }
+
+
+def _figures(values: list[float]) -> str:
+    if not values:
+        return "none judged"
+    return f"median {statistics.median(values):.1%}, min {min(values):.1%}, max {max(values):.1%}"
+
+
+def shaped(launchers: list[str], shapes: list[str], runs: int, seconds: float, sample_every: float) -> None:
+    """Per shape and launcher: slowed and healthy runs alternating; how often named, the wait shares."""
+    for launcher in launchers:
+        with launcher_env(launcher) as env:
+            if env is None:
+                continue
+            for shape in shapes:
+                if shape == "stall" and launcher != "python":
+                    continue  # the launching process stops the rank: the job's own --nproc
+                job_env, slowing = SHAPES[shape]
+                right = lined = old = healthy_named = healthy_lined = 0
+                slowed_shares: list[float] = []
+                healthy_shares: list[float] = []
+                began = time.monotonic()
+                for _ in range(runs):
+                    for slowed in (True, False):
+                        plant = {**job_env, "SLOW_JOB_SECONDS": f"{seconds:g}", "SLOW_JOB_RANK": "-1"}
+                        if slowed:
+                            plant.update(slowing, SLOW_JOB_RANK="1")
+                        with tempfile.TemporaryDirectory() as tmp:
+                            _, report, _, _, err = watched(launcher, tmp, sample_every, env, **plant)
+                        found, table = named(report), rows(report)
+                        said = [line for line in err.splitlines() if "is slowing the job" in line]
+                        if slowed:
+                            right += found == [1]
+                            lined += bool(said) and all(
+                                line.startswith("ddpcheck watch: rank 1 ") for line in said
+                            )
+                            if 1 in table:
+                                slowed_shares.append(beyond(table)[1])
+                                old += table[1]["late_share"] >= OLD_PERSISTENCE - 1e-9
+                        else:
+                            healthy_named += bool(found)
+                            healthy_lined += bool(said)
+                            if table:
+                                healthy_shares.append(max(beyond(table).values()))
+                print(
+                    f"{launcher:9s} {shape:8s} slowed: rank 1 named in {right} of {runs} (a line naming "
+                    f"it alone: {lined}; the old 60% rule: {old}), its peers' wait share beyond the typical "
+                    f"{_figures(slowed_shares)}; healthy: named {healthy_named} of {runs} (a line: "
+                    f"{healthy_lined}), the most waited-for rank's share {_figures(healthy_shares)}; "
+                    f"load {os.getloadavg()[0]:.1f}, "
+                    f"{time.monotonic() - began:.0f} s",
+                    flush=True,
+                )
 
 
 @contextlib.contextmanager
@@ -146,7 +235,7 @@ def naming(launchers: list[str], runs: int, seconds: float, sample_every: float)
             began = time.monotonic()
             for _ in range(runs):  # slowed and healthy alternate: any drift of the machine hits both
                 with tempfile.TemporaryDirectory() as tmp:
-                    _, report, wall, _ = watched(
+                    _, report, wall, _, _ = watched(
                         launcher, tmp, sample_every, env, SLOW_JOB_RANK="1", SLOW_JOB_SECONDS=f"{seconds:g}"
                     )
                     found = named(report)
@@ -155,7 +244,7 @@ def naming(launchers: list[str], runs: int, seconds: float, sample_every: float)
                     unjudged += found is None
                     walls.append(wall)
                 with tempfile.TemporaryDirectory() as tmp:
-                    _, report, wall, _ = watched(
+                    _, report, wall, _, _ = watched(
                         launcher, tmp, sample_every, env, SLOW_JOB_SECONDS=f"{seconds:g}"
                     )
                     healthy_judged += named(report) is not None
@@ -168,6 +257,35 @@ def naming(launchers: list[str], runs: int, seconds: float, sample_every: float)
                 f"{time.monotonic() - began:.0f} s in all",
                 flush=True,
             )
+
+
+def simulated(seeds: int) -> None:
+    """The rule on the tests' simulator (tests/test_stragglers.py): 8 ranks unless said, 0.1 s of work a
+    collective, uniform jitter, a window of 20 collectives; per job, how often named, and the most
+    waited-for rank's wait share beyond its peers' median (what names it)."""
+    from tests.test_stragglers import judge, samples, simulate, two_collectives, works
+
+    cases = {
+        "healthy, jitter 10%": lambda s: simulate(works(21, 8, seed=s, jitter=0.1)),
+        "healthy, jitter 20%": lambda s: simulate(works(21, 8, seed=s, jitter=0.2)),
+        "healthy, jitter 30%": lambda s: simulate(works(21, 8, seed=s, jitter=0.3)),
+        "healthy, jitter 30%, 2 ranks": lambda s: simulate(works(21, 2, seed=s, jitter=0.3)),
+        "1.3x, jitter 10%": lambda s: simulate(works(21, 8, seed=s, slow={s % 8: 1.3})),
+        "1.3x, jitter 20%": lambda s: simulate(works(21, 8, seed=s, jitter=0.2, slow={s % 8: 1.3})),
+        "1.2x, jitter 10%": lambda s: simulate(works(21, 8, seed=s, slow={s % 8: 1.2})),
+        "1.1x, jitter 10%": lambda s: simulate(works(21, 8, seed=s, slow={s % 8: 1.1})),
+        "1.3x, transfer 30%": lambda s: simulate(works(21, 8, seed=s, slow={s % 8: 1.3}), transfer=0.03),
+        "two a step, 1.3x before the first": lambda s: two_collectives(11, 8, seed=s, slow={s % 8: 1.3}),
+        "two a step, healthy": lambda s: two_collectives(11, 8, seed=s),
+    }
+    for name, make in cases.items():
+        named_in, figures = 0, []
+        for seed in range(seeds):
+            judged = judge(samples(make(seed)))
+            named_in += bool(judged.verdicts)
+            table = {f.rank: {"wait_share": f.wait_share} for g in judged.judged for f in g.figures}
+            figures.append(max(beyond(table).values()))
+        print(f"{name:34s} named in {named_in} of {seeds}; beyond the peers' {_figures(figures)}", flush=True)
 
 
 def _spread(ratios: list[float], seed: int = 41) -> str:
@@ -190,7 +308,7 @@ def cost(reps: int, seconds: float, sample_every: float) -> None:
         order = (0.0, sample_every) if rep % 2 == 0 else (sample_every, 0.0)
         for every in order:
             with tempfile.TemporaryDirectory() as tmp:
-                _, _, took, out = watched("torchrun", tmp, every, {}, SLOW_JOB_STEPS=steps)
+                _, _, took, out, _ = watched("torchrun", tmp, every, {}, SLOW_JOB_STEPS=steps)
                 match = DONE.search(out)
                 job[every].append(float(match.group(1)) if match else float("nan"))
                 wall[every].append(took)
@@ -233,6 +351,9 @@ def main() -> None:
     parser.add_argument("--launchers", default="python,torchrun,srun,mpirun", help="comma-separated")
     parser.add_argument("--phases", default="pause,naming,cost", help="comma-separated")
     parser.add_argument("--cost-reps", type=int, default=12, help="reps of the cost, the order swapped each")
+    parser.add_argument("--seeds", type=int, default=200, help="simulated jobs per case (--phases simulate)")
+    parser.add_argument("--shapes", default="", help=f"comma-separated, of {','.join(SHAPES)}")
+    parser.add_argument("--busy", type=int, default=0, help="spinning processes beside the named runs")
     parser.add_argument("--seconds", type=float, default=10.0, help="each named job's length")
     parser.add_argument("--cost-seconds", type=float, default=20.0, help="the costed job's steps x 50 ms")
     parser.add_argument(
@@ -246,10 +367,22 @@ def main() -> None:
     phases = args.phases.split(",")
     began = time.monotonic()
     print(f"load average at the start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+    if "simulate" in phases:
+        simulated(args.seeds)
     if "pause" in phases:
         pause()
     if "naming" in phases:
-        naming(args.launchers.split(","), args.runs, args.seconds, args.sample_every)
+        with busy_cores(args.busy) if args.busy else contextlib.nullcontext():
+            if args.shapes:
+                shaped(
+                    args.launchers.split(","),
+                    args.shapes.split(","),
+                    args.runs,
+                    args.seconds,
+                    args.sample_every,
+                )
+            else:
+                naming(args.launchers.split(","), args.runs, args.seconds, args.sample_every)
     if "cost" in phases:
         cost(args.cost_reps, args.cost_seconds, args.cost_every)
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")

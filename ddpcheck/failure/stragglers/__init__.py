@@ -22,8 +22,10 @@ and again: samples.py), a Judgement out (judge.py, over timeline.py's arrivals),
     arrives; its transfer, not recorded, counts as work).
   The interval between a rank's consecutive enqueues is NOT used: on every rank it is, on
   average, the same (each waits in #k-1 until the last arrives), whoever is slow.
-- At each collective a rank is "late" when its work is at least MARGIN x the median of its
-  peers' (and later than them by MIN_LAG_S); a rank late at PERSISTENCE of the window's
-  collectives is named. Its lag (work minus its peers' median) and the share of the window its
-  peers spent waiting for it are the figures.
+- A rank is named by the wait it causes: its peers' wait share (how long their median waited for
+  it, where it arrived after them, summed over all the group's collectives of the window, over the
+  window's wall time) at least WAIT_SHARE more than their wait for the median of its peers. So a
+  rank late only at the first of a step's collectives, or only now and then, is named. Per
+  collective, "late" (its work at least MARGIN x its peers' median, and later by MIN_LAG_S) and
+  its lag are the evidence shown beside it, not the gate.
 """

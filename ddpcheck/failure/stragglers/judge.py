@@ -6,7 +6,6 @@ docs/stragglers.md explains.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -15,19 +14,32 @@ from enum import Enum, auto
 
 from ddpcheck.failure.flight import group_order
 from ddpcheck.failure.stragglers.samples import Sample
-from ddpcheck.failure.stragglers.timeline import Arrivals, Estimator, Gathered, arrivals, gather
+from ddpcheck.failure.stragglers.timeline import (
+    Arrivals,
+    Estimator,
+    Gathered,
+    arrivals,
+    gather,
+    peer_medians,
+)
 
-# A rank is late at a collective when its work before it is at least MARGIN x its peers' median:
-# healthy ranks within +-9% of each other can never reach it ((1.09 / 0.91) < 1.2), a rank 30%
-# slower does at every collective while the jitter stays within +-3% (1.3 x 0.97 / 1.03 > 1.2).
+# A rank is NAMED when its peers spent at least WAIT_SHARE of the window waiting for it, more than
+# they spent waiting for the median of its peers (a healthy job's jitter makes every rank wait for
+# every other now and then: a rank is named for the wait it causes beyond that). Its peers' wait for
+# it at a collective: from their median arrival to its own, where it arrived after them (its lag),
+# summed over all the group's collectives of the window, over the window's wall time.
+# The floor and the figures that chose it: docs/stragglers.md, "The rule and its thresholds" (on the
+# simulator, a healthy job's most waited-for rank costs at most 7.4% beyond its peers' median with
+# +-30% jitter; a rank 30% slower costs 18-24%; real gloo jobs of every shape in the table there).
+WAIT_SHARE = 0.1
+# The evidence beside it, per collective (not the gate): a rank is LATE at a collective when its work
+# before it is at least MARGIN x its peers' median (healthy ranks within +-9% of each other can never
+# reach it: 1.09 / 0.91 < 1.2)...
 MARGIN = 1.2
 # ...and later than its peers' median by at least this: below a fifth of a millisecond, the OS's
-# scheduling noise on a loaded host is as large as the lag, and such a lag costs the job little.
+# scheduling noise on a loaded host is as large as the lag. A wait under it is not counted in the
+# wait share either (a job of 1-ms steps would add such noise up to a share).
 MIN_LAG_S = 2e-4
-# A rank is named when late at >= 60% of the window's collectives: a healthy rank is late at a
-# few percent of them (each of N is the last ~1/N of the time, and rarely by the margin); a rank
-# 30% slower with +-10% jitter is late at ~90% of them, so a window of 20 names it every time.
-PERSISTENCE = 0.6
 # The window: the collectives of the last minute (the issue's "of the last 60 s": a verdict follows
 # a change within about a minute)...
 WINDOW_S = 60.0
@@ -44,9 +56,9 @@ HEAT_BUCKETS = 60
 class Thresholds:
     """What the judge names a rank by; each defaults to the constant above of the same name."""
 
+    wait_share: float = WAIT_SHARE
     margin: float = MARGIN
     min_lag_s: float = MIN_LAG_S
-    persistence: float = PERSISTENCE
     window_s: float = WINDOW_S
     window_min: int = WINDOW_MIN
     min_collectives: int = MIN_COLLECTIVES
@@ -99,8 +111,8 @@ class RankFigures:
     host: str
     work_s: float  # its work before a collective (median)
     lag_s: float  # how much later than its peers' median it arrived (median)
-    wait_share: float  # the share of the window its peers spent waiting for it
-    late: int  # the window's collectives it was late at
+    wait_share: float  # the share of the window its peers spent waiting for it: the gate
+    late: int  # the window's collectives it was late at (evidence: by MARGIN and MIN_LAG_S)
     named: bool
 
 
@@ -155,11 +167,6 @@ class Judgement:
 
     def heat_maps(self) -> list[HeatMap]:
         return [g.heat for g in self.judged if g.heat is not None]
-
-
-def needed(collectives: int, persistence: float = PERSISTENCE) -> int:
-    """How many of a window's collectives a rank must be late at to be named."""
-    return math.ceil(persistence * collectives - 1e-9)
 
 
 def judge(samples: Sequence[Sample], thresholds: Thresholds = Thresholds()) -> Judgement:
@@ -228,20 +235,22 @@ def _judge_unit(
     window = _window(found, thresholds)
     window_s = sum(c.period_s for c in window)
     late = {r: sum(c.late(r, thresholds.margin, thresholds.min_lag_s) for c in window) for r in ranks}
-    named = tuple(r for r in ranks if late[r] >= needed(len(window), thresholds.persistence))
+    share = {r: _share(sum(_waited(c, [r], thresholds) for c in window), window_s) for r in ranks}
+    typical = peer_medians(share)  # what each rank's peers cost the group: jitter makes everyone wait
+    named = tuple(r for r in ranks if share[r] - typical[r] >= thresholds.wait_share - 1e-12)
     figures = tuple(
         RankFigures(
             rank=rank,
             host=hosts.get(rank, ""),
             work_s=statistics.median(c.work[rank] for c in window),
             lag_s=statistics.median(c.lag[rank] for c in window),
-            wait_share=_share(sum(c.waited([rank]) for c in window), window_s),
+            wait_share=share[rank],
             late=late[rank],
             named=rank in named,
         )
         for rank in ranks
     )
-    verdict = _verdict(unit, estimator, named, window, window_s, hosts) if named else None
+    verdict = _verdict(unit, estimator, named, window, window_s, hosts, thresholds) if named else None
     return replace(
         unit,
         collectives=len(window),
@@ -260,10 +269,11 @@ def _verdict(
     window: list[Arrivals],
     window_s: float,
     hosts: Mapping[int, str],
+    thresholds: Thresholds,
 ) -> StragglerVerdict:
     waits = Counter[str]()
     for c in window:
-        waits[c.op] += c.waited(named)
+        waits[c.op] += _waited(c, named, thresholds)
     op = (
         max(waits, key=waits.__getitem__)
         if any(waits.values())
@@ -293,6 +303,13 @@ def _window(found: list[Arrivals], thresholds: Thresholds) -> list[Arrivals]:
     end = found[-1].at_s
     recent = [c for c in found if c.at_s >= end - thresholds.window_s]
     return recent if len(recent) >= thresholds.window_min else found[-thresholds.window_min :]
+
+
+def _waited(c: Arrivals, ranks: Sequence[int], thresholds: Thresholds) -> float:
+    """The peers' wait for `ranks` at one collective, counted from MIN_LAG_S on: a lag under it is
+    the OS's scheduling noise, which a job of millisecond steps would otherwise add up to a share."""
+    wait = c.waited(ranks)
+    return wait if wait >= thresholds.min_lag_s else 0.0
 
 
 def _share(part: float, whole: float) -> float:

@@ -89,14 +89,15 @@ class Arrivals:
         return peers > 0 and self.work[rank] >= margin * peers and self.lag[rank] >= min_lag_s
 
     def waited(self, ranks: Sequence[int]) -> float:
-        """How long the other ranks (their median) waited for `ranks` here: 0 unless one of them was last."""
-        last = max(self.arrival, key=self.arrival.__getitem__)
-        if last not in ranks:
-            return 0.0
+        """How long the other ranks (their median) waited here for `ranks`: from their median arrival
+        to the latest of `ranks`' arrivals, 0 when that was before. Whether a rank later still made
+        them wait longer does not matter: they could not go on before `ranks` arrived."""
         if len(ranks) == 1:
-            return max(0.0, self.lag[last])
+            return max(0.0, self.lag[ranks[0]])
         others = [a for r, a in self.arrival.items() if r not in ranks]
-        return max(0.0, self.arrival[last] - statistics.median(others)) if others else 0.0
+        if not others:
+            return 0.0
+        return max(0.0, max(self.arrival[r] for r in ranks) - statistics.median(others))
 
 
 def peer_medians(values: Mapping[int, float]) -> dict[int, float]:

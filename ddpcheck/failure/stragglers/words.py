@@ -31,6 +31,7 @@ TABLE_COLUMNS = {
     "work_s": "work per collective (s)",
     "lag_s": "lag (s)",
     "wait_share": "peers' wait share",
+    "late_share": "late at",
     "named": "named",
 }
 # Below this a window is its WINDOW_MIN collectives, not a minute (early in a run): the line says so.
@@ -121,8 +122,13 @@ def _skip_text(g: GroupJudgement, thresholds: Thresholds) -> str:
 
 
 def rank_rows(judgement: Judgement) -> list[dict[str, Any]]:
-    """The per-rank table's rows, every judged group's ranks: work per collective, lag, wait share."""
-    return [{"group": label(g), **asdict(f)} for g in judgement.judged for f in g.figures]
+    """The per-rank table's rows, every judged group's ranks: work per collective, lag, wait share (what
+    names a rank), and the share of the window's collectives it was late at (evidence)."""
+    return [
+        {"group": label(g), **asdict(f), "late_share": f.late / g.collectives if g.collectives else 0.0}
+        for g in judgement.judged
+        for f in g.figures
+    ]
 
 
 def table(judgement: Judgement) -> Table | None:
@@ -136,6 +142,7 @@ def table(judgement: Judgement) -> Table | None:
             "work_s": round(row["work_s"], 6),
             "lag_s": round(row["lag_s"], 6),
             "wait_share": round(row["wait_share"], 4),
+            "late_share": round(row["late_share"], 4),
         }
         for row in rows
     ]

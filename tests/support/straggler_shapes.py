@@ -1,0 +1,149 @@
+"""Small gloo jobs shaped like real training loops, one rank slowed, for the straggler tests and benchmark.
+
+Each step every rank works SLOW_JOB_STEP_S seconds (a sleep, jittered by +-SLOW_JOB_JITTER, seeded by
+its rank: its data loader, say), then runs the step's collectives, by SLOW_JOB_SHAPE:
+
+  one      one all_reduce a step (as slow_job.py)
+  two      the gradient sync, then a small all_reduce (a loss, a grad norm, AMP's found_inf): the
+           slowed rank is late at the first of each step only, on time at the second
+  accum    DDP with gradient accumulation: SLOW_JOB_ACCUM micro-steps (default 4) of
+           SLOW_JOB_STEP_S / SLOW_JOB_ACCUM each, all but the last under no_sync(): one gradient
+           all_reduce every SLOW_JOB_ACCUM micro-steps
+  stall    one all_reduce a step, and the slowed rank stopped from outside (SIGSTOP) SLOW_JOB_STALL
+           of every SLOW_JOB_STALL_PERIOD_S (default 0.4 of 0.1 s: cgroup or thermal throttling)
+           by the launching process: with --nproc only
+
+Planted as slow_job.py's: SLOW_JOB_RANK (none: healthy), SLOW_JOB_FACTOR (its work is F times its
+peers'; not with stall), SLOW_JOB_FROM (from step N on), SLOW_JOB_SECONDS (about T seconds of steps),
+SLOW_JOB_DDP=1 (`two`: the gradient sync is a DDP backward; accum is always DDP). Run as
+`python straggler_shapes.py --nproc N` it starts N ranks itself; under torchrun it is one rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import socket
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+# Beside this script (its folder is on sys.path when it runs).
+from load import duty_cycle
+from train_job import RANK_VARIABLES, SIZE_VARIABLES, first_of
+
+MIN_STEPS = 40  # never fewer, whatever the clock says: a window's worth of collectives (20) and more
+
+
+def _number(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+def work_factor(rank: int, step: int) -> float:
+    slowed = int(_number("SLOW_JOB_RANK", -1))
+    if os.environ.get("SLOW_JOB_SHAPE") == "stall" or rank != slowed:
+        return 1.0
+    return _number("SLOW_JOB_FACTOR", 1.3) if step >= int(_number("SLOW_JOB_FROM", 0)) else 1.0
+
+
+def run() -> None:
+    os.environ.setdefault("RANK", str(first_of(RANK_VARIABLES, "0")))
+    os.environ.setdefault("WORLD_SIZE", str(first_of(SIZE_VARIABLES, "1")))
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    shape = os.environ.get("SLOW_JOB_SHAPE", "one")
+    step_s, jitter = _number("SLOW_JOB_STEP_S", 0.05), _number("SLOW_JOB_JITTER", 0.1)
+    seconds = _number("SLOW_JOB_SECONDS", 10)
+    rng = random.Random(rank)
+    grads, flag = torch.ones(1024), torch.zeros(1)
+    ddp = shape == "accum" or os.environ.get("SLOW_JOB_DDP") == "1"
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 32)) if ddp else None
+    data = torch.ones(4, 32)
+    if model is not None:  # DDP's first backward builds its buckets: slow on a loaded host, not a step
+        model(data).sum().backward()
+    dist.barrier()
+    began = time.monotonic()
+    micro = int(_number("SLOW_JOB_ACCUM", 4)) if shape == "accum" else 1
+    steps = round(seconds / step_s)
+
+    def work(step: int) -> None:
+        time.sleep(step_s / micro * work_factor(rank, step) * (1 + rng.uniform(-jitter, jitter)))
+
+    def sync() -> None:
+        if model is not None:
+            model(data).sum().backward()
+        else:
+            dist.all_reduce(grads)
+
+    def going(step: int) -> bool:
+        # Each rank deciding by its own clock would stop at different steps and hang: rank 0 says.
+        flag.fill_(float(rank == 0 and step >= MIN_STEPS and time.monotonic() - began >= seconds))
+        dist.all_reduce(flag)
+        return flag.item() == 0.0
+
+    step, more = 0, True
+    while more:
+        if shape == "accum":
+            for i in range(micro):
+                work(step)
+                with model.no_sync() if i < micro - 1 else contextlib.nullcontext():  # type: ignore[union-attr]
+                    sync()
+            more = step + 1 < steps
+        elif shape == "two":
+            work(step)
+            sync()
+            more = going(step)
+        else:  # one, stall: the step's only collective says whether it was the last
+            work(step)
+            more = going(step)
+        step += 1
+    print(f"rank {rank} done: {step} steps in {time.monotonic() - began:.1f} s", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _spawned(rank: int, world: int, port: int) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    run()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nproc", type=int, default=0, help="start this many ranks (no launcher)")
+    nproc = parser.parse_args().nproc
+    if not nproc:
+        run()
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    context = mp.get_context("spawn")
+    ranks = []
+    for rank in range(nproc):
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(nproc))  # a spawned child's: watch reads it
+        process = context.Process(target=_spawned, args=(rank, nproc, port))
+        process.start()
+        ranks.append(process)
+    stop = threading.Event()
+    slowed = int(_number("SLOW_JOB_RANK", -1))
+    stopper = None
+    if os.environ.get("SLOW_JOB_SHAPE") == "stall" and 0 <= slowed < nproc:
+        fraction, period = _number("SLOW_JOB_STALL", 0.4), _number("SLOW_JOB_STALL_PERIOD_S", 0.1)
+        stopper = threading.Thread(target=duty_cycle, args=(ranks[slowed].pid, stop, fraction, period))
+        stopper.start()
+    for process in ranks:
+        process.join()
+    stop.set()
+    if stopper is not None:
+        stopper.join()
+    sys.exit(max((p.exitcode or 0) for p in ranks))
+
+
+if __name__ == "__main__":
+    main()
