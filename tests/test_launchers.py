@@ -27,7 +27,7 @@ import pytest
 
 from ddpcheck.errors import UsageError
 from ddpcheck.failure.explain import judge_inline
-from ddpcheck.failure.liveness import HEARTBEAT_INTERVAL_S, STOPPED_AFTER_BEATS, Stall
+from ddpcheck.failure.liveness import HEARTBEAT_INTERVAL_S, STOPPED_AFTER_BEATS, Stall, is_culprit
 from ddpcheck.launcher import mpi
 from ddpcheck.rank import inline, rundir
 from ddpcheck.rank.status import StatusWriter, StoreTransport
@@ -126,7 +126,7 @@ def test_rank_0_ages_heartbeats_by_its_own_clock_and_counts_what_peers_beat(tmp_
         # Both beat. A snapshot taken between one rank's beat and the other's shows the later one
         # a beat or so behind (CI saw {0: 1}); no stop, which takes STOPPED_AFTER_BEATS.
         assert records[1].beats >= 2 and ages[1] < 1.5 and max(missed.values()) < STOPPED_AFTER_BEATS
-        assert not any(inline.is_culprit(r) for r in inline.annotate(records, ages, missed).values())
+        assert not any(is_culprit(r) for r in inline.annotate(records, ages, missed).values())
         # Rank 1's clock an hour behind: its wall-clock heartbeat must not matter.
         skewed = {1: dataclasses.replace(records[1], heartbeat=records[1].heartbeat - 3600)}
         assert inline.annotate(skewed, ages, missed)[1]["heartbeat_age_s"] < 1.5
@@ -139,8 +139,8 @@ def test_rank_0_ages_heartbeats_by_its_own_clock_and_counts_what_peers_beat(tmp_
             time.sleep(HEARTBEAT_INTERVAL_S)
             records, ages, missed = watch.snapshot()
         frozen = inline.annotate(records, ages, missed)
-        assert frozen[1]["missed_beats"] >= STOPPED_AFTER_BEATS and inline.is_culprit(frozen[1])
-        assert frozen[0]["missed_beats"] == 0 and not inline.is_culprit(frozen[0])
+        assert frozen[1]["missed_beats"] >= STOPPED_AFTER_BEATS and is_culprit(frozen[1])
+        assert frozen[0]["missed_beats"] == 0 and not is_culprit(frozen[0])
     finally:
         for writer in writers:
             writer.close()

@@ -15,11 +15,11 @@ from ddpcheck.failure.liveness import (
     BeatTracker,
     Stall,
     counters,
+    is_culprit,
     missed_beats,
     stopped_beating,
 )
 from ddpcheck.failure.statuses import RankStatus
-from ddpcheck.rank import inline
 
 
 def watched(*observations: dict[int, tuple[int, int]]) -> dict[int, int]:
@@ -102,12 +102,12 @@ def test_old_heartbeats_on_a_busy_machine_name_nobody_but_missed_beats_do() -> N
     busy = {r: status(r, age=late) for r in range(3)}
     check = judge_inline(Stall(busy, 10.0, 3), "Timed out waiting 10000ms", 0)
     assert "every rank is alive and stuck" in check.detail
-    assert not any(inline.is_culprit(s) for s in busy.values())
+    assert not any(is_culprit(s) for s in busy.values())
     just_below = {**busy, 2: status(2, age=late, missed=STOPPED_AFTER_BEATS - 1)}
     assert "every rank is alive and stuck" in judge_inline(Stall(just_below, 10.0, 3), "Timed out", 0).detail
     at = {**busy, 2: status(2, age=late, missed=STOPPED_AFTER_BEATS)}
     named = judge_inline(Stall(at, 10.0, 3), "Timed out", 0)
-    assert (named.name, named.ranks) == ("hang", [2]) and inline.is_culprit(at[2])
+    assert (named.name, named.ranks) == ("hang", [2]) and is_culprit(at[2])
     assert (
         f"is frozen: no heartbeat for {late:.0f} s (a peer beat {STOPPED_AFTER_BEATS} times" in named.detail
     )
@@ -118,6 +118,6 @@ def test_a_rank_that_said_why_its_beats_end_is_not_blamed_for_them() -> None:
     gave_up = status(1, missed=50, error="RuntimeError: Timed out waiting 10000ms")
     done = status(1, missed=50, stage="done")
     for quiet in (gave_up, done):
-        assert not inline.is_culprit(quiet)
+        assert not is_culprit(quiet)
         statuses = {0: status(0), 1: quiet, 2: status(2, missed=STOPPED_AFTER_BEATS)}
         assert judge_inline(Stall(statuses, 10.0, 3), "Timed out", 0).ranks == [2]

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ddpcheck.failure import liveness
 from ddpcheck.failure.collectives import with_last_collectives
 from ddpcheck.failure.error_texts import connection_dropped, is_collateral_error, store_waited_for
 from ddpcheck.failure.flight import RankTrace
-from ddpcheck.failure.liveness import FROZEN_AFTER_S, Stall, stopped_beating
+from ddpcheck.failure.liveness import Stall
 from ddpcheck.failure.stages import DONE, PRE_JOIN
 from ddpcheck.failure.statuses import ExitInfo, SeenStatus
 from ddpcheck.report.model import Check, Report, Status, Table, Verdict
@@ -187,7 +188,7 @@ def judge_stall(stall: Stall) -> Check:
     waited = stall.waited_s
     never_started = [r for r in range(stall.world_size) if r not in statuses]
     live = {r: s for r, s in statuses.items() if s.get("proc_state", "running") != "exited"}
-    frozen = [r for r, s in live.items() if _frozen(s)]
+    frozen = [r for r, s in live.items() if liveness.frozen(s)]
     furthest = max((s["seq"] for s in statuses.values()), default=0)
     # A frozen rank explains the stall: a live rank behind the others then waits for it (a rank
     # stopped in a barrier holds back the peers it had not yet answered, while the rest go on).
@@ -248,17 +249,6 @@ def judge_stall(stall: Stall) -> Check:
     return Check("hang", Status.ERROR, "; ".join(parts), culprits, hosts)
 
 
-def _frozen(status: SeenStatus) -> bool:
-    return status.get("proc_state") == "stopped" or _beat_stopped(status)
-
-
-def _beat_stopped(status: SeenStatus) -> bool:
-    """Against its peers where a watcher counted their beats (inline runs: `missed_beats`), else by age."""
-    if "missed_beats" in status:
-        return stopped_beating(status["missed_beats"])
-    return status.get("heartbeat_age_s", 0) > FROZEN_AFTER_S
-
-
 def stages_table(statuses: dict[int, SeenStatus], exits: dict[int, ExitInfo]) -> Table:
     """Where every rank was last seen, as its own host saw it."""
     rows = []
@@ -274,7 +264,7 @@ def stages_table(statuses: dict[int, SeenStatus], exits: dict[int, ExitInfo]) ->
             state = "stopped"
         elif s.get("proc_state") == "exited":
             state = "done" if s.get("stage") == DONE else "exited"
-        elif _frozen(s):
+        elif liveness.frozen(s):
             state = "frozen"
         else:
             state = "alive"
@@ -316,8 +306,8 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
             raised,
             list(dict.fromkeys(h for c in checks for h in c.hosts)),
         )
-    dead = sorted(r for r, s in statuses.items() if s["proc_state"] == "exited" and _ended_mid_run(s))
-    silent = sorted(r for r, s in statuses.items() if r not in dead and r != me and _stopped_beating(s))
+    dead = sorted(r for r, s in statuses.items() if liveness.died(s))
+    silent = sorted(r for r, s in statuses.items() if r not in dead and r != me and liveness.silent(s))
     culprits = sorted(dead + silent)
     absent = [r for r in range(stall.world_size) if r not in statuses]
     if not culprits and absent:
@@ -392,9 +382,7 @@ def judge_early(statuses: dict[int, SeenStatus], world_size: int, me: int, singl
     every rank of the job on this host (`single_host`), so is one of which nothing is left. None when
     nothing here explains it (the culprit is on another host: its own peers there name it).
     """
-    lost = sorted(
-        r for r, s in statuses.items() if r != me and s["proc_state"] == "exited" and _ended_mid_run(s)
-    )
+    lost = sorted(r for r, s in statuses.items() if r != me and liveness.died(s))
     stopped = sorted(r for r, s in statuses.items() if r != me and s["proc_state"] == "stopped")
     missing = sorted(r for r in range(world_size) if r not in statuses and r != me) if single_host else []
     culprits = sorted(lost + stopped + missing)
@@ -437,19 +425,6 @@ def _absent(rank: int, status: SeenStatus) -> str:
     return f"{_who(rank, status)} never arrived: alive, at stage '{status['stage']}' for {in_stage_s:.0f} s"
 
 
-def _ended_mid_run(status: SeenStatus) -> bool:
-    return not status.get("error") and status.get("stage") != DONE
-
-
-def _stopped_beating(status: SeenStatus) -> bool:
-    """Stopped, or frozen; a rank that said why its beats end (it gave up, or finished) is neither."""
-    if status["proc_state"] == "stopped":
-        return True
-    if status["proc_state"] == "exited" or status.get("error") or status.get("stage") == DONE:
-        return False
-    return _beat_stopped(status)
-
-
 def _silence(status: SeenStatus) -> str:
     """'no heartbeat for N s', and what its peers did meanwhile when that was counted."""
     said = f"no heartbeat for {status['heartbeat_age_s']:.0f} s"
@@ -481,8 +456,10 @@ def _inline_report(spec: RunSpec, stall: Stall, message: str, how: str, me: int)
     check = judge_inline(stall, message, me)
     check.detail += f"; {how}"
     report.checks.append(check)
-    if spec.launcher == "srun" and any(
-        stall.statuses[r]["proc_state"] != "exited" for r in check.ranks if r in stall.statuses
+    if (
+        spec.launcher is not None
+        and spec.launcher.kills_late
+        and any(stall.statuses[r]["proc_state"] != "exited" for r in check.ranks if r in stall.statuses)
     ):
         report.notes.append(SRUN_WAITS)
     report.tables.append(stages_table(stall.statuses, {}))

@@ -4,6 +4,9 @@ On a busy machine every heartbeat is late, and a watcher that was itself held up
 rank's beat as old at once. What tells a stopped rank from a slow machine is that its beat
 counter stood still while its peers' counters went on: a rank is stopped when a peer beat
 `STOPPED_AFTER_BEATS` times since its own counter last moved. Nothing here reads a clock.
+
+The rules over a seen status (`frozen`, `silent`, `ended_mid_run`, `is_culprit`) are written
+here once, for every watcher: the launcher's monitor, an inline rank, the failure judges.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ddpcheck.failure.stages import DONE
 from ddpcheck.failure.statuses import RankStatus, SeenStatus
 
 HEARTBEAT_INTERVAL_S = 0.5
@@ -92,12 +96,49 @@ def stopped_beating(missed: int) -> bool:
     return missed >= STOPPED_AFTER_BEATS
 
 
+def beat_stopped(status: SeenStatus) -> bool:
+    """Against its peers where a watcher counted their beats (`missed_beats`), else by its heartbeat's age."""
+    if "missed_beats" in status:
+        return stopped_beating(status["missed_beats"])
+    return status.get("heartbeat_age_s", 0) > FROZEN_AFTER_S
+
+
+def frozen(status: SeenStatus) -> bool:
+    """Stopped (SIGSTOP), or its beats stopped."""
+    return status.get("proc_state") == "stopped" or beat_stopped(status)
+
+
+def ended_mid_run(status: SeenStatus) -> bool:
+    """It ended without an error of its own before the run's last stage."""
+    return not status.get("error") and status.get("stage") != DONE
+
+
+def died(status: SeenStatus) -> bool:
+    """Its process is gone mid-run, without an error of its own."""
+    return status["proc_state"] == "exited" and ended_mid_run(status)
+
+
+def silent(status: SeenStatus) -> bool:
+    """Stopped, or frozen; a rank that said why its beats end (it gave up, or finished) is neither."""
+    if status["proc_state"] == "stopped":
+        return True
+    if status["proc_state"] == "exited" or status.get("error") or status.get("stage") == DONE:
+        return False
+    return beat_stopped(status)
+
+
+def is_culprit(status: SeenStatus) -> bool:
+    """Stopped beating: dead (its process is gone mid-run, without an error of its own), stopped,
+    or frozen (a peer beat STOPPED_AFTER_BEATS times while it beat none, and it never said why)."""
+    return died(status) or silent(status)
+
+
 @dataclass
 class Stall:
     """What a watcher saw when no rank moved for the bound: the input of explain.judge_stall.
 
-    `statuses` are annotated (monitor.annotate, or inline.annotate): each rank's record plus
-    its process state and heartbeat age as seen without mixing two hosts' clocks.
+    `statuses` are annotated (statuses.seen): each rank's record plus its process state and
+    heartbeat age as seen without mixing two hosts' clocks.
     """
 
     statuses: dict[int, SeenStatus]

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from ddpcheck.failure import stages
+
+if TYPE_CHECKING:
+    from ddpcheck.failure.processes import ProcState
 
 
 class Progress(TypedDict):
@@ -87,7 +91,7 @@ class SeenStatus(TypedDict, total=False):
     ticks: int
     error: str | None
     error_at: float | None
-    proc_state: str  # 'running', 'stopped', 'exited' or psutil's state of a rank on this host
+    proc_state: str  # 'running', 'stopped' or 'exited' (statuses.seen: a zombie or a process gone)
     heartbeat_age_s: float
     in_stage_s: float | None  # None for a rank on another host: its clock is not ours
     missed_beats: int  # the most beats one peer made since this rank's counters last moved
@@ -97,3 +101,25 @@ class SeenStatus(TypedDict, total=False):
     exit: ExitInfo | None  # how it ended, as another node's launcher published it
     ended_by_ddpcheck: bool  # an inline peer ended it (a stopped rank under torchrun)
     ranks_started: int  # rank 0's status only, for the progress display: how many ranks started
+
+
+def seen(
+    record: Mapping[str, Any],
+    state: ProcState,
+    heartbeat_age_s: float,
+    in_stage_s: float | None,
+    **also: Any,
+) -> SeenStatus:
+    """The one annotator: a rank's record (`RankStatus.as_seen()`, or what its host's job directory
+    says) plus what a watcher saw of it: its process's state, its heartbeat's age, how long it has
+    been in its stage (None for a rank on another host: its clock is not ours), and `also`."""
+    return cast(
+        "SeenStatus",
+        {
+            **record,
+            "proc_state": "exited" if state.ended else state.value,
+            "heartbeat_age_s": round(max(heartbeat_age_s, 0.0), 1),
+            "in_stage_s": None if in_stage_s is None else round(max(in_stage_s, 0.0), 1),
+            **also,
+        },
+    )

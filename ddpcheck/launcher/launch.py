@@ -501,11 +501,6 @@ def import_what_ddp_imports(command: str) -> None:
         import torch._dynamo  # noqa: F401
 
 
-def _as_status(presence: Any) -> dict[str, Any]:
-    """A peer's arrival.Presence as the failure side reads a rank's record."""
-    return {"rank": presence.rank, "pid": presence.pid, "host": presence.host, "stage": presence.stage}
-
-
 def run_inline(
     command: str,
     options: dict[str, Any],
@@ -519,6 +514,7 @@ def run_inline(
     a report's files (--json, --junit, --html ...) and says where: rank 0 calls it itself when its
     launcher stops it (SIGTERM) before it could return the report.
     """
+    from ddpcheck.failure.rank_env import launcher_of
     from ddpcheck.rank import arrival, giving_up, here, inline
 
     started = time.monotonic()
@@ -527,7 +523,7 @@ def run_inline(
     spec = make_spec(command, options, faults, plan)
     # No launcher watches: the ranks' own timeout is the bound (RunSpec.collective_timeout).
     spec.inline = True
-    spec.launcher = inline.launcher_of(os.environ)
+    spec.launcher = launcher_of(os.environ)
 
     # torchrun, srun and mpirun stop a rank with SIGTERM once another failed; act on it at once,
     # even mid-collective: name the rank that stopped beating, remove the run directory, exit 3.
@@ -545,7 +541,7 @@ def run_inline(
     try:
         code = run_rank(spec, str(run_dir), write_stopped)
         # A peer here stopped after the last collective blocks no one: no one else would name it.
-        ended = [_as_status(p) for p in here.stopped_at_the_end()] if code == 0 else []
+        ended = [here.seen_of(p) for p in here.stopped_at_the_end()] if code == 0 else []
         report = rundir.read_rank0_report(run_dir)
         if report is not None:
             arrival.stage(arrival.WRITING_REPORT)

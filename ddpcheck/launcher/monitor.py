@@ -9,7 +9,6 @@ In a multi-node run it shares this node's statuses through the rendezvous store.
 from __future__ import annotations
 
 import contextlib
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -22,8 +21,9 @@ from ddpcheck.failure import stages
 from ddpcheck.failure.explain import judge_stall
 from ddpcheck.failure.flight import RankTrace, find_dumps
 from ddpcheck.failure.liveness import FROZEN_AFTER_S, BeatTracker, Stall, counters
+from ddpcheck.failure.processes import ProcState, end, state_of
 from ddpcheck.failure.stacks import py_spy_dumps
-from ddpcheck.failure.statuses import ExitInfo, RankStatus, SeenStatus
+from ddpcheck.failure.statuses import ExitInfo, RankStatus, SeenStatus, seen
 from ddpcheck.rank import interrupt, rundir
 from ddpcheck.rank.budget import EXIT_S
 from ddpcheck.rank.status import read_statuses
@@ -205,43 +205,25 @@ class Monitor(threading.Thread):
 def annotate(statuses: dict[int, RankStatus]) -> dict[int, SeenStatus]:
     """Add what only this host can see: each rank's process state and heartbeat age.
 
-    Done where the ranks run, so that ages never mix two hosts' clocks.
+    Done where the ranks run, so that ages never mix two hosts' clocks. A rank's process is this
+    launcher's descendant: any other process with its pid is a pid reused, the rank gone.
     """
-    states = _process_states()
+    descendants = {child.pid for child in psutil.Process().children(recursive=True)}
     now = time.time()
     return {
-        rank: {
-            **s.as_seen(),
-            "proc_state": "exited" if states.get(s.pid, "zombie") == "zombie" else states[s.pid],
-            "heartbeat_age_s": round(now - s.heartbeat, 1),
-            "in_stage_s": round(now - s.stage_since, 1),
-        }
+        rank: seen(
+            s.as_seen(),
+            state_of(s.pid) if s.pid in descendants else ProcState.GONE,
+            now - s.heartbeat,
+            now - s.stage_since,
+        )
         for rank, s in statuses.items()
     }
 
 
-def _process_states() -> dict[int, str]:
-    """pid -> process state ('stopped' for SIGSTOP) of every descendant still running."""
-    states = {}
-    for child in psutil.Process().children(recursive=True):
-        try:
-            states[child.pid] = child.status()
-        except psutil.Error:
-            continue
-    return states
-
-
 def kill_workers() -> set[int]:
     """Kill every descendant process, stopped ones included (SIGTERM cannot reach those)."""
-    children = psutil.Process().children(recursive=True)
-    for child in children:
-        try:
-            child.send_signal(signal.SIGCONT)
-            child.kill()
-        except psutil.Error:
-            continue
-    psutil.wait_procs(children, timeout=5)
-    return {child.pid for child in children}
+    return {child.pid for child in end(psutil.Process().children(recursive=True), sigterm=False)}
 
 
 PY_SPY_TIMEOUT_S = 5.0

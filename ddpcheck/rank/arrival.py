@@ -30,8 +30,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddpcheck.command import RANKED_COMMANDS  # the one declaration asked, loaded alone
+from ddpcheck.failure.rank_env import Launcher, launcher_of, rank_variable
+
+if TYPE_CHECKING:
+    from ddpcheck.failure.processes import ProcState
 
 JOB_PREFIX = "ddpcheck-job-"
 REMOVER_NAME = "ddpcheck-job-remover"  # the remover shell's $0: how it is told from a rank
@@ -165,7 +170,7 @@ class Identity:
     rank: int
     world_size: int
     local_rank: int
-    launcher: str  # torchrun, srun or mpirun
+    launcher: Launcher
     job: str  # the same for every rank of one launch, on every host
     rank_variable: str  # where the launcher put the rank: how a peer's process is known by its rank
     local_world_size: int  # ranks of the job on this host (0: not known)
@@ -180,7 +185,7 @@ class Presence:
     host: str
     stage: str
     since: float  # when it entered the stage (time.time, this host's clock)
-    state: str  # 'running', 'stopped', 'zombie' or 'gone'
+    state: ProcState
 
     @property
     def lost(self) -> bool:
@@ -194,21 +199,21 @@ def identity(environ: dict[str, str] | os._Environ[str], argv: list[str]) -> Ide
         return None
     if any(a == o or a.startswith(o + "=") for a in argv for o in LAUNCH_OPTIONS):
         return None
-    found = _launcher_variables(environ)
-    if found is None:
+    launcher = launcher_of(environ)
+    if launcher is Launcher.NONE:
         return None
-    launcher, rank, world, local, job = found
+    rank, world, local, job = _launcher_variables(environ, launcher)
     if not (rank.isdigit() and world.isdigit()):
         return None
-    variable = next(v for v in _RANK_VARIABLES if v in environ)
     here = _local_world(environ, launcher, int(world))
+    variable = rank_variable(environ) or ""
     return Identity(
         int(rank), int(world), int(local) if local.isdigit() else 0, launcher, _safe(job), variable, here
     )
 
 
-def _local_world(environ: dict[str, str] | os._Environ[str], launcher: str, world: int) -> int:
-    if launcher == "srun":
+def _local_world(environ: dict[str, str] | os._Environ[str], launcher: Launcher, world: int) -> int:
+    if launcher is Launcher.SRUN:
         return world if environ.get("SLURM_STEP_NUM_NODES", environ.get("SLURM_NNODES")) == "1" else 0
     value = (
         environ.get("LOCAL_WORLD_SIZE")
@@ -218,42 +223,27 @@ def _local_world(environ: dict[str, str] | os._Environ[str], launcher: str, worl
     return int(value) if value.isdigit() else 0
 
 
-# In the order _launcher_variables looks for the launchers.
-_RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
-
-
-def _launcher_variables(environ: dict[str, str] | os._Environ[str]) -> tuple[str, str, str, str, str] | None:
-    """(launcher, rank, world size, local rank, job) from the first launcher found (as plan.detect_inline)."""
+def _launcher_variables(
+    environ: dict[str, str] | os._Environ[str], launcher: Launcher
+) -> tuple[str, str, str, str]:
+    """(rank, world size, local rank, job) as `launcher` gives them."""
     get = environ.get
-    if "TORCHELASTIC_RUN_ID" in environ and "RANK" in environ:
+    if launcher is Launcher.TORCHRUN:
         # --rdzv-id defaults to "none": the agent's store port tells two launches on one host apart.
         job = (
             f"t{get('TORCHELASTIC_RUN_ID')}-{get('MASTER_PORT', '')}-{get('TORCHELASTIC_RESTART_COUNT', '0')}"
         )
-        return "torchrun", get("RANK", ""), get("WORLD_SIZE", ""), get("LOCAL_RANK", ""), job
-    if "OMPI_COMM_WORLD_RANK" in environ:
+        return get("RANK", ""), get("WORLD_SIZE", ""), get("LOCAL_RANK", ""), job
+    if launcher is Launcher.MPIRUN and "OMPI_COMM_WORLD_RANK" in environ:
         job = get("OMPI_MCA_ess_base_jobid") or get("PMIX_NAMESPACE") or str(os.getppid())
-        return (
-            "mpirun",
-            get("OMPI_COMM_WORLD_RANK", ""),
-            get("OMPI_COMM_WORLD_SIZE", ""),
-            get("OMPI_COMM_WORLD_LOCAL_RANK", ""),
-            f"m{job}",
-        )
-    if "PMI_RANK" in environ:
+        local = get("OMPI_COMM_WORLD_LOCAL_RANK", "")
+        return get("OMPI_COMM_WORLD_RANK", ""), get("OMPI_COMM_WORLD_SIZE", ""), local, f"m{job}"
+    if launcher is Launcher.MPIRUN:
         job = get("PMI_JOBID") or get("PMIX_NAMESPACE") or str(os.getppid())
-        return "mpirun", get("PMI_RANK", ""), get("PMI_SIZE", ""), get("MPI_LOCALRANKID", ""), f"p{job}"
-    if "SLURM_STEP_ID" in environ or "SLURM_STEPID" in environ:
-        step = get("SLURM_STEP_ID") or get("SLURM_STEPID", "")
-        world = get("SLURM_STEP_NUM_TASKS") or get("SLURM_NTASKS", "")
-        return (
-            "srun",
-            get("SLURM_PROCID", ""),
-            world,
-            get("SLURM_LOCALID", ""),
-            f"s{get('SLURM_JOB_ID')}.{step}",
-        )
-    return None
+        return get("PMI_RANK", ""), get("PMI_SIZE", ""), get("MPI_LOCALRANKID", ""), f"p{job}"
+    step = get("SLURM_STEP_ID") or get("SLURM_STEPID", "")
+    world = get("SLURM_STEP_NUM_TASKS") or get("SLURM_NTASKS", "")
+    return get("SLURM_PROCID", ""), world, get("SLURM_LOCALID", ""), f"s{get('SLURM_JOB_ID')}.{step}"
 
 
 def _safe(job: str) -> str:
@@ -301,7 +291,7 @@ class Arrival:
         announced = list(read(self.dir).values())
         pids = {p.pid for p in announced}
         if (
-            not any(p.state in ("running", "stopped") for p in announced if p.pid != os.getpid())
+            all(p.lost for p in announced if p.pid != os.getpid())
             and not unannounced_siblings(self.identity.rank_variable, pids, self._launcher)
             and not killed_after_its_part_unnamed(self.dir, announced)
         ):
@@ -330,7 +320,7 @@ def killed_after_its_part_unnamed(directory: Path, announced: Iterable[Presence]
     the directory is left to that remover, which names it and then removes it."""
     if (directory / ENDED_AFTER).is_dir() or (directory / ENDED_FIRST).is_dir():
         return False
-    return any(p.stage in KILLED_AFTER_ITS_PART and p.state in ("zombie", "gone") for p in announced)
+    return any(p.stage in KILLED_AFTER_ITS_PART and p.lost for p in announced)
 
 
 def unannounced_siblings(rank_variable: str, announced: set[int], launcher: int) -> list[int]:
@@ -354,7 +344,7 @@ def unannounced_siblings(rank_variable: str, announced: set[int], launcher: int)
         except (OSError, ValueError):
             continue
         for pid in pids:
-            if pid == me or pid in announced or process_state(pid) not in ("running", "stopped"):
+            if pid == me or pid in announced or process_state(pid).ended:
                 continue
             if _is_remover(pid):
                 continue  # a remover of an earlier rank here, which carries that rank's environment
@@ -417,18 +407,11 @@ def read(directory: Path) -> dict[int, Presence]:
     return found
 
 
-def process_state(pid: int) -> str:
-    """'running', 'stopped' (SIGSTOP or a debugger), 'zombie' or 'gone', from /proc."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            state = stat.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "gone"
-    if state in (b"T", b"t"):
-        return "stopped"
-    if state in (b"Z", b"X", b"x"):
-        return "zombie"
-    return "running"
+def process_state(pid: int) -> ProcState:
+    """From /proc (failure/processes.py, loaded only now: the entry point loads this module first)."""
+    from ddpcheck.failure.processes import state_of
+
+    return state_of(pid)
 
 
 def _start_remover(directory: Path, rank_variable: str) -> None:
@@ -508,7 +491,7 @@ def sweep_abandoned(keep: Path | None = None, older_than_s: float = 60.0) -> lis
         try:
             if directory == keep or time.time() - directory.stat().st_mtime < older_than_s:
                 continue
-            if any(p.state in ("running", "stopped") for p in read(directory).values()):
+            if not all(p.lost for p in read(directory).values()):
                 continue
             remove_job_dir(directory)
             if not directory.exists():  # not so where another user's stays

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, NoReturn
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, say
 from ddpcheck.failure import error_texts, explain
 from ddpcheck.failure.liveness import Stall
+from ddpcheck.failure.rank_env import Launcher
 from ddpcheck.rank import arrival, here, inline, interrupt, rundir
 
 if TYPE_CHECKING:
@@ -46,8 +47,6 @@ SIGTERM_LOOK_S = 0.6
 SRUN_SIGTERM_LOOK_S = 3.0
 # How long a rank other than 0, done, waits for rank 0 to leave first (under srun and mpirun).
 RANK0_LEAVES_S = 15.0
-# Launchers whose teardown begins when the first task exits, and where rank 0's process hosts the store.
-RANK0_HOSTS_STORE = ("srun", "mpirun")
 
 # Who speaks for this rank when it fails: the first caller of claim(), once; done when `gave_up` is set.
 gave_up = threading.Event()
@@ -93,9 +92,9 @@ def claim() -> bool:
     return _claimed.acquire(blocking=False)
 
 
-def sigterm_look_s(launcher: str | None) -> float:
+def sigterm_look_s(launcher: Launcher | None) -> float:
     """How long a rank stopped by `launcher`'s SIGTERM may look for the culprit before it must speak."""
-    return SRUN_SIGTERM_LOOK_S if launcher == "srun" else SIGTERM_LOOK_S
+    return SRUN_SIGTERM_LOOK_S if launcher is Launcher.SRUN else SIGTERM_LOOK_S
 
 
 def after_failure(run: InlineRank, message: str) -> None:
@@ -151,7 +150,7 @@ def on_sigterm(
     run = InlineRank(spec, str(run_dir), world_size, inline.current, status_of_this_rank, write_report)
     # slurmstepd's SIGKILL follows only after KillWait: rank 0's main thread, which writes the report,
     # gives up within its collective's timeout (at once when the peer's connection dropped).
-    srun_rank0 = run.rank == 0 and spec.launcher == "srun" and run.session is not None
+    srun_rank0 = run.rank == 0 and spec.launcher is Launcher.SRUN and run.session is not None
     if srun_rank0 and gave_up.wait(spec.collective_timeout + SIGTERM_GRACE_S):
         time.sleep(SIGTERM_GRACE_S)  # it is rendering the report, then exits by itself
         _leave()
@@ -264,25 +263,26 @@ def _observe(run: InlineRank, wait_s: float, **connect: float) -> tuple[dict[int
     launcher cannot reach them (torchrun's SIGTERM, on rank 0's host); and the ranks so ended."""
     assert run.session is not None
     statuses = run.session.observe(wait_s, **connect)
-    end_stopped = run.spec.launcher == "torchrun" and run.rank == 0
+    end_stopped = run.spec.launcher is Launcher.TORCHRUN and run.rank == 0
     return statuses, inline.reap(statuses, end_stopped=end_stopped, store=run.session.store)
 
 
 def _after_the_line(run: InlineRank, reason: Reason, account: Account) -> None:
     """Rank 0's report where it goes; and under srun and mpirun, rank 0 leaves last."""
-    rank, session, launcher = run.rank, run.session, run.spec.launcher
+    rank, session = run.rank, run.session
+    rank0_last = run.spec.launcher is not None and run.spec.launcher.rank0_hosts_store
     if reason is Reason.SIGTERM:
         if account.looked and session is not None and rank != 0:
             quietly(session.said)
         return
     if account.looked and session is not None and rank != 0:
         session.said()
-        if launcher in RANK0_HOSTS_STORE:
+        if rank0_last:
             # The first task to exit starts the launcher's teardown: rank 0, which reports, leaves first.
             session.wait_for_rank0(RANK0_LEAVES_S)
     if account.report is not None and run.run_dir:
         rundir.write_rank0_report(run.run_dir, account.report)
-    if account.looked and session is not None and rank == 0 and launcher in RANK0_HOSTS_STORE:
+    if account.looked and session is not None and rank == 0 and rank0_last:
         # Rank 0's process hosts the store there: the others read it to name the culprit.
         assert account.report is not None
         session.wait_for_waiters(account.report.checks[0].ranks, inline.SAMPLE_S + 1.0)

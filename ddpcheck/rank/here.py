@@ -18,7 +18,8 @@ import psutil
 
 from ddpcheck.failure import stages
 from ddpcheck.failure.liveness import STOPPED_AFTER_BEATS
-from ddpcheck.failure.statuses import SeenStatus
+from ddpcheck.failure.processes import ProcState
+from ddpcheck.failure.statuses import SeenStatus, seen
 from ddpcheck.rank import arrival
 
 # How long a peer stays stopped after this rank is done before it is taken for stopped, not paused.
@@ -37,33 +38,35 @@ def arrivals_seen(known: dict[int, SeenStatus] | None = None) -> dict[int, SeenS
     if arrival.current is None:
         return {}
     known = known or {}
-    now = time.time()
-    seen: dict[int, SeenStatus] = {}
     presences = {**launcher_view(arrival.current.identity), **arrival.read(arrival.current.dir)}
-    for rank, presence in presences.items():
-        if rank in known:
-            continue
-        state = {"running": "running", "stopped": "stopped"}.get(presence.state, "exited")
-        if presence.stage == arrival.TERMINATED:
-            state = "exited"  # its launcher ended it, after another rank failed: said as a collateral error
-        seen[rank] = {
-            "rank": rank,
-            "host": presence.host,
-            "pid": presence.pid,
-            "stage": stages.DONE if presence.stage == arrival.LEFT else presence.stage,
-            "seq": 0,  # behind every rank that reached the store
-            "beats": 0,
-            "proc_state": state,
-            "heartbeat_age_s": round(max(now - presence.since, 0.0), 1),
-            "in_stage_s": round(max(now - presence.since, 0.0), 1),
-            # A stopped process beats no more, whatever its peers did; a running one is judged by its stage.
-            "missed_beats": STOPPED_AFTER_BEATS if state == "stopped" else 0,
-            "same_host": True,
-            "arrived": False,
-        }
-        if presence.stage == arrival.TERMINATED:
-            seen[rank]["error"] = TERMINATED_ERROR
-    return seen
+    return {rank: seen_of(presence) for rank, presence in presences.items() if rank not in known}
+
+
+def seen_of(presence: arrival.Presence) -> SeenStatus:
+    """A rank known only from its host (its file, or its launcher's view of its process), as seen."""
+    age = time.time() - presence.since
+    terminated = presence.stage == arrival.TERMINATED
+    # Its launcher ended it after another rank failed (said as a collateral error): ended, not lost.
+    state = ProcState.GONE if terminated else presence.state
+    record = {
+        "rank": presence.rank,
+        "host": presence.host,
+        "pid": presence.pid,
+        "stage": stages.DONE if presence.stage == arrival.LEFT else presence.stage,
+        "seq": 0,  # behind every rank that reached the store
+        "beats": 0,
+    }
+    return seen(
+        record,
+        state,
+        age,
+        age,
+        # A stopped process beats no more, whatever its peers did; a running one is judged by its stage.
+        missed_beats=STOPPED_AFTER_BEATS if state is ProcState.STOPPED else 0,
+        same_host=True,
+        arrived=False,
+        **({"error": TERMINATED_ERROR} if terminated else {}),
+    )
 
 
 def launcher_view(me: arrival.Identity) -> dict[int, arrival.Presence]:
@@ -127,9 +130,9 @@ def stopped_at_the_end(wait_s: float = PEERS_DONE_S) -> list[arrival.Presence]:
         pending = [
             p
             for p in arrival.read(arrival.current.dir).values()
-            if p.pid != os.getpid() and p.state in ("running", "stopped") and p.stage not in _FINISHED
+            if p.pid != os.getpid() and not p.state.ended and p.stage not in _FINISHED
         ]
-        stopped = [p for p in pending if p.state == "stopped"]
+        stopped = [p for p in pending if p.state is ProcState.STOPPED]
         stopped_since = {p.pid: stopped_since.get(p.pid, now) for p in stopped}
         long_stopped = [p for p in stopped if now - stopped_since[p.pid] >= END_STOPPED_S]
         if len(long_stopped) == len(pending) or now - began >= wait_s:
@@ -150,6 +153,6 @@ def speaks_for_this_host(me: int, ended: list[int]) -> bool:
     present = [
         p.rank
         for p in arrival.read(arrival.current.dir).values()
-        if p.state == "running" and p.rank not in gone
+        if p.state is ProcState.RUNNING and p.rank not in gone
     ]
     return me <= min(present, default=me)

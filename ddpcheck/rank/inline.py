@@ -31,15 +31,15 @@ from typing import TYPE_CHECKING, TypedDict
 
 import psutil
 
-from ddpcheck.failure import stages
+from ddpcheck.failure import liveness, stages
 from ddpcheck.failure.liveness import (
     HEARTBEAT_INTERVAL_S,
     STOPPED_AFTER_BEATS,
     BeatTracker,
     counters,
-    stopped_beating,
 )
-from ddpcheck.failure.statuses import RankStatus, SeenStatus
+from ddpcheck.failure.processes import ProcState, end, state_of
+from ddpcheck.failure.statuses import RankStatus, SeenStatus, seen
 from ddpcheck.rank import arrival, rundir
 from ddpcheck.rank.here import arrivals_seen, mark_stopped_by_launcher
 from ddpcheck.rank.status import StoreTransport
@@ -138,17 +138,6 @@ def connect_when_open(wait_s: float) -> Store:
     store = connect(max(wait_s, STORE_OP_TIMEOUT_S))
     store.set_timeout(timedelta(seconds=STORE_OP_TIMEOUT_S))
     return store
-
-
-def launcher_of(environ: dict[str, str] | os._Environ[str]) -> str:
-    """Which launcher started this rank: what a report says about how the others end."""
-    if "TORCHELASTIC_RUN_ID" in environ:
-        return "torchrun"
-    if "OMPI_COMM_WORLD_RANK" in environ or "PMI_RANK" in environ:
-        return "mpirun"
-    if "SLURM_STEP_ID" in environ or "SLURM_STEPID" in environ:
-        return "srun"
-    return "launcher"
 
 
 def read_records(store: Store, world_size: int) -> dict[int, RankStatus]:
@@ -320,7 +309,7 @@ class Session:
                 if status["proc_state"] == "exited" and _has(self.store, f"{ENDED_KEY}{rank}"):
                     status.update(proc_state="stopped", ended_by_ddpcheck=True)
             if time.monotonic() - began >= wait_s or any(
-                is_culprit(s) for r, s in statuses.items() if r != self.rank
+                liveness.is_culprit(s) for r, s in statuses.items() if r != self.rank
             ):
                 return statuses
             time.sleep(HEARTBEAT_INTERVAL_S / 2)
@@ -374,7 +363,7 @@ def _read_view(store: Store) -> View | None:
 def annotate(
     records: dict[int, RankStatus], ages: dict[int, float], missed: dict[int, int] | None = None
 ) -> dict[int, SeenStatus]:
-    """Records plus process state, heartbeat age and missed beats, as postmortem reads them.
+    """Records plus process state, heartbeat age and missed beats (statuses.seen).
 
     A rank on this host is looked at directly (its process, and its heartbeat against this
     host's own clock); one elsewhere by the age rank 0 (or this rank, sampling) measured. The
@@ -386,39 +375,31 @@ def annotate(
     annotated: dict[int, SeenStatus] = {}
     for rank, record in records.items():
         same_host = record.host == here
-        age = now - record.heartbeat if same_host else ages.get(rank, 0.0)
-        annotated[rank] = {
-            **record.as_seen(),
-            "proc_state": process_state(record.pid) if same_host else "running",
-            "heartbeat_age_s": round(max(age, 0.0), 1),
-            "missed_beats": missed.get(rank, 0),
-            "in_stage_s": round(now - record.stage_since, 1) if same_host else None,
-            "same_host": same_host,
-        }
+        annotated[rank] = seen(
+            record.as_seen(),
+            process_state(record.pid) if same_host else ProcState.RUNNING,
+            now - record.heartbeat if same_host else ages.get(rank, 0.0),
+            now - record.stage_since if same_host else None,
+            missed_beats=missed.get(rank, 0),
+            same_host=same_host,
+        )
     return annotated
 
 
-def process_state(pid: int) -> str:
-    """'exited', 'stopped' (SIGSTOP) or 'running': a ddpcheck rank's process on this host."""
+def process_state(pid: int) -> ProcState:
+    """A ddpcheck rank's process on this host; another process with its pid is a pid reused: GONE."""
+    state = state_of(pid)
+    if not state.ended and b"ddpcheck" not in _cmdline(pid):
+        return ProcState.GONE
+    return state
+
+
+def _cmdline(pid: int) -> bytes:
     try:
-        proc = psutil.Process(pid)
-        state = proc.status()
-        if state == psutil.STATUS_ZOMBIE or "ddpcheck" not in " ".join(proc.cmdline()):
-            return "exited"  # a zombie, or a reused pid
-    except psutil.Error:
-        return "exited"
-    return "stopped" if state in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP) else "running"
-
-
-def is_culprit(status: SeenStatus) -> bool:
-    """Stopped beating: dead (its process is gone mid-run, without an error of its own), stopped,
-    or frozen (a peer beat STOPPED_AFTER_BEATS times while it beat none, and it never said why)."""
-    if status["proc_state"] == "exited":
-        return not status.get("error") and status.get("stage") != stages.DONE
-    if status["proc_state"] == "stopped":
-        return True
-    left = status.get("error") or status.get("stage") == stages.DONE  # it said why its beats end
-    return not left and stopped_beating(status.get("missed_beats", 0))
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read()
+    except OSError:
+        return b""
 
 
 def reap(statuses: dict[int, SeenStatus], end_stopped: bool, store: Store | None = None) -> list[int]:
@@ -436,9 +417,7 @@ def reap(statuses: dict[int, SeenStatus], end_stopped: bool, store: Store | None
             with contextlib.suppress(Exception):
                 store.set(f"{ENDED_KEY}{rank}", "stopped")
             with contextlib.suppress(psutil.Error):
-                proc = psutil.Process(status["pid"])
-                proc.kill()
-                proc.wait(timeout=5)
+                end([psutil.Process(status["pid"])], sigterm=False)
                 ended.append(rank)
             if status.get("arrived") is False and arrival.current is not None:
                 since = time.time() - (status.get("in_stage_s") or 0.0)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddpcheck.failure.rank_env import Launcher
 from ddpcheck.rank.budget import Budget
 from ddpcheck.rank.faults import Fault
 from ddpcheck.report.model import Report, Verdict
@@ -70,9 +71,13 @@ class RunSpec:
     faults: list[Fault] = field(default_factory=list)
     device_index: int | None = None  # this rank's GPU when not its local rank (inline runs)
     inline: bool = False  # torchrun, srun or mpirun started the ranks: no ddpcheck launcher watches
-    launcher: str | None = None  # which one, when inline
+    launcher: Launcher | None = None  # which one, when inline
     budget_s: float | None = None  # --budget
     budget_end: float | None = None  # when it runs out, on the wall clock (rank/budget.py)
+
+    def __post_init__(self) -> None:
+        if self.launcher is not None:
+            self.launcher = Launcher(self.launcher)  # from its JSON form, or a test's word
 
     @property
     def collective_timeout(self) -> float:
