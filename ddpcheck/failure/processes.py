@@ -152,6 +152,9 @@ class ProcState(str, Enum):
     ZOMBIE = "zombie"  # ended, not yet reaped by its parent
     GONE = "gone"
 
+    def __str__(self) -> str:  # its value, in text as in JSON (a str Enum says its name)
+        return self.value
+
     @classmethod
     def of_letter(cls, letter: str) -> ProcState:
         """From /proc's state letter (R, S, D, T stopped, t traced, Z zombie, X dead) or 'gone'."""
@@ -177,6 +180,15 @@ def state_letter(pid: int) -> str:
 
 def state_of(pid: int) -> ProcState:
     return ProcState.of_letter(state_letter(pid))
+
+
+def maps_any(pid: int, *libraries: str) -> bool:
+    """Whether the process has mapped a file whose path holds one of `libraries` (False: unreadable)."""
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            return any(library in line for line in maps for library in libraries)
+    except OSError:
+        return False
 
 
 def end(

@@ -33,6 +33,9 @@ class Launcher(str, Enum):
     SRUN = "srun"
     NONE = "none"
 
+    def __str__(self) -> str:  # its value, in text as in JSON (a str Enum says its name)
+        return self.value
+
     @property
     def rank0_hosts_store(self) -> bool:
         """Rank 0's own process hosts the store the ranks share (torchrun's agent hosts its own), and the

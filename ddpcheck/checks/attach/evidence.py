@@ -25,7 +25,7 @@ from ddpcheck.checks.attach.find import Job
 from ddpcheck.failure import ras
 from ddpcheck.failure.flight import NotADump, RankTrace, read_dump
 from ddpcheck.failure.hangs import RankView
-from ddpcheck.failure.processes import ProcState, state_letter
+from ddpcheck.failure.processes import ProcState, maps_any, state_letter
 from ddpcheck.failure.stacks import Stack, stacks_of
 
 SAMPLES = 3  # stacks per rank over --interval: two could fall on the same line of a running loop
@@ -133,11 +133,7 @@ def io_bytes(pid: int) -> int | None:
 
 def loads_nccl(pid: int) -> bool:
     """Whether the process mapped NCCL (its own library, or torch's CUDA library that links it in)."""
-    try:
-        with open(f"/proc/{pid}/maps") as maps:
-            return any("libnccl" in line or "libtorch_cuda" in line for line in maps)
-    except OSError:
-        return False
+    return maps_any(pid, "libnccl", "libtorch_cuda")
 
 
 def _prefixes(environ: dict[str, str]) -> list[str]:

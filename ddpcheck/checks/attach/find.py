@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from ddpcheck.errors import UsageError
-from ddpcheck.failure.processes import ProcessTree, RankProcess, is_launcher
+from ddpcheck.failure.processes import ProcessTree, RankProcess, is_launcher, maps_any
 from ddpcheck.failure.rank_env import has_rank
 
 # Above the ranks but none of them: the launchers watch knows, and what starts ranks for them.
@@ -159,7 +159,7 @@ def from_all() -> Job:
             under_launcher = is_starter(proc.parent()) if proc.parent() else False
         except psutil.Error:
             continue
-        if not (under_launcher or _loads_torch(proc.pid)):
+        if not (under_launcher or maps_any(proc.pid, "libtorch")):
             continue
         root = root_of(proc)
         if root.pid not in roots:
@@ -171,14 +171,6 @@ def from_all() -> Job:
         shown = ", ".join(f"{pid} ({' '.join(_cmdline(psutil.Process(pid))[:3])[:40]})" for pid in roots)
         raise NoJob(f"--all: {len(roots)} jobs on this node, under pids {shown}: attach one by its pid")
     return _job(roots)
-
-
-def _loads_torch(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/maps") as maps:
-            return any("libtorch" in line for line in maps)
-    except OSError:
-        return False
 
 
 def _job(roots: list[int]) -> Job:

@@ -28,6 +28,9 @@ class Event(str, Enum):
     CRASH = "crash"  # a rank failed and the job went on past its launcher's grace
     HANG = "hang"
 
+    def __str__(self) -> str:  # its value, in text as in JSON (a str Enum says its name)
+        return self.value
+
 
 def sample_interval(hang_after: float) -> float:
     return max(MIN_SAMPLE_INTERVAL_S, hang_after / 2 / SAMPLES_PER_WINDOW)
