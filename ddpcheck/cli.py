@@ -14,7 +14,7 @@ import inspect
 import os
 import sys
 import typing
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from typer._click import Context, HelpFormatter
 
 
-class _Built(MutableMapping[str, "ClickCommand"]):
+class _Built(Mapping[str, "ClickCommand"]):
     """The commands by name, in the registry's order; each built by Typer at its first look-up."""
 
     def __init__(self) -> None:
@@ -42,12 +42,6 @@ class _Built(MutableMapping[str, "ClickCommand"]):
         if name not in self._built:
             self._built[name] = _typer_command(COMMANDS[name])
         return self._built[name]
-
-    def __setitem__(self, name: str, built: ClickCommand) -> None:
-        self._built[name] = built
-
-    def __delitem__(self, name: str) -> None:
-        del self._built[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(COMMANDS)
@@ -62,7 +56,7 @@ class _Commands(TyperGroup):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
-        self.commands = _Built()
+        self.commands = _Built()  # type: ignore[assignment]  # read only: nothing adds a command later
 
     def list_commands(self, ctx: Context) -> list[str]:
         return list(COMMANDS)
