@@ -58,11 +58,16 @@ def preflight(
     collective) on a bad argument or without an initialised process group.
     """
     started = time.time()  # the budget counts from here: the first call's imports too
-    from ddpcheck.preflight import options, run
+    from ddpcheck.preflight import options
 
     opts = options.build(checks, budget_s, min_busbw, quiet, json_path, inject)
     if not isinstance(raise_on_failure, bool):
         raise PreflightUsageError(f"raise_on_failure must be True or False, got {raise_on_failure!r}")
+    from ddpcheck.preflight.group import checked
+
+    checked(opts, group)  # before the work's imports (a second on a busy host), and before any collective
+    from ddpcheck.preflight import run
+
     rank = _rank()
     try:
         report = run.run(opts, group, started)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,7 +59,8 @@ def arrive(
     absent: bool = False,
 ) -> Arrival:
     """Announce this rank (unless `absent`: a planted fault) and wait at most `wait_s` for the rest."""
-    key = f"{PREFIX}{call}/"
+    # A torchrun restart keeps its agent's store: each attempt's keys apart from the last one's.
+    key = f"{PREFIX}{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{call}/"
     began = time.monotonic()
     if not absent:
         store.set(f"{key}rank/{rank}", json.dumps(me))

@@ -13,7 +13,8 @@ from typing import Any
 from ddpcheck.preflight import arrival as arrivals
 from ddpcheck.preflight import judge, measure
 from ddpcheck.preflight.failed import PreflightFailed
-from ddpcheck.preflight.options import PreflightOptions, PreflightUsageError, check_world
+from ddpcheck.preflight.group import checked
+from ddpcheck.preflight.options import PreflightOptions
 from ddpcheck.report.formats import json as json_format
 from ddpcheck.report.model import Check, Report, Status
 from ddpcheck.report.outputs import Files
@@ -30,29 +31,7 @@ def run(opts: PreflightOptions, group: Any, started: float) -> Report:
     """The Report, the same on every rank; PreflightUsageError before any collective on a bad call."""
     import torch.distributed as dist
 
-    if not dist.is_available() or not dist.is_initialized():
-        raise PreflightUsageError(
-            "ddpcheck.preflight() needs a process group: call torch.distributed.init_process_group() "
-            "first (or run `python -m ddpcheck.preflight` under torchrun or srun)"
-        )
-    world_size, rank = dist.get_world_size(), dist.get_rank()
-    if group is not None and group is not dist.group.WORLD:
-        try:
-            size = dist.get_world_size(group)
-        except Exception as exc:
-            raise PreflightUsageError(
-                f"group= is not a process group: {' '.join(str(exc).split())}"
-            ) from None
-        if size < 1:
-            raise PreflightUsageError(
-                f"group= does not hold this rank (rank {rank}): call preflight on its members"
-            )
-        if size != world_size:
-            raise PreflightUsageError(
-                f"group= has {size} of the {world_size} ranks: preflight checks a group that spans "
-                "every rank (pass the default group, or none)"
-            )
-    check_world(opts, world_size)
+    rank, world_size = checked(opts, group)
     backend = str(dist.get_backend())
     device = measure.job_device(backend)
     budget_s = opts.budget_for(device.type)
