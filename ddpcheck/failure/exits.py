@@ -15,6 +15,7 @@ import os
 import re
 import signal
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from ddpcheck.failure.error_texts import WATCHED_PEER_GONE
@@ -28,35 +29,47 @@ SHORT_MESSAGE = 120  # characters: a message up to this long is said whole
 LONGEST_SENTENCE = 200  # a first sentence longer than this is cut
 
 
+class ExitKind(str, Enum):
+    EXCEPTION = "exception"
+    FATAL = "fatal"  # a fatal signal: faulthandler's trace
+    TERMINATED = "terminated"  # SIGTERM
+    EXITED = "exited"  # the interpreter's normal end
+    ENDED = "ended"  # none of these: SIGKILL, os._exit
+
+    def __str__(self) -> str:  # its value, in text as in JSON (a str Enum says its name)
+        return self.value
+
+
 @dataclass(frozen=True)
 class Exit:
     """How a rank's process ended, as far as its records (and the watcher) can tell."""
 
     time: float  # wall clock (time.time()): ranks on several hosts are ordered by it
-    # 'exception', 'fatal' (a fatal signal: faulthandler's trace), 'terminated' (SIGTERM),
-    # 'exited' (the interpreter's normal end), 'ended' (none of these: SIGKILL, os._exit)
-    kind: str
+    kind: ExitKind  # given as its value too (a view read back from JSON)
     code: int | None = None  # the exit status when known (negative: the signal)
     exception: str = ""  # 'ValueError: planted failure'
     traceback: str = ""
     fatal: str = ""  # faulthandler's first line ('Fatal Python error: Aborted')
     stack: Stack = ()  # where it was: the exception's frames or faulthandler's, innermost first
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", ExitKind(self.kind))
+
     @property
     def secondary(self) -> bool:
         """Ended because of another rank: torn down by the launcher, or its peer's connection gone."""
-        return self.kind in ("terminated", "exited") or (
-            self.kind == "exception" and bool(WATCHED_PEER_GONE.search(self.exception))
+        return self.kind in (ExitKind.TERMINATED, ExitKind.EXITED) or (
+            self.kind is ExitKind.EXCEPTION and bool(WATCHED_PEER_GONE.search(self.exception))
         )
 
     def describe(self) -> str:
-        if self.kind == "exception":
+        if self.kind is ExitKind.EXCEPTION:
             return self.exception
-        if self.kind == "fatal":
+        if self.kind is ExitKind.FATAL:
             return self.fatal or "a fatal signal"
-        if self.kind == "terminated":
+        if self.kind is ExitKind.TERMINATED:
             return "ended by SIGTERM (the launcher tearing the job down)"
-        if self.kind == "exited":
+        if self.kind is ExitKind.EXITED:
             return "exited normally"
         if self.code is not None and self.code < 0:
             return f"killed by {signal_name(-self.code)}"
@@ -157,7 +170,7 @@ def exit_of(watch_dir: str | os.PathLike[str], pid: int, seen_gone: float, code:
             frames = tuple(Frame.from_dict(f) for f in reversed(data.get("frames", [])))
             return Exit(
                 float(data["time"]),
-                "exception",
+                ExitKind.EXCEPTION,
                 code,
                 exception=f"{data['type']}: {data['message']}",
                 traceback=str(data.get("traceback", "")),
@@ -169,18 +182,17 @@ def exit_of(watch_dir: str | os.PathLike[str], pid: int, seen_gone: float, code:
     fatal = _text(fatal_path)
     if fatal.strip():
         first = next((line for line in fatal.splitlines() if line.strip()), "")
-        return Exit(_mtime(fatal_path, seen_gone), "fatal", code, fatal=first, traceback=fatal,
+        return Exit(_mtime(fatal_path, seen_gone), ExitKind.FATAL, code, fatal=first, traceback=fatal,
                     stack=parse_faulthandler(fatal))  # fmt: skip
     term_path = process_file(directory, pid, "term")
     term = _text(term_path)
     if term.strip():
-        return Exit(
-            _mtime(term_path, seen_gone), "terminated", code, traceback=term, stack=parse_faulthandler(term)
-        )
+        when = _mtime(term_path, seen_gone)
+        return Exit(when, ExitKind.TERMINATED, code, traceback=term, stack=parse_faulthandler(term))
     exit_path = process_file(directory, pid, "exit")
     if os.path.exists(exit_path) and (code is None or code == 0):
-        return Exit(_mtime(exit_path, seen_gone), "exited", code)
-    return Exit(seen_gone, "ended", code)
+        return Exit(_mtime(exit_path, seen_gone), ExitKind.EXITED, code)
+    return Exit(seen_gone, ExitKind.ENDED, code)
 
 
 def last_record_time(watch_dir: str | os.PathLike[str], pid: int) -> float:

@@ -27,7 +27,7 @@ from ddpcheck.checks.watch.judge import RankView
 from ddpcheck.checks.watch.progress import Event, Progress, sample_interval
 from ddpcheck.checks.watch.sampling import Exchange, Sampler
 from ddpcheck.failure import processes, stacks
-from ddpcheck.failure.exits import exit_of
+from ddpcheck.failure.exits import ExitKind, exit_of
 from ddpcheck.failure.flight import find_dumps
 from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.launchers import launcher_exit_codes
@@ -208,7 +208,8 @@ class Watcher:
             record = process_file(self.dir, pid, "exception")
             if watched.gone_at is None and os.path.exists(record):
                 raised = exit_of(self.dir, pid, time.time(), None)
-                if raised.kind == "exception" and not raised.secondary:  # not a peer's going, in its turn
+                # Not a peer's going, in its turn:
+                if raised.kind is ExitKind.EXCEPTION and not raised.secondary:
                     return True
         return False
 
