@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from ddpcheck.checks.env.preflight import store_unreachable
-from ddpcheck.failure import explain
+from ddpcheck.failure import explain, stages
 from ddpcheck.failure.error_texts import store_waited_for
 from ddpcheck.rank import arrival
 from ddpcheck.report.formats.text import write_text
@@ -289,8 +289,8 @@ def test_sweep_removes_only_old_directories_that_no_live_rank_holds(tmp_path: Pa
     young = tmp_path / f"{arrival.JOB_PREFIX}young"
     for directory in (dead, live, young):
         directory.mkdir()
-    arrival._write(dead, 0, 2**22 + 17, arrival.RENDEZVOUS, time.time())  # a pid that is no process
-    arrival._write(live, 0, os.getpid(), arrival.RENDEZVOUS, time.time())
+    arrival._write(dead, 0, 2**22 + 17, stages.RENDEZVOUS, time.time())  # a pid that is no process
+    arrival._write(live, 0, os.getpid(), stages.RENDEZVOUS, time.time())
     long_ago = time.time() - 3600
     for directory in (dead, live):
         os.utime(directory, (long_ago, long_ago))

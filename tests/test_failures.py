@@ -265,8 +265,7 @@ def test_a_launchers_sigterm_before_the_run_answers_it_leaves_nothing(tmp_path) 
 
 SIGNAL_AS_IT_IS_MADE = """
 import os, signal, sys, tempfile
-from ddpcheck.launcher import launch
-from ddpcheck.rank import interrupt
+from ddpcheck.rank import inline_run, interrupt
 tempfile.tempdir = sys.argv[1]
 interrupt.install()
 interrupt.leave_on_sigterm()
@@ -275,7 +274,7 @@ def mkdir(path, *args, **kwargs):  # the launcher's signal lands the moment the 
     made(path, *args, **kwargs)
     os.kill(os.getpid(), getattr(signal, sys.argv[2]))
 os.mkdir = mkdir
-launch.make_inline_run_dir()
+inline_run.make_inline_run_dir()
 """
 
 
@@ -381,9 +380,9 @@ def test_a_ctrl_c_while_env_waits_on_a_hung_nvidia_smi_kills_it(tmp_path) -> Non
 KILLED_OUTRIGHT = """
 import os, signal, sys, tempfile
 import psutil
-from ddpcheck.launcher import launch
+from ddpcheck.rank import inline_run
 tempfile.tempdir = sys.argv[1]
-run_dir = launch.make_inline_run_dir()
+run_dir = inline_run.make_inline_run_dir()
 (run_dir / "status").mkdir()
 (run_dir / "status" / "rank-0.json").write_text("{}")
 for child in psutil.Process().children(recursive=True):  # as Slurm's proctrack/linuxproc kills a task

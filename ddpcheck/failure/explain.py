@@ -17,7 +17,7 @@ from ddpcheck.failure.flight import RankTrace
 from ddpcheck.failure.liveness import Stall
 from ddpcheck.failure.stages import DONE, PRE_JOIN
 from ddpcheck.failure.statuses import ExitInfo, SeenStatus
-from ddpcheck.report.model import Check, Report, Status, Table, Verdict
+from ddpcheck.report.model import Check, Report, Status, Table
 
 if TYPE_CHECKING:
     from ddpcheck.launcher.plan import LaunchPlan
@@ -233,18 +233,15 @@ def judge_stall(stall: Stall) -> Check:
     elif waiting:
         stages = sorted({statuses[r]["stage"] for r in waiting})
         how_long = f" {waited:.0f} s" if waited is not None else ""
-        parts.append(
-            f"rank{'s' if len(waiting) > 1 else ''} {_ranks(waiting)} waited{how_long} "
-            f"at {', '.join(repr(x) for x in stages)}"
-        )
+        parts.append(f"{_named(waiting)} waited{how_long} at {', '.join(repr(x) for x in stages)}")
     if gave_up:
         first = statuses[gave_up[0]]
         parts.append(
-            f"rank{'s' if len(gave_up) > 1 else ''} {_ranks(sorted(gave_up))} gave up waiting at stage "
-            f"'{first['stage']}' ({_one_line(first['error'])})"
+            f"{_named(sorted(gave_up))} gave up waiting at stage '{first['stage']}' "
+            f"({_one_line(first['error'])})"
         )
     if finished:
-        parts.append(f"rank{'s' if len(finished) > 1 else ''} {_ranks(sorted(finished))} finished")
+        parts.append(f"{_named(sorted(finished))} finished")
     hosts = list(dict.fromkeys(statuses[r]["host"] for r in culprits if r in statuses))
     return Check("hang", Status.ERROR, "; ".join(parts), culprits, hosts)
 
@@ -315,7 +312,7 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
         return Check(
             "hang",
             Status.ERROR,
-            f"rank{'s' if len(absent) > 1 else ''} {_ranks(absent)} never arrived: "
+            f"{_named(absent)} never arrived: "
             f"{'they' if len(absent) > 1 else 'it'} never reached the store the ranks share, and no process "
             f"of {'theirs' if len(absent) > 1 else 'its'} is on this host; ranks "
             f"{_ranks(sorted(statuses))} were waiting{_store_evidence(message, absent)}",
@@ -359,7 +356,7 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
     if waiting:
         stages = sorted({statuses[r]["stage"] for r in waiting})
         parts.append(
-            f"rank{'s' if len(waiting) > 1 else ''} {_ranks(waiting)} "
+            f"{_named(waiting)} "
             f"{'were' if len(waiting) > 1 else 'was'} waiting for it at {', '.join(repr(x) for x in stages)}"
         )
     missing = [r for r in range(stall.world_size) if r not in statuses]
@@ -410,8 +407,7 @@ def _store_evidence(message: str, absent: list[int]) -> str:
     waited = store_waited_for(message)
     if not waited or not set(waited) <= set(absent):
         return ""
-    whose = f"rank{'s' if len(waited) > 1 else ''} {_ranks(waited)}"
-    return f" (torch's store timed out waiting for the key of {whose})"
+    return f" (torch's store timed out waiting for the key of {_named(waited)})"
 
 
 def _absent(rank: int, status: SeenStatus) -> str:
@@ -433,27 +429,18 @@ def _silence(status: SeenStatus) -> str:
     return said
 
 
-def inline_report(spec: RunSpec, stall: Stall, message: str, me: int = 0) -> Report:
-    """Rank 0's report when it gave up waiting under torchrun, srun or mpirun, from the ranks' records."""
-    after = "" if connection_dropped(message) else f" after {stall.waited_s:g} s"
-    return _inline_report(spec, stall, message, f"rank {me} gave up{after}: {_one_line(message)}", me)
-
-
-def sigterm_report(spec: RunSpec, stall: Stall) -> Report:
-    """Rank 0's report when its launcher's SIGTERM came before its own collective failed.
-
-    mpirun sends SIGKILL a second later (or as soon as another rank exits), torchrun after its
-    shutdown timeout: the report is all that is left of the run, so it names the culprit from the
-    records read in that second.
-    """
-    how = "rank 0 was stopped by SIGTERM (its launcher ends every rank once one failed)"
-    return _inline_report(spec, stall, "SIGTERM", how, 0)
-
-
-def _inline_report(spec: RunSpec, stall: Stall, message: str, how: str, me: int) -> Report:
+def inline_report(spec: RunSpec, stall: Stall, message: str) -> Report:
+    """Rank 0's report when it gave up waiting under torchrun, srun or mpirun, from the ranks' records;
+    or, `message` 'SIGTERM', when its launcher's SIGTERM came before its own collective failed (a
+    SIGKILL may follow within a second: the report is all that is left of the run)."""
+    if message == "SIGTERM":
+        how = "rank 0 was stopped by SIGTERM (its launcher ends every rank once one failed)"
+    else:
+        after = "" if connection_dropped(message) else f" after {stall.waited_s:g} s"
+        how = f"rank 0 gave up{after}: {_one_line(message)}"
     report = Report(command=spec.command)
     report.world = {"size": stall.world_size, "backend": spec.backend, "device": spec.device}
-    check = judge_inline(stall, message, me)
+    check = judge_inline(stall, message, 0)
     check.detail += f"; {how}"
     report.checks.append(check)
     if (
@@ -483,28 +470,6 @@ SRUN_WAITS = (
 )
 
 
-def remote_node_report(command: str, plan: LaunchPlan, verdict: Verdict, report_host: str) -> Report:
-    """This node's ranks finished; rank 0's node printed the report and shared its verdict."""
-    report = Report(command=command)
-    report.world = {
-        "size": plan.world_size,
-        "backend": plan.backend,
-        "device": plan.device,
-        "nodes": plan.nnodes,
-        "report_on": report_host,
-    }
-    status = {Verdict.PASS: Status.PASS, Verdict.FAIL: Status.FAIL, Verdict.ERROR: Status.ERROR}[verdict]
-    report.checks.append(
-        Check(
-            "remote verdict",
-            status,
-            f"node {plan.node_rank}: its {plan.nproc} ranks finished; the report is on host "
-            f"{report_host} (rank 0), verdict {verdict.value}",
-        )
-    )
-    return report
-
-
 def _who(rank: int, status: SeenStatus, exit_info: ExitInfo | None = None) -> str:
     host = status.get("host", "?")
     pid = status.get("pid") or (exit_info or {}).get("pid", "?")
@@ -514,6 +479,11 @@ def _who(rank: int, status: SeenStatus, exit_info: ExitInfo | None = None) -> st
 
 def _ranks(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks))
+
+
+def _named(ranks: list[int]) -> str:
+    """'rank 2', or 'ranks 1, 3'."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {_ranks(ranks)}"
 
 
 def _one_line(text: str) -> str:

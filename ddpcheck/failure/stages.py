@@ -18,6 +18,16 @@ GATHER = "gather"
 GATHER_WAIT = "gather: sending results to rank 0"
 DONE = "done"
 
+# An inline rank's own stages around the harness's, in its host's job directory (rank/arrival.py):
+# as its peers name it, and as its remover's shell reads them (rank/remover.sh).
+STARTING = "starting"  # the interpreter is up, ddpcheck's own modules are loading
+IMPORTING_TORCH = "importing torch"
+WRITING_REPORT = "writing the report"
+TERMINATED = "stopped by its launcher (SIGTERM)"
+LEFT = "left"  # ended by itself: its verdict, its own error, a Ctrl-C
+# Stages a rank never ends in by itself: ended there, it was killed after its part of the run.
+KILLED_AFTER_ITS_PART = (DONE, WRITING_REPORT)
+
 # The harness stages every rank passes through, in order; `--inject KIND@RANK:STAGE` names one.
 HARNESS = (LAUNCHED, DEVICE, JOIN, MEASURE, GATHER, DONE)
 # Ranks still importing torch or initialising CUDA (slow on a network filesystem) are not hung.

@@ -5,7 +5,8 @@ Ranks are started through torch.distributed.run's programmatic API
 rank's output kept in a per-run log directory; the monitor (monitor.py) bounds
 every wait. Whatever the ranks did, `launch()` returns a Report: rank 0's, this
 node's share of a remote verdict, or failure/explain.py's account of a crash or hang.
-Already inside a launch (torchrun, srun), `run_inline` runs the command as that rank.
+Already inside a launch (torchrun, srun, mpirun), `run_inline` runs the command as that rank
+(rank/inline_run.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ddpcheck.errors import say
 from ddpcheck.failure import explain
 from ddpcheck.failure.statuses import ExitInfo, SeenStatus
 from ddpcheck.launcher.monitor import POLL_S, Monitor, ProgressCallback, annotate, kill_workers
@@ -32,11 +32,10 @@ from ddpcheck.launcher.presence import Presence, StoreUnreachable
 from ddpcheck.launcher.rendezvous import advertised_address, check_rendezvous_port, hosts_store
 from ddpcheck.rank import assemble, interrupt, rundir
 from ddpcheck.rank.faults import Fault
-from ddpcheck.rank.harness import run_rank
 from ddpcheck.rank.rundir import RunSpec
 from ddpcheck.rank.status import read_statuses
 from ddpcheck.rank.torch_logs import USER_CPP_LOG_LEVEL
-from ddpcheck.report.model import Report, Verdict
+from ddpcheck.report.model import Check, Report, Status, Verdict
 from ddpcheck.torch_compat import (
     advertise_store_address,
     allow_agent_off_main_thread,
@@ -144,13 +143,35 @@ def _report_of(
     shared = rundir.read_verdict(run_dir)
     if report is None and shared is not None and not (failures or monitor.stall or launch_error):
         # Rank 0 lives on another node: it printed the report; this node shares its verdict.
-        return explain.remote_node_report(command, plan, *shared)
+        return remote_node_report(command, plan, *shared)
     if report is None or failures or monitor.stall:
         # No report, or one whose ranks then crashed or hung (in teardown, say): explain what happened.
         findings = _findings(plan, run_dir, agent, monitor, failures, launch_error)
         if report is None:
             return explain.report_for(command=command, **findings)
         explain.add_findings(report, **findings)
+    return report
+
+
+def remote_node_report(command: str, plan: LaunchPlan, verdict: Verdict, report_host: str) -> Report:
+    """This node's ranks finished; rank 0's node printed the report and shared its verdict."""
+    report = Report(command=command)
+    report.world = {
+        "size": plan.world_size,
+        "backend": plan.backend,
+        "device": plan.device,
+        "nodes": plan.nnodes,
+        "report_on": report_host,
+    }
+    status = {Verdict.PASS: Status.PASS, Verdict.FAIL: Status.FAIL, Verdict.ERROR: Status.ERROR}[verdict]
+    report.checks.append(
+        Check(
+            "remote verdict",
+            status,
+            f"node {plan.node_rank}: its {plan.nproc} ranks finished; the report is on host "
+            f"{report_host} (rank 0), verdict {verdict.value}",
+        )
+    )
     return report
 
 
@@ -310,7 +331,7 @@ def _run_agent(plan: LaunchPlan, run_dir: Path) -> None:
         "PYTHONUNBUFFERED": "1",
         # The launcher runs with torch's C++ log quietened (see quiet_torch_cpp_logs); ranks log fully.
         "TORCH_CPP_LOG_LEVEL": os.environ.get(USER_CPP_LOG_LEVEL, "WARNING"),
-        **compile_cache_env(run_dir),
+        **rundir.compile_cache_env(run_dir),
     }
     with _environment(env):
         elastic_launch(config, sys.executable)(*rank_argv(run_dir))
@@ -365,16 +386,6 @@ def _missing_nodes(agent: AgentThread) -> str:
         return agent.presence.describe_missing()
     except Exception:  # the store went away with node 0: nothing more to learn
         return ""
-
-
-def compile_cache_env(run_dir: Path) -> dict[str, str]:
-    """Keep torch's compile cache (created by an optimizer's first step) inside the run directory.
-
-    Otherwise it lands in $TMPDIR/torchinductor_$USER and outlives the run.
-    """
-    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
-        return {}
-    return {"TORCHINDUCTOR_CACHE_DIR": str(rundir.inductor_dir(run_dir))}
 
 
 def _classify_agent_error(
@@ -479,28 +490,6 @@ class _environment:
                 os.environ[key] = value
 
 
-def make_inline_run_dir() -> Path:
-    """This rank's run directory, removed if a Ctrl-C (SIGINT from torchrun, srun, mpirun) or a
-    launcher's SIGTERM ends the process: arranged before the directory exists, so that a signal
-    just after it is made cannot leave it; and removed by another process if this one is killed
-    outright (mpirun's SIGKILL once a peer exited)."""
-    run_dir = rundir.new_inline_path()
-    interrupt.remove_on_leave(run_dir)
-    rundir.remove_once_this_process_is_gone(run_dir)
-    return rundir.create_inline(run_dir)
-
-
-def import_what_ddp_imports(command: str) -> None:
-    """A rank that will build DistributedDataParallel imports torch._dynamo now, before a signal is
-    answered on a thread of its own: that import makes the compile cache directory inside the run
-    directory, and made after a SIGTERM thread removed that directory, it would be left behind
-    (docs/failures.md). A signal during the import is answered on this thread, after it or instead."""
-    from ddpcheck.commands import COMMANDS
-
-    if COMMANDS[command].builds_ddp:
-        import torch._dynamo  # noqa: F401
-
-
 def run_inline(
     command: str,
     options: dict[str, Any],
@@ -508,54 +497,11 @@ def run_inline(
     plan: LaunchPlan,
     write_files: Callable[[Report], list[str]] | None = None,
 ) -> Report | Verdict:
-    """Already launched by torchrun, srun or mpirun: run as this rank, spawn nothing.
+    """Already launched by torchrun, srun or mpirun: run as this rank, spawn nothing (rank/inline_run.py).
 
     Rank 0 returns the Report; every other rank returns the shared verdict. `write_files` writes
-    a report's files (--json, --junit, --html ...) and says where: rank 0 calls it itself when its
-    launcher stops it (SIGTERM) before it could return the report.
+    a report's files (--json, --junit, --html ...) and says where.
     """
-    from ddpcheck.failure.rank_env import launcher_of
-    from ddpcheck.rank import arrival, giving_up, here, inline
+    from ddpcheck.rank import inline_run
 
-    started = time.monotonic()
-    interrupt.leave_on_sigterm()
-    run_dir = make_inline_run_dir()
-    spec = make_spec(command, options, faults, plan)
-    # No launcher watches: the ranks' own timeout is the bound (RunSpec.collective_timeout).
-    spec.inline = True
-    spec.launcher = launcher_of(os.environ)
-
-    # torchrun, srun and mpirun stop a rank with SIGTERM once another failed; act on it at once,
-    # even mid-collective: name the rank that stopped beating, remove the run directory, exit 3.
-    def write_stopped(report: Report) -> list[str]:
-        if write_files is None:
-            return []
-        elapsed = time.monotonic() - started
-        return write_files(assemble.after_launch(report, elapsed, options, None, _as_given(faults)))
-
-    os.environ.update(compile_cache_env(run_dir))
-    import_what_ddp_imports(command)
-    sigterm = inline.SigtermWatch(lambda: giving_up.on_sigterm(spec, run_dir, write_stopped))
-    sigterm.start()
-    interrupt.act_from_a_thread()  # and on SIGINT (torchrun passes Ctrl-C on so), after it
-    try:
-        code = run_rank(spec, str(run_dir), write_stopped)
-        # A peer here stopped after the last collective blocks no one: no one else would name it.
-        ended = [here.seen_of(p) for p in here.stopped_at_the_end()] if code == 0 else []
-        report = rundir.read_rank0_report(run_dir)
-        if report is not None:
-            arrival.stage(arrival.WRITING_REPORT)
-            if ended:
-                report.checks.append(explain.stopped_after_the_run(ended))
-            return assemble.after_launch(report, time.monotonic() - started, options, None, _as_given(faults))
-        shared = rundir.read_verdict(run_dir)
-        if code != 0 or shared is None:
-            return Verdict.ERROR
-        if ended and here.speaks_for_this_host(int(os.environ["RANK"]), [s["rank"] for s in ended]):
-            say(f"ddpcheck: rank {os.environ['RANK']}: {explain.stopped_after_the_run(ended).detail}")
-            return Verdict.ERROR
-        return shared[0]
-    finally:
-        interrupt.ignore_sigterm()  # this rank's account is complete: it exits with its verdict
-        rundir.remove(run_dir)
-        interrupt.forget(run_dir)
+    return inline_run.run(make_spec(command, options, faults, plan), _as_given(faults), write_files)

@@ -34,133 +34,24 @@ from typing import TYPE_CHECKING
 
 from ddpcheck.command import RANKED_COMMANDS  # the one declaration asked, loaded alone
 from ddpcheck.failure.rank_env import Launcher, launcher_of, rank_variable
+from ddpcheck.failure.stages import DONE, KILLED_AFTER_ITS_PART, LEFT, STARTING, TERMINATED, WRITING_REPORT
+from ddpcheck.failure.stages import IMPORTING_TORCH as IMPORTING_TORCH  # the entry point enters it here
+from ddpcheck.rank import remover
 
 if TYPE_CHECKING:
     from ddpcheck.failure.processes import ProcState
 
 JOB_PREFIX = "ddpcheck-job-"
 REMOVER_NAME = "ddpcheck-job-remover"  # the remover shell's $0: how it is told from a rank
-# The stages before the harness's own (failure/stages.py), as a peer names them.
-STARTING = "starting"  # the interpreter is up, ddpcheck's own modules are loading
-IMPORTING_TORCH = "importing torch"
-RENDEZVOUS = "rendezvous"
-JOINING = "joining the process group"
-WRITING_REPORT = "writing the report"
-TERMINATED = "stopped by its launcher (SIGTERM)"
-LEFT = "left"  # ended by itself: its verdict, its own error, a Ctrl-C
-# Stages a rank never ends in by itself: ended there, it was killed after its part of the run
-# ('done' is the harness's last stage, failure/stages.py, which this module does not import).
-KILLED_AFTER_ITS_PART = ("done", WRITING_REPORT)
 ENDED_AFTER = "ended-after"  # made by the remover that names the first such rank here
 ENDED_FIRST = "ended-first"  # holds the file of the first rank that ended without a word while a peer ran
 # Options that mean "launch ranks from here", even inside a launcher (launcher/plan.detect_inline).
 LAUNCH_OPTIONS = ("--nproc", "--gpus", "--nnodes")
 
-# On end of file the rank is exiting; once it is a zombie, dead or gone (its fds close before that),
-# the directory goes if no file in it names a live pid (a state other than Z or X, read from /proc).
-# Of two ranks that die together, the remover that looks last sees both dead: each waits for its own
-# rank to be a zombie before it looks at the other. Where every rank still here is stopped (SIGSTOP,
-# state T) and stays so for 2 s, nobody is left to give up on it and its launcher would wait for it
-# forever: the remover ends it (SIGKILL) and says so on the rank's stderr (then their removers clean up).
-# The first rank that ended while a peer ran, without a word (no verdict, not stopped by its launcher),
-# leaves a copy of its file in ended-first/: if every rank of the job here then ends without a word
-# (their launcher's SIGTERM came before ddpcheck could answer it), the last remover names it.
-# A rank that ended at 'done' or 'writing the report' never left by itself (that writes 'left'): it was
-# killed after its part of the run (mpirun then exits 137 under a report that passed). The first one
-# of the job here is named by its own remover, at once; later ones are their launcher's teardown.
-# Until that remover has named it (ended-after/), the directory is its to remove: a peer leaving at the
-# same moment would take the file the line is read from (docs/failures.md has the figures).
-_REMOVER_SCRIPT = r"""state() {
-  sed -n 's/^State:[[:space:]]*\([A-Za-z]\).*/\1/p' "/proc/$1/status" 2>/dev/null
-}
-stage() {
-  sed -n 's/.*"stage": "\([^"]*\)".*/\1/p' "$1" 2>/dev/null
-}
-spoke() {
-  case "$(stage "$1")" in left|done|"writing the report"|"stopped by its launcher (SIGTERM)") return 0;; esac
-  return 1
-}
-exec 3<&0; { read -r _ <&3
-i=0
-while [ $i -lt 200 ]; do
-  case "$(state "$2")" in Z|X|'') break;; esac
-  sleep 0.05; i=$((i + 1))
-done
-for f in "$1"/rank-*-"$2".json; do
-  [ -e "$f" ] && [ ! -d "$1/ended-first" ] || break
-  at=$(stage "$f")
-  case "$at" in done|"writing the report") ;; *) break;; esac
-  mkdir "$1/ended-after" 2>/dev/null || break  # the first so here; a later one is its launcher's teardown
-  rank=${f##*/rank-}; rank=${rank%%-*}
-  who="rank $rank (host $(uname -n), pid $2)"
-  why="its part of the run was done; its launcher's exit code is this end, the verdict said stands"
-  echo "ddpcheck: $who is lost: its process ended at stage '$at' before it could leave; $why" >&2
-done
-stopped=
-alive=
-for f in "$1"/rank-*-*.json; do
-  [ -e "$f" ] || continue
-  pid=${f##*-}; pid=${pid%.json}
-  case "$(state "$pid")" in Z|X|'') ;; T) stopped="$stopped $f";; *) alive=1;; esac
-done
-for c in $(cat /proc/"$3"/task/*/children 2>/dev/null); do  # a sibling rank with no file yet
-  [ "$c" = "$2" ] && continue
-  case "$(state "$c")" in Z|X|'') continue;; esac
-  ls "$1"/rank-*-"$c".json >/dev/null 2>&1 && continue
-  tr '\0' '\n' 2>/dev/null < /proc/"$c"/cmdline | grep -qx ddpcheck-job-remover && continue
-  # A rank still starting is a peer that runs: this one ended first. 2>/dev/null first: gone meanwhile.
-  tr '\0' '\n' 2>/dev/null < /proc/"$c"/environ | grep -q "^$4=" && { alive=1; break; }
-done
-if [ -n "$alive" ]; then
-  for f in "$1"/rank-*-"$2".json; do
-    [ -e "$f" ] || break
-    spoke "$f" || { mkdir "$1/ended-first" 2>/dev/null && cp "$f" "$1/ended-first/.part" 2>/dev/null &&
-      mv "$1/ended-first/.part" "$1/ended-first/${f##*/}"; }
-  done
-  exit 0
-fi
-if [ -n "$stopped" ]; then
-  sleep 2
-  for f in $stopped; do
-    pid=${f##*-}; pid=${pid%.json}
-    [ "$(state "$pid")" = T ] || exit 0
-  done
-  mkdir "$1/said" 2>/dev/null || exit 0  # one remover says it
-  for f in $stopped; do
-    pid=${f##*-}; pid=${pid%.json}; rank=${f##*/rank-}; rank=${rank%%-*}
-    who="rank $rank (host $(uname -n), pid $pid)"
-    at=$(stage "$f")  # before the kill: its own remover then removes the directory
-    why="every other rank of the job on this host has ended, and its launcher would wait for it forever"
-    kill -9 "$pid" 2>/dev/null &&
-      echo "ddpcheck: $who is stopped (SIGSTOP) at stage '$at'; $why: ended it (SIGKILL)" >&2
-  done
-  exit 0
-fi
-j=0  # the first one's remover may be copying its file still
-while [ -d "$1/ended-first" ] && [ $j -lt 40 ] && ! ls "$1"/ended-first/rank-*.json >/dev/null 2>&1; do
-  sleep 0.05; j=$((j + 1))
-done
-for e in "$1"/ended-first/rank-*.json; do
-  [ -e "$e" ] || break
-  for f in "$1"/rank-*-*.json; do spoke "$f" && break 2; done
-  at=$(stage "$e")  # before `mkdir said`: the remover that loses it removes the directory at once
-  mkdir "$1/said" 2>/dev/null || break
-  f=${e##*/}; pid=${f##*-}; pid=${pid%.json}; rank=${f#rank-}; rank=${rank%%-*}
-  who="rank $rank (host $(uname -n), pid $pid)"
-  why="while its peers ran; its launcher stopped them before they could say so"
-  echo "ddpcheck: $who is lost: its process ended at stage '$at' $why" >&2
-  break
-done
-for f in "$1"/rank-*-*.json; do  # a rank killed after its part, not yet named: its remover removes
-  [ -d "$1/ended-after" ] || [ -d "$1/ended-first" ] && break
-  pid=${f##*-}; pid=${pid%.json}
-  [ "$pid" = "$2" ] && continue
-  case "$(stage "$f")" in done|"writing the report") ;; *) continue;; esac
-  case "$(state "$pid")" in Z|X|'') exit 0;; esac
-done
-g="$1.gone-$2"  # renamed first: a remover looking meanwhile finds no directory, never one half emptied
-mv -- "$1" "$g" 2>/dev/null; rm -rf -- "$g"  # $g also where its rank was killed mid-removal
-exit 0; } &"""  # not rm last: dash would exec it, and a remover still at work would no longer look one
+# The remover's shell (rank/remover.sh says what it does), with the stage names it reads.
+_REMOVER_SCRIPT = remover.script(
+    "remover.sh", left=LEFT, finished=DONE, writing=WRITING_REPORT, terminated=TERMINATED
+)
 
 
 @dataclass(frozen=True)
@@ -301,7 +192,7 @@ class Arrival:
 
 def remove_job_dir(directory: Path) -> None:
     """Renamed away, then removed: a remover that looks meanwhile finds no directory. One half emptied
-    (`said/` gone, ended-first/ still there) let a second remover say its line again (CI, busy).
+    (`said/` gone, ended-first/ still there) would let a second remover say its line again.
     Named by this process's pid: if it is killed mid-removal (mpirun's teardown), its own remover,
     which knows that pid, removes the rest."""
     gone = directory.with_name(f"{directory.name}.gone-{os.getpid()}")
@@ -329,7 +220,7 @@ def unannounced_siblings(rank_variable: str, announced: set[int], launcher: int)
     or such a rank, continued later, would find none and take its peers for never arrived.
 
     None once the launcher is gone: this rank's parent is then init, whose children are anybody's
-    (other jobs' removers, which carry their rank's environment, kept a directory in CI)."""
+    (other jobs' removers, which carry their rank's environment, would keep a directory)."""
     parent, me, found = os.getppid(), os.getpid(), []
     if parent != launcher:
         return []
@@ -415,38 +306,12 @@ def process_state(pid: int) -> ProcState:
 
 
 def _start_remover(directory: Path, rank_variable: str) -> None:
-    """The shell that removes the job's directory once this rank, and every other here, is gone."""
-    read_end, write_end = os.pipe()
-    try:
-        shell = os.posix_spawn(
-            "/bin/sh",
-            [
-                "sh",
-                "-c",
-                _REMOVER_SCRIPT,
-                REMOVER_NAME,
-                str(directory),
-                str(os.getpid()),
-                str(os.getppid()),
-                rank_variable,
-            ],
-            os.environ,
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, read_end, 0),
-                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-            ],  # its stderr is the rank's: where the user reads what became of a stopped rank
-            setsid=True,
-        )
-    except OSError:
-        os.close(write_end)  # no shell to start: the peers and this rank's own leave() remain
-        return
-    finally:
-        os.close(read_end)
-    _held.append(write_end)  # never written, never closed: it closes when this process ends
-    os.waitpid(shell, 0)
+    """The shell that removes the job's directory once this rank, and every other here, is gone; its
+    stderr is the rank's: where the user reads what became of a stopped rank."""
+    args = [REMOVER_NAME, str(directory), str(os.getpid()), str(os.getppid()), rank_variable]
+    remover.start(_REMOVER_SCRIPT, args, stderr=True)
 
 
-_held: list[int] = []
 # This process's arrival, once the entry point made it (None: not an inline rank).
 current: Arrival | None = None
 

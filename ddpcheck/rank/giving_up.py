@@ -254,7 +254,7 @@ def _looked_in_time(run: InlineRank, opening: str) -> Account:
     account = found[0] if found else Account(f"{opening}; the others' heartbeats could not be read in time")
     account.looked = True
     if run.rank == 0 and account.stall is not None:
-        account.report = explain.sigterm_report(run.spec, account.stall)
+        account.report = explain.inline_report(run.spec, account.stall, "SIGTERM")
     return account
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpcheck.failure.rank_env import Launcher
+from ddpcheck.rank import remover
 from ddpcheck.rank.budget import Budget
 from ddpcheck.rank.faults import Fault
 from ddpcheck.report.model import Report, Verdict
@@ -120,12 +121,7 @@ def create_inline(path: Path) -> Path:
     return path
 
 
-# In the background, so that the shell started exits at once and what waits is no descendant of the
-# rank (a launcher that kills a task's whole tree, as Slurm's proctrack/linuxproc does, would take
-# it along): it waits for end of file on the pipe (the rank's end closes only when the rank is gone,
-# however it went), then removes the directory, "$1". A background job's standard input is
-# /dev/null unless redirected, hence fd 3. `exit 0` last: dash would exec a last rm, and a remover
-# still at work would no longer look one to whoever waits for the removers to end.
+# The removers' scripts (rank/remover.py): the directory, "$1"; `exit 0` last, as in rank/remover.sh.
 _REMOVER_SCRIPT = 'exec 3<&0; { read -r _ <&3; rm -rf -- "$1"; exit 0; } &'
 # A launcher's run directory, unless it is one whose logs the launcher kept on purpose (keep_logs:
 # logs/ alone, the spec gone): a launcher killed outright leaves its spec, or nothing at all.
@@ -133,56 +129,18 @@ _LAUNCHER_REMOVER_SCRIPT = (
     f'exec 3<&0; {{ read -r _ <&3; if [ -e "$1/{SPEC_FILE}" ] || [ ! -d "$1/{LOGS_DIR}" ]; then '
     'rm -rf -- "$1"; fi; exit 0; } &'
 )
-# The write ends of those pipes: held, never written, until this process ends (or release_remover).
-_held_until_exit: list[int] = []
 
 
 def remove_once_this_process_is_gone(path: Path, unless_logs_kept: bool = False) -> int | None:
-    """Have `path` removed when this process ends, even if it is killed outright (SIGKILL).
-
-    Once mpirun is tearing a job down, the first rank to exit makes it SIGKILL every other rank at
-    once, whatever it was doing (docs/failures.md). So a process outside the rank removes it: a
-    shell, in a session of its own (mpirun and torchrun end their ranks' process groups, not it)
-    and no descendant of the rank, that reads a pipe only this rank can write to. It ends a moment
-    after the rank, however it ended. Where a scheduler kills a job's whole cgroup (Slurm's
-    proctrack/cgroup) it goes too; the next inline run on the host sweeps what is left then
-    (sweep_abandoned_inline).
-
-    `unless_logs_kept`: a launcher's run directory, left where keep_logs kept it (the launcher
-    killed outright, the OOM killer's SIGKILL, leaves it whole: removed). Returns the handle that
-    release_remover takes once the directory's fate is settled (None: no remover could start).
-    """
-    read, write = os.pipe()  # neither end is inherited by what this process execs later
+    """Have `path` removed when this process ends, even if it is killed outright (SIGKILL): by a
+    remover (rank/remover.py). `unless_logs_kept`: a launcher's run directory, left where keep_logs
+    kept it (the launcher killed outright leaves it whole: removed). Returns the handle that
+    release_remover takes once the directory's fate is settled (None: no remover could start)."""
     script = _LAUNCHER_REMOVER_SCRIPT if unless_logs_kept else _REMOVER_SCRIPT
-    try:
-        shell = os.posix_spawn(
-            "/bin/sh",
-            ["sh", "-c", script, "ddpcheck-remover", str(path)],
-            os.environ,
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, read, 0),
-                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
-            ],
-            setsid=True,
-        )
-    except OSError:
-        os.close(write)  # no shell to start (a process limit): the rank's own removal stands alone
-        return None
-    else:
-        _held_until_exit.append(write)
-        os.waitpid(shell, 0)  # it exits as soon as it has put the remover in the background
-        return write
-    finally:
-        os.close(read)
+    return remover.start(script, ["ddpcheck-remover", str(path)])
 
 
-def release_remover(handle: int | None) -> None:
-    """Let the remover act now, its directory removed or kept: a process that launches many runs
-    holds no pipe, and leaves no remover waiting, per run."""
-    if handle is not None and handle in _held_until_exit:
-        _held_until_exit.remove(handle)
-        os.close(handle)
+release_remover = remover.release
 
 
 def sweep_abandoned_inline() -> list[Path]:
@@ -218,6 +176,16 @@ def remove(path: str | Path) -> None:
         if not os.path.exists(path):
             return
         time.sleep(0.01)  # a status file appeared mid-removal: the next pass takes it
+
+
+def compile_cache_env(run_dir: Path) -> dict[str, str]:
+    """Keep torch's compile cache (created by an optimizer's first step) inside the run directory.
+
+    Otherwise it lands in $TMPDIR/torchinductor_$USER and outlives the run.
+    """
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return {}
+    return {"TORCHINDUCTOR_CACHE_DIR": str(inductor_dir(run_dir))}
 
 
 def write_spec(run_dir: str | Path, spec: RunSpec) -> None:
