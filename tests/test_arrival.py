@@ -512,8 +512,8 @@ def test_a_rank_killed_while_it_removed_the_directory_leaves_nothing(tmp_path: P
     assert _left_once_removed(tmp_path) == []
 
 
-def _presence(rank: int, stage: str, state: str) -> arrival.Presence:
-    return arrival.Presence(rank=rank, pid=1000 + rank, host="h", stage=stage, since=0.0, state=state)
+def _presence(rank: int, stage: str, state: str) -> arrival.RankFile:
+    return arrival.RankFile(rank=rank, pid=1000 + rank, host="h", stage=stage, since=0.0, state=state)
 
 
 @pytest.mark.parametrize(("stage", "state", "pending"), [

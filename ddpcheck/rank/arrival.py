@@ -68,7 +68,7 @@ class Identity:
 
 
 @dataclass(frozen=True)
-class Presence:
+class RankFile:
     """What a rank's file and its process say about it, read by a peer on the same host."""
 
     rank: int
@@ -205,7 +205,7 @@ def remove_job_dir(directory: Path) -> None:
     shutil.rmtree(gone, ignore_errors=True)
 
 
-def killed_after_its_part_unnamed(directory: Path, announced: Iterable[Presence]) -> bool:
+def killed_after_its_part_unnamed(directory: Path, announced: Iterable[RankFile]) -> bool:
     """A rank here ended at 'done' or 'writing the report' (killed after its part of the run) that its
     remover has not named yet (no ended-after/), nor set aside for an earlier end (no ended-first/):
     the directory is left to that remover, which names it and then removes it."""
@@ -272,13 +272,13 @@ def _write(directory: Path, rank: int, pid: int, stage: str, since: float) -> No
         os.replace(tmp, path)
 
 
-def read(directory: Path) -> dict[int, Presence]:
+def read(directory: Path) -> dict[int, RankFile]:
     """Every rank's last file in `directory`, with its process's state; the newest file per rank."""
-    found: dict[int, Presence] = {}
+    found: dict[int, RankFile] = {}
     for path in directory.glob("rank-*-*.json"):
         try:
             record = json.loads(path.read_text())
-            presence = Presence(
+            presence = RankFile(
                 rank=int(record["rank"]),
                 pid=int(record["pid"]),
                 host=str(record["host"]),

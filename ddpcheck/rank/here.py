@@ -42,7 +42,7 @@ def arrivals_seen(known: dict[int, SeenStatus] | None = None) -> dict[int, SeenS
     return {rank: seen_of(presence) for rank, presence in presences.items() if rank not in known}
 
 
-def seen_of(presence: arrival.Presence) -> SeenStatus:
+def seen_of(presence: arrival.RankFile) -> SeenStatus:
     """A rank known only from its host (its file, or its launcher's view of its process), as seen."""
     age = time.time() - presence.since
     terminated = presence.stage == arrival.TERMINATED
@@ -69,11 +69,11 @@ def seen_of(presence: arrival.Presence) -> SeenStatus:
     )
 
 
-def launcher_view(me: arrival.Identity) -> dict[int, arrival.Presence]:
+def launcher_view(me: arrival.Identity) -> dict[int, arrival.RankFile]:
     """The launcher's own view of this host: its other rank processes (this one's siblings, by the
     rank variable it gave them), each at stage 'starting' until its own file says more; a rank
     stopped or killed before it could write that file is still found so."""
-    found: dict[int, arrival.Presence] = {}
+    found: dict[int, arrival.RankFile] = {}
     try:
         siblings = psutil.Process(os.getppid()).children()
     except psutil.Error:
@@ -85,7 +85,7 @@ def launcher_view(me: arrival.Identity) -> dict[int, arrival.Presence]:
                 continue
             rank = proc.environ().get(me.rank_variable, "")
             if rank.isdigit():
-                found[int(rank)] = arrival.Presence(
+                found[int(rank)] = arrival.RankFile(
                     int(rank),
                     proc.pid,
                     host,
@@ -114,7 +114,7 @@ def mark_stopped_by_launcher(statuses: dict[int, SeenStatus]) -> None:
 TERMINATED_ERROR = "SIGTERM: its launcher ended it once another rank failed"
 
 
-def stopped_at_the_end(wait_s: float = PEERS_DONE_S) -> list[arrival.Presence]:
+def stopped_at_the_end(wait_s: float = PEERS_DONE_S) -> list[arrival.RankFile]:
     """This rank is done: wait (up to `wait_s`) for the peers on this host to be done too; those
     stopped (SIGSTOP) meanwhile for END_STOPPED_S on end are ended (SIGKILL) and returned.
 
