@@ -483,7 +483,7 @@ def test_no_remover_finds_the_job_directory_half_removed(tmp_path: Path) -> None
             [
                 "sh",
                 "-c",
-                arrival._REMOVER_SCRIPT + "\nwait",
+                arrival.remover_script() + "\nwait",
                 arrival.REMOVER_NAME,
                 str(by_shell),
                 no_pid,

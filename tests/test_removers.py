@@ -43,7 +43,7 @@ def test_the_job_directory_remover_is_one_until_the_directory_is_gone(tmp_path: 
     _many_files(directory)
     no_pid = str(2**22 + 17)  # its rank long gone, nobody left here: it removes at once
     name = arrival.REMOVER_NAME
-    script = ["sh", "-c", arrival._REMOVER_SCRIPT, name, str(directory), no_pid, no_pid, "RANK"]
+    script = ["sh", "-c", arrival.remover_script(), name, str(directory), no_pid, no_pid, "RANK"]
     subprocess.run(script, stdin=subprocess.DEVNULL, timeout=20)  # returns once it is in the background
     assert _seen_without_a_remover(tmp_path, directory) == []
     assert not list(tmp_path.iterdir())

@@ -48,10 +48,13 @@ ENDED_FIRST = "ended-first"  # holds the file of the first rank that ended witho
 # Options that mean "launch ranks from here", even inside a launcher (launcher/plan.detect_inline).
 LAUNCH_OPTIONS = ("--nproc", "--gpus", "--nnodes")
 
-# The remover's shell (rank/remover.sh says what it does), with the stage names it reads.
-_REMOVER_SCRIPT = remover.script(
-    "remover.sh", left=LEFT, finished=DONE, writing=WRITING_REPORT, terminated=TERMINATED
-)
+
+def remover_script() -> str:
+    """The remover's shell (rank/remover.sh says what it does), with the stage names it reads; read
+    when a rank starts one, not when `ddpcheck --help` loads this module."""
+    return remover.script(
+        "remover.sh", left=LEFT, finished=DONE, writing=WRITING_REPORT, terminated=TERMINATED
+    )
 
 
 @dataclass(frozen=True)
@@ -309,7 +312,7 @@ def _start_remover(directory: Path, rank_variable: str) -> None:
     """The shell that removes the job's directory once this rank, and every other here, is gone; its
     stderr is the rank's: where the user reads what became of a stopped rank."""
     args = [REMOVER_NAME, str(directory), str(os.getpid()), str(os.getppid()), rank_variable]
-    remover.start(_REMOVER_SCRIPT, args, stderr=True)
+    remover.start(remover_script(), args, stderr=True)
 
 
 # This process's arrival, once the entry point made it (None: not an inline rank).

@@ -14,7 +14,6 @@ Standard library only: an inline rank starts its job directory's remover before 
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 
 # The write ends of the pipes: held, never written, until this process ends (or release).
@@ -58,5 +57,7 @@ def script(name: str, **variables: str) -> str:
     would fill `ps`), after `variables` set as shell variables."""
     text = Path(__file__).with_name(name).read_text()
     body = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    import shlex  # here: `ddpcheck --help` loads this module and nothing more than Typer
+
     preamble = " ".join(f"{key}={shlex.quote(value)}" for key, value in variables.items())
     return "\n".join([preamble, *body]) if variables else "\n".join(body)
