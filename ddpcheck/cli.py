@@ -197,13 +197,13 @@ def _typer_command(command: Command) -> ClickCommand:
         options = build_options(command.options, values)
         output = build_options(OutputOptions, values)
         if command.ranked:
-            from ddpcheck.checks.env import preflight
+            from ddpcheck.checks.env import refusals
 
             launch = build_options(LaunchOptions, values)
             baseline = build_options(BaselineOptions, values)
             fleet = build_options(FleetOptions, values)
             budget = build_options(BudgetOptions, values)
-            code = run_ranked(command, options, launch, output, baseline, fleet, budget, preflight)
+            code = run_ranked(command, options, launch, output, baseline, fleet, budget, refusals)
         else:
             code = run_plain(command, options, output)
         raise typer.Exit(code)

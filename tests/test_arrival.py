@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from ddpcheck.checks.env.preflight import store_unreachable
+from ddpcheck.checks.env.refusals import store_unreachable
 from ddpcheck.failure import explain, stages
 from ddpcheck.failure.error_texts import store_waited_for
 from ddpcheck.rank import arrival

@@ -159,7 +159,7 @@ def test_declarations_load_neither_torch_nor_the_work() -> None:
 NAMES_ALLOWED = {
     # `compare` is a report-side command: a baseline refuses its report.
     ("ddpcheck/report/baseline.py", "compare"),
-    # Every ranked run's preflight is env's judges of the setting (checks/env/preflight.py).
+    # Every ranked run is refused first by env's judges of the setting (checks/env/refusals.py).
     ("ddpcheck/cli.py", "env"),
     # Words that are also command names: a column of the hosts table, a check's field, `scontrol show`.
     ("ddpcheck/rank/rankmap.py", "devices"),

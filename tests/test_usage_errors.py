@@ -85,7 +85,7 @@ def test_a_socket_interface_that_fails_every_rank_is_refused_before_any_starts(
 
 
 def test_fatal_settings_are_env_s_failures_and_only_those_of_this_run(tmp_path: Path) -> None:
-    from ddpcheck.checks.env.preflight import backend_without_torch, fatal_setting
+    from ddpcheck.checks.env.refusals import backend_without_torch, fatal_setting
 
     bad = fatal_setting({"GLOO_SOCKET_IFNAME": "eth9"}, "gloo", inline=False)
     assert bad is not None and bad.name == "GLOO_SOCKET_IFNAME" and "Fix:" in bad.detail

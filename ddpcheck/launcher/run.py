@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from ddpcheck.report.outputs import OutputOptions
 
 
-class Preflight(Protocol):
-    """env's refusals before any rank starts (checks/env/preflight.py), handed in by the CLI: the
+class Refusals(Protocol):
+    """env's refusals before any rank starts (checks/env/refusals.py), handed in by the CLI: the
     launcher side imports no check."""
 
     def backend_without_torch(self, chosen: str) -> str | None: ...
@@ -74,7 +74,7 @@ def run_ranked(
     baseline: BaselineOptions,
     fleet: FleetOptions,
     budget_options: BudgetOptions,
-    preflight: Preflight,
+    refusals: Refusals,
 ) -> int:
     """Validate, launch (or run as a rank), render; the verdict's exit code."""
     faults = validate_ranked(command, options, launch_options, output, baseline, fleet, budget_options)
@@ -93,7 +93,7 @@ def run_ranked(
     inline = detect_inline(launch_options)
     # One line per interrupted run: under torchrun, srun or mpirun, rank 0's.
     interrupt.speak(not inline or os.environ.get("RANK") == "0")
-    plan, options = plan_ranks(command, options, launch_options, faults, inline, preflight)
+    plan, options = plan_ranks(command, options, launch_options, faults, inline, refusals)
     # The last thing before the ranks start: what starting ddpcheck and torch took is spent.
     start_budget(plan, budget_options, starting)
     if known_good is not None:
@@ -138,7 +138,7 @@ def plan_ranks(
     launch_options: LaunchOptions,
     faults: list[Fault],
     inline: bool,
-    preflight: Preflight,
+    refusals: Refusals,
 ) -> tuple[LaunchPlan, Any]:
     """The ranks, backend and device (or this process as one rank), refused when they cannot run the
     command; and the command's options for that device."""
@@ -148,15 +148,15 @@ def plan_ranks(
 
     # A host-wide setting that every rank would fail on is env's finding, not a crash of each
     # rank: refused before torch is imported where the backend is known without it, else after planning.
-    early = preflight.backend_without_torch(launch_options.backend)
+    early = refusals.backend_without_torch(launch_options.backend)
     if early is not None:
-        refuse_fatal_setting(early, inline, preflight)
+        refuse_fatal_setting(early, inline, refusals)
     plan = planning.plan_inline(launch_options) if inline else planning.plan_launch(launch_options)
     if inline:
-        inline_rank.why_unreachable = preflight.store_unreachable  # should rank 0's store not answer
+        inline_rank.why_unreachable = refusals.store_unreachable  # should rank 0's store not answer
     check_ranks(faults, plan.world_size)
     if early is None:
-        refuse_fatal_setting(plan.backend, inline, preflight)
+        refuse_fatal_setting(plan.backend, inline, refusals)
     least = getattr(options, "min_world_size", 1)
     if plan.world_size < least:
         raise UsageError(
@@ -234,8 +234,8 @@ def launch_ranks(
         interrupt.leave()
 
 
-def refuse_fatal_setting(backend: str, inline: bool, preflight: Preflight) -> None:
+def refuse_fatal_setting(backend: str, inline: bool, refusals: Refusals) -> None:
     """Exit 2 with env's finding and its Fix line when this host's settings fail every rank."""
-    fatal = preflight.fatal_setting(os.environ, backend, inline)
+    fatal = refusals.fatal_setting(os.environ, backend, inline)
     if fatal is not None:
         raise UsageError(fatal.detail)

@@ -78,7 +78,7 @@ def connect(timeout_s: float = STORE_OP_TIMEOUT_S) -> Store:
 
 
 # How a rank that cannot reach rank 0's store says why: `ddpcheck env`'s finding
-# (checks/env/preflight.store_unreachable), handed in by the CLI, as the rank side imports no check.
+# (checks/env/refusals.store_unreachable), handed in by the CLI, as the rank side imports no check.
 why_unreachable: Callable[[Mapping[str, str], float], str] | None = None
 
 # Rank 0's store under srun and mpirun: held for the life of the process, as the peers read it.
