@@ -198,9 +198,9 @@ class Command:
     metrics: str | None = None
     # Its pure judges, mutated by `mutmut run` (pyproject.toml's only_mutate lists them all).
     judges: tuple[str, ...] = ()
-    # Whether its work is sized by the time left: it takes --budget (launcher/budget_options.py).
     # What the directory a report keeps (its log_dir) holds, as its line names it.
     kept: str = "rank logs"
+    # Whether its work is sized by the time left: it takes --budget (launcher/budget_options.py).
     budgeted: bool = False
     # Whether its ranks build DistributedDataParallel, whose constructor imports torch._dynamo,
     # which makes the compile cache directory (TORCHINDUCTOR_CACHE_DIR, in the run directory).
