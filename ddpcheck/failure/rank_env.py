@@ -43,11 +43,6 @@ class Launcher(str, Enum):
         return self in (Launcher.SRUN, Launcher.MPIRUN)
 
     @property
-    def ignores_stopped_ranks(self) -> bool:
-        """Its SIGTERM cannot reach a stopped rank, and it waits its whole shutdown timeout for one."""
-        return self is Launcher.TORCHRUN
-
-    @property
     def kills_late(self) -> bool:
         """Its SIGKILL follows its SIGTERM only after the cluster's KillWait, and it waits for a stopped
         task after the others exited (unless --kill-on-bad-exit)."""
