@@ -23,6 +23,9 @@ class Estimator(str, Enum):
     ENQUEUE = "enqueue"  # the enqueue time, on one clock
     ALIGNED = "aligned"  # ...on several hosts' clocks, aligned by their measured offsets
 
+    def __str__(self) -> str:  # its value, in text as in JSON (a str Enum says its name)
+        return self.value
+
 
 @dataclass(frozen=True)
 class Record:
