@@ -1,13 +1,18 @@
 """ddpcheck.preflight(): the checks inside the user's own job (docs/preflight.md).
 
 The pure tests check the arguments, the store's arrival protocol (threads on one HashStore) and
-the one-line message; the others start real torchrun jobs of gloo ranks on CPU: the plain recipe,
-a corrupted rank, a rank that never comes, a disagreeing torch, the bound beside a busy core, the
-command line, and the Lightning and Accelerate recipes with the real packages when installed.
+the one-line message; the others start real torchrun jobs of gloo ranks on CPU. A launch costs
+seconds (torch imported by the launcher and every rank), so the API's scenarios share two jobs of
+fixtures/preflight/scenarios.py, each scenario reported on its own line: three ranks for a corrupted
+rank and a disagreeing torch; two for the plain, Lightning and Accelerate recipes (each on a process
+group of its own, the frameworks' when installed), a healthy group, bad arguments, the bound beside
+a busy core and, last, a rank that never comes. The command line's verdicts (0, 1, 3) are a launch
+each; its usage errors (2) need none: they are refused before any group.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -15,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -26,7 +32,6 @@ from ddpcheck.preflight.arrival import Arrival, arrive
 from ddpcheck.preflight.failed import PreflightFailed
 from ddpcheck.preflight.options import PreflightUsageError
 from ddpcheck.report.model import Check, Report, Status
-from tests.support.load import busy_cores
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "preflight"
 DOC = Path(__file__).resolve().parent.parent / "docs" / "preflight.md"
@@ -130,6 +135,28 @@ def test_the_exception_is_one_line_naming_ranks_and_hosts() -> None:
 
 
 # ---------------------------------------------------------------- real ranks
+FRAMEWORKS = ("lightning", "accelerate")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A finished torchrun job of fixtures/preflight/scenarios.py, and when it ended (wall clock)."""
+
+    done: subprocess.CompletedProcess
+    ended_at: float
+
+    def scenario(self, name: str, ranks: list[int]) -> dict[int, dict]:
+        """Each rank's RESULT line for the scenario `name`: exactly `ranks` reported it."""
+        found = {}
+        for line in self.done.stdout.splitlines():
+            if line.startswith("RESULT "):
+                result = json.loads(line[len("RESULT ") :])
+                if result["scenario"] == name:
+                    found[result.pop("rank")] = result
+        assert sorted(found) == ranks, (name, self.done.stdout[-5000:] + self.done.stderr[-5000:])
+        return found
+
+
 def _ours(scratch: Path) -> list[psutil.Process]:
     """Every process started with TMPDIR `scratch` (the job's ranks, torchrun, a spinner)."""
     found = []
@@ -172,13 +199,44 @@ def _torchrun(scratch: Path, nproc: int, *args: str) -> subprocess.CompletedProc
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def _results(done: subprocess.CompletedProcess, nproc: int) -> dict[int, list[dict]]:
-    lines = [
-        json.loads(line[len("RESULT ") :]) for line in done.stdout.splitlines() if line.startswith("RESULT ")
-    ]
-    found = {line["rank"]: line["results"] for line in lines}
-    assert sorted(found) == list(range(nproc)), done.stdout + done.stderr
-    return found
+def _scenarios(tmp_path_factory: pytest.TempPathFactory, nproc: int, *scenarios: str) -> Job:
+    scratch = tmp_path_factory.mktemp(f"preflight-{nproc}-ranks") / "tmp"
+    scratch.mkdir()
+    done = _torchrun(scratch, nproc, str(FIXTURES / "scenarios.py"), *scenarios)
+    return Job(done, time.time())
+
+
+def _installed(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None  # found, not imported: seconds saved here
+
+
+@pytest.fixture(scope="module")
+def three_ranks(tmp_path_factory: pytest.TempPathFactory) -> Job:
+    return _scenarios(tmp_path_factory, 3, "corrupt", "torch")
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Job:
+    recipes = ["torchrun"] + [p for p in FRAMEWORKS if _installed(p)]
+    scenarios = [f"recipe:{name}_train.py" for name in recipes]
+    # "missing" last: rank 1 never comes back from it, and rank 0 ends the job.
+    return _scenarios(tmp_path_factory, 2, *scenarios, "pass", "usage", "busy", "missing")
+
+
+def _assert_the_recipe_passes(job: Job, name: str, only_rank_0: bool = True) -> None:
+    recipe = FIXTURES / f"{name}_train.py"
+    assert recipe.read_text() in DOC.read_text()  # the page shows what runs here
+    ran = job.scenario(f"recipe:{recipe.name}", [0, 1])
+    for rank, result in ran.items():
+        assert result["exit_code"] == 0, (rank, result["error"], job.done.stderr[-3000:])
+    printed = "".join(result["stdout"] for result in ran.values())
+    if not only_rank_0:
+        assert "PASS  ddpcheck preflight (2 ranks, gloo, cpu)" in printed, printed
+        return
+    verdicts = [line for line in printed.splitlines() if "ddpcheck preflight" in line]
+    assert len(verdicts) == 1 and verdicts[0].startswith("PASS  ddpcheck preflight (2 ranks, gloo, cpu)"), (
+        printed
+    )
 
 
 @pytest.mark.integration
@@ -191,21 +249,14 @@ def test_import_ddpcheck_and_reaching_preflight_load_no_torch() -> None:
 
 
 @pytest.mark.integration
-def test_the_plain_torchrun_recipe_passes_and_rank_0_prints_the_verdict(scratch) -> None:
-    recipe = FIXTURES / "torchrun_train.py"
-    assert recipe.read_text() in DOC.read_text()  # the page shows what runs here
-    done = _torchrun(scratch, 2, str(recipe))
-    assert done.returncode == 0, done.stdout + done.stderr
-    verdicts = [line for line in done.stdout.splitlines() if "ddpcheck preflight" in line]
-    assert len(verdicts) == 1 and verdicts[0].startswith("PASS  ddpcheck preflight (2 ranks, gloo, cpu)"), (
-        done.stdout
-    )
+def test_the_plain_torchrun_recipe_passes_and_rank_0_prints_the_verdict(two_ranks) -> None:
+    _assert_the_recipe_passes(two_ranks, "torchrun")
 
 
 @pytest.mark.integration
-def test_a_healthy_group_passes_every_check_on_every_rank(scratch) -> None:
-    results = _results(_torchrun(scratch, 2, str(FIXTURES / "job.py"), "pass"), 2)
-    for rank, (result,) in results.items():
+def test_a_healthy_group_passes_every_check_on_every_rank(two_ranks) -> None:
+    for rank, ran in two_ranks.scenario("pass", [0, 1]).items():
+        (result,) = ran["results"]
         assert result["verdict"] == "pass", (rank, result)
         assert result["checks"] == {
             "arrival": "PASS",
@@ -219,9 +270,9 @@ def test_a_healthy_group_passes_every_check_on_every_rank(scratch) -> None:
 
 
 @pytest.mark.integration
-def test_a_corrupted_rank_is_named_on_every_rank(scratch) -> None:
-    results = _results(_torchrun(scratch, 3, str(FIXTURES / "job.py"), "corrupt"), 3)
-    for rank, (result,) in results.items():
+def test_a_corrupted_rank_is_named_on_every_rank(three_ranks) -> None:
+    for rank, ran in three_ranks.scenario("corrupt", [0, 1, 2]).items():
+        (result,) = ran["results"]
         assert result["raised"] == "PreflightFailed", (rank, result)
         assert result["ranks"] == [1] and result["exit_code"] == 1
         assert result["message"].startswith("ddpcheck preflight failed: all_reduce sum: rank 1 on host ")
@@ -229,14 +280,12 @@ def test_a_corrupted_rank_is_named_on_every_rank(scratch) -> None:
 
 
 @pytest.mark.integration
-def test_a_rank_that_never_arrives_is_named_within_the_budget(scratch) -> None:
-    began = time.monotonic()
-    done = _torchrun(scratch, 2, str(FIXTURES / "job.py"), "missing")
-    # Rank 0 raised, printed, and exited 1; torchrun then ended the rank that never came.
-    assert done.returncode != 0 and time.monotonic() - began < 60, done.stderr
-    (line,) = [json.loads(x[len("RESULT ") :]) for x in done.stdout.splitlines() if x.startswith("RESULT ")]
-    assert line["rank"] == 0, line
-    (result,) = line["results"]
+def test_a_rank_that_never_arrives_is_named_within_the_budget(two_ranks) -> None:
+    # Rank 1 never calls (it sleeps 60 s); rank 0 raised, printed, and exited 1; torchrun then ended rank 1.
+    (ran,) = two_ranks.scenario("missing", [0]).values()
+    assert two_ranks.done.returncode != 0, two_ranks.done.stderr[-3000:]
+    assert two_ranks.ended_at - ran["began_at"] < 60, two_ranks.done.stderr[-3000:]
+    (result,) = ran["results"]
     assert result["raised"] == "PreflightFailed" and result["ranks"] == [1] and result["exit_code"] == 3
     assert result["message"].startswith("ddpcheck preflight could not complete: arrival: rank 1 on host ")
     assert "did not arrive within 2.5 s (1 of 2 ranks came)" in result["message"]
@@ -244,11 +293,11 @@ def test_a_rank_that_never_arrives_is_named_within_the_budget(scratch) -> None:
 
 
 @pytest.mark.integration
-def test_a_disagreeing_torch_is_named(scratch) -> None:
+def test_a_disagreeing_torch_is_named(three_ranks) -> None:
     # Simulated: rank 2's fingerprint says another torch (inject="torch@2"). The judge votes by host, and
     # one machine is one host: no majority, so it names every rank of it, and rank 2 as the odd one.
-    results = _results(_torchrun(scratch, 3, str(FIXTURES / "job.py"), "torch"), 3)
-    for rank, (result,) in results.items():
+    for rank, ran in three_ranks.scenario("torch", [0, 1, 2]).items():
+        (result,) = ran["results"]
         assert result["raised"] == "PreflightFailed" and 2 in result["ranks"], (rank, result)
         assert result["message"].startswith("ddpcheck preflight failed: nodes agree: ranks 0, 1, 2 on host ")
         assert "torch differs" in result["message"], result["message"]
@@ -256,20 +305,19 @@ def test_a_disagreeing_torch_is_named(scratch) -> None:
 
 
 @pytest.mark.integration
-def test_the_bound_holds_beside_a_busy_core(scratch) -> None:
-    # One more process spinning than the machine had: every call still ends within the default budget.
-    with busy_cores(1):
-        results = _results(_torchrun(scratch, 2, str(FIXTURES / "job.py"), "repeat"), 2)
-    for rank, calls in results.items():
+def test_the_bound_holds_beside_a_busy_core(two_ranks) -> None:
+    # One more process spinning than the machine had (rank 0 starts it): every call still ends within
+    # the default budget.
+    for rank, ran in two_ranks.scenario("busy", [0, 1]).items():
+        calls = ran["results"]
         assert [c["verdict"] for c in calls] == ["pass"] * 3, (rank, calls)
         assert max(c["seconds"] for c in calls) <= CPU_BUDGET_S, (rank, calls)
 
 
 @pytest.mark.integration
-def test_bad_arguments_in_a_real_group_raise_at_once_and_leave_it_usable(scratch) -> None:
-    results = _results(_torchrun(scratch, 2, str(FIXTURES / "job.py"), "usage"), 2)
-    for rank, calls in results.items():
-        *bad, good = calls
+def test_bad_arguments_in_a_real_group_raise_at_once_and_leave_it_usable(two_ranks) -> None:
+    for rank, ran in two_ranks.scenario("usage", [0, 1]).items():
+        *bad, good = calls = ran["results"]
         assert [c.get("raised") for c in bad] == ["PreflightUsageError"] * 5, (rank, calls)
         assert all("\n" not in c["message"] and c["seconds"] < 1.0 for c in bad), calls
         assert "names rank 9, but the world has 2 ranks" in bad[3]["message"]
@@ -315,6 +363,7 @@ def test_the_command_line_names_a_missing_rank_with_exit_3(scratch, tmp_path) ->
     ],
 )
 def test_the_command_line_refuses_bad_usage_in_one_line(scratch, args, env, words) -> None:
+    # Exit 2 before any group or store: no launcher needed, nothing joined.
     clean = {
         k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE") and not k.startswith("SLURM_")
     }
@@ -332,13 +381,9 @@ def test_the_command_line_refuses_bad_usage_in_one_line(scratch, args, env, word
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("package", ["lightning", "accelerate"])
-def test_the_framework_recipes_run_the_checks(scratch, package) -> None:
-    pytest.importorskip(
-        package, reason=f"{package} is not installed: its recipe (docs/preflight.md) is not run"
-    )
-    recipe = FIXTURES / f"{package}_train.py"
-    assert recipe.read_text() in DOC.read_text()
-    done = _torchrun(scratch, 2, str(recipe))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "PASS  ddpcheck preflight (2 ranks, gloo, cpu)" in done.stdout, done.stdout
+@pytest.mark.parametrize("package", FRAMEWORKS)
+def test_the_framework_recipes_run_the_checks(request, package) -> None:
+    if not _installed(package):
+        pytest.skip(f"{package} is not installed: its recipe (docs/preflight.md) is not run")
+    # Run in the two-rank job (whose recipes are those installed), on a process group of its own.
+    _assert_the_recipe_passes(request.getfixturevalue("two_ranks"), package, only_rank_0=False)
