@@ -43,7 +43,5 @@ def test_help_imports_nothing_beyond_typer_and_the_declarations() -> None:
     extra = _modules(HELP) - _modules(TYPER)
     foreign = sorted(m for m in extra if not m.startswith(("ddpcheck", "typer", "encodings")))
     assert foreign == [], f"--help imports {foreign}: import them inside the function that needs them"
-    work = sorted(
-        m for m in extra if m.startswith(WORK) or m.endswith(WORK_ENDS)
-    )
+    work = sorted(m for m in extra if m.startswith(WORK) or m.endswith(WORK_ENDS))
     assert work == [], f"--help imports {work}: import them inside the function that needs them"
