@@ -246,7 +246,10 @@ SKIPPED: dict[str, Reason] = {
         " e.g. 120:",
     ),
     **_listed(
-        GPU_NODE, "torchrun --nproc-per-node 8 --shutdown-timeout 5 -m ddpcheck allreduce --timeout 30"
+        GPU_NODE,
+        "torchrun --nproc-per-node 8 --shutdown-timeout 5 -m ddpcheck allreduce --timeout 30",
+        "torchrun --nproc-per-node 8 -m ddpcheck.preflight --budget 10"
+        " && torchrun --nproc-per-node 8 train.py",
     ),
     **_listed(
         SLURM,
@@ -262,6 +265,8 @@ SKIPPED: dict[str, Reason] = {
         "# sbatch, one task per node running the multi-node launch (--node-rank = SLURM_NODEID).",
         "# sbatch, one task per GPU: every task is one rank, nothing is spawned.",
         "srun -K -n 16 ddpcheck watch -- python train.py",
+        "srun --kill-on-bad-exit=1 python -m ddpcheck.preflight --min-busbw 100 --json preflight.json \\\n"
+        "  && srun python train.py",
     ),
     **_listed(
         MPI,
