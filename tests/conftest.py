@@ -45,6 +45,7 @@ LONGEST_FIRST = (
     "test_multinode.py",
     "test_attach.py",
     "test_launchers.py",
+    "test_preflight.py",
 )
 
 
