@@ -148,9 +148,11 @@ class Job:
     def scenario(self, name: str, ranks: list[int]) -> dict[int, dict]:
         """Each rank's RESULT line for the scenario `name`: exactly `ranks` reported it."""
         found = {}
+        decoder = json.JSONDecoder()
         for line in self.done.stdout.splitlines():
-            if line.startswith("RESULT "):
-                result = json.loads(line[len("RESULT ") :])
+            # A line is written whole, but another rank's unfinished line may stand before it.
+            if "RESULT {" in line:
+                result, _ = decoder.raw_decode(line, line.index("RESULT {") + len("RESULT "))
                 if result["scenario"] == name:
                     found[result.pop("rank")] = result
         assert sorted(found) == ranks, (name, self.done.stdout[-5000:] + self.done.stderr[-5000:])
