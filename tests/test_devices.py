@@ -391,15 +391,17 @@ def test_a_slow_and_a_corrupting_rank_are_each_named_exactly(
     reason="needs two cores and the kernel's run-queue wait (/proc/thread-self/schedstat)",
 )
 def test_a_rank_sharing_its_core_passes_and_a_stopped_rank_is_named(scratch: Path) -> None:
-    """Rank 1 shares its core with two spinning processes (it waits for the core two thirds of
-    its passes: the host's load, not its device); rank 2 is stopped four fifths of every 20 ms
+    """Rank 1 shares its core with two spinning processes, each in a session of its own (it waits
+    for the core two thirds of its passes: the host's load, not its device; with the spinners in
+    the test's session, the kernel's autogroup weighed them as one, and rank 1 waited 20-34%,
+    below BUSY_HOST_WAIT_PCT in 6 of 11 runs beside other work); rank 2 is stopped four fifths of every 20 ms
     (the time a sick device loses; stopped half, a loaded host can hide it: docs/devices.md).
     Only rank 2 is named. On the code before runqueue.py (rates over wall time) the host's load
     decided instead: at load 6, rank 2 hid among ranks all slowed alike, and the run passed (2 of
     2 tries)."""
     first, second, *_ = sorted(os.sched_getaffinity(0))
     stop = threading.Event()
-    with busy_cores(2, cpu=first):
+    with busy_cores(2, cpu=first, apart=True):
         proc = start_run(
             scratch, "--nproc", "3", "--size", "128", "--iters", "3", "--json", "-", command="devices"
         )
@@ -420,7 +422,7 @@ def test_a_rank_sharing_its_core_passes_and_a_stopped_rank_is_named(scratch: Pat
     run = Run(proc.returncode, out, err, report, 0.0)
     assert run.code == 1, run.stderr
     named = _named(run)
-    assert named["compute"] == [2] and set().union(*named.values()) == {2}, named
+    assert named.get("compute") == [2] and set().union(*named.values()) == {2}, (named, run.stdout)
     waits = {row["rank"]: row["cpu_wait_pct"] for row in run.table("devices")}
     # Enough to be called busy; not compared with rank 0, whose core the suite's other workers share.
     assert waits[1] >= devices.BUSY_HOST_WAIT_PCT, waits

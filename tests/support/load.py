@@ -24,17 +24,22 @@ COPY = "import numpy as np\na = np.ones(8 << 20)\nb = np.empty_like(a)\nwhile Tr
 
 
 @contextlib.contextmanager
-def busy_cores(count: int | None = None, cpu: int | None = None) -> Iterator[list[int]]:
+def busy_cores(count: int | None = None, cpu: int | None = None, apart: bool = False) -> Iterator[list[int]]:
     """`count` processes (one per core by default) that spin until the block ends; always ended.
 
-    With `cpu`, all of them on that core alone. Yields their pids.
+    With `cpu`, all of them on that core alone. With `apart`, each in a session of its own, as
+    another user's job would be: where the kernel groups processes by session (autogroup), the
+    spinners of the test's own session weigh as one beside a run's ranks, not one each. Yields
+    their pids.
     """
     count = (os.cpu_count() or 1) if count is None else count
     pinned = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
     spinners: list[subprocess.Popen] = []
     try:
         for _ in range(count):
-            spinners.append(subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=pinned))
+            spinners.append(
+                subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=pinned, start_new_session=apart)
+            )
         yield [s.pid for s in spinners]
     finally:
         for spinner in spinners:
@@ -77,19 +82,39 @@ def bursty_load(seed: int = 7, low_s: float = 0.2, high_s: float = 2.0) -> Itera
             hog.wait()
 
 
+# The cycler as a process of its own, at real-time priority where the kernel allows it: as a thread
+# of the test it woke late on a loaded machine (the suite's other workers), the rank ran on through
+# whole passes, and its best pass looked healthy (a clean clone's CI named nobody once).
+CYCLE = """
+import os, signal, sys, time
+pid, fraction, period = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+except OSError:
+    pass
+while True:
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(fraction * period)
+        os.kill(pid, signal.SIGCONT)
+        time.sleep((1 - fraction) * period)
+    except ProcessLookupError:
+        break
+"""
+
+
 def duty_cycle(pid: int, stop: threading.Event, fraction: float = 0.5, period_s: float = 0.02) -> None:
     """Stop `pid` (SIGSTOP) `fraction` of every `period_s` until `stop` is set or it ends; left running.
 
     A rank slowed from outside, as a sick device or a throttled core would slow it: it loses the
-    time stopped, not waiting for a core.
+    time stopped, not waiting for a core. Run it in a thread; the cycling is a process (CYCLE).
     """
-    while not stop.is_set():
-        try:
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(fraction * period_s)
+    cycler = subprocess.Popen([sys.executable, "-c", CYCLE, str(pid), str(fraction), str(period_s)])
+    try:
+        while not stop.wait(0.05) and cycler.poll() is None:
+            pass
+    finally:
+        cycler.kill()
+        cycler.wait()
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
-            time.sleep((1 - fraction) * period_s)
-        except ProcessLookupError:
-            return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGCONT)
