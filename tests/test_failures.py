@@ -460,7 +460,7 @@ def test_a_rank_that_begins_after_its_run_directory_was_removed_does_not_make_it
     """A launcher's SIGTERM removes the run directory on its own thread while the main thread goes on
     into run_rank: the status writer it makes there once made the directory again (mkdir with
     parents), and the rank's exit a moment later left it."""
-    from ddpcheck.rank.status import StatusWriter
+    from ddpcheck.rank.status_channel import StatusWriter
 
     run_dir = tmp_path / "ddpcheck-inline-1-x"
     identity = {"rank": 1, "local_rank": 1, "node": 0, "host": "h", "address": None, "pid": 1}

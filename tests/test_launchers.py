@@ -30,7 +30,7 @@ from ddpcheck.failure.explain import judge_inline
 from ddpcheck.failure.liveness import HEARTBEAT_INTERVAL_S, STOPPED_AFTER_BEATS, Stall, is_culprit
 from ddpcheck.launcher import mpi
 from ddpcheck.rank import inline, rundir
-from ddpcheck.rank.status import StatusWriter, StoreTransport
+from ddpcheck.rank.status_channel import StatusWriter, StoreTransport
 from tests.conftest import assert_usage_error, process_ended, removed_in_time
 from tests.support.load import busy_cores
 

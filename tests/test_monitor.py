@@ -34,7 +34,7 @@ from ddpcheck.failure.statuses import SeenStatus
 from ddpcheck.launcher import monitor
 from ddpcheck.launcher.monitor import ABANDON_AFTER_S, STARTUP_ALLOWANCE_S, Monitor, annotate, kill_workers
 from ddpcheck.launcher.plan import LaunchPlan
-from ddpcheck.rank.status import FileTransport, RankStatus, StatusWriter
+from ddpcheck.rank.status_channel import FileTransport, RankStatus, StatusWriter
 
 
 def write(run_dir: Path, rank: int, stage: str = "measure: 4K", **fields: Any) -> dict[str, Any]:

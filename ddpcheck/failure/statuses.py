@@ -1,6 +1,6 @@
 """What a rank says about itself (`RankStatus`) and what a watcher saw of it (`SeenStatus`).
 
-A `RankStatus` is the record a rank publishes (rank/status.py): its JSON form is the status
+A `RankStatus` is the record a rank publishes (rank/status_channel.py): its JSON form is the status
 file and the store value, read back with `from_dict`. A watcher (the launcher's monitor, an
 inline rank) adds what only it can see - the process state, the heartbeat's age, the beats
 missed - and that annotated copy is what explain.py judges and what nodes share: a plain dict,

@@ -33,7 +33,7 @@ from ddpcheck.launcher.rendezvous import advertised_address, check_rendezvous_po
 from ddpcheck.rank import assemble, interrupt, rundir
 from ddpcheck.rank.faults import Fault
 from ddpcheck.rank.rundir import RunSpec
-from ddpcheck.rank.status import read_statuses
+from ddpcheck.rank.status_channel import read_statuses
 from ddpcheck.rank.torch_logs import USER_CPP_LOG_LEVEL
 from ddpcheck.report.model import Check, Report, Status, Verdict
 from ddpcheck.torch_compat import (

@@ -26,7 +26,7 @@ from ddpcheck.failure.stacks import py_spy_dumps
 from ddpcheck.failure.statuses import ExitInfo, RankStatus, SeenStatus, seen
 from ddpcheck.rank import interrupt, rundir
 from ddpcheck.rank.budget import EXIT_S
-from ddpcheck.rank.status import read_statuses
+from ddpcheck.rank.status_channel import read_statuses
 
 if TYPE_CHECKING:
     from ddpcheck.launcher.plan import LaunchPlan

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpcheck.rank.budget import Budget
 from ddpcheck.rank.faults import Faults
-from ddpcheck.rank.status import StatusWriter
+from ddpcheck.rank.status_channel import StatusWriter
 
 if TYPE_CHECKING:
     import torch

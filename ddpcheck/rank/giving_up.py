@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from ddpcheck.failure.statuses import SeenStatus
     from ddpcheck.rank.rundir import RunSpec
-    from ddpcheck.rank.status import StatusWriter
+    from ddpcheck.rank.status_channel import StatusWriter
     from ddpcheck.report.model import Check, Report
 
 # Past its own timeout, this much longer before a join that did not return is given up (guard_join).

@@ -32,7 +32,7 @@ from ddpcheck.rank.faults import Faults
 from ddpcheck.rank.fingerprint import rank_fingerprint
 from ddpcheck.rank.network import route_address
 from ddpcheck.rank.rundir import RunSpec
-from ddpcheck.rank.status import StatusWriter
+from ddpcheck.rank.status_channel import StatusWriter
 from ddpcheck.torch_compat import takes_device_id, teardown_may_deadlock
 
 if TYPE_CHECKING:

@@ -42,7 +42,7 @@ from ddpcheck.failure.processes import ProcState, end, state_of
 from ddpcheck.failure.statuses import RankStatus, SeenStatus, seen
 from ddpcheck.rank import arrival, rundir
 from ddpcheck.rank.here import arrivals_seen, mark_stopped_by_launcher
-from ddpcheck.rank.status import StoreTransport
+from ddpcheck.rank.status_channel import StoreTransport
 from ddpcheck.torch_compat import store_has
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 
-from ddpcheck.rank.status import StatusWriter
+from ddpcheck.rank.status_channel import StatusWriter
 from tests.support.load import busy_cores
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ddpcheck.failure import stages
-from ddpcheck.rank.status import read_statuses
+from ddpcheck.rank.status_channel import read_statuses
 from tests.conftest import start_run, wait_for_workers
 from tests.support.load import busy_cores
 
