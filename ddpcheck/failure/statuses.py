@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ddpcheck.failure.processes import ProcState
 
 
-class Progress(TypedDict):
+class StepProgress(TypedDict):
     """How far a rank is through its stage's steps, for the progress display."""
 
     done: int
@@ -44,7 +44,7 @@ class RankStatus:
     stage_since: float = field(default_factory=time.time)
     heartbeat: float = field(default_factory=time.time)
     beats: int = 0  # counts heartbeats: a reader on another host sees it change without trusting our clock
-    progress: Progress | None = None
+    progress: StepProgress | None = None
     progress_seq: int = 0
     ticks: int = 0
     error: str | None = None
@@ -86,7 +86,7 @@ class SeenStatus(TypedDict, total=False):
     stage_since: float
     heartbeat: float
     beats: int
-    progress: Progress | None
+    progress: StepProgress | None
     progress_seq: int
     ticks: int
     error: str | None
