@@ -59,11 +59,11 @@ def make_console(stderr: bool = False) -> Console:
     )
 
 
-def say(console: Console, message: str, style: str = "") -> None:
+def print_line(console: Console, message: str, style: str = "") -> None:
     console.print(Text(message, style=style), soft_wrap=True)
 
 
-def say_folded(console: Console, message: str, style: str = "") -> None:
+def print_folded(console: Console, message: str, style: str = "") -> None:
     """Free text at the terminal's width, never broken inside a number, a path or a command."""
     for line in fold.fold(message, console.width, cut=False):
         console.print(Text(line, style=style), soft_wrap=True)
@@ -84,11 +84,11 @@ def render_report(
     if report.written_elsewhere:
         # Not the node of rank 0: one line, the whole report is printed there.
         (check,) = report.checks
-        say(console, f"{report.verdict.value.upper()}  ddpcheck {report.command}: {check.detail}")
+        print_line(console, f"{report.verdict.value.upper()}  ddpcheck {report.command}: {check.detail}")
         return
     if not quiet:
         for note in report.notes:
-            say_folded(console, note, "dim")  # free text: wraps at the terminal's width
+            print_folded(console, note, "dim")  # free text: wraps at the terminal's width
         command = COMMANDS.get(report.command)
         charts = command.charts if command else {}
         details = command.details if command else {}
@@ -105,7 +105,7 @@ def render_report(
                     shown = shown_rows(rows)
                     console.print(rich_table(table, title, shown, width=console.width))
                     if len(shown) < len(rows):
-                        say(console, left_out_line(len(shown), len(rows)), "dim")
+                        print_line(console, left_out_line(len(shown), len(rows)), "dim")
                 if table.name in charts:
                     load(charts[table.name])(table, rows, console)
         if hidden:
@@ -113,19 +113,21 @@ def render_report(
         console.print(_checks_table(report, console.width))
     else:
         for check in report.failing():
-            say(console, f"{check.status.value} {check.name}: {check.detail}", STATUS_STYLE[check.status])
+            print_line(
+                console, f"{check.status.value} {check.name}: {check.detail}", STATUS_STYLE[check.status]
+            )
     if not quiet:
         for line in wrote or ():
-            say_folded(console, line, "dim")
+            print_folded(console, line, "dim")
     for line in actions or ():
-        say(console, line, "bold")
+        print_line(console, line, "bold")
     if report.log_dir:
         from ddpcheck.commands import kept_line
 
-        say_folded(console, kept_line(report.command, report.log_dir), "dim")
+        print_folded(console, kept_line(report.command, report.log_dir), "dim")
     injected = report.injected_line()
     if injected:  # quiet or not: a planted fault must never read as a hardware one
-        say(console, injected, "bold yellow")
+        print_line(console, injected, "bold yellow")
     console.print(verdict_line(report), soft_wrap=True)
 
 

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ddpcheck.report.model import Table
 from ddpcheck.report.table_layout import measure
-from ddpcheck.report.terminal import say
+from ddpcheck.report.terminal import print_line
 
 # Heat map shades, slowest first: (upper bound of the ratio to the median, style).
 HEAT_SHADES = ((0.25, "bold white on red"), (0.5, "black on dark_orange"), (0.8, "black on yellow"))
@@ -31,13 +31,13 @@ def render_link_heatmap(table: Table, rows: list[dict[str, Any]], console: Conso
         # Too wide for the terminal as ratios (16 ranks at 80 columns): as percentages, closer.
         grid = _heat_grid(rows, percent=True)
         if measure(grid) > console.width:
-            say(
+            print_line(
                 console,
                 f"(the grid needs {measure(grid)} columns: the tables below name the slow links)",
                 "dim",
             )
             return
-        say(console, "(percent of the median)", "dim")
+        print_line(console, "(percent of the median)", "dim")
     console.print(grid)
 
 
