@@ -226,7 +226,8 @@ def kill_workers() -> set[int]:
     return {child.pid for child in end(psutil.Process().children(recursive=True), sigterm=False)}
 
 
-PY_SPY_TIMEOUT_S = 5.0
+# A stall's py-spy round, shorter than stacks.PY_SPY_TIMEOUT_S: the kill that ends the run waits on it.
+STALL_STACKS_TIMEOUT_S = 5.0
 
 
 def _stacks_of(stall: Stall) -> dict[int, str]:
@@ -267,7 +268,7 @@ def flight_dumps(
 
 
 def python_stacks(
-    statuses: dict[int, SeenStatus], ranks: list[int], timeout: float = PY_SPY_TIMEOUT_S
+    statuses: dict[int, SeenStatus], ranks: list[int], timeout: float = STALL_STACKS_TIMEOUT_S
 ) -> dict[int, str]:
     """rank -> the Python stack of each of these ranks that runs on this host, by py-spy.
 
