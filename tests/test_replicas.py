@@ -1,0 +1,149 @@
+"""failure/replicas.py: the rank whose parameters left its replicas', and the rank that made the first NaN."""
+
+from __future__ import annotations
+
+import struct
+
+from ddpcheck.failure import replicas
+from ddpcheck.failure.replicas import Fingerprint, NonFinite, fingerprint_from_record, judge, to_record
+from ddpcheck.report.model import Status
+
+NAMES = ["fc1.weight", "fc1.bias", "fc2.weight"]
+
+
+def bits(value: float) -> int:
+    return struct.unpack("<i", struct.pack("<f", value))[0]
+
+
+def record(rank: int, step: int, sums: list[float], group: list[int] | None = None) -> dict:
+    return {
+        "rank": rank,
+        "step": step,
+        "modules": [
+            {
+                "module": "Net",
+                "group": group if group is not None else [0, 1, 2],
+                "names": NAMES,
+                "exact": [bits(v) for v in sums],
+                "sums": sums,
+            }
+        ],
+    }
+
+
+HEALTHY = [1.5, -0.25, 3.0]
+FLIPPED = [1.5, -0.25, 3.0000002]
+
+
+def prints(
+    odd: dict[int, tuple[int, list[float]]] | None = None, ranks: int = 3, steps: int = 5
+) -> list[Fingerprint]:
+    """Every rank at steps 10, 20, ...; `odd` {rank: (from step, its sums)}."""
+    found = []
+    for step in range(10, 10 * steps + 1, 10):
+        for rank in range(ranks):
+            since, sums = (odd or {}).get(rank, (10**9, HEALTHY))
+            found.append(
+                fingerprint_from_record(
+                    record(rank, step, sums if step >= since else HEALTHY, list(range(ranks)))
+                )
+            )
+    return found
+
+
+def test_replicas_that_agree_pass() -> None:
+    judgement = judge(prints())
+    assert judgement.agree and judgement.ranks == [0, 1, 2] and judgement.steps == [10, 20, 30, 40, 50]
+    (check,) = replicas.checks(judgement, every=10)
+    assert check.name == "replicas agree" and check.status is Status.PASS
+    assert "3 ranks" in check.detail and "5 steps" in check.detail and "step 50" in check.detail
+
+
+def test_the_odd_rank_is_named_with_its_step_parameter_and_difference() -> None:
+    judgement = judge(prints({1: (30, FLIPPED)}))
+    found = judgement.divergence
+    assert found is not None
+    assert (found.step, found.odd, found.majority, found.parameter) == (30, (1,), (0, 2), "fc2.weight")
+    assert found.difference is not None and abs(found.difference - 2.4e-7) < 1e-7
+    (check,) = replicas.checks(judgement, every=10)
+    assert check.status is Status.FAIL and check.ranks == [1]
+    assert check.detail.startswith(
+        "rank 1 differs from its replicas (ranks 0, 2) at step 30: fc2.weight first"
+    )
+    line = replicas.line(judgement)
+    assert line is not None and line.startswith("ddpcheck watch: rank 1 differs")
+
+
+def test_a_single_bit_changes_the_exact_fingerprint_even_when_the_sums_agree() -> None:
+    odd = [1.5, -0.25, 3.0]
+    found = [fingerprint_from_record(record(r, 10, HEALTHY)) for r in (0, 2)]
+    flipped = record(1, 10, odd)
+    flipped["modules"][0]["exact"][0] ^= 1  # the lowest bit: the float64 sum would round it away
+    judgement = judge([*found, fingerprint_from_record(flipped)])
+    assert judgement.divergence is not None and judgement.divergence.odd == (1,)
+    assert judgement.divergence.parameter == "fc1.weight" and judgement.divergence.difference == 0.0
+
+
+def test_two_ranks_that_differ_name_both_without_a_majority() -> None:
+    judgement = judge(prints({1: (20, FLIPPED)}, ranks=2))
+    found = judgement.divergence
+    assert found is not None and found.odd == (0, 1) and found.majority == () and found.step == 20
+    assert "no majority" in replicas.checks(judgement, every=10)[0].detail
+
+
+def test_replica_groups_are_compared_apart() -> None:
+    """Two groups (0, 1) and (2, 3) that hold different weights legitimately: no divergence."""
+    found = [
+        fingerprint_from_record(record(r, 10, HEALTHY if r < 2 else FLIPPED, [0, 1] if r < 2 else [2, 3]))
+        for r in range(4)
+    ]
+    assert judge(found).agree
+    found.append(fingerprint_from_record(record(4, 10, HEALTHY, [2, 3, 4])))
+    assert judge(found).agree  # a group seen on one rank only: nothing to compare with
+
+
+def test_a_step_kept_as_digests_names_the_parameter_from_a_later_whole_step() -> None:
+    whole = prints({2: (20, FLIPPED)})
+    slim = [fingerprint_from_record(to_record(p, whole=p.step != 20)) for p in whole]
+    found = judge(slim).divergence
+    assert found is not None and (found.step, found.odd, found.parameter) == (20, (2,), "fc2.weight")
+
+
+def test_a_missing_rank_at_a_step_does_not_stop_the_comparison() -> None:
+    found = [p for p in prints({0: (40, FLIPPED)}) if not (p.rank == 2 and p.step == 40)]
+    divergence = judge(found).divergence
+    assert (
+        divergence is not None and divergence.step == 40 and divergence.odd == (0, 1)
+    )  # two left: no majority
+
+
+def test_the_rank_that_made_the_first_nan_is_named_not_those_that_received_it() -> None:
+    nans = [
+        NonFinite(0, 13, "gradient", ("fc1.weight",), 3),
+        NonFinite(2, 12, "gradient", ("fc2.bias",), 1),
+        NonFinite(1, 13, "gradient", ("fc1.weight",), 3),
+    ]
+    judgement = judge(prints(), nans)
+    assert [n.rank for n in judgement.first_nan] == [2] and [n.rank for n in judgement.later_nan] == [0, 1]
+    agree, nan = replicas.checks(judgement, every=10)
+    assert agree.status is Status.PASS
+    assert nan.name == "first nan" and nan.status is Status.FAIL and nan.ranks == [2]
+    assert nan.detail.startswith("rank 2 made the first NaN/Inf at step 12 (gradient of fc2.bias)")
+    assert "ranks 0, 1 received it later" in nan.detail
+
+
+def test_the_table_has_a_row_per_rank() -> None:
+    found = prints({1: (30, FLIPPED)})
+    judgement = judge(found, [NonFinite(1, 35, "gradient", ("fc1.weight",), 1)])
+    rows = {row["rank"]: row for row in replicas.table(judgement, found).rows}
+    assert [rows[r]["agrees"] for r in (0, 1, 2)] == [True, False, True]
+    assert rows[1]["diverged_at_step"] == 30 and rows[1]["parameter"] == "fc2.weight"
+    assert rows[1]["first_nan_step"] == 35 and rows[1]["made_nan"] and rows[0]["first_nan_step"] is None
+    assert rows[0]["fingerprints"] == 5 and rows[0]["last_step"] == 50
+
+
+def test_records_round_trip() -> None:
+    (first, *_) = prints()
+    assert fingerprint_from_record(to_record(first, whole=True)) == first
+    nan = NonFinite(1, 5, "gradient", ("w",), 1)
+    assert replicas.nonfinite_from_record(replicas.nonfinite_to_record(nan)) == nan
