@@ -221,7 +221,7 @@ def launch_ranks(
 
     if not output.quiet:
         for note in plan.notes:
-            render.say(console, note, "dim")
+            render.print_line(console, note, "dim")
     try:
         # A Ctrl-C while the progress display is up: one KeyboardInterrupt, so that the display
         # gives the terminal back (its cursor) before the line; launch() ends the ranks first.
