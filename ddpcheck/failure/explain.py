@@ -375,7 +375,7 @@ def judge_early(statuses: dict[int, SeenStatus], world_size: int, me: int, singl
     """The rank its launcher stopped (SIGTERM) before it reached the store: who, on this host, failed.
 
     `statuses`: this host's ranks as their job directory and the launcher's processes show them
-    (rank/here.arrivals_seen). A rank whose process ended by itself, or is stopped, is the culprit; with
+    (rank/here.HostDir). A rank whose process ended by itself, or is stopped, is the culprit; with
     every rank of the job on this host (`single_host`), so is one of which nothing is left. None when
     nothing here explains it (the culprit is on another host: its own peers there name it).
     """

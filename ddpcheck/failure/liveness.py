@@ -133,6 +133,12 @@ def is_culprit(status: SeenStatus) -> bool:
     return died(status) or silent(status)
 
 
+def culprits(statuses: Mapping[int, SeenStatus], besides: int | None = None) -> list[int]:
+    """The ranks, `besides` aside (the watcher's own), that stopped beating (is_culprit), whatever
+    source they were read from (statuses.StatusSource)."""
+    return [rank for rank, status in statuses.items() if rank != besides and is_culprit(status)]
+
+
 @dataclass
 class Stall:
     """What a watcher saw when no rank moved for the bound: the input of explain.judge_stall.

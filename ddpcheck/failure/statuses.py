@@ -13,7 +13,7 @@ import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, cast
 
 from ddpcheck.failure import stages
 
@@ -72,6 +72,10 @@ class ExitInfo(TypedDict, total=False):
     signal: str  # only for a process ended by a signal
 
 
+# A rank's process as a watcher saw it (seen(): a zombie or a process gone is 'exited').
+SeenState = Literal["running", "stopped", "exited"]
+
+
 class SeenStatus(TypedDict, total=False):
     """A rank's status as a watcher saw it: `RankStatus.to_dict()` plus what only the watcher knows."""
 
@@ -91,7 +95,7 @@ class SeenStatus(TypedDict, total=False):
     ticks: int
     error: str | None
     error_at: float | None
-    proc_state: str  # 'running', 'stopped' or 'exited' (statuses.seen: a zombie or a process gone)
+    proc_state: SeenState
     heartbeat_age_s: float
     in_stage_s: float | None  # None for a rank on another host: its clock is not ours
     missed_beats: int  # the most beats one peer made since this rank's counters last moved
@@ -123,3 +127,11 @@ def seen(
             **also,
         },
     )
+
+
+class StatusSource(Protocol):
+    """Where a watcher reads every rank's status, annotated; one implementation per transport:
+    launcher/monitor.StatusFiles (the launcher's own ranks' status files), rank/inline.StoreStatuses
+    (the store that torchrun, srun and mpirun ranks share), rank/here.HostDir (the host's job directory)."""
+
+    def seen(self) -> dict[int, SeenStatus]: ...

@@ -74,7 +74,7 @@ class Monitor(threading.Thread):
         ] = {}  # rank -> its flight-recorder dump, taken before a stall's kill
         self.out_of_budget = False  # --budget ran out before rank 0 reported: this monitor ended the run
         self._stop_event = threading.Event()
-        self._beats = BeatTracker()  # what each rank missed of its peers' beats, poll after poll
+        self.source = StatusFiles(run_dir)
 
     def run(self) -> None:
         interrupt.block_in_this_thread()  # signals are the main thread's to handle
@@ -82,8 +82,7 @@ class Monitor(threading.Thread):
         last_seen: tuple[tuple[int, int, int, int], ...] = ()  # (rank, seq, progress_seq, ticks)
         crash_seen_at: float | None = None
         while not self._stop_event.wait(POLL_S):
-            statuses = read_statuses(self.run_dir)
-            self._beats.see(counters(statuses))
+            statuses = self.source.read()
             seen = tuple(sorted((r, s.seq, s.progress_seq, s.ticks) for r, s in statuses.items()))
             now = time.monotonic()
             if seen != last_seen:
@@ -93,15 +92,15 @@ class Monitor(threading.Thread):
                 self.on_progress({**statuses[0].as_seen(), "ranks_started": len(statuses)})
             if now - last_publish > PUBLISH_EVERY_S:
                 last_publish = now
-                self._publish(statuses)
+                self._publish()
             if any(s.error for s in statuses.values()):
                 # A rank crashed: give the agent a moment to notice, then end the others,
                 # keeping how every rank looked (alive? frozen?) before they were killed.
                 if crash_seen_at is None:
                     crash_seen_at = now
-                    self._publish(statuses)  # other nodes learn of it now, not at the next beat
+                    self._publish()  # other nodes learn of it now, not at the next beat
                 if now - crash_seen_at > 2.0:
-                    self.snapshot = self.world_statuses(self._annotated(statuses))
+                    self.snapshot = self.world_statuses(self.source.seen())
                     self._give_up()
                     return
             if self._budget_spent():
@@ -112,29 +111,18 @@ class Monitor(threading.Thread):
                 return
             # A crash within its grace is a crash, not a stall, even if the bound runs out meanwhile.
             if crash_seen_at is None and now - last_change > self._bound(statuses):
+                local = self.source.seen()
                 self.stall = Stall(
-                    statuses=self.world_statuses(self._annotated(statuses)),
+                    statuses=self.world_statuses(local),
                     waited_s=now - last_change,
                     world_size=self.plan.world_size,
                     at=time.time(),
                     elapsed_s=now - started,
                 )
-                self.flight = flight_dumps(self.run_dir, annotate(statuses))  # this node's ranks
+                self.flight = flight_dumps(self.run_dir, local)  # this node's ranks
                 self.stacks = _stacks_of(self.stall)
                 self._give_up()
                 return
-
-    def _annotated(self, statuses: dict[int, RankStatus]) -> dict[int, SeenStatus]:
-        """annotate(), and with two ranks or more here, the beats each missed of its peers'.
-
-        A rank is frozen when its peers beat on without it (liveness.py), not when a busy
-        machine made every heartbeat late (docs/failures.md).
-        """
-        annotated = annotate(statuses)
-        if len(statuses) < 2:
-            return annotated  # no peer to compare with: the age decides
-        missed = self._beats.missed()
-        return {rank: {**s, "missed_beats": missed.get(rank, 0)} for rank, s in annotated.items()}
 
     def _bound(self, statuses: dict[int, RankStatus]) -> float:
         """--timeout, or more while ranks are still starting (importing torch, initialising CUDA).
@@ -162,8 +150,8 @@ class Monitor(threading.Thread):
         self.gave_up_at = time.time()
         self.killed |= kill_workers()
 
-    def _publish(self, statuses: dict[int, RankStatus]) -> None:
-        self._send(lambda: self._annotated(statuses))
+    def _publish(self) -> None:
+        self._send(self.source.seen)
 
     def publish_final(self, statuses: dict[int, SeenStatus], exits: dict[int, ExitInfo]) -> None:
         """How this node's ranks ended (exit codes, signals), for node 0's report."""
@@ -200,6 +188,31 @@ class Monitor(threading.Thread):
         self._stop_event.set()
         if self.is_alive():
             self.join(timeout=5)
+
+
+class StatusFiles:
+    """The status files of this launcher's own ranks (rank/status_channel.FileTransport): a StatusSource."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.records: dict[int, RankStatus] = {}
+        self._beats = BeatTracker()  # what each rank missed of its peers' beats, read after read
+
+    def read(self) -> dict[int, RankStatus]:
+        """Every rank's record now, its beats counted against its peers'."""
+        self.records = read_statuses(self.run_dir)
+        self._beats.see(counters(self.records))
+        return self.records
+
+    def seen(self) -> dict[int, SeenStatus]:
+        """The records last read, annotated, and with two ranks or more the beats each missed of its
+        peers': a rank is frozen when its peers beat on without it (liveness.py), not when a busy
+        machine made every heartbeat late (docs/failures.md)."""
+        annotated = annotate(self.records)
+        if len(self.records) < 2:
+            return annotated  # no peer to compare with: the age decides
+        missed = self._beats.missed()
+        return {rank: {**s, "missed_beats": missed.get(rank, 0)} for rank, s in annotated.items()}
 
 
 def annotate(statuses: dict[int, RankStatus]) -> dict[int, SeenStatus]:

@@ -16,7 +16,7 @@ from typing import NoReturn
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, say
 from ddpcheck.failure import explain
 from ddpcheck.rank import arrival, interrupt
-from ddpcheck.rank.here import arrivals_seen
+from ddpcheck.rank.here import HostDir
 
 
 def answer_sigterm(noted: bool = False) -> None:
@@ -49,7 +49,7 @@ def on_sigterm() -> NoReturn:
     try:
         ident = me.identity
         check = explain.judge_early(
-            arrivals_seen(), ident.world_size, rank, ident.local_world_size == ident.world_size
+            HostDir().seen(), ident.world_size, rank, ident.local_world_size == ident.world_size
         )
         line += f": {check.detail}" if check is not None else ""
     except Exception:  # a half-read directory: the line without its culprit is still the truth

@@ -234,7 +234,7 @@ def _looked_in_time(run: InlineRank, opening: str) -> Account:
 
     def look() -> None:
         if run.session is None:
-            statuses = here.arrivals_seen()  # before the store: what this host's job directory says
+            statuses = here.HostDir().seen()  # before the store: what this host's job directory says
         else:
             statuses, _ = _observe(run, look_s, connect_s=look_s)
             if not statuses:

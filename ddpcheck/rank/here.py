@@ -31,15 +31,16 @@ PEERS_DONE_S = 5.0
 _FINISHED = (stages.DONE, arrival.WRITING_REPORT, arrival.LEFT, arrival.TERMINATED)
 
 
-def arrivals_seen(known: dict[int, SeenStatus] | None = None) -> dict[int, SeenStatus]:
-    """The ranks of this job on this host that `known` (the store's records) lacks, from their files in
-    the job's directory (rank/arrival.py): where each was before it reached the store, and whether its
-    process is stopped, running or gone."""
-    if arrival.current is None:
-        return {}
-    known = known or {}
-    presences = {**launcher_view(arrival.current.identity), **arrival.read(arrival.current.dir)}
-    return {rank: seen_of(presence) for rank, presence in presences.items() if rank not in known}
+class HostDir:
+    """This host's job directory (rank/arrival.py) and the processes its launcher started, a
+    StatusSource: the ranks of this job here, where each was before it reached the store, and whether
+    its process is stopped, running or gone."""
+
+    def seen(self) -> dict[int, SeenStatus]:
+        if arrival.current is None:
+            return {}
+        presences = {**launcher_view(arrival.current.identity), **arrival.read(arrival.current.dir)}
+        return {rank: seen_of(presence) for rank, presence in presences.items()}
 
 
 def seen_of(presence: arrival.RankFile) -> SeenStatus:

@@ -41,7 +41,7 @@ from ddpcheck.failure.liveness import (
 from ddpcheck.failure.processes import ProcState, end, state_of
 from ddpcheck.failure.statuses import RankStatus, SeenStatus, seen
 from ddpcheck.rank import arrival, rundir
-from ddpcheck.rank.here import arrivals_seen, mark_stopped_by_launcher
+from ddpcheck.rank.here import HostDir, mark_stopped_by_launcher
 from ddpcheck.rank.status_channel import StoreTransport
 from ddpcheck.torch_compat import store_has
 
@@ -213,6 +213,39 @@ class Watch(threading.Thread):
         self._stopped.set()
 
 
+class StoreStatuses:
+    """The records the inline ranks publish to the store they share, a StatusSource: annotated with the
+    beats each missed by rank 0's watch (this process's own, on rank 0), by the view rank 0 publishes
+    once it has published since `first` was read, or else by this rank's own sampling since then."""
+
+    def __init__(
+        self, store: Store, world_size: int, watch: Watch | None, first: dict[int, RankStatus]
+    ) -> None:
+        self._store, self._world, self._watch, self._first = store, world_size, watch, first
+        self._first_view = _read_view(store)
+        self._began = time.monotonic()
+        self._sampled = BeatTracker()  # this rank's own count, for when rank 0 does not watch
+        self._sampled.see(counters(first))
+
+    def seen(self) -> dict[int, SeenStatus]:
+        if self._watch is not None:
+            records, ages, missed = self._watch.snapshot()
+            return annotate({**records, **read_records(self._store, self._world)}, ages, missed)
+        records = read_records(self._store, self._world) or self._first
+        self._sampled.see(counters(records))
+        view = _read_view(self._store)
+        if view and self._first_view and view["n"] != self._first_view["n"]:
+            # Rank 0 is alive and watching, and has watched since the start.
+            ages = {int(r): a for r, a in view["ages"].items()}
+            return annotate(records, ages, {int(r): m for r, m in view.get("missed", {}).items()})
+        waited = time.monotonic() - self._began
+        ages = {
+            r: waited if r in self._first and self._first[r].beats == s.beats else 0.0
+            for r, s in records.items()
+        }
+        return annotate(records, ages, self._sampled.missed())
+
+
 class Session:
     """One inline rank's share of the store: its published record and, on rank 0, the watch."""
 
@@ -267,50 +300,30 @@ class Session:
         return self._store
 
     def observe(self, wait_s: float, connect_s: float = STORE_OP_TIMEOUT_S) -> dict[int, SeenStatus]:
-        """Every rank's annotated status, waiting up to `wait_s` for a rank that stopped beating.
+        """Every rank's annotated status, waiting up to `wait_s` for a rank that stopped beating: the
+        store's (StoreStatuses), and this host's ranks that never reached it (HostDir).
 
-        Empty when the store does not answer (its host, rank 0 or the launcher, is gone or frozen).
+        Only the host's when the store does not answer (its host, rank 0 or the launcher, is gone or frozen).
         """
+        host = HostDir()
         try:
             if self._store is None:
                 self._store = connect(connect_s)
         except Exception:
-            return arrivals_seen()
+            return host.seen()
         began = time.monotonic()
         first = read_records(self.store, self.world_size)
         if not first and not _answers(self.store):
-            return arrivals_seen()  # connected earlier, but its host has gone since: nothing to wait for
-        first_view = _read_view(self.store)
-        sampled = BeatTracker()  # this rank's own count, for when rank 0 does not watch
-        sampled.see(counters(first))
+            return host.seen()  # connected earlier, but its host has gone since: nothing to wait for
+        store = StoreStatuses(self.store, self.world_size, self.watch, first)
         while True:
-            if self.watch is not None:
-                records, ages, missed = self.watch.snapshot()
-                records = {**records, **read_records(self.store, self.world_size)}
-            else:
-                records = read_records(self.store, self.world_size) or first
-                sampled.see(counters(records))
-                view = _read_view(self.store)
-                if view and first_view and view["n"] != first_view["n"]:
-                    # Rank 0 is alive and watching, and has watched since the start.
-                    ages = {int(r): a for r, a in view["ages"].items()}
-                    missed = {int(r): m for r, m in view.get("missed", {}).items()}
-                else:
-                    waited = time.monotonic() - began
-                    ages = {
-                        r: waited if r in first and first[r].beats == s.beats else 0.0
-                        for r, s in records.items()
-                    }
-                    missed = sampled.missed()
-            statuses = annotate(records, ages, missed)
-            statuses.update(arrivals_seen(statuses))  # the ranks of this host that never reached the store
+            statuses = store.seen()
+            statuses.update({r: s for r, s in host.seen().items() if r not in statuses})
             mark_stopped_by_launcher(statuses)
             for rank, status in statuses.items():
                 if status["proc_state"] == "exited" and _has(self.store, f"{ENDED_KEY}{rank}"):
                     status.update(proc_state="stopped", ended_by_ddpcheck=True)
-            if time.monotonic() - began >= wait_s or any(
-                liveness.is_culprit(s) for r, s in statuses.items() if r != self.rank
-            ):
+            if time.monotonic() - began >= wait_s or liveness.culprits(statuses, besides=self.rank):
                 return statuses
             time.sleep(HEARTBEAT_INTERVAL_S / 2)
 
