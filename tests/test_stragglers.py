@@ -637,7 +637,9 @@ def test_the_table_has_a_row_per_rank_of_each_judged_group() -> None:
     judged = judge(samples(simulate(steady(3, 30, 1, 2.0)), hosts={0: "a", 1: "a", 2: "a"}))
     shown = table(judged)
     assert shown is not None and shown.name == "stragglers" and shown.group_by == "group"
-    assert list(shown.columns) == ["rank", "host", "work_s", "lag_s", "wait_share", "late_share", "named"]
+    assert list(shown.columns) == [
+        "rank", "host", "work_s", "lag_s", "wait_share", "late_share", "own_past", "named"
+    ]  # fmt: skip
     assert [(r["rank"], r["host"], r["named"]) for r in shown.rows] == [
         (0, "a", False),
         (1, "a", True),

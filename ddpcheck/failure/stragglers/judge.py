@@ -22,6 +22,7 @@ from ddpcheck.failure.stragglers.timeline import (
     gather,
     peer_medians,
 )
+from ddpcheck.failure.stragglers.why import Looks, Why, explain
 
 # A rank is NAMED when its peers spent at least WAIT_SHARE of the window waiting for it, more than
 # they spent waiting for the median of its peers (a healthy job's jitter makes every rank wait for
@@ -48,6 +49,13 @@ WINDOW_S = 60.0
 WINDOW_MIN = 20
 # ...and a group with fewer than 10 judged collectives is not judged at all (SKIP: too few).
 MIN_COLLECTIVES = 10
+# The whole job slowing (issue 50): a group's collectives, every rank alike, this many times further
+# apart since a change than before it (each side's mean, its tenth at each end left out: a hiccup moves
+# neither), with at least MIN_COLLECTIVES on each side. A rank's own past is the same ratio of its work.
+SLOWED_BY = 1.3
+TRIM = 0.1
+# Why a named rank is slow is read over its window, but never less than this (early in a run).
+MIN_EXPLAINED_S = 2.0
 # The heat map's time buckets, at most (the whole watched run, a column per bucket).
 HEAT_BUCKETS = 60
 
@@ -63,6 +71,7 @@ class Thresholds:
     window_min: int = WINDOW_MIN
     min_collectives: int = MIN_COLLECTIVES
     heat_buckets: int = HEAT_BUCKETS
+    slowed_by: float = SLOWED_BY
 
 
 class Skip(Enum):
@@ -96,6 +105,7 @@ class StragglerVerdict:
     window_s: float  # the window's wall time
     collectives: int  # collectives in the window
     estimator: Estimator
+    why: tuple[Why, ...] = ()  # each named rank's, where the watcher saw it (why.py)
 
     @property
     def key(self) -> tuple[str, tuple[int, ...]]:
@@ -114,6 +124,18 @@ class RankFigures:
     wait_share: float  # the share of the window its peers spent waiting for it: the gate
     late: int  # the window's collectives it was late at (evidence: by MARGIN and MIN_LAG_S)
     named: bool
+    own_past: float | None = None  # its latest work over its first (None: too few collectives for both)
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """A group's collectives further apart since a change than before it: the job slowed, every rank."""
+
+    factor: float  # after over before
+    since_seq: int  # the first collective after the change
+    since_s: float  # when, since the first collective compared
+    before_s: float  # the mean time between collectives before (trimmed)
+    after_s: float  # ...and since
 
 
 @dataclass(frozen=True)
@@ -146,6 +168,7 @@ class GroupJudgement:
     heat: HeatMap | None = None
     skipped: Skip | None = None
     compared: int = 0  # collectives held by every rank (a group skipped as TOO_FEW: how few)
+    slowdown: Slowdown | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +183,11 @@ class Judgement:
     @property
     def verdicts(self) -> list[StragglerVerdict]:
         return [g.verdict for g in self.groups if g.verdict is not None]
+
+    @property
+    def slowdowns(self) -> list[tuple[GroupJudgement, Slowdown]]:
+        """The judged groups that slowed as a whole, nobody named in them."""
+        return [(g, g.slowdown) for g in self.judged if g.slowdown is not None and g.verdict is None]
 
     @property
     def judged(self) -> list[GroupJudgement]:
@@ -183,6 +211,21 @@ def judge(samples: Sequence[Sample], thresholds: Thresholds = Thresholds()) -> J
     if all(g.skipped for g in groups):
         unjudged = Unjudged.SINGLE_RANKS if all(len(g.ranks) < 2 for g in groups) else Unjudged.SKIPPED
     return Judgement(groups, unjudged, thresholds)
+
+
+def explained(judgement: Judgement, looks: Mapping[int, Looks]) -> Judgement:
+    """Each verdict with why its ranks are slow, from what the watcher saw of every rank (why.py)."""
+    if not judgement.verdicts or not looks:
+        return judgement
+    groups = []
+    for g in judgement.groups:
+        v = g.verdict
+        if v is not None:
+            peers = [r for r in g.ranks if r not in v.ranks]
+            why = tuple(explain(r, peers, looks, max(v.window_s, MIN_EXPLAINED_S)) for r in v.ranks)
+            g = replace(g, verdict=replace(v, why=why))
+        groups.append(g)
+    return replace(judgement, groups=groups)
 
 
 def _judge_group(pg: str, gathered: Gathered, thresholds: Thresholds) -> list[GroupJudgement]:
@@ -238,6 +281,10 @@ def _judge_unit(
     share = {r: _share(sum(_waited(c, [r], thresholds) for c in window), window_s) for r in ranks}
     typical = peer_medians(share)  # what each rank's peers cost the group: jitter makes everyone wait
     named = tuple(r for r in ranks if share[r] - typical[r] >= thresholds.wait_share - 1e-12)
+    # A rank's own past: its work over the last window_min collectives against its first window_min's.
+    first, last = found[: thresholds.window_min], found[-thresholds.window_min :]
+    if len(found) < 2 * thresholds.window_min:
+        first = last = []
     figures = tuple(
         RankFigures(
             rank=rank,
@@ -247,6 +294,7 @@ def _judge_unit(
             wait_share=share[rank],
             late=late[rank],
             named=rank in named,
+            own_past=_ratio([c.work[rank] for c in first], [c.work[rank] for c in last], thresholds),
         )
         for rank in ranks
     )
@@ -259,7 +307,44 @@ def _judge_unit(
         figures=figures,
         heat=heat,
         compared=len(found),
+        slowdown=_slowdown(found, thresholds),
     )
+
+
+def _trimmed_mean(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    cut = int(len(ordered) * TRIM)
+    kept = ordered[cut : len(ordered) - cut] or ordered
+    return sum(kept) / len(kept)
+
+
+def _ratio(before: Sequence[float], after: Sequence[float], thresholds: Thresholds) -> float | None:
+    """after's trimmed mean over before's, None with fewer than min_collectives either side."""
+    if min(len(before), len(after)) < thresholds.min_collectives:
+        return None
+    base = _trimmed_mean(before)
+    return _trimmed_mean(after) / base if base > 0 else None
+
+
+def _slowdown(found: list[Arrivals], thresholds: Thresholds) -> Slowdown | None:
+    """Where the time between collectives stepped up (the split that best fits two levels, by least
+    squares), when since then it is slowed_by times what it was before."""
+    periods = [c.period_s for c in found]
+    least = thresholds.min_collectives
+    if len(periods) < 2 * least:
+        return None
+    total = sum(periods)
+    best, split, head = -1.0, least, sum(periods[:least])
+    for s in range(least, len(periods) - least + 1):
+        # Two levels fit best where the split's explained sum of squares is largest.
+        fit = head * head / s + (total - head) ** 2 / (len(periods) - s)
+        if fit > best:
+            best, split = fit, s
+        head += periods[s]
+    before, after = _trimmed_mean(periods[:split]), _trimmed_mean(periods[split:])
+    if before <= 0 or after < thresholds.slowed_by * before:
+        return None
+    return Slowdown(after / before, found[split].seq, found[split].at_s, before, after)
 
 
 def _verdict(

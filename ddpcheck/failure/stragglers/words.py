@@ -10,16 +10,20 @@ from ddpcheck.failure.stragglers.judge import (
     GroupJudgement,
     Judgement,
     Skip,
+    Slowdown,
     StragglerVerdict,
     Thresholds,
     Unjudged,
 )
 from ddpcheck.failure.stragglers.timeline import Estimator
+from ddpcheck.failure.stragglers.why import Activity, Usage, Why
 from ddpcheck.report.model import Check, Status, Table
 from ddpcheck.report.naming import counted
 
 NAME = "stragglers"  # the check's and the per-rank table's name
 HEAT = "straggler_lag"  # the report's table of the heat map's rows (JSON and HTML only)
+WHY = "straggler_why"  # a row per named rank: where it was, what its process did, its GPU
+SLOWDOWN = "straggler_slowdown"  # a row per group that slowed as a whole
 ESTIMATED = {  # how the check's detail says which estimator was used
     Estimator.GPU: "from NCCL's GPU time in each collective (duration_ms)",
     Estimator.ENQUEUE: "from enqueue times (time_created_ns) on one clock",
@@ -32,7 +36,21 @@ TABLE_COLUMNS = {
     "lag_s": "lag (s)",
     "wait_share": "peers' wait share",
     "late_share": "late at",
+    "own_past": "vs own past",
     "named": "named",
+}
+WHY_COLUMNS = {
+    "rank": "rank",
+    "where": "where (sampled stacks)",
+    "activity": "its process",
+    "cpu_share": "CPU / wall",
+    "peers_cpu_share": "peers' CPU / wall",
+    "stopped_share": "stopped",
+    "queued_share": "waiting for a CPU",
+    "gpu_sm_clock_mhz": "GPU clock (MHz)",
+    "peers_gpu_sm_clock_mhz": "peers' GPU clock",
+    "gpu_power_w": "GPU power (W)",
+    "gpu_temperature_c": "GPU temp (°C)",
 }
 # Below this a window is its WINDOW_MIN collectives, not a minute (early in a run): the line says so.
 SHORT_WINDOW_S = 10.0
@@ -43,6 +61,21 @@ def stderr_line(verdict: StragglerVerdict) -> str:
     """The one line `watch` prints while the job runs, e.g. `ddpcheck watch: rank 5 (host b07) is
     slowing the job: its peers waited 31% of the last 60 s for it, at all_reduce`."""
     return f"ddpcheck watch: {_said(verdict)}"
+
+
+def slowdown_line(g: GroupJudgement, slowdown: Slowdown) -> str:
+    """The one line once a group slowed as a whole, nobody named (said once per group)."""
+    return f"ddpcheck watch: {_slowed(g, slowdown)}"
+
+
+def _slowed(g: GroupJudgement, s: Slowdown) -> str:
+    where = f" in group {group_name(g.group, g.group_desc)}" if g.group != "0" else ""
+    return (
+        f"the whole job slowed {s.factor:.1f}x from {_span(s.since_s)} in "
+        f"(collective #{s.since_seq}{where}): "
+        f"its collectives {_seconds(s.after_s)} apart, {_seconds(s.before_s)} before; every rank alike, "
+        "no rank slows the others"
+    )
 
 
 def recovered_line(group: str, ranks: tuple[int, ...]) -> str:
@@ -60,10 +93,61 @@ def _said(v: StragglerVerdict) -> str:
         who += f" (host{'' if len(v.hosts) == 1 else 's'} {', '.join(v.hosts)})"
     where = f" in group {group_name(v.group, v.group_desc)}" if v.group != "0" else ""
     verb, their, them = ("is", "its", "it") if one else ("are", "their", "them")
+    reasons = "".join(f"; {because(why, len(v.why) > 1)}" for why in v.why if because(why, False))
     return (
         f"{who} {verb} slowing the job: {their} peers waited {v.peers_wait_share:.0%} of the last "
-        f"{window_text(v.window_s, v.collectives)} for {them}, at {v.op}{where}"
+        f"{window_text(v.window_s, v.collectives)} for {them}, at {v.op}{where}{reasons}"
     )
+
+
+def because(why: Why, say_rank: bool) -> str:
+    """Why a named rank is slow, in one clause: `it was in load_batch (train.py:42), data loading, at 4 of
+    5 samples; its process sleeping (CPU 3% of its time, its peers' 4%)`; "" when nothing was seen."""
+    parts = []
+    subject = f"rank {why.rank}" if say_rank else "it"
+    if why.where is not None:
+        w = why.where
+        place = ", ".join(str(x) for x in ((w.frame.text if w.frame else None), w.phase) if x)
+        if place:
+            parts.append(f"{subject} was in {place} at {w.there} of {counted(w.seen, 'sample')}")
+    if why.usage is not None:
+        owner = "its process" if parts else f"{subject} was"
+        parts.append(f"{owner} {_activity(why.usage, why.peers_cpu_share)}")
+    if why.gpu is not None and (why.gpu_slower or why.gpu.throttle):
+        parts.append(_gpu(why))
+    return "; ".join(parts)
+
+
+def _activity(u: Usage, peers_cpu: float | None) -> str:
+    peers = f", its peers' {peers_cpu:.0%}" if peers_cpu is not None else ""
+    cpu = f"CPU {u.cpu_share:.0%} of its time{peers}"
+    queued = u.queued_share or 0.0
+    match u.activity:
+        case Activity.STOPPED:
+            return f"stopped {u.stopped_share:.0%} of the time, not runnable ({cpu})"
+        case Activity.BUSY:
+            waiting = f", waiting for a CPU {queued:.0%}" if queued >= 0.1 else ""
+            return f"busy computing ({cpu}{waiting})"
+        case Activity.WAITING_FOR_CPU:
+            return f"waiting for a CPU {queued:.0%} of the time, throttled or crowded ({cpu})"
+        case Activity.IO:
+            return f"waiting on I/O (in disk sleep at {u.io_share:.0%} of looks; {cpu})"
+    return f"sleeping ({cpu})"
+
+
+def _gpu(why: Why) -> str:
+    g, peers = why.gpu, why.peers_gpu
+    assert g is not None
+    said = [f"{g.sm_clock_mhz:.0f} MHz" if g.sm_clock_mhz is not None else "?"]
+    if peers is not None and peers.sm_clock_mhz is not None:
+        said[0] += f" (its peers' {peers.sm_clock_mhz:.0f})"
+    if g.power_w is not None:
+        said.append(f"{g.power_w:.0f} W")
+    if g.temperature_c is not None:
+        said.append(f"{g.temperature_c:.0f} °C")
+    if g.throttle:
+        said.append(f"slowed by {', '.join(g.throttle)}")
+    return f"its GPU at {', '.join(said)}"
 
 
 def window_text(window_s: float, collectives: int) -> str:
@@ -143,10 +227,66 @@ def table(judgement: Judgement) -> Table | None:
             "lag_s": round(row["lag_s"], 6),
             "wait_share": round(row["wait_share"], 4),
             "late_share": round(row["late_share"], 4),
+            "own_past": None if row["own_past"] is None else round(row["own_past"], 3),
         }
         for row in rows
     ]
     return Table(NAME, "Stragglers: {group}", dict(TABLE_COLUMNS), shown, group_by="group")
+
+
+def why_rows(judgement: Judgement) -> list[dict[str, Any]]:
+    """A row per named rank of each verdict: where it was, what its process did, its GPU and its peers'."""
+    rows = []
+    for v in judgement.verdicts:
+        for why in v.why:
+            u, w, g, pg = why.usage, why.where, why.gpu, why.peers_gpu
+            place = ", ".join(str(x) for x in ((w.frame.text if w and w.frame else None), w and w.phase) if x)
+            rows.append(
+                {
+                    "group": group_name(v.group, v.group_desc),
+                    "rank": why.rank,
+                    "where": place or None,
+                    "where_samples": f"{w.there}/{w.seen}" if w else None,
+                    "activity": str(u.activity) if u else None,
+                    "cpu_share": _round(u.cpu_share if u else None),
+                    "peers_cpu_share": _round(why.peers_cpu_share),
+                    "stopped_share": _round(u.stopped_share if u else None),
+                    "queued_share": _round(u.queued_share if u else None),
+                    "io_share": _round(u.io_share if u else None),
+                    "seconds": _round(u.seconds if u else None),
+                    "gpu_sm_clock_mhz": g.sm_clock_mhz if g else None,
+                    "gpu_sm_clock_max_mhz": g.sm_clock_max_mhz if g else None,
+                    "peers_gpu_sm_clock_mhz": pg.sm_clock_mhz if pg else None,
+                    "gpu_power_w": g.power_w if g else None,
+                    "peers_gpu_power_w": pg.power_w if pg else None,
+                    "gpu_temperature_c": g.temperature_c if g else None,
+                    "peers_gpu_temperature_c": pg.temperature_c if pg else None,
+                    "gpu_throttle": list(g.throttle) if g else [],
+                    "gpu_slower": why.gpu_slower,
+                }
+            )
+    return rows
+
+
+def slowdown_rows(judgement: Judgement) -> list[dict[str, Any]]:
+    """A row per judged group whose collectives came further apart since a change (named rank or not)."""
+    return [
+        {
+            "group": label(g),
+            "factor": round(g.slowdown.factor, 3),
+            "since_seq": g.slowdown.since_seq,
+            "since_s": round(g.slowdown.since_s, 3),
+            "before_s": round(g.slowdown.before_s, 6),
+            "after_s": round(g.slowdown.after_s, 6),
+            "named": g.verdict is not None,
+        }
+        for g in judgement.judged
+        if g.slowdown is not None
+    ]
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def heat_rows(judgement: Judgement) -> list[dict[str, Any]]:
@@ -183,6 +323,15 @@ def check(judgement: Judgement) -> Check:
         hosts = list(dict.fromkeys(h for v in verdicts for h in v.hosts))
         return Check(NAME, Status.WARN, detail + skipped, ranks, hosts)
     judged = judgement.judged
+    compared = _compared(judged)
+    if judgement.slowdowns:
+        detail = "; ".join(_slowed(g, s) for g, s in judgement.slowdowns)
+        return Check(NAME, Status.WARN, f"{detail} ({compared}){skipped}")
+    return Check(NAME, Status.PASS, f"no rank slows the job ({compared}){skipped}")
+
+
+def _compared(judged: list[GroupJudgement]) -> str:
+    """`120 collectives of 1 group compared, over 5.0 s`."""
     per_group: dict[str, int] = {}  # one host's ranks of a group, or all of them: count it once
     for g in judged:
         per_group[g.group] = max(per_group.get(g.group, 0), g.collectives)
@@ -190,11 +339,10 @@ def check(judgement: Judgement) -> Check:
     apart = ", each host's ranks among themselves" if any(g.host for g in judged) else ""
     if any(g.estimator == Estimator.ALIGNED for g in judged):
         apart = ", across hosts, their clocks aligned by measured offsets"
-    detail = (
-        f"no rank slows the job ({sum(per_group.values())} collectives of {counted(len(per_group), 'group')} "
-        f"compared{apart}, over {_span(window)})"
+    return (
+        f"{sum(per_group.values())} collectives of {counted(len(per_group), 'group')} "
+        f"compared{apart}, over {_span(window)}"
     )
-    return Check(NAME, Status.PASS, detail + skipped)
 
 
 # ---------------------------------------------------------------- small words
