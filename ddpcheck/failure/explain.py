@@ -8,6 +8,7 @@ unit-tested with synthetic data. The ranks call them too, inline, under torchrun
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ddpcheck.failure import liveness
@@ -34,60 +35,49 @@ STAGES_COLUMNS = {
 }
 
 
-def report_for(
-    *,
-    command: str,
-    plan: LaunchPlan,
-    statuses: dict[int, SeenStatus],
-    exits: dict[int, ExitInfo],
-    stall: Stall | None,
-    launch_error: str | None,
-    log_tail: Callable[[int], str],
-    stacks: dict[int, str] | None = None,
-    flight: dict[int, RankTrace] | None = None,
-) -> Report:
+@dataclass
+class Evidence:
+    """What explains a run that crashed, hung or never launched.
+
+    `statuses` are annotated (statuses.seen): each carries its process state and heartbeat age as
+    seen on its own host. `stacks` are the Python stacks (py-spy) of the stuck ranks, taken before
+    they were killed, when py-spy could take them; `flight` the flight-recorder dumps of the ranks
+    that could answer, by rank.
+    """
+
+    plan: LaunchPlan
+    statuses: dict[int, SeenStatus]
+    exits: dict[int, ExitInfo]
+    stall: Stall | None
+    launch_error: str | None
+    log_tail: Callable[[int], str]
+    stacks: dict[int, str] = field(default_factory=dict)
+    flight: dict[int, RankTrace] = field(default_factory=dict)
+
+
+def report_for(command: str, evidence: Evidence) -> Report:
     """The report of a run whose rank 0 never produced one."""
     report = Report(command=command)
-    report.world = {
-        "size": plan.world_size,
-        "backend": plan.backend,
-        "device": plan.device,
-        "nodes": plan.nnodes,
-    }
+    report.world = evidence.plan.report_world()
     report.ranks = [
-        {k: s.get(k) for k in ("rank", "local_rank", "host", "pid")} for _, s in sorted(statuses.items())
+        {k: s.get(k) for k in ("rank", "local_rank", "host", "pid")}
+        for _, s in sorted(evidence.statuses.items())
     ]
-    add_findings(report, plan, statuses, exits, stall, launch_error, log_tail, stacks, flight)
+    add_findings(report, evidence)
     return report
 
 
-def add_findings(
-    report: Report,
-    plan: LaunchPlan,
-    statuses: dict[int, SeenStatus],
-    exits: dict[int, ExitInfo],
-    stall: Stall | None,
-    launch_error: str | None,
-    log_tail: Callable[[int], str],
-    stacks: dict[int, str] | None = None,
-    flight: dict[int, RankTrace] | None = None,
-) -> None:
-    """Append what explains a run that crashed, hung or never launched.
-
-    `statuses` are annotated (monitor.annotate): each carries its process state and
-    heartbeat age as seen on its own host. `stacks` are the Python stacks (py-spy) of the
-    stuck ranks, taken before they were killed, when py-spy could take them; `flight` the
-    flight-recorder dumps of the ranks that could answer, by rank.
-    """
-    stacks = stacks or {}
-    if launch_error:
-        report.checks.append(Check("launch", Status.ERROR, _one_line(launch_error)))
-    if stall and (statuses or not launch_error):
-        report.checks.append(with_last_collectives(judge_stall(stall), flight or {}))
+def add_findings(report: Report, evidence: Evidence) -> None:
+    """Append what explains a run that crashed, hung or never launched (Evidence)."""
+    statuses, exits, stall, stacks = evidence.statuses, evidence.exits, evidence.stall, evidence.stacks
+    if evidence.launch_error:
+        report.checks.append(Check("launch", Status.ERROR, _one_line(evidence.launch_error)))
+    if stall and (statuses or not evidence.launch_error):
+        report.checks.append(with_last_collectives(judge_stall(stall), evidence.flight))
     crashed = crash_culprits(statuses, exits) if not stall else []
     if crashed is None:
         # Every failure is a peer that timed out or lost its connection: someone hung or froze.
-        report.checks.append(judge_stall(Stall(statuses, waited_s=None, world_size=plan.world_size)))
+        report.checks.append(judge_stall(Stall(statuses, waited_s=None, world_size=evidence.plan.world_size)))
         crashed = []
     for rank in crashed:
         report.checks.append(describe_crash(rank, statuses.get(rank, {}), exits.get(rank, {})))
@@ -100,7 +90,7 @@ def add_findings(
         {
             "rank": rank,
             "host": statuses.get(rank, {}).get("host"),
-            "stderr_tail": log_tail(rank),
+            "stderr_tail": evidence.log_tail(rank),
             **({"stack": stacks[rank]} if rank in stacks else {}),
         }
         for rank in sorted({r for c in report.checks for r in c.ranks})

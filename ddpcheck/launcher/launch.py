@@ -146,23 +146,17 @@ def _report_of(
         return remote_node_report(command, plan, *shared)
     if report is None or failures or monitor.stall:
         # No report, or one whose ranks then crashed or hung (in teardown, say): explain what happened.
-        findings = _findings(plan, run_dir, agent, monitor, failures, launch_error)
+        evidence = _evidence(plan, run_dir, agent, monitor, failures, launch_error)
         if report is None:
-            return explain.report_for(command=command, **findings)
-        explain.add_findings(report, **findings)
+            return explain.report_for(command, evidence)
+        explain.add_findings(report, evidence)
     return report
 
 
 def remote_node_report(command: str, plan: LaunchPlan, verdict: Verdict, report_host: str) -> Report:
     """This node's ranks finished; rank 0's node printed the report and shared its verdict."""
     report = Report(command=command)
-    report.world = {
-        "size": plan.world_size,
-        "backend": plan.backend,
-        "device": plan.device,
-        "nodes": plan.nnodes,
-        "report_on": report_host,
-    }
+    report.world = {**plan.report_world(), "report_on": report_host}
     status = {Verdict.PASS: Status.PASS, Verdict.FAIL: Status.FAIL, Verdict.ERROR: Status.ERROR}[verdict]
     report.checks.append(
         Check(
@@ -175,14 +169,14 @@ def remote_node_report(command: str, plan: LaunchPlan, verdict: Verdict, report_
     return report
 
 
-def _findings(
+def _evidence(
     plan: LaunchPlan,
     run_dir: Path,
     agent: AgentThread,
     monitor: Monitor,
     failures: dict[int, Any],
     launch_error: str | None,
-) -> dict[str, Any]:
+) -> explain.Evidence:
     """What the explanation needs: every rank's status and exit as far as this node knows, and what
     the monitor saw (the stall, the stacks, the flight-recorder dumps)."""
     exits = {rank: _exit_info(f, monitor.killed) for rank, f in failures.items()}
@@ -191,16 +185,16 @@ def _findings(
     # Another node's account of a crash is worth waiting for only if ranks ran and its store answers.
     settle = plan.nnodes > 1 and not (monitor.stall or launch_error) and agent.presence is not None
     statuses, exits = _world_view(monitor, local, exits, settle=settle)
-    return {
-        "plan": plan,
-        "statuses": statuses,
-        "exits": exits,
-        "stall": monitor.stall,
-        "launch_error": launch_error,
-        "log_tail": lambda rank: _log_tail(run_dir, statuses.get(rank), failures.get(rank)),
-        "stacks": monitor.stacks,
-        "flight": monitor.flight,
-    }
+    return explain.Evidence(
+        plan,
+        statuses,
+        exits,
+        monitor.stall,
+        launch_error,
+        lambda rank: _log_tail(run_dir, statuses.get(rank), failures.get(rank)),
+        monitor.stacks,
+        monitor.flight,
+    )
 
 
 # After a Ctrl-C and the workers' kill, how long the agent may take to return.

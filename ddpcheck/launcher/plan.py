@@ -30,6 +30,10 @@ class LaunchPlan:
     def world_size(self) -> int:
         return self.nproc * self.nnodes
 
+    def report_world(self) -> dict[str, int | str]:
+        """The world a report of this launch names, when no rank 0 wrote one."""
+        return {"size": self.world_size, "backend": self.backend, "device": self.device, "nodes": self.nnodes}
+
 
 def plan_launch(opts: LaunchOptions) -> LaunchPlan:
     """Decide ranks, backend and device from the options and this machine (exit 2 if impossible)."""
