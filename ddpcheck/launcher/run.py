@@ -77,7 +77,18 @@ def run_ranked(
     refusals: Refusals,
 ) -> int:
     """Validate, launch (or run as a rank), render; the verdict's exit code."""
-    faults = validate_ranked(command, options, launch_options, output, baseline, fleet, budget_options)
+    from ddpcheck.launcher import slurm
+    from ddpcheck.rank.faults import parse_faults
+
+    # Every option group checked before anything starts (bad input: one line, exit 2).
+    launch_options.node_rank = slurm.default_node_rank(launch_options, os.environ)
+    launch_options.validate()
+    options.validate()
+    faults = parse_faults(launch_options.inject, command.name)
+    output.check()
+    fleet.check(injected=bool(faults))
+    baseline.validate()
+    budget_options.validate()
     starting = budget_options.watch_starting()
     arrival.stage(arrival.IMPORTING_TORCH)  # an inline rank's peers may name it here (rank/arrival.py)
     from ddpcheck.rank import assemble
@@ -106,30 +117,6 @@ def run_ranked(
         report = launch_ranks(command, options, faults, plan, output, console)
     assemble.judge_speed(report, known_good, baseline)
     return finish(report, console, output, fleet)
-
-
-def validate_ranked(
-    command: Command,
-    options: Any,
-    launch_options: LaunchOptions,
-    output: OutputOptions,
-    baseline: BaselineOptions,
-    fleet: FleetOptions,
-    budget_options: BudgetOptions,
-) -> list[Fault]:
-    """Every option group checked before anything starts (bad input: one line, exit 2); the parsed faults."""
-    from ddpcheck.launcher import slurm
-    from ddpcheck.rank.faults import parse_faults
-
-    launch_options.node_rank = slurm.default_node_rank(launch_options, os.environ)
-    launch_options.validate()
-    options.validate()
-    faults = parse_faults(launch_options.inject, command.name)
-    output.check()
-    fleet.check(injected=bool(faults))
-    baseline.validate()
-    budget_options.validate()
-    return faults
 
 
 def plan_ranks(
