@@ -43,9 +43,11 @@ class BeatTracker:
         self._first_beats: dict[int, int] = {}
         self._peers_when_moved: dict[int, dict[int, int]] = {}
         self._moved: set[int] = set()
+        self._moved_at: dict[int, float] = {}
 
-    def see(self, counters: Mapping[int, Counters]) -> None:
-        """One observation: every rank's (beats, stage seq) read now; ranks absent are unchanged."""
+    def see(self, counters: Mapping[int, Counters], at: float = 0.0) -> None:
+        """One observation at `at` (the watcher's own clock): every rank's (beats, stage seq) read
+        then; ranks absent are unchanged."""
         beats = {rank: c[0] for rank, c in {**self._last, **counters}.items()}  # one per observation,
         self._moved = set()  # shared by the ranks that moved in it: linear in the ranks, not quadratic
         for rank, now in counters.items():
@@ -53,7 +55,12 @@ class BeatTracker:
             if self._last.get(rank) != now:
                 self._peers_when_moved[rank] = beats
                 self._moved.add(rank)
+                self._moved_at[rank] = at
         self._last.update(counters)
+
+    def ages(self, now: float) -> dict[int, float]:
+        """Per rank, how long before `now` (the clock `see` was given) its counters last moved."""
+        return {rank: now - at for rank, at in self._moved_at.items()}
 
     def missed(self) -> dict[int, int]:
         """Per rank, the most beats any one peer made since the rank's own counters last moved."""

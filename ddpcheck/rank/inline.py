@@ -174,7 +174,6 @@ class Watch(threading.Thread):
         self._store, self._world = store, world_size
         self._lock = threading.Lock()
         self._records: dict[int, RankStatus] = {}
-        self._changed: dict[int, float] = {}
         self._beats = BeatTracker()
         self._stopped = threading.Event()
         self._published = 0
@@ -189,14 +188,9 @@ class Watch(threading.Thread):
             records = read_records(self._store, self._world)
             now = time.monotonic()
             with self._lock:
-                for rank, record in records.items():
-                    old = self._records.get(rank)
-                    if old is None or (old.beats, old.seq) != (record.beats, record.seq):
-                        self._changed[rank] = now
-                    self._records[rank] = record
-                self._beats.see(counters(records))
-                ages = {rank: now - t for rank, t in self._changed.items()}
-                missed = self._beats.missed()
+                self._records.update(records)
+                self._beats.see(counters(records), at=now)
+                ages, missed = self._beats.ages(now), self._beats.missed()
             self._published += 1
             view = {"n": self._published, "ages": ages, "missed": missed}
             with contextlib.suppress(Exception):
@@ -204,10 +198,8 @@ class Watch(threading.Thread):
 
     def snapshot(self) -> tuple[dict[int, RankStatus], dict[int, float], dict[int, int]]:
         """Every rank's last record, its heartbeat's age and the beats its peers made since."""
-        now = time.monotonic()
         with self._lock:
-            ages = {rank: now - t for rank, t in self._changed.items()}
-            return dict(self._records), ages, self._beats.missed()
+            return dict(self._records), self._beats.ages(time.monotonic()), self._beats.missed()
 
     def stop(self) -> None:
         self._stopped.set()
