@@ -136,14 +136,27 @@ def _mtime(path: str, default: float) -> float:
         return default
 
 
+def declared_rank(watch_dir: str | os.PathLike[str], pid: int) -> int | None:
+    """The rank torch.distributed gave the process (its rank record), None before or without one."""
+    text = _text(process_file(watch_dir, pid, "rank"))
+    try:
+        rank = json.loads(text)["rank"] if text else None
+        return int(rank) if rank is not None else None
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
 def start_of(watch_dir: str | os.PathLike[str], pid: int) -> Start | None:
-    """The process's start record; None for a directory kept before the agent wrote them."""
+    """The process's start record, its rank the one torch.distributed gave it where its launcher gave
+    none; None for a directory kept before the agent wrote them."""
     text = _text(process_file(watch_dir, pid, "start"))
     if not text:
         return None
     try:
         data = json.loads(text)
         rank, local = data.get("rank"), data.get("local_rank")
+        if rank is None:
+            rank = declared_rank(watch_dir, pid)
         return Start(
             pid,
             int(rank) if rank is not None else None,

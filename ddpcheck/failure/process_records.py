@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 
 PROCESSES = "processes"  # the folder of the per-process records in a watch directory
-# start, exception and exit: JSON; fatal and term: faulthandler's text (both opened empty at start).
-KINDS = ("start", "exception", "fatal", "term", "exit")
+# start, exception and exit: JSON; fatal and term: faulthandler's text (both opened empty at start);
+# rank: JSON, once torch.distributed is initialized (a framework's own ranks carry no rank variable).
+KINDS = ("start", "exception", "fatal", "term", "exit", "rank")
 
 
 def process_file(watch_dir: str | os.PathLike[str], pid: int, kind: str) -> str:

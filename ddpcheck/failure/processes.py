@@ -12,13 +12,13 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 
 import psutil
 
-from ddpcheck.failure.rank_env import RANK_VARIABLES, has_rank, is_python_helper
+from ddpcheck.failure.rank_env import RANK_VARIABLES, has_rank, is_python_helper, single_node_rank
 
 # How long a process has to end after SIGTERM, and again after SIGKILL, before it is given up on.
 GRACE_S = 5.0
@@ -39,14 +39,23 @@ class RankProcess:
 class ProcessTree:
     """Finds the rank processes under one root (the job's first process); reads a rank's environment once."""
 
-    def __init__(self, root_pid: int, root_environ: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root_pid: int,
+        root_environ: dict[str, str] | None = None,
+        declared: Callable[[int], int | None] | None = None,
+    ) -> None:
         """`root_environ`: the environment the root was started with, when the caller started it.
 
         Read from /proc, a process being exec'd shows an empty environment: under srun (one watcher
         per task) task 2's job was then taken for rank 0 as well, a world of 4. Given, it is known.
+        `declared`: a pid's rank as torch.distributed gave it (watch's rank records), None where not
+        known: it wins over the environment (a framework's own ranks carry no rank variable).
         """
         self.root_pid = root_pid
         self.host = socket.gethostname()
+        self._declared = declared
+        self._declared_ranks: dict[int, int] = {}
         self._environ: dict[int, dict[str, str]] = {}
         self._helpers: set[int] = set()
         if root_environ is not None and has_rank(root_environ):
@@ -73,18 +82,27 @@ class ProcessTree:
         for proc in procs:
             if self._is_helper(proc):
                 continue
-            environ = self._environ_of(proc)
-            if variable is None:
-                rank = 0 if proc.pid == self.root_pid and not self._is_launcher(proc) else None
-            else:
-                value = environ.get(variable, "")
-                rank = int(value) if value.isdigit() else None
+            rank = self.declared_rank(proc.pid)
+            if rank is None:
+                rank = self._rank_in_environ(proc, variable)
             if rank is None:
                 continue
             depth = _depth(proc.pid, parents, self.root_pid)
             if rank not in found or depth < found[rank][0]:
                 found[rank] = (depth, proc.pid)
         return {rank: RankProcess(rank, pid, self.host) for rank, (_, pid) in sorted(found.items())}
+
+    def _rank_in_environ(self, proc: psutil.Process, variable: str | None) -> int | None:
+        """Its rank as its environment gives it: `variable`; where no process has one, a framework's
+        local rank, and else the root (a plain `python train.py`) is rank 0."""
+        environ = self._environ_of(proc)
+        if variable is not None:
+            value = environ.get(variable, "")
+            return int(value) if value.isdigit() else None
+        rank = single_node_rank(environ)
+        if rank is None and proc.pid == self.root_pid and not self._is_launcher(proc):
+            return 0
+        return rank
 
     def _is_helper(self, proc: psutil.Process) -> bool:
         if proc.pid in self._helpers:
@@ -105,7 +123,19 @@ class ProcessTree:
 
     def guessed(self, pid: int) -> bool:
         """Whether `pid` was taken for rank 0 only because no process of the job carried a rank."""
-        return pid == self.root_pid and not has_rank(self._environ.get(pid, {}))
+        return (
+            pid == self.root_pid
+            and not has_rank(self._environ.get(pid, {}))
+            and self.declared_rank(pid) is None
+        )
+
+    def declared_rank(self, pid: int) -> int | None:
+        """The rank torch.distributed gave `pid`, kept once known."""
+        if pid not in self._declared_ranks and self._declared is not None:
+            rank = self._declared(pid)
+            if rank is not None:
+                self._declared_ranks[pid] = rank
+        return self._declared_ranks.get(pid)
 
     def _rank_variable(self, procs: list[psutil.Process]) -> str | None:
         """The variable that numbers the ranks: torchrun's RANK over the outer launcher's."""

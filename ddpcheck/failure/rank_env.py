@@ -72,6 +72,14 @@ def rank_variable(environ: Mapping[str, str]) -> str | None:
     return next((name for name in RANK_VARIABLES if name in environ), None)
 
 
+def single_node_rank(environ: Mapping[str, str]) -> int | None:
+    """A framework's own rank process on one node, started with its local rank only (Lightning's
+    Trainer: LOCAL_RANK, NODE_RANK 0; its rank 0 is the process that started them): that local rank.
+    None on other nodes, whose ranks their local ranks do not give."""
+    local, node = environ.get("LOCAL_RANK", ""), environ.get("NODE_RANK", "0")
+    return int(local) if local.isdigit() and node == "0" else None
+
+
 def has_rank(environ: Mapping[str, str]) -> bool:
     return rank_variable(environ) is not None
 

@@ -140,14 +140,45 @@ def sample_file(watch_dir: str, rank: int, number: int) -> str:
     return os.path.join(watch_dir, SAMPLES, f"{rank}-{number}{SAMPLE_SUFFIX}")
 
 
+_learned: list[int] = []  # this process's rank from torch.distributed, once its group is made
+
+
+def _rank() -> int | None:
+    """This process's rank: torch.distributed's once known, else its launcher's variable."""
+    return _learned[0] if _learned else _rank_env.rank_of(os.environ)
+
+
+def _learn_rank(watch_dir: str) -> None:
+    """Once torch.distributed is initialized: its rank, kept and recorded (a framework such as
+    Lightning starts its ranks with no rank variable; the watcher reads this record)."""
+    dist = sys.modules.get("torch.distributed")
+    # Half made while the main thread imports it: no is_initialized yet.
+    is_initialized = getattr(dist, "is_initialized", None)
+    try:
+        if is_initialized is None or not is_initialized():
+            return
+        rank, world_size = int(dist.get_rank()), int(dist.get_world_size())  # type: ignore[union-attr]
+    except Exception:
+        return
+    _learned.append(rank)
+    path = _records.process_file(watch_dir, os.getpid(), "rank")
+    with contextlib.suppress(OSError), open(f"{path}.partial", "w") as out:
+        json.dump({"rank": rank, "world_size": world_size, "time": time.time()}, out)
+    with contextlib.suppress(OSError):
+        os.replace(f"{path}.partial", path)
+
+
 def _wait_for_dump_request(watch_dir: str) -> None:
-    """Until the process ends: the hang's dump request once, every new sample request each time."""
+    """Until the process ends: its rank learned, the hang's dump request once, every new sample
+    request each time."""
     request = os.path.join(watch_dir, DUMP_REQUEST)
     sampling = os.path.join(watch_dir, SAMPLE_REQUEST)
     dumped = False
     answered = 0  # the last sample request answered
     seen = 0  # the request file's mtime when last read: a stat() a poll, read only when it changed
     while True:
+        if not _learned:
+            _learn_rank(watch_dir)
         if not dumped and os.path.exists(request):
             dumped = True
             dump_flight_recorder()
@@ -176,7 +207,7 @@ def _number_in(path: str) -> int:
 
 def _answer_sample(watch_dir: str, number: int) -> None:
     """Sample request `number`: this rank's recorders, without stacks (the cheap dump), in its own file."""
-    rank = _rank_env.rank_of(os.environ)
+    rank = _rank()
     if rank is not None:
         _write_dump(sample_file(watch_dir, rank, number), stacks=(False,))
 
@@ -184,7 +215,7 @@ def _answer_sample(watch_dir: str, number: int) -> None:
 def dump_flight_recorder() -> None:
     """This rank's flight-recorder dump, where torch's own dump on timeout would go: every recorder
     its groups use (NCCL's and the others'), as one."""
-    rank = _rank_env.rank_of(os.environ)
+    rank = _rank()
     prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
     if rank is not None and prefix:
         # Without NCCL's stacks first: should symbolising them block, a dump is already on disk.

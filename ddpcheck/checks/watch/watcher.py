@@ -27,7 +27,7 @@ from ddpcheck.checks.watch.judge import RankView
 from ddpcheck.checks.watch.progress import Event, Progress, sample_interval
 from ddpcheck.checks.watch.sampling import Exchange, Sampler
 from ddpcheck.failure import processes, stacks
-from ddpcheck.failure.exits import ExitKind, exit_of
+from ddpcheck.failure.exits import ExitKind, declared_rank, exit_of
 from ddpcheck.failure.flight import find_dumps
 from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.launchers import launcher_exit_codes
@@ -129,7 +129,7 @@ class Watcher:
             # Its own session: Ctrl-C reaches the watcher alone, which then ends every process of the job.
             start_new_session=True,
         )
-        self.tree = processes.ProcessTree(self.proc.pid, env)
+        self.tree = processes.ProcessTree(self.proc.pid, env, lambda pid: declared_rank(self.dir, pid))
         # The job's first process may be the rank itself (srun's or mpirun's task), and may end before
         # the first scan: its environment is the one given here.
         # (No rank variable at all: a plain `python train.py` is rank 0, as the process tree says.)
