@@ -155,7 +155,7 @@ class Arrival:
         self.identity = me
         self.dir = job_dir(me.job)
         self._path = self.dir / f"rank-{me.rank}-{os.getpid()}.json"
-        self._launcher = os.getppid()  # its other children are this rank's siblings
+        self.launcher = os.getppid()  # its other children are this rank's siblings
         self.stage_name = ""
         with contextlib.suppress(FileExistsError):
             self.dir.mkdir(mode=0o700)
@@ -186,7 +186,7 @@ class Arrival:
         pids = {p.pid for p in announced}
         if (
             all(p.lost for p in announced if p.pid != os.getpid())
-            and not unannounced_siblings(self.identity.rank_variable, pids, self._launcher)
+            and not unannounced_siblings(self.identity.rank_variable, pids, self.launcher)
             and not killed_after_its_part_unnamed(self.dir, announced)
         ):
             # ended-first/ too: a rank that said its word leaves nothing for a remover to say.
@@ -218,19 +218,26 @@ def killed_after_its_part_unnamed(directory: Path, announced: Iterable[RankFile]
 
 
 def unannounced_siblings(rank_variable: str, announced: set[int], launcher: int) -> list[int]:
-    """Live ranks of this launch beside this one (its launcher's children that carry `rank_variable`)
-    with no file yet: stopped, or slow, before they could write one. Their peers' files must stay,
-    or such a rank, continued later, would find none and take its peers for never arrived.
+    """Live ranks of this launch beside this one with no file yet: stopped, or slow, before they could
+    write one. Their peers' files must stay, or such a rank, continued later, would find none and take
+    its peers for never arrived."""
+    found = siblings(rank_variable, launcher)
+    return [pid for pid in found if pid not in announced and not process_state(pid).ended]
+
+
+def siblings(rank_variable: str, launcher: int) -> dict[int, str]:
+    """pid -> its `rank_variable`, of every other process this rank's launcher started (its children
+    that carry the variable; a remover of an earlier rank here carries that rank's environment: not one).
 
     None once the launcher is gone: this rank's parent is then init, whose children are anybody's
     (other jobs' removers, which carry their rank's environment, would keep a directory)."""
-    parent, me, found = os.getppid(), os.getpid(), []
+    parent, me, found = os.getppid(), os.getpid(), {}
     if parent != launcher:
-        return []
+        return {}
     try:
         tasks = os.listdir(f"/proc/{parent}/task")
     except OSError:
-        return []
+        return {}
     for task in tasks:
         try:
             with open(f"/proc/{parent}/task/{task}/children") as children:
@@ -238,17 +245,15 @@ def unannounced_siblings(rank_variable: str, announced: set[int], launcher: int)
         except (OSError, ValueError):
             continue
         for pid in pids:
-            if pid == me or pid in announced or process_state(pid).ended:
+            if pid == me or _is_remover(pid):
                 continue
-            if _is_remover(pid):
-                continue  # a remover of an earlier rank here, which carries that rank's environment
             try:
                 with open(f"/proc/{pid}/environ", "rb") as environ:
-                    names = [entry.split(b"=", 1)[0] for entry in environ.read().split(b"\0")]
+                    variables = dict(entry.partition(b"=")[::2] for entry in environ.read().split(b"\0"))
             except OSError:
                 continue
-            if rank_variable.encode() in names:
-                found.append(pid)
+            if rank_variable.encode() in variables:
+                found[pid] = variables[rank_variable.encode()].decode(errors="replace")
     return found
 
 

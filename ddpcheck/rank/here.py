@@ -39,7 +39,7 @@ class HostDir:
     def seen(self) -> dict[int, SeenStatus]:
         if arrival.current is None:
             return {}
-        presences = {**launcher_view(arrival.current.identity), **arrival.read(arrival.current.dir)}
+        presences = {**launcher_view(arrival.current), **arrival.read(arrival.current.dir)}
         return {rank: seen_of(presence) for rank, presence in presences.items()}
 
 
@@ -70,32 +70,19 @@ def seen_of(presence: arrival.RankFile) -> SeenStatus:
     )
 
 
-def launcher_view(me: arrival.Identity) -> dict[int, arrival.RankFile]:
-    """The launcher's own view of this host: its other rank processes (this one's siblings, by the
-    rank variable it gave them), each at stage 'starting' until its own file says more; a rank
-    stopped or killed before it could write that file is still found so."""
+def launcher_view(me: arrival.Arrival) -> dict[int, arrival.RankFile]:
+    """The launcher's own view of this host: its other rank processes (arrival.siblings), each at
+    stage 'starting' until its own file says more; a rank stopped or killed before it could write
+    that file is still found so."""
     found: dict[int, arrival.RankFile] = {}
-    try:
-        siblings = psutil.Process(os.getppid()).children()
-    except psutil.Error:
-        return found
     host = socket.gethostname()
-    for proc in siblings:
-        try:
-            if proc.pid == os.getpid():
-                continue
-            rank = proc.environ().get(me.rank_variable, "")
+    for pid, rank in arrival.siblings(me.identity.rank_variable, me.launcher).items():
+        with contextlib.suppress(psutil.Error):  # gone meanwhile
             if rank.isdigit():
+                since = psutil.Process(pid).create_time()
                 found[int(rank)] = arrival.RankFile(
-                    int(rank),
-                    proc.pid,
-                    host,
-                    arrival.STARTING,
-                    proc.create_time(),
-                    arrival.process_state(proc.pid),
+                    int(rank), pid, host, arrival.STARTING, since, arrival.process_state(pid)
                 )
-        except (psutil.Error, OSError):
-            continue  # gone meanwhile, or not ours to read
     return found
 
 
