@@ -356,7 +356,7 @@ from ddpcheck.rank import giving_up
 from ddpcheck.rank.rundir import RunSpec
 giving_up.JOIN_GRACE_S = 0.5
 spec = RunSpec("allreduce", {}, "gloo", "cpu", timeout=1.0, inline=True, launcher="torchrun")
-giving_up.guard_join(spec, None, 2, None, None, None)
+giving_up.guard_join(giving_up.InlineRank(spec, None, 2, None, None))
 time.sleep(30)  # init_process_group, stuck
 """
 

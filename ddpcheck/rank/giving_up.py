@@ -105,17 +105,11 @@ def after_failure(run: InlineRank, message: str) -> None:
     give_up(run, Reason.FAILED, message)
 
 
-def guard_join(
-    spec: RunSpec,
-    run_dir: str | None,
-    world_size: int,
-    session: inline.Session | None,
-    status: StatusWriter | None,
-    write_report: Callable[[Report], list[str]] | None,
-) -> threading.Event:
+def guard_join(run: InlineRank) -> threading.Event:
     """A join that outlives its own timeout is given up from a thread: gloo's full-mesh connect to a
     peer stopped mid-handshake never returns, and no launcher watches. Set the event once it returned."""
     joined = threading.Event()
+    spec, status = run.spec, run.status
     bound_s = spec.collective_timeout + JOIN_GRACE_S
 
     def guard() -> None:
@@ -127,11 +121,7 @@ def guard_join(
         )
         if status:
             status.error(message)
-        give_up(
-            InlineRank(spec, run_dir, world_size, session, status, write_report),
-            Reason.JOIN_TIMED_OUT,
-            message,
-        )
+        give_up(run, Reason.JOIN_TIMED_OUT, message)
         _leave()
 
     threading.Thread(target=quietly, args=(guard,), name="ddpcheck-join-guard", daemon=True).start()

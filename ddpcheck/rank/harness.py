@@ -96,7 +96,7 @@ def run_rank(
         if spec.inline and status:
             # Before the rendezvous: a peer that never arrives is named from what this rank publishes.
             session = _inline_session(identity["rank"], world_size, status, spec.collective_timeout)
-        _join_guarded(spec, run_dir, world_size, device, status, session, write_report)
+        _join_guarded(giving_up.InlineRank(spec, run_dir, world_size, session, status, write_report), device)
         shared = _run_command(spec, identity, world_size, device, fingerprint, status, faults, run_dir)
         # Every node learns the verdict before teardown, so all of them exit with it.
         dist.broadcast_object_list(shared, src=0)
@@ -134,27 +134,16 @@ def _status_writer(spec: RunSpec, run_dir: str | None, identity: dict[str, Any])
     return status
 
 
-def _join_guarded(
-    spec: RunSpec,
-    run_dir: str | None,
-    world_size: int,
-    device: torch.device,
-    status: StatusWriter | None,
-    session: inline.Session | None,
-    write_report: Callable[[Report], list[str]] | None,
-) -> None:
+def _join_guarded(run: giving_up.InlineRank, device: torch.device) -> None:
     """Join the process group; inline, a join that outlives its timeout is given up from a thread."""
-    joined = (
-        giving_up.guard_join(spec, run_dir, world_size, session, status, write_report)
-        if spec.inline
-        else None
-    )
+    spec, status = run.spec, run.status
+    joined = giving_up.guard_join(run) if spec.inline else None
     _join(spec, device, status)
     if joined is not None:
         joined.set()
-    if run_dir and not spec.inline:
-        _answer_flight_requests(run_dir, int(os.environ["RANK"]))
-    if session is not None and status:
+    if run.run_dir and not spec.inline:
+        _answer_flight_requests(run.run_dir, int(os.environ["RANK"]))
+    if run.session is not None and status:
         status.stage(stages.JOINED)
 
 
