@@ -82,6 +82,18 @@ def start() -> None:
     threading.Thread(
         target=_wait_for_dump_request, args=(watch_dir,), name="ddpcheck-watch", daemon=True
     ).start()
+    _start_fingerprints(watch_dir)
+
+
+def _start_fingerprints(watch_dir: str) -> None:
+    """--fingerprint-every N: fingerprints.py, loaded by its path, waits for the job's torch (0: nothing)."""
+    every = os.environ.get("DDPCHECK_FINGERPRINT_EVERY", "")  # fingerprints.EVERY_VARIABLE
+    if every.isdigit() and int(every) > 0:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fingerprints.py")
+        spec = importlib.util.spec_from_file_location("ddpcheck_watch_fingerprints", path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        module.start(watch_dir, int(every))
 
 
 def _record_start(path: str) -> None:

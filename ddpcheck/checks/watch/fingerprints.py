@@ -1,0 +1,343 @@
+"""Inside every rank of a watched job: its replicas' fingerprints, and the first NaN or Inf it made.
+
+Started by agent.py when `--fingerprint-every N` is on (DDPCHECK_FINGERPRINT_EVERY); standard library
+only until the job itself has imported torch's optimizers (a thread looks twice a second, then ends).
+From then on torch's global optimizer hook is the step boundary: after every optimizer.step() each
+rank holds the state its replicas hold, so ranks compare the same step without a timer.
+
+- every N steps, each DistributedDataParallel module's parameters and buffers: per tensor the
+  wrapping int64 sum of its bytes viewed as integers (exact: one flipped bit always changes it) and
+  a float64 sum (by how much), written whole to `fingerprints/<rank>-<step>.json`;
+- every step, each parameter's local gradient before DDP reduces it (a tensor hook; a NaN or Inf
+  makes its sum NaN, added on the device without a sync, read at the step boundary: on a GPU the
+  copy of a step before, so nothing waits): the first non-finite gradient is this rank's
+  `fingerprints/<rank>.nonfinite`, with its step and parameter; its peers receive it only in the
+  all_reduce, a step later in their own gradients.
+
+The watcher reads the files (checks/watch/replicas.py) and failure/replicas.py judges them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import sys
+import threading
+import time
+import weakref
+from typing import Any
+
+EVERY_VARIABLE = "DDPCHECK_FINGERPRINT_EVERY"  # set by the watcher: N steps between fingerprints
+SKIP_VARIABLE = "DDPCHECK_FINGERPRINT_SKIP"  # the user's: comma-separated name prefixes left out
+FOLDER = "fingerprints"
+SUFFIX = ".json"
+NONFINITE_SUFFIX = ".nonfinite"
+LOOK_S = 0.5  # how often the start thread looks for torch's optimizers among the loaded modules
+OPTIMIZER_MODULE = "torch.optim.optimizer"
+# Elements of each gradient read every step for a NaN or Inf, evenly apart (an odd stride: every
+# column of a matrix's rows in turn). A NaN that reaches the parameters is in every fingerprint's sums.
+GRADIENT_SAMPLE = 4096
+
+
+def fingerprint_file(watch_dir: str, rank: int, step: int) -> str:
+    return os.path.join(watch_dir, FOLDER, f"{rank}-{step}{SUFFIX}")
+
+
+def nonfinite_file(watch_dir: str, rank: int) -> str:
+    return os.path.join(watch_dir, FOLDER, f"{rank}{NONFINITE_SUFFIX}")
+
+
+def write_whole(path: str, record: dict[str, Any]) -> None:
+    """A record written to a partial file, then renamed: a reader sees it whole or not at all."""
+    partial = f"{path}.partial"
+    with open(partial, "w") as out:
+        json.dump(record, out)
+    os.replace(partial, path)
+
+
+def start(watch_dir: str, every: int) -> None:
+    """Wait (a daemon thread, no cost per step) for the job to import torch's optimizers, then hook them."""
+    os.makedirs(os.path.join(watch_dir, FOLDER), exist_ok=True)
+    skip = tuple(p.strip() for p in os.environ.get(SKIP_VARIABLE, "").split(",") if p.strip())
+    fingerprinter = Fingerprinter(watch_dir, every, skip)
+    threading.Thread(
+        target=_install_when_loaded, args=(fingerprinter,), name="ddpcheck-fingerprints", daemon=True
+    ).start()
+
+
+def _install_when_loaded(fingerprinter: Fingerprinter) -> None:
+    while True:
+        module = sys.modules.get(OPTIMIZER_MODULE)
+        # A module still being imported (by the job's main thread) is there half made: wait for it whole.
+        spec = getattr(module, "__spec__", None)
+        if module is not None and not getattr(spec, "_initializing", False):
+            hook = getattr(module, "register_optimizer_step_post_hook", None)
+            if hook is not None:
+                hook(fingerprinter.after_step)
+                return
+        time.sleep(LOOK_S)
+
+
+class Fingerprinter:
+    """One rank's hooks: the step count, the DDP modules found, the gradients' non-finite flags."""
+
+    def __init__(self, watch_dir: str, every: int, skip: tuple[str, ...]) -> None:
+        self.dir = watch_dir
+        self.rank = -1  # torch.distributed's, once a DDP module was found
+        self.every = every
+        self.skip = skip
+        self.steps: dict[int, int] = {}  # per optimizer (id), its step() calls
+        self.modules: list[tuple[weakref.ref, list[int]]] = []  # each DDP module, its replica group
+        self.looked = False
+        self.params: list[tuple[str, Any]] = []  # the gradients watched: (name, parameter)
+        self.flags: Any = None  # one float per parameter on its device: NaN once a gradient was not finite
+        self.copied: tuple[int, Any, Any] | None = (
+            None  # the flags' (step, host copy, CUDA event): read later
+        )
+        self.pending: dict[str, Any] | None = None  # a fingerprint waiting for its buffers (the next forward)
+        self.nonfinite_said = False
+        self.last_written = 0
+        self.handled = 0
+        self.failed = False
+
+    # ------------------------------------------------------------ the step boundary
+    def after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.failed:
+            return
+        try:
+            step = self.steps.get(id(optimizer), 0) + 1
+            self.steps[id(optimizer)] = step
+            if step <= self.handled:
+                return  # a second optimizer of the same step: the first one's count is the step
+            self.handled = step
+            if not self.looked:
+                self._find_modules()
+            self._read_flags(step)
+            if step % self.every == 0:
+                self._fingerprint(step, with_buffers=True)
+        except Exception as exc:  # the job goes on without fingerprints, said once in its record
+            self.failed = True
+            with contextlib.suppress(OSError):
+                write_whole(
+                    os.path.join(self.dir, FOLDER, f"{self.rank}.failed"),
+                    {"rank": self.rank, "error": f"{type(exc).__name__}: {exc}"},
+                )
+
+    def at_exit(self) -> None:
+        """The last step's fingerprint, when the job ended between two (every rank ends at the same step);
+        a fingerprint still waiting for its buffers goes without them (no forward came after it)."""
+        step = max(self.steps.values(), default=0)
+        with contextlib.suppress(Exception):
+            if self.pending is not None:
+                self._finish(self.pending)
+            elif step and step != self.last_written and not self.failed:
+                self._fingerprint(step, with_buffers=False)
+
+    # ------------------------------------------------------------ what is compared
+    def _find_modules(self) -> None:
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.looked = True
+        found = [o for o in gc.get_objects() if isinstance(o, DistributedDataParallel)]
+        if not found or not dist.is_initialized():
+            self.failed = True  # no replica here: nothing more to do at any step
+            return
+        self.rank = dist.get_rank()
+        # The groups now: at exit the job may have destroyed them already.
+        self.modules = [(weakref.ref(m), _group_ranks(m)) for m in found]
+        for index, module in enumerate(found):
+            if module.broadcast_buffers and any(True for _ in module.module.buffers()):
+                module.module.register_forward_pre_hook(self._buffers_synced(index))
+        import atexit
+
+        atexit.register(self.at_exit)
+        self._watch_gradients(found)
+
+    def _live(self) -> list[tuple[int, str, Any, list[int]]]:
+        """(index, name prefix, module, replica group) of every DDP module still alive."""
+        live = [(i, ref(), ranks) for i, (ref, ranks) in enumerate(self.modules)]
+        prefix = len(self.modules) > 1
+        return [(i, f"module{i}." if prefix else "", m, ranks) for i, m, ranks in live if m is not None]
+
+    def _fingerprint(self, step: int, with_buffers: bool) -> None:
+        """The parameters now (after the optimizer's step); the buffers that DDP broadcasts differ on
+        every rank until the next forward broadcasts them: they are added at its start (_buffers_synced)."""
+        import torch
+
+        if self.pending is not None:  # no forward came since the last one: it goes without its buffers
+            self._finish(self.pending)
+        record: dict[str, Any] = {"rank": self.rank, "step": step, "time": time.time(), "modules": {}}
+        waiting = set()
+        with torch.no_grad():
+            for index, prefix, module, ranks in self._live():
+                record["modules"][index] = self._tensors(module.module.named_parameters(), prefix)
+                record["modules"][index].update(module=type(module.module).__name__, group=ranks)
+                if with_buffers and module.broadcast_buffers and any(True for _ in module.module.buffers()):
+                    waiting.add(index)
+        if not record["modules"]:
+            return
+        record["waiting"] = waiting
+        self.last_written = step
+        if waiting:
+            self.pending = record
+        else:
+            self._finish(record)
+
+    def _tensors(self, named: Any, prefix: str) -> dict[str, list[Any]]:
+        tensors = [(prefix + n, t) for n, t in named if not (prefix + n).startswith(self.skip)]
+        exact, sums = _fingerprints([t for _, t in tensors])
+        return {"names": [n for n, _ in tensors], "exact": exact, "sums": sums}
+
+    def _buffers_synced(self, index: int):
+        def hook(inner: Any, args: Any) -> None:
+            import torch
+
+            record = self.pending
+            if record is None or index not in record["waiting"]:
+                return
+            with contextlib.suppress(Exception), torch.no_grad():
+                prefix = "" if len(self.modules) == 1 else f"module{index}."
+                buffers = self._tensors(inner.named_buffers(), prefix)
+                for key in ("names", "exact", "sums"):
+                    record["modules"][index][key] += buffers[key]
+            record["waiting"].discard(index)
+            if not record["waiting"]:
+                self._finish(record)
+
+        return hook
+
+    def _finish(self, record: dict[str, Any]) -> None:
+        self.pending = None
+        record.pop("waiting", None)
+        record["modules"] = [record["modules"][i] for i in sorted(record["modules"])]
+        write_whole(fingerprint_file(self.dir, self.rank, record["step"]), record)
+
+    # ------------------------------------------------------------ the first NaN or Inf
+    def _watch_gradients(self, modules: list[Any]) -> None:
+        import torch
+
+        prefixes = [f"module{i}." if len(modules) > 1 else "" for i in range(len(modules))]
+        self.params = [
+            (prefix + name, p)
+            for prefix, module in zip(prefixes, modules, strict=True)
+            for name, p in module.module.named_parameters()
+            if p.requires_grad and not (prefix + name).startswith(self.skip)
+        ]
+        if not self.params:
+            return
+        _SUM_DTYPE.update({torch.float16: torch.float32, torch.bfloat16: torch.float32})
+        self.flags = torch.zeros(len(self.params), dtype=torch.float32, device=self.params[0][1].device)
+        for index, (_, param) in enumerate(self.params):
+            if param.device != self.flags.device:
+                continue  # a model across devices: its first device's parameters are watched
+            param.register_hook(self._gradient_hook(index))
+
+    def _gradient_hook(self, index: int):
+        def seen(grad: Any) -> None:
+            # NaN * 0 and Inf * 0 are NaN, any finite sum * 0 is 0: no sync, no copy kept. A sample:
+            # a NaN in the loss or an activation fills whole rows of every gradient behind it.
+            flat = grad.reshape(-1)
+            sample = flat[:: flat.numel() // GRADIENT_SAMPLE | 1] if flat.numel() > GRADIENT_SAMPLE else flat
+            self.flags[index].add_(sample.sum(dtype=_SUM_DTYPE.get(grad.dtype)).mul_(0))
+
+        return seen
+
+    def _read_flags(self, step: int) -> None:
+        """This step's flags (on a CPU), or the step before's copy once it arrived (on a GPU)."""
+        import torch
+
+        if self.flags is None or self.nonfinite_said:
+            return
+        if self.flags.device.type == "cpu":
+            self._judge_flags(step, self.flags.clone())
+        else:
+            if self.copied is not None and self.copied[2].query():
+                self._judge_flags(self.copied[0], self.copied[1])
+                self.copied = None
+            if self.copied is None:
+                host = torch.empty(self.flags.shape, dtype=self.flags.dtype, pin_memory=True)
+                host.copy_(self.flags, non_blocking=True)
+                event = torch.cuda.Event()
+                event.record()
+                self.copied = (step, host, event)
+            else:
+                return  # the last copy has not arrived: keep adding into the same flags
+        self.flags.zero_()
+
+    def _judge_flags(self, step: int, flags: Any) -> None:
+        bad = [i for i, value in enumerate(flags.tolist()) if value != 0.0]
+        if not bad:
+            return
+        self.nonfinite_said = True
+        write_whole(
+            nonfinite_file(self.dir, self.rank),
+            {
+                "rank": self.rank,
+                "step": step,
+                "time": time.time(),
+                "where": "gradient",
+                "parameters": [self.params[i][0] for i in bad[:8]],
+                "count": len(bad),
+            },
+        )
+
+
+def _group_ranks(module: Any) -> list[int]:
+    import torch.distributed as dist
+
+    group = getattr(module, "process_group", None)
+    return list(dist.get_process_group_ranks(group)) if group is not None else []
+
+
+def _int_view_dtype(element_size: int) -> Any:
+    import torch
+
+    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[element_size]
+
+
+def _exact(flat: Any) -> Any:
+    """The wrapping int64 sum of a contiguous tensor's bytes, eight at a time (the tail's bytes added
+    one by one): a flipped bit changes one term by a power of two below 2**64, so the sum too."""
+    import torch
+
+    data = flat.view(torch.uint8)
+    whole = data.numel() // 8 * 8
+    try:
+        total = data[:whole].view(torch.int64).sum()
+    except RuntimeError:  # a view at an offset that is no multiple of 8 bytes: element by element
+        return flat.view(_int_view_dtype(flat.element_size())).sum(dtype=torch.int64)
+    return total + data[whole:].sum(dtype=torch.int64) if whole < data.numel() else total
+
+
+def _fingerprints(tensors: list[Any]) -> tuple[list[int], list[float]]:
+    """Per tensor: its exact fingerprint (_exact) and its sum (how much it differs)."""
+    import torch
+
+    exact, sums = [], []
+    for tensor in tensors:
+        flat = tensor.detach().contiguous().reshape(-1)
+        if flat.is_complex():
+            flat = torch.view_as_real(flat).reshape(-1)
+        if flat.numel() == 0:
+            exact.append(torch.zeros((), dtype=torch.int64, device=flat.device))
+            sums.append(torch.zeros((), dtype=torch.float64, device=flat.device))
+            continue
+        exact.append(_exact(flat))
+        # In its own precision (float32's sum is a pass; float64's a slow cast), half's in float32.
+        total = (
+            flat.sum(dtype=_SUM_DTYPE.get(flat.dtype))
+            if flat.is_floating_point()
+            else flat.sum(dtype=torch.int64)
+        )
+        sums.append(total.to(torch.float64))
+    if len({t.device for t in exact}) > 1:  # a module across devices: one copy each
+        return [int(t) for t in exact], [float(t) for t in sums]
+    # One copy to the host for the whole module (one wait on a GPU, every N steps).
+    return torch.stack(exact).tolist(), torch.stack(sums).tolist()
+
+
+# Half precision's gradients are summed in float32: a finite gradient's sum must not overflow to Inf.
+_SUM_DTYPE: dict[Any, Any] = {}
