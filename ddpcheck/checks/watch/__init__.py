@@ -20,6 +20,9 @@ DEFAULT_HANG_AFTER_S = 300.0
 # slows the job"): a verdict needs about a minute of collectives anyway, and a dump pauses a rank little.
 DEFAULT_SAMPLE_EVERY_S = 5.0
 MIN_SAMPLE_EVERY_S = 0.5  # the agent looks for a request twice a second: more often asks in vain
+# Steps between two replica fingerprints (docs/diverges.md): a pass over the parameters every 100
+# steps costs little beside them; the job's last step is fingerprinted too.
+DEFAULT_FINGERPRINT_EVERY = 100
 
 
 @dataclass(kw_only=True)
@@ -50,6 +53,12 @@ class WatchOptions:
         help="Read every rank's flight recorder this often and name the rank that slows the job "
         "(--sample-every 10: every 10 s); 0: off.",
     )
+    fingerprint_every: int = option(
+        DEFAULT_FINGERPRINT_EVERY,
+        metavar="STEPS",
+        help="Fingerprint every DDP replica's parameters after every N optimizer steps and name the rank "
+        "that differs from its replicas, and the rank that made the first NaN; 0: off.",
+    )
 
     def validate(self) -> None:
         if not self.command:
@@ -70,6 +79,11 @@ class WatchOptions:
             raise UsageError(
                 f"--sample-every {self.sample_every:g}: must be 0 (off) or at least "
                 f"{MIN_SAMPLE_EVERY_S:g} seconds, e.g. --sample-every 10"
+            )
+        if self.fingerprint_every < 0:
+            raise UsageError(
+                f"--fingerprint-every {self.fingerprint_every}: must be 0 (off) or a number of steps, "
+                "e.g. --fingerprint-every 100"
             )
         if self.dir is not None and os.path.exists(self.dir) and not os.path.isdir(self.dir):
             raise UsageError(f"--dir {self.dir}: is a file, not a directory")
@@ -101,6 +115,7 @@ COMMAND = Command(
     implementation="ddpcheck.checks.watch.check",
     judges=("ddpcheck.checks.watch.judge",),
     html_charts=("ddpcheck.checks.watch.html",),
+    metrics="ddpcheck.checks.watch.figures:watch_metrics",
     ranked=False,
     terse_pass=True,
     kept="the watch directory (dumps, stacks)",  # what watch took, not the job's logs

@@ -56,6 +56,7 @@ def run(options: WatchOptions) -> Report:
         "hang_after": options.hang_after,
         "keep": options.keep,
         "sample_every": options.sample_every,
+        "fingerprint_every": options.fingerprint_every,
     }
     report.notes += watcher.notes
     if report.verdict.exit_code == 0:

@@ -9,7 +9,8 @@ dumps; their exits), ends its own job, and publishes it; task 0 judges all of it
 report. The other watchers print one line and exit with the verdict's code.
 
 The straggler sampling goes the same way: every watcher samples its own ranks and publishes what
-is new through the store (sampling.StoreExchange); task 0 alone judges, speaks and reports.
+is new through the store (sampling.StoreExchange); task 0 alone judges, speaks and reports. The
+replicas' fingerprints travel with each task's evidence (replicas.py): task 0 judges them at the end.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class Watching(Protocol):
     def output(self) -> str: ...
     def job_code(self) -> int | None: ...
     def share_samples(self, exchange: Exchange, judging: bool) -> None: ...
+    def share_replicas(self, judging: bool) -> dict | None: ...
+    def take_replicas(self, shared: dict) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -148,8 +151,9 @@ def _run_team(watcher: Watching, task: Task, store) -> tuple[Event, Report | Non
             decision = Event(found["decision"]) if found else None
         time.sleep(0.1)
     views = watcher.evidence(decision)
-    _set(store, f"watch/evidence/{task.index}", {"views": [judge.view_to_dict(v) for v in views],
-                                                 "output": watcher.output()[-20000:]})  # fmt: skip
+    evidence = {"views": [judge.view_to_dict(v) for v in views], "output": watcher.output()[-20000:]}
+    evidence["replicas"] = watcher.share_replicas(task.index == 0)
+    _set(store, f"watch/evidence/{task.index}", evidence)
     if task.index != 0:
         # Task 0 writes the report and exits with the verdict; srun -K then ends the step (SIGTERM
         # to every task), which must not cut this one's own exit (its code, its kept directory).
@@ -168,6 +172,8 @@ def _run_team(watcher: Watching, task: Task, store) -> tuple[Event, Report | Non
             missing.append(index)
             continue
         gathered += [judge.view_from_dict(v) for v in found["views"]]
+        if index != 0 and found.get("replicas"):
+            watcher.take_replicas(found["replicas"])
         output += found["output"]
     report = watcher.verdict(decision, gathered, output)
     if missing:

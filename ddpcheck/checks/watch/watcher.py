@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ddpcheck.checks.watch import WatchOptions, agent, judge
+from ddpcheck.checks.watch import WatchOptions, agent, fingerprints, judge
 from ddpcheck.checks.watch.environment import job_environment
 from ddpcheck.checks.watch.judge import RankView
 from ddpcheck.checks.watch.progress import Event, Progress, sample_interval
+from ddpcheck.checks.watch.replicas import Replicas
 from ddpcheck.checks.watch.sampling import Exchange, Sampler
 from ddpcheck.failure import processes, stacks
 from ddpcheck.failure.exits import ExitKind, declared_rank, exit_of
@@ -117,9 +118,13 @@ class Watcher:
         self.began = time.monotonic()
         self.notes: list[str] = []
         self.sampler = Sampler(watch_dir, options.sample_every) if options.sample_every > 0 else None
+        every = options.fingerprint_every
+        self.replicas = Replicas(watch_dir, every) if every > 0 else None
 
     def start(self) -> None:
         env = job_environment(os.environ, self.dir, self.options.nccl_info)
+        if self.replicas is not None:
+            env[fingerprints.EVERY_VARIABLE] = str(self.options.fingerprint_every)
         self.proc = subprocess.Popen(
             self.options.command,
             env=env,
@@ -167,6 +172,8 @@ class Watcher:
             self.failed_at = now
         if self.sampler is not None and self.failed_at is None:
             self._tick_sampler()
+        if self.replicas is not None:
+            self.replicas.tick(now)
         if (
             self.ranks
             and self.progress.wants_sample(now, self.options.hang_after)
@@ -368,7 +375,30 @@ class Watcher:
         return self.proc.returncode if self.proc is not None else None
 
     def verdict(self, decision: Event, views: list[RankView], output: str) -> Report:
-        return self._with_stragglers(self._judged(decision, views, output))
+        return self._with_replicas(self._with_stragglers(self._judged(decision, views, output)))
+
+    def _with_replicas(self, report: Report) -> Report:
+        """The replicas' checks and table (docs/diverges.md), whatever the job's end."""
+        if self.replicas is None or not self.replicas.speaking:
+            return report
+        try:
+            return self.replicas.add_to(report)
+        except Exception as exc:  # the verdict stands without them
+            report.notes.append(f"the replicas could not be compared: {type(exc).__name__}: {exc}")
+            return report
+
+    def share_replicas(self, judging: bool) -> dict | None:
+        """One watcher per task: its ranks' fingerprints for task 0 (None: off); only task 0 speaks."""
+        if self.replicas is None:
+            return None
+        self.replicas.speaking = judging
+        self.replicas.read()
+        return self.replicas.shared()
+
+    def take_replicas(self, shared: dict) -> None:
+        """Task 0: another task's fingerprints."""
+        if self.replicas is not None:
+            self.replicas.take(shared)
 
     def _judged(self, decision: Event, views: list[RankView], output: str) -> Report:
         if decision is Event.HANG:
