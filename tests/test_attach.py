@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import assert_usage_error
+from tests.conftest import Run, assert_usage_error
 from tests.support.attached import JOB, gone_within, job_processes, py_spies, rank_pid
 from tests.support.load import busy_cores
 from tests.support.netns import free_port
@@ -240,15 +241,24 @@ def test_bad_usage_is_one_line_and_exit_2(ddpcheck, scratch, args) -> None:
 
 
 def test_a_job_that_ends_while_read_is_one_line_and_exit_2(ddpcheck, scratch) -> None:
-    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2.5)"], start_new_session=True)
+    """The job is ended once attach reads its stack (its py-spy runs), not at a fixed time: a job
+    that outlived attach's start by 2 s was gone before a slow start found it ("no such process")."""
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    runs: list[Run] = []
+    reading = threading.Thread(
+        target=lambda: runs.append(ddpcheck("attach", str(job.pid), "--interval", "4"))
+    )
     try:
-        time.sleep(0.5)
-        run = ddpcheck("attach", str(job.pid), "--interval", "4")
-        assert_usage_error(run, scratch)
-        assert "ended while attach read it" in run.stderr
+        reading.start()
+        while reading.is_alive() and not py_spies(scratch):
+            time.sleep(0.01)
     finally:
         job.kill()
         job.wait()
+        reading.join()
+    (run,) = runs
+    assert_usage_error(run, scratch)
+    assert "ended while attach read it" in run.stderr
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
