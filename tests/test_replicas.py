@@ -147,3 +147,32 @@ def test_records_round_trip() -> None:
     assert fingerprint_from_record(to_record(first, whole=True)) == first
     nan = NonFinite(1, 5, "gradient", ("w",), 1)
     assert replicas.nonfinite_from_record(replicas.nonfinite_to_record(nan)) == nan
+
+
+def test_one_flipped_bit_anywhere_changes_the_exact_fingerprint() -> None:
+    """fingerprints.py's own sum: every bit of a few tensors of each kind flipped in turn (a view at an
+    odd offset, an odd length, half precision, integers, booleans) changes it."""
+    import torch
+
+    from ddpcheck.checks.watch.fingerprints import _fingerprints
+
+    base = torch.randn(64)
+    tensors = [
+        base[1:12],
+        torch.randn(9).half(),
+        torch.arange(5),
+        torch.tensor([True, False, True]),
+        torch.randn(3, 3),
+    ]
+    exact, sums = _fingerprints(tensors)
+    assert len(exact) == len(sums) == len(tensors) and all(isinstance(v, int) for v in exact)
+    for index, tensor in enumerate(tensors):
+        flat = tensor.contiguous().reshape(-1).view(torch.uint8)
+        for byte in range(flat.numel()):
+            for bit in range(8):
+                changed = flat.clone()
+                changed[byte] ^= 1 << bit
+                if tensor.dtype == torch.bool and changed[byte] > 1:
+                    continue  # not a boolean any more
+                again = changed.view(tensor.dtype).reshape(tensor.shape)
+                assert _fingerprints([again])[0][0] != exact[index], (index, byte, bit)
