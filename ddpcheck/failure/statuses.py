@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, cast
 
@@ -108,7 +107,7 @@ class SeenStatus(TypedDict, total=False):
 
 
 def seen(
-    record: Mapping[str, Any],
+    record: SeenStatus,
     state: ProcState,
     heartbeat_age_s: float,
     in_stage_s: float | None,

@@ -49,7 +49,7 @@ def seen_of(presence: arrival.RankFile) -> SeenStatus:
     terminated = presence.stage == arrival.TERMINATED
     # Its launcher ended it after another rank failed (said as a collateral error): ended, not lost.
     state = ProcState.GONE if terminated else presence.state
-    record = {
+    record: SeenStatus = {
         "rank": presence.rank,
         "host": presence.host,
         "pid": presence.pid,
