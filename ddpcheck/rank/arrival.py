@@ -258,11 +258,16 @@ def siblings(rank_variable: str, launcher: int) -> dict[int, str]:
 
 
 def _is_remover(pid: int) -> bool:
+    return REMOVER_NAME.encode() in cmdline(pid).split(b"\0")
+
+
+def cmdline(pid: int) -> bytes:
+    """A process's command line as /proc holds it (its arguments NUL-separated); empty when unreadable."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            return REMOVER_NAME.encode() in cmdline.read().split(b"\0")
+        with open(f"/proc/{pid}/cmdline", "rb") as arguments:
+            return arguments.read()
     except OSError:
-        return False
+        return b""
 
 
 def _write(directory: Path, rank: int, pid: int, stage: str, since: float) -> None:

@@ -394,17 +394,9 @@ def annotate(
 def process_state(pid: int) -> ProcState:
     """A ddpcheck rank's process on this host; another process with its pid is a pid reused: GONE."""
     state = state_of(pid)
-    if not state.ended and b"ddpcheck" not in _cmdline(pid):
+    if not state.ended and b"ddpcheck" not in arrival.cmdline(pid):
         return ProcState.GONE
     return state
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            return cmdline.read()
-    except OSError:
-        return b""
 
 
 def reap(statuses: dict[int, SeenStatus], end_stopped: bool, store: Store | None = None) -> list[int]:
