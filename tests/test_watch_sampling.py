@@ -137,7 +137,7 @@ class _Published:
         self.seqs: list[dict[int, list[int]]] = []
         self.waiting = others or {}  # what the other tasks published, taken once
 
-    def publish(self, entries, hosts) -> None:
+    def publish(self, entries, hosts, looks=None) -> None:
         self.seqs.append({r: [e["collective_seq_id"] for e in found] for r, found in entries.items()})
 
     def others(self) -> Shared:

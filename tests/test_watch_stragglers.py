@@ -318,6 +318,12 @@ def test_two_collectives_a_step_the_rank_slow_before_the_first_is_named(tmp_path
     row = next(r for r in run.report["tables"]["stragglers"] if r["rank"] == 2)
     assert row["wait_share"] >= 0.2, row  # 0.5 / 1.5 of each step, less the jitter
     assert "at all_reduce" in run.stragglers["detail"]
+    # Why: its sampled stacks in the sleep of its data loading, its process asleep there.
+    (why,) = run.report["tables"]["straggler_why"]
+    assert (why["rank"], why["activity"]) == (2, "sleeping"), why
+    assert why["where"].startswith("load_batch (straggler_shapes.py:"), why
+    assert "; it was in load_batch (straggler_shapes.py:" in run.stragglers["detail"]
+    assert "its process sleeping (CPU " in run.stragglers["detail"]
 
 
 def test_ddp_with_gradient_accumulation_the_slowed_rank_is_named_under_torchrun(tmp_path) -> None:
@@ -337,6 +343,41 @@ def test_a_rank_stopped_from_outside_part_of_the_time_is_named(tmp_path) -> None
         SLOW_JOB_STALL_PERIOD_S="0.5",
     )
     assert_named(run, 0)
+    # Why: seen stopped (state T) at some 40% of the watcher's looks, its CPU far under its wall time.
+    (why,) = run.report["tables"]["straggler_why"]
+    assert why["activity"] == "stopped" and 0.2 <= why["stopped_share"] <= 0.6, why
+    assert why["peers_stopped_share"] == 0 and why["cpu_share"] < 0.5, why
+    assert "it was stopped " in run.stragglers["detail"] or "its process stopped " in run.stragglers["detail"]
+    assert "not runnable" in run.stragglers["detail"]
+
+
+def test_a_rank_computing_more_than_its_peers_is_named_as_busy(tmp_path) -> None:
+    """Rank 1's work a busy loop 1.5x its peers' sleep: named, and runnable (running, or waiting for one
+    of the host's shared cores) most of its time, its peers not."""
+    run = shaped(
+        tmp_path, SLOW_JOB_SHAPE="one", SLOW_JOB_RANK="1", SLOW_JOB_FACTOR="1.5", SLOW_JOB_WORK="compute"
+    )
+    assert_named(run, 1)
+    (why,) = run.report["tables"]["straggler_why"]
+    assert why["activity"] in ("busy computing", "waiting for a CPU"), why
+    assert why["cpu_share"] + why["queued_share"] >= 0.6 > why["peers_cpu_share"], why
+    assert "runnable " in run.stragglers["detail"]
+    assert why["where"].startswith("compute (straggler_shapes.py:"), why
+
+
+def test_a_whole_job_that_slows_partway_is_reported_as_slower_than_its_past(tmp_path) -> None:
+    """Every rank's step twice as long from step 30 (of about 60): nobody slows the others, the job
+    slowed, and the report says from when and by how much."""
+    run = shaped(tmp_path, SLOW_JOB_SHAPE="one", SLOW_JOB_ALL="1", SLOW_JOB_FACTOR="2.0", SLOW_JOB_FROM="30")
+    assert run.code == 0, run.err[-3000:]
+    check = run.stragglers
+    assert check["status"] == "WARN" and check["ranks"] == [], check
+    assert check["detail"].startswith("the whole job slowed "), check
+    assert "every rank alike, no rank slows the others" in check["detail"]
+    (row,) = run.report["tables"]["straggler_slowdown"]
+    assert 1.5 <= row["factor"] <= 2.3 and 25 <= row["since_seq"] <= 36, row
+    assert not any(r["named"] for r in run.report["tables"]["stragglers"])
+    assert [line for line in run.err.splitlines() if "the whole job slowed" in line], run.err[-2000:]
 
 
 def test_a_healthy_two_collective_ddp_job_beside_a_cpu_heavy_process_names_nobody(tmp_path) -> None:

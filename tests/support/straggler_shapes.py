@@ -13,9 +13,13 @@ its rank: its data loader, say), then runs the step's collectives, by SLOW_JOB_S
            of every SLOW_JOB_STALL_PERIOD_S (default 0.4 of 0.1 s: cgroup or thermal throttling)
            by the launching process: with --nproc only
 
+The work of a step is a sleep in `load_batch` (a data loader waiting for its storage, say); with
+SLOW_JOB_WORK=compute the slowed rank's is a busy loop in `compute` instead (a rank computing more).
+
 Planted as slow_job.py's: SLOW_JOB_RANK (none: healthy), SLOW_JOB_FACTOR (its work is F times its
 peers'; not with stall), SLOW_JOB_FROM (from step N on), SLOW_JOB_SECONDS (about T seconds of steps),
-SLOW_JOB_DDP=1 (`two`: the gradient sync is a DDP backward; accum is always DDP). Run as
+SLOW_JOB_DDP=1 (`two`: the gradient sync is a DDP backward; accum is always DDP); SLOW_JOB_ALL=1: every
+rank slowed alike (the whole job slowing from step SLOW_JOB_FROM). Run as
 `python straggler_shapes.py --nproc N` it starts N ranks itself; under torchrun it is one rank.
 """
 
@@ -47,7 +51,8 @@ def _number(name: str, default: float) -> float:
 
 def work_factor(rank: int, step: int) -> float:
     slowed = int(_number("SLOW_JOB_RANK", -1))
-    if os.environ.get("SLOW_JOB_SHAPE") == "stall" or rank != slowed:
+    every = os.environ.get("SLOW_JOB_ALL") == "1"
+    if os.environ.get("SLOW_JOB_SHAPE") == "stall" or (rank != slowed and not every):
         return 1.0
     return _number("SLOW_JOB_FACTOR", 1.3) if step >= int(_number("SLOW_JOB_FROM", 0)) else 1.0
 
@@ -72,8 +77,19 @@ def run() -> None:
     micro = int(_number("SLOW_JOB_ACCUM", 4)) if shape == "accum" else 1
     steps = round(seconds / step_s)
 
+    computes = os.environ.get("SLOW_JOB_WORK") == "compute" and rank == int(_number("SLOW_JOB_RANK", -1))
+
+    def load_batch(seconds: float) -> None:
+        time.sleep(seconds)
+
+    def compute(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+
     def work(step: int) -> None:
-        time.sleep(step_s / micro * work_factor(rank, step) * (1 + rng.uniform(-jitter, jitter)))
+        seconds = step_s / micro * work_factor(rank, step) * (1 + rng.uniform(-jitter, jitter))
+        (compute if computes else load_batch)(seconds)
 
     def sync() -> None:
         if model is not None:

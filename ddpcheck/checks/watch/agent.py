@@ -218,10 +218,34 @@ def _number_in(path: str) -> int:
 
 
 def _answer_sample(watch_dir: str, number: int) -> None:
-    """Sample request `number`: this rank's recorders, without stacks (the cheap dump), in its own file."""
+    """Sample request `number`: where the main thread is (first: the dump moves nobody), then this rank's
+    recorders, without stacks (the cheap dump), each in its own file."""
     rank = _rank()
     if rank is not None:
-        _write_dump(sample_file(watch_dir, rank, number), stacks=(False,))
+        answer = sample_file(watch_dir, rank, number)
+        _write_where(answer + WHERE_SUFFIX)
+        _write_dump(answer, stacks=(False,))
+
+
+WHERE_SUFFIX = ".where"  # beside a sample's answer: the main thread's stack, innermost frame first
+WHERE_DEPTH = 32  # frames kept: the user's innermost is rarely deeper under torch's
+
+
+def _write_where(path: str) -> None:
+    """The main thread's Python stack now, as [file, function, line] innermost first, with the time;
+    nothing from a process in no process group (a launcher that carries its last child's RANK)."""
+    is_initialized = getattr(sys.modules.get("torch.distributed"), "is_initialized", None)
+    if is_initialized is None or not is_initialized():
+        return
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    frames = []
+    while frame is not None and len(frames) < WHERE_DEPTH:
+        frames.append([frame.f_code.co_filename, frame.f_code.co_name, frame.f_lineno])
+        frame = frame.f_back
+    partial = f"{path}.partial"
+    with open(partial, "w") as out:
+        json.dump({"t": time.time(), "frames": frames}, out)
+    os.replace(partial, path)
 
 
 def dump_flight_recorder() -> None:

@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ddpcheck.checks.watch import agent
+from ddpcheck.checks.watch.looks import GpuReader, Seen, read_stack, read_tick
 from ddpcheck.errors import say
 from ddpcheck.failure.flight import NotADump, read_raw
 from ddpcheck.failure.stragglers import words
-from ddpcheck.failure.stragglers.judge import Judgement, Unjudged, judge
+from ddpcheck.failure.stragglers.judge import Judgement, Unjudged, explained, judge
 from ddpcheck.failure.stragglers.samples import Sample, sample_from_dumps
 from ddpcheck.report.model import Report, Table
 
@@ -49,12 +50,18 @@ class Shared:
     entries: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     hosts: dict[int, str] = field(default_factory=dict)
     clock_offsets_ns: dict[int, list[int]] = field(default_factory=dict)  # every one measured
+    looks: dict[int, dict[str, list[Any]]] = field(default_factory=dict)  # looks.Seen.unpublished's
 
 
 class Exchange(Protocol):
     """How one task's watcher shares its ranks' collectives with task 0's (team.py's store)."""
 
-    def publish(self, entries: Mapping[int, list[dict[str, Any]]], hosts: Mapping[int, str]) -> None: ...
+    def publish(
+        self,
+        entries: Mapping[int, list[dict[str, Any]]],
+        hosts: Mapping[int, str],
+        looks: Mapping[int, Mapping[str, list[Any]]] | None = None,
+    ) -> None: ...
     def others(self) -> Shared: ...
 
 
@@ -146,12 +153,23 @@ class Sampler:
         self.exchange: Exchange | None = None
         self.judging = True  # False on a team's task other than 0: it publishes, task 0 judges
         self.said: dict[str, tuple[int, ...]] = {}  # group -> the ranks last said to slow it
+        self.said_slowed: set[str] = set()  # the groups said to have slowed as a whole
+        self.reasoned: set[str] = set()  # the groups whose named rank was said with why it is slow
+        self.seen = Seen()  # each rank's /proc, stacks and GPU: why a named rank is slow
+        self.gpus = GpuReader()
+        self.pids: dict[int, int] = {}
         self.answers: deque[int] = deque(maxlen=100)  # how many ranks answered each request
         self.lines: list[str] = []  # every line said, for the report's notes and the tests
 
-    def tick(self, live: Mapping[int, str]) -> None:
-        """`live`: rank -> host of the ranks alive now. Asks when due; takes the answers once all came."""
+    def tick(self, live: Mapping[int, str], pids: Mapping[int, int] | None = None) -> None:
+        """`live`: rank -> host of the ranks alive now, `pids` their processes (read in /proc each tick).
+        Asks when due; takes the answers once all came."""
         now = self.clock()
+        self.pids = {r: pid for r, pid in (pids or {}).items() if r in live}
+        for rank, pid in self.pids.items():
+            found = read_tick(pid, time.time())  # the clock of the ranks' enqueue times
+            if found is not None:
+                self.seen.tick(rank, found)
         if self.pending is None:
             if now >= self.next_at and live:
                 self._ask(now, live)
@@ -177,6 +195,9 @@ class Sampler:
         new: dict[int, list[dict[str, Any]]] = {}
         for rank in sorted(came):
             path = agent.sample_file(str(self.dir), rank, pending.number)
+            stack = read_stack(path + agent.WHERE_SUFFIX)
+            if stack is not None:
+                self.seen.stack(rank, stack)
             try:
                 raw, _ = read_raw(path)
                 new[rank] = slim(raw)
@@ -184,19 +205,25 @@ class Sampler:
                 continue
         self._sweep(pending.number)
         self.answers.append(len(new))
+        for rank, pid in self.pids.items():
+            gpu = self.gpus.read(pid, time.time())
+            if gpu is not None:
+                self.seen.gpu(rank, gpu)
+        looks = self.seen.unpublished()  # task 0 keeps its own: cleared all the same
         # A dump holds the whole ring buffer: only what this sample added goes to task 0.
         fresh = {
             rank: self.history.add(rank, entries, pending.ranks.get(rank, ""))
             for rank, entries in new.items()
         }
         if self.exchange is not None:
-            self.exchange.publish(fresh, {r: pending.ranks.get(r, "") for r in new})
+            self.exchange.publish(fresh, {r: pending.ranks.get(r, "") for r in new}, looks)
             if self.judging:  # task 0: its own ranks are on the clock the others are aligned to
                 for rank in new:
                     self.history.offset(rank, 0)
         self._take_others()
         if self.judging and self.history.entries:
-            self._say_changes(judge([self.history.sample(self.clock(), RECENT_PER_GROUP)]))
+            judged = judge([self.history.sample(self.clock(), RECENT_PER_GROUP)])
+            self._say_changes(explained(judged, self.seen.looks()))
 
     def _take_others(self) -> None:
         """Task 0 of a team: what the other tasks published since it last looked, kept with its own."""
@@ -208,6 +235,7 @@ class Sampler:
         for rank, measured in shared.clock_offsets_ns.items():
             for offset_ns in measured:
                 self.history.offset(rank, offset_ns)
+        self.seen.take(shared.looks)
 
     def _sweep(self, number: int) -> None:
         """Every answer to this request or an earlier one goes (a late one included)."""
@@ -221,12 +249,20 @@ class Sampler:
         """A verdict's line when new or changed; one line when a named rank no longer slows its group."""
         now = {v.group: v for v in judgement.verdicts}
         for group, verdict in now.items():
-            if self.said.get(group) != verdict.ranks:
+            reasoned = any(words.because(why, False) for why in verdict.why)
+            # Said again once why is first seen: the first samples may hold no stack, no /proc span yet.
+            if self.said.get(group) != verdict.ranks or (reasoned and group not in self.reasoned):
                 self._speak(words.stderr_line(verdict))
                 self.said[group] = verdict.ranks
+                if reasoned:
+                    self.reasoned.add(group)
         judged = {g.group for g in judgement.judged}
         for group in [g for g in self.said if g not in now and g in judged]:
             self._speak(words.recovered_line(group, self.said.pop(group)))
+        for g, slowdown in judgement.slowdowns:
+            if g.group not in self.said_slowed:
+                self._speak(words.slowdown_line(g, slowdown))
+                self.said_slowed.add(g.group)
 
     def _speak(self, line: str) -> None:
         self.lines.append(line)
@@ -236,9 +272,10 @@ class Sampler:
     def judgement(self) -> Judgement:
         """The whole watched run judged (the report's; its window is the run's last minute)."""
         self._take_others()  # the other tasks' last samples, published after task 0's own last one
+        self.gpus.close()
         if not self.history.entries:
             return Judgement(unjudged=Unjudged.NO_SAMPLE, requests=self.number)
-        return judge([self.history.sample(self.clock())])
+        return explained(judge([self.history.sample(self.clock())]), self.seen.looks())
 
     def add_to(self, report: Report) -> Report:
         """The `stragglers` check, its per-rank table and the heat map's rows, added to `report`."""
@@ -253,6 +290,12 @@ class Sampler:
         found = words.table(judgement)
         if found is not None:
             report.tables.append(found)
+        why = words.why_rows(judgement)
+        if why:
+            report.tables.append(Table(words.WHY, "Why the named rank is slow", dict(words.WHY_COLUMNS), why))
+        slowed = words.slowdown_rows(judgement)
+        if slowed:
+            report.tables.append(Table(words.SLOWDOWN, "The job slowed", {}, slowed))
         rows = words.heat_rows(judgement)
         if rows:
             report.tables.append(Table(words.HEAT, "Lag behind peers over time", {}, rows))
@@ -273,13 +316,19 @@ class StoreExchange:
         self.published = 0
         self.read = dict.fromkeys(range(count), 0)  # per task, the last of its publications read
 
-    def publish(self, entries: Mapping[int, list[dict[str, Any]]], hosts: Mapping[int, str]) -> None:
+    def publish(
+        self,
+        entries: Mapping[int, list[dict[str, Any]]],
+        hosts: Mapping[int, str],
+        looks: Mapping[int, Mapping[str, list[Any]]] | None = None,
+    ) -> None:
         if self.index == 0:
             return  # task 0 keeps its own
         self.published += 1
-        body = {
+        body: dict[str, Any] = {
             "entries": {str(r): e for r, e in entries.items()},
             "hosts": {str(r): h for r, h in hosts.items()},
+            "looks": {str(r): dict(kinds) for r, kinds in (looks or {}).items()},
         }
         offset_ns = self.clock()
         if offset_ns is not None:
@@ -303,6 +352,10 @@ class StoreExchange:
                 for rank, found in body.get("entries", {}).items():
                     shared.entries.setdefault(int(rank), []).extend(found)
                 shared.hosts.update({int(r): str(h) for r, h in body.get("hosts", {}).items()})
+                for rank, kinds in body.get("looks", {}).items():
+                    held = shared.looks.setdefault(int(rank), {})
+                    for kind, found in kinds.items():
+                        held.setdefault(kind, []).extend(found)
                 if body.get("clock_offset_ns") is not None:
                     for rank in map(int, body.get("hosts", {})):
                         shared.clock_offsets_ns.setdefault(rank, []).append(int(body["clock_offset_ns"]))

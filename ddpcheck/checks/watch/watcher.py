@@ -192,7 +192,9 @@ class Watcher:
         """The straggler sampling's turn: never why a watch fails (a fault in it ends it, said once)."""
         assert self.sampler is not None
         try:
-            self.sampler.tick({r: w.process.host for r, w in self.ranks.items() if w.gone_at is None})
+            live = {r: w for r, w in self.ranks.items() if w.gone_at is None}
+            hosts = {r: w.process.host for r, w in live.items()}
+            self.sampler.tick(hosts, {r: w.process.pid for r, w in live.items()})
         except Exception as exc:  # the hang and crash verdicts matter more than a straggler
             self.notes.append(f"the straggler sampling stopped: {type(exc).__name__}: {exc}")
             self.sampler = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum, auto
 
 from ddpcheck.failure.flight import group_order
@@ -169,6 +169,7 @@ class GroupJudgement:
     skipped: Skip | None = None
     compared: int = 0  # collectives held by every rank (a group skipped as TOO_FEW: how few)
     slowdown: Slowdown | None = None
+    ends_s: Mapping[int, float] = field(default_factory=dict)  # each rank's last judged enqueue, its clock
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,8 @@ def explained(judgement: Judgement, looks: Mapping[int, Looks]) -> Judgement:
         v = g.verdict
         if v is not None:
             peers = [r for r in g.ranks if r not in v.ranks]
-            why = tuple(explain(r, peers, looks, max(v.window_s, MIN_EXPLAINED_S)) for r in v.ranks)
+            window_s = max(v.window_s, MIN_EXPLAINED_S)
+            why = tuple(explain(r, peers, looks, window_s, g.ends_s) for r in v.ranks)
             g = replace(g, verdict=replace(v, why=why))
         groups.append(g)
     return replace(judgement, groups=groups)
@@ -239,8 +241,13 @@ def _judge_group(pg: str, gathered: Gathered, thresholds: Thresholds) -> list[Gr
         host: str | None, ranks: list[int], estimator: Estimator, offsets: Mapping[int, int]
     ) -> GroupJudgement:
         found = arrivals(ranks, held, estimator, offsets)
+        ends = {r: held[r][found[-1].seq].created_ns / 1e9 for r in ranks} if found else {}
         return _judge_unit(
-            GroupJudgement(pg, desc, host, ranks, estimator), estimator, found, gathered.hosts, thresholds
+            GroupJudgement(pg, desc, host, ranks, estimator, ends_s=ends),
+            estimator,
+            found,
+            gathered.hosts,
+            thresholds,
         )
 
     if all(any(s.duration_ms is not None for s in held[r].values()) for r in members):

@@ -20,20 +20,23 @@ import re
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 # A process seen stopped (state T) at this share of the window's looks is stopped from outside: a
 # healthy rank is never in T.
 STOPPED_SHARE = 0.1
-# Runnable (running, or waiting in the run queue) this share of the time: it is computing.
+# Runnable (running, or waiting in the run queue) this share of the time: it is computing, running this
+# much more than its peers (who wait for it); held back when it waits to run longer than it runs.
 BUSY_SHARE = 0.6
-# ...and running at least this share itself; below it while waiting to run this share: it is held back
-# (a CPU quota's throttling, a host with more runnable threads than cores).
-RUNNING_SHARE = 0.3
+MORE_CPU = 0.1
+# Waiting to run this share of the time more than its peers: it is held back (a CPU quota's throttling,
+# a core shared with other work).
 QUEUED_SHARE = 0.2
-# In uninterruptible (disk) sleep this share of the looks: waiting on I/O.
+# In uninterruptible (disk) sleep this share of the looks more than its peers: waiting on I/O.
 IO_SHARE = 0.2
+# Each share is compared with its peers' median: on a crowded host every rank waits for a CPU, and that
+# is not why one of them is slower.
 # Its GPU's SM clock this far under its peers' median: the GPU is slower, not the rank's code.
 GPU_CLOCK_BELOW = 0.9
 # A window shorter than this says nothing of a process's CPU time (/proc counts it in 10-ms ticks).
@@ -84,7 +87,7 @@ class Frame:
 
 @dataclass(frozen=True)
 class Tick:
-    """One look at a rank's process (/proc/<pid>/stat and schedstat), at `t` on the watcher's clock."""
+    """One look at a rank's process (/proc/<pid>/stat and schedstat), at `t` (its host's wall clock)."""
 
     t: float
     state: str  # R, S, D, T, ...
@@ -151,7 +154,7 @@ class Why:
     rank: int
     where: Where | None = None
     usage: Usage | None = None
-    peers_cpu_share: float | None = None
+    peers: Usage | None = None  # the median of its peers' shares
     gpu: Gpu | None = None
     peers_gpu: Gpu | None = None
     gpu_slower: bool = False
@@ -208,19 +211,39 @@ def usage_of(ticks: Sequence[Tick]) -> Usage | None:
         queued = _share(timed[-1].queued_s - timed[0].queued_s, seconds)
     stopped = sum(t.state in ("T", "t") for t in ticks) / len(ticks)
     io = sum(t.state == "D" for t in ticks) / len(ticks)
-    return Usage(seconds, cpu, queued, stopped, io, _activity(cpu, queued or 0.0, stopped, io))
+    found = Usage(seconds, cpu, queued, stopped, io, Activity.SLEEPING)
+    return replace(found, activity=activity(found, None))
 
 
-def _activity(cpu: float, queued: float, stopped: float, io: float) -> Activity:
-    if stopped >= STOPPED_SHARE:
+def activity(u: Usage, peers: Usage | None) -> Activity:
+    """What the process did, by its shares beyond its peers' (none given: beyond nothing)."""
+    p = peers or Usage(0.0, 0.0, 0.0, 0.0, 0.0, Activity.SLEEPING)
+    queued = u.queued_share or 0.0
+    if u.stopped_share - p.stopped_share >= STOPPED_SHARE:
         return Activity.STOPPED
-    if cpu + queued >= BUSY_SHARE and cpu >= RUNNING_SHARE:
-        return Activity.BUSY
-    if queued >= QUEUED_SHARE:
+    if u.cpu_share + queued >= BUSY_SHARE and u.cpu_share >= p.cpu_share + MORE_CPU:
+        # Runnable most of the time: computing, and held back where it waits to run more than it runs.
+        return Activity.BUSY if u.cpu_share >= queued else Activity.WAITING_FOR_CPU
+    if queued - (p.queued_share or 0.0) >= QUEUED_SHARE:
         return Activity.WAITING_FOR_CPU
-    if io >= IO_SHARE:
+    if u.io_share - p.io_share >= IO_SHARE:
         return Activity.IO
     return Activity.SLEEPING
+
+
+def peers_usage(usages: Sequence[Usage]) -> Usage | None:
+    """The median of each share over the peers."""
+    if not usages:
+        return None
+    queued = [u.queued_share for u in usages if u.queued_share is not None]
+    return Usage(
+        seconds=statistics.median(u.seconds for u in usages),
+        cpu_share=statistics.median(u.cpu_share for u in usages),
+        queued_share=statistics.median(queued) if queued else None,
+        stopped_share=statistics.median(u.stopped_share for u in usages),
+        io_share=statistics.median(u.io_share for u in usages),
+        activity=Activity.SLEEPING,  # not judged: only its shares are compared
+    )
 
 
 def _share(part: float, whole: float) -> float:
@@ -249,19 +272,28 @@ def gpu_of(readings: Sequence[Gpu]) -> Gpu | None:
 
 
 # ---------------------------------------------------------------- the whole
-def explain(rank: int, peers: Sequence[int], looks: Mapping[int, Looks], window_s: float) -> Why:
-    """Why `rank` is slow, from each rank's looks over the last `window_s` of its own clock."""
-    mine = _recent(looks.get(rank, Looks()), window_s)
-    others = [_recent(looks[p], window_s) for p in peers if p in looks]
-    peer_usages = [u for u in (usage_of(o.ticks) for o in others) if u is not None]
+def explain(
+    rank: int,
+    peers: Sequence[int],
+    looks: Mapping[int, Looks],
+    window_s: float,
+    ends_s: Mapping[int, float] | None = None,
+) -> Why:
+    """Why `rank` is slow, from each rank's looks over the `window_s` up to its end in `ends_s` (its last
+    collective judged, on its host's wall clock, as its looks), or up to its latest look."""
+    ends_s = ends_s or {}
+    mine = _recent(looks.get(rank, Looks()), window_s, ends_s.get(rank))
+    others = [_recent(looks[p], window_s, ends_s.get(p)) for p in peers if p in looks]
+    peers = peers_usage([u for u in (usage_of(o.ticks) for o in others) if u is not None])
+    usage = usage_of(mine.ticks)
     gpu = gpu_of(mine.gpus)
     peer_gpus = [g for g in (gpu_of(o.gpus) for o in others) if g is not None]
     peers_gpu = gpu_of(peer_gpus)  # the median of the peers' medians
     return Why(
         rank=rank,
         where=where_of(mine.stacks),
-        usage=usage_of(mine.ticks),
-        peers_cpu_share=statistics.median(u.cpu_share for u in peer_usages) if peer_usages else None,
+        usage=None if usage is None else replace(usage, activity=activity(usage, peers)),
+        peers=peers,
         gpu=gpu,
         peers_gpu=peers_gpu,
         gpu_slower=_gpu_slower(gpu, peers_gpu),
@@ -276,12 +308,18 @@ def _gpu_slower(gpu: Gpu | None, peers: Gpu | None) -> bool:
     return False
 
 
-def _recent(looks: Looks, window_s: float) -> Looks:
-    """The looks of the last `window_s` seconds of the rank's own latest."""
-    latest = max((x.t for x in (*looks.ticks[-1:], *looks.stacks[-1:], *looks.gpus[-1:])), default=0.0)
-    since = latest - window_s
+def _recent(looks: Looks, window_s: float, end: float | None) -> Looks:
+    """The looks of the `window_s` seconds up to `end` (None: its latest look): a rank's shutdown after its
+    last collective judged is not in it."""
+    if end is None:
+        end = max((x.t for x in (*looks.ticks[-1:], *looks.stacks[-1:], *looks.gpus[-1:])), default=0.0)
+    since = end - window_s
+
+    def within(t: float) -> bool:
+        return since <= t <= end
+
     return Looks(
-        ticks=[t for t in looks.ticks if t.t >= since],
-        stacks=[s for s in looks.stacks if s.t >= since],
-        gpus=[g for g in looks.gpus if g.t >= since],
+        ticks=[t for t in looks.ticks if within(t.t)],
+        stacks=[s for s in looks.stacks if within(s.t)],
+        gpus=[g for g in looks.gpus if within(g.t)],
     )

@@ -45,15 +45,13 @@ WHY_COLUMNS = {
     "activity": "its process",
     "cpu_share": "CPU / wall",
     "peers_cpu_share": "peers' CPU / wall",
-    "stopped_share": "stopped",
-    "queued_share": "waiting for a CPU",
-    "gpu_sm_clock_mhz": "GPU clock (MHz)",
-    "peers_gpu_sm_clock_mhz": "peers' GPU clock",
-    "gpu_power_w": "GPU power (W)",
-    "gpu_temperature_c": "GPU temp (°C)",
+    "gpu_sm_clock_mhz": "GPU MHz",
+    "peers_gpu_sm_clock_mhz": "peers' GPU MHz",
 }
 # Below this a window is its WINDOW_MIN collectives, not a minute (early in a run): the line says so.
 SHORT_WINDOW_S = 10.0
+# A rank's wait for a CPU is said beside what it did from this share on (a crowded host).
+CROWDED_SHARE = 0.2
 
 
 # ---------------------------------------------------------------- the lines watch says while the job runs
@@ -112,27 +110,37 @@ def because(why: Why, say_rank: bool) -> str:
             parts.append(f"{subject} was in {place} at {w.there} of {counted(w.seen, 'sample')}")
     if why.usage is not None:
         owner = "its process" if parts else f"{subject} was"
-        parts.append(f"{owner} {_activity(why.usage, why.peers_cpu_share)}")
+        parts.append(f"{owner} {_activity(why.usage, why.peers)}")
     if why.gpu is not None and (why.gpu_slower or why.gpu.throttle):
         parts.append(_gpu(why))
     return "; ".join(parts)
 
 
-def _activity(u: Usage, peers_cpu: float | None) -> str:
-    peers = f", its peers' {peers_cpu:.0%}" if peers_cpu is not None else ""
-    cpu = f"CPU {u.cpu_share:.0%} of its time{peers}"
+def _activity(u: Usage, peers: Usage | None) -> str:
+    def theirs(share: float | None) -> str:
+        return f", its peers' {share:.0%}" if peers is not None and share is not None else ""
+
+    cpu = f"CPU {u.cpu_share:.0%} of its time{theirs(peers and peers.cpu_share)}"
     queued = u.queued_share or 0.0
+    crowded = (
+        f"; waiting for a CPU {queued:.0%}{theirs(peers and peers.queued_share)}"
+        if queued >= CROWDED_SHARE and u.activity is not Activity.WAITING_FOR_CPU
+        else ""
+    )
     match u.activity:
         case Activity.STOPPED:
-            return f"stopped {u.stopped_share:.0%} of the time, not runnable ({cpu})"
+            return f"stopped {u.stopped_share:.0%} of the time, not runnable ({cpu}{crowded})"
         case Activity.BUSY:
-            waiting = f", waiting for a CPU {queued:.0%}" if queued >= 0.1 else ""
-            return f"busy computing ({cpu}{waiting})"
+            return f"busy computing, runnable {u.cpu_share + queued:.0%} of the time ({cpu}{crowded})"
         case Activity.WAITING_FOR_CPU:
-            return f"waiting for a CPU {queued:.0%} of the time, throttled or crowded ({cpu})"
+            their = theirs(peers and peers.queued_share)
+            return (
+                f"runnable but waiting for a CPU {queued:.0%} of the time{their}: throttled, or its core "
+                f"shared ({cpu})"
+            )
         case Activity.IO:
-            return f"waiting on I/O (in disk sleep at {u.io_share:.0%} of looks; {cpu})"
-    return f"sleeping ({cpu})"
+            return f"waiting on I/O (in disk sleep at {u.io_share:.0%} of looks; {cpu}{crowded})"
+    return f"sleeping ({cpu}{crowded})"
 
 
 def _gpu(why: Why) -> str:
@@ -249,7 +257,9 @@ def why_rows(judgement: Judgement) -> list[dict[str, Any]]:
                     "where_samples": f"{w.there}/{w.seen}" if w else None,
                     "activity": str(u.activity) if u else None,
                     "cpu_share": _round(u.cpu_share if u else None),
-                    "peers_cpu_share": _round(why.peers_cpu_share),
+                    "peers_cpu_share": _round(why.peers.cpu_share if why.peers else None),
+                    "peers_queued_share": _round(why.peers.queued_share if why.peers else None),
+                    "peers_stopped_share": _round(why.peers.stopped_share if why.peers else None),
                     "stopped_share": _round(u.stopped_share if u else None),
                     "queued_share": _round(u.queued_share if u else None),
                     "io_share": _round(u.io_share if u else None),
