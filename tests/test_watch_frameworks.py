@@ -1,8 +1,8 @@
 """`watch` and `attach` on jobs started the way people start them (tests/support/framework_job.py).
 
 Lightning's Trainer starts its second rank itself with LOCAL_RANK only (its rank 0 is the process
-the user started, with no rank variable at all); `accelerate launch` runs torchrun's agent inside
-its own process; a plain script may start its ranks and give each its rank in init_process_group
+the user started, with no rank variable at all); `accelerate launch --multi_gpu` runs torchrun's
+agent inside its own process; a plain script may start its ranks and give each its rank in init_process_group
 alone. Each job runs several collectives a step (DDP's gradient all_reduce, a logged loss). For
 each: a straggler and then a crash in one watched run, a hang under watch, and a hang read by
 attach from outside (not the plain script's: its ranks carry nothing attach can read a rank from).
@@ -24,7 +24,9 @@ import psutil
 import pytest
 
 JOB = str(Path(__file__).resolve().parent / "support" / "framework_job.py")
-ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2"]
+# --multi_gpu, not --cpu: with --cpu accelerate's simple launcher starts one process (two only through
+# an MPI hostfile); --multi_gpu runs torchrun's agent, and the script's Accelerator(cpu=True) gloo.
+ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
 ACCELERATE += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
 LAUNCHES = {
     "own": [sys.executable, JOB, "own"],
@@ -152,6 +154,10 @@ def test_attach_names_the_hung_rank_of_a_job_started_without_ddpcheck(tmp_path: 
         assert hang["ranks"] == [1] and "load_batch" in hang["detail"], hang
         assert job.poll() is None, "attach leaves the job running"
     finally:
+        # Every process of it: torchrun's agent (inside accelerate) starts its ranks in sessions of their own.
+        with contextlib.suppress(psutil.Error):
+            for proc in psutil.Process(job.pid).children(recursive=True):
+                proc.kill()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(job.pid, signal.SIGKILL)
         job.wait()

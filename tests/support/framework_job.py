@@ -2,8 +2,10 @@
 
   python framework_job.py lightning        Lightning's Trainer, strategy="ddp" on 2 CPU processes: it
                                            starts its second rank itself (LOCAL_RANK only, no RANK)
-  accelerate launch --cpu --num_processes 2 framework_job.py accelerate
-                                           an Accelerate script (accelerate starts torchrun's agent)
+  accelerate launch --multi_gpu --num_processes 2 framework_job.py accelerate
+                                           an Accelerate script on CPU (Accelerator(cpu=True)):
+                                           accelerate runs torchrun's agent (`--cpu` would start one
+                                           process: its simple launcher, two only with an MPI hostfile)
   python framework_job.py own              a plain script that starts its own ranks, each given its
                                            rank in init_process_group only (no rank variable at all)
 
