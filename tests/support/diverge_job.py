@@ -1,0 +1,128 @@
+"""A DDP training job (gloo, CPU) for the replica tests of `ddpcheck watch`; it knows nothing of ddpcheck.
+
+Each step: every rank its own batch, forward, backward (DDP all_reduces the gradients), SGD with
+momentum, then an all_reduce of the loss for the log line and, every 10 steps, a barrier. Planted
+by environment, from outside the model's code:
+
+  DIVERGE_JOB_FLIP=R:K   rank R's fc2.weight gets one bit flipped at step K, by a hook of the job's
+                         optimizer after its step (the silent data corruption of one replica)
+  DIVERGE_JOB_NAN=R:K    rank R's loss is NaN at step K (before its backward: its gradients)
+  DIVERGE_JOB_STEPS=S    steps (default 200); DIVERGE_JOB_STEP_S: a sleep per step (default 0)
+
+Steps count from 1, as the optimizer's step() calls do. Under torchrun, srun or mpirun it is one
+rank (MASTER_ADDR and MASTER_PORT are the caller's under srun and mpirun); `python diverge_job.py
+--nproc N` starts N ranks itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+# Beside this script (its folder is on sys.path when it runs): the launchers' variables, read once.
+from train_job import RANK_VARIABLES, SIZE_VARIABLES, first_of
+
+FLIPPED_BIT = 20  # of a float32: its value changes by about 12%, kept by every later step
+
+
+def planted(name: str, rank: int) -> int | None:
+    """The step at which DIVERGE_JOB_<name>=R:K plants its fault on this rank, or None."""
+    text = os.environ.get(f"DIVERGE_JOB_{name}", "")
+    if not text:
+        return None
+    where, _, step = text.partition(":")
+    return int(step) if int(where) == rank else None
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(32, 64)
+        self.norm = torch.nn.BatchNorm1d(64)  # buffers too: DDP broadcasts them from rank 0
+        self.fc2 = torch.nn.Linear(64, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.norm(self.fc1(x))))
+
+
+def flip_one_bit(tensor: torch.Tensor) -> None:
+    with torch.no_grad():
+        tensor.view(-1).view(torch.int32)[3] ^= 1 << FLIPPED_BIT
+
+
+def run() -> None:
+    os.environ.setdefault("RANK", str(first_of(RANK_VARIABLES, "0")))
+    os.environ.setdefault("WORLD_SIZE", str(first_of(SIZE_VARIABLES, "1")))
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(Net())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    steps = int(os.environ.get("DIVERGE_JOB_STEPS", "200"))
+    pause = float(os.environ.get("DIVERGE_JOB_STEP_S", "0"))
+    flip_at, nan_at = planted("FLIP", rank), planted("NAN", rank)
+    done = {"steps": 0}
+
+    def corrupt(opt: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+        done["steps"] += 1
+        if done["steps"] == flip_at:
+            flip_one_bit(model.module.fc2.weight)
+
+    optimizer.register_step_post_hook(corrupt)
+    generator = torch.Generator().manual_seed(1000 + rank)
+    logged = torch.zeros(1)
+    for step in range(1, steps + 1):
+        inputs, targets = torch.randn(16, 32, generator=generator), torch.randn(16, 8, generator=generator)
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(inputs), targets)
+        if step == nan_at:
+            loss = loss * float("nan")
+        loss.backward()
+        optimizer.step()
+        logged.fill_(float(loss.detach()))
+        dist.all_reduce(logged)
+        if step % 10 == 0:
+            dist.barrier()
+        if pause:
+            time.sleep(pause)
+    print(f"rank {rank} done: {steps} steps, loss {float(logged) / dist.get_world_size():.4f}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _spawned(rank: int, world: int, port: int) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    run()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nproc", type=int, default=0, help="start this many ranks (no launcher)")
+    nproc = parser.parse_args().nproc
+    if not nproc:
+        run()
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    context = mp.get_context("spawn")
+    ranks = []
+    for rank in range(nproc):
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(nproc))  # watch reads a spawned rank's from here
+        process = context.Process(target=_spawned, args=(rank, nproc, port))
+        process.start()
+        ranks.append(process)
+    for process in ranks:
+        process.join()
+    sys.exit(max((p.exitcode or 0) for p in ranks))
+
+
+if __name__ == "__main__":
+    main()
