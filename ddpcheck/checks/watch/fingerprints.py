@@ -93,9 +93,9 @@ class Fingerprinter:
         self.looked = False
         self.params: list[tuple[str, Any]] = []  # the gradients watched: (name, parameter)
         self.flags: Any = None  # one float per parameter on its device: NaN once a gradient was not finite
-        self.copied: tuple[int, Any, Any] | None = (
-            None  # the flags' (step, host copy, CUDA event): read later
-        )
+        # On a GPU, the flags' copy under way: (its step, the host's copy, its CUDA event), read later.
+        self.copied: tuple[int, Any, Any] | None = None
+        self.host: Any = None  # the flags' pinned copy on the host (a GPU's)
         self.pending: dict[str, Any] | None = None  # a fingerprint waiting for its buffers (the next forward)
         self.nonfinite_said = False
         self.last_written = 0
@@ -258,11 +258,12 @@ class Fingerprinter:
                 self._judge_flags(self.copied[0], self.copied[1])
                 self.copied = None
             if self.copied is None:
-                host = torch.empty(self.flags.shape, dtype=self.flags.dtype, pin_memory=True)
-                host.copy_(self.flags, non_blocking=True)
+                if self.host is None:  # pinned once: the copy is read only after it arrived
+                    self.host = torch.empty(self.flags.shape, dtype=self.flags.dtype, pin_memory=True)
+                self.host.copy_(self.flags, non_blocking=True)
                 event = torch.cuda.Event()
                 event.record()
-                self.copied = (step, host, event)
+                self.copied = (step, self.host, event)
             else:
                 return  # the last copy has not arrived: keep adding into the same flags
         self.flags.zero_()

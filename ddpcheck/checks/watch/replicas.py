@@ -24,6 +24,9 @@ from ddpcheck.failure.replicas import Fingerprint, NonFinite
 from ddpcheck.report.model import Report
 
 READ_S = 1.0
+# Replicas that agreed at fewer steps than this are a note, not a check: a short healthy job's
+# verdict stays its one line, as the stragglers' "not judged" is.
+MIN_STEPS_CHECKED = 2
 WHOLE_STEPS = 16  # per rank, its first and its latest steps shared whole by a team's task
 
 
@@ -127,6 +130,13 @@ class Replicas:
             return report
         if self.speaking:
             self._say()  # a team's task 0 says it here, once every task's records are in
+        if judgement.agree and not judgement.first_nan and len(judgement.steps) < MIN_STEPS_CHECKED:
+            steps = ", ".join(str(s) for s in judgement.steps) or "none"
+            report.notes.append(
+                f"replicas compared at too few steps for the check ({steps}; "
+                f"--fingerprint-every {self.every}): {len(judgement.ranks)} ranks identical"
+            )
+            return report
         hosts = {r.get("rank"): r.get("host") for r in report.ranks if isinstance(r, dict)}
         for check in replicas.checks(judgement, self.every):
             check.hosts = sorted({str(hosts[r]) for r in check.ranks if hosts.get(r)})
