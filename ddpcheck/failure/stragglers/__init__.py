@@ -1,7 +1,8 @@
 """Stragglers: the rank that slows a running job, judged from samples of its ranks' flight recorders.
 
 Pure: samples in (what each rank's flight recorder held when `ddpcheck watch` asked, taken again
-and again: samples.py), a Judgement out (judge.py, over timeline.py's arrivals), its words apart
+and again: samples.py), a Judgement out (judge.py, over timeline.py's arrivals), why a named rank is
+slow from what the watcher saw of each rank (why.py: its stacks, its /proc, its GPU), its words apart
 (words.py); no process, no sampling loop, no torch. docs/stragglers.md explains the rule; in short:
 
 - Every process group is judged alone (a pipeline's stages reach their own groups' collectives at
@@ -28,4 +29,6 @@ and again: samples.py), a Judgement out (judge.py, over timeline.py's arrivals),
   rank late only at the first of a step's collectives, or only now and then, is named. Per
   collective, "late" (its work at least MARGIN x its peers' median, and later by MIN_LAG_S) and
   its lag are the evidence shown beside it, not the gate.
+- Nobody named, a group whose collectives came SLOWED_BY further apart since a change than before
+  it slowed as a whole (every rank alike): said with when and by how much, not as "nobody".
 """

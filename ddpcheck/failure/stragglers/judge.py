@@ -336,8 +336,9 @@ def _ratio(before: Sequence[float], after: Sequence[float], thresholds: Threshol
 def _slowdown(found: list[Arrivals], thresholds: Thresholds) -> Slowdown | None:
     """Where the time between collectives stepped up (the split that best fits two levels, by least
     squares), when since then it is slowed_by times what it was before."""
+    found = found[thresholds.min_collectives :]  # a job's setup: DDP's broadcasts and barriers, back to back
     periods = [c.period_s for c in found]
-    least = thresholds.min_collectives
+    least = max(thresholds.min_collectives, len(periods) // 5)  # a level is a fifth of them at least
     if len(periods) < 2 * least:
         return None
     total = sum(periods)
