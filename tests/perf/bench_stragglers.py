@@ -42,11 +42,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from ddpcheck.checks.watch.looks import read_tick
 from tests.support.load import busy_cores
 from tests.support.netns import free_port
 from tests.support.slurm import SlurmUnavailable, slurm_daemons
@@ -87,7 +89,13 @@ def dump():
     dumps.append((time.perf_counter() - began) * 1e3)
 reference = [longest_gap(0.5) for _ in range(10)]
 paused = [longest_gap(0.5, dump) for _ in range(10)]
-print(max(reference), max(paused), statistics.median(dumps), os.path.getsize({path!r}))
+wheres = []  # the stack beside each answer (agent._write_where), inside a process group as a rank's
+for _ in range(200):
+    began = time.perf_counter()
+    agent._write_where({path!r} + ".where")
+    wheres.append((time.perf_counter() - began) * 1e6)
+size = os.path.getsize({path!r})
+print(max(reference), max(paused), statistics.median(dumps), size, statistics.median(wheres))
 dist.destroy_process_group()
 """
 # A shape: its job's environment, and its slowed rank's planting (tests/support/straggler_shapes.py).
@@ -98,7 +106,14 @@ SHAPES = {
     "accum": ({"SLOW_JOB_SHAPE": "accum"}, {"SLOW_JOB_FACTOR": "1.3"}),
     "stall": ({"SLOW_JOB_SHAPE": "stall"}, {"SLOW_JOB_STALL": "0.4", "SLOW_JOB_STALL_PERIOD_S": "0.25"}),
     "partway": ({"SLOW_JOB_SHAPE": "one"}, {"SLOW_JOB_FACTOR": "2.0", "SLOW_JOB_FROM": "40"}),
+    "busy": ({"SLOW_JOB_SHAPE": "one", "SLOW_JOB_WORK": "compute"}, {"SLOW_JOB_FACTOR": "1.5"}),
+    # Every rank 1.5x from step 40: nobody named, the job slower than its past (the check WARN, no rank).
+    "job-slows": (
+        {"SLOW_JOB_SHAPE": "one"},
+        {"SLOW_JOB_ALL": "1", "SLOW_JOB_FACTOR": "1.5", "SLOW_JOB_FROM": "40"},
+    ),
 }
+WHOLE_JOB = {"job-slows"}  # its slowed runs are right when the job, not a rank, is said to have slowed
 OLD_PERSISTENCE = 0.6  # the rule before issue 50: late at >= 60% of the window's collectives
 DONE = re.compile(r"rank 0 done: \d+ steps in ([\d.]+) s")
 
@@ -169,9 +184,11 @@ def shaped(launchers: list[str], shapes: list[str], runs: int, seconds: float, s
                 if shape == "stall" and launcher != "python":
                     continue  # the launching process stops the rank: the job's own --nproc
                 job_env, slowing = SHAPES[shape]
-                right = lined = old = healthy_named = healthy_lined = 0
+                right = lined = old = healthy_named = healthy_lined = healthy_slowed = 0
                 slowed_shares: list[float] = []
                 healthy_shares: list[float] = []
+                whys: Counter[str] = Counter()  # the slowed rank's reason: its process, where
+                factors: list[float] = []  # the job's slowdown, where reported
                 began = time.monotonic()
                 for _ in range(runs):
                     for slowed in (True, False):
@@ -182,7 +199,16 @@ def shaped(launchers: list[str], shapes: list[str], runs: int, seconds: float, s
                             _, report, _, _, err = watched(launcher, tmp, sample_every, env, **plant)
                         found, table = named(report), rows(report)
                         said = [line for line in err.splitlines() if "is slowing the job" in line]
-                        if slowed:
+                        slowdown = report.get("tables", {}).get("straggler_slowdown", [])
+                        factors += [row["factor"] for row in slowdown if slowed and not row["named"]]
+                        for why in report.get("tables", {}).get("straggler_why", []) if slowed else []:
+                            where = (why["where"] or "-").split(" (")[0]
+                            whys[f"{why['activity']} in {where}"] += why["rank"] == 1
+                        if slowed and shape in WHOLE_JOB:
+                            whole = [line for line in err.splitlines() if "the whole job slowed" in line]
+                            right += found == [] and any(not row["named"] for row in slowdown)
+                            lined += bool(whole) and not said
+                        elif slowed:
                             right += found == [1]
                             lined += bool(said) and all(
                                 line.startswith("ddpcheck watch: rank 1 ") for line in said
@@ -191,15 +217,18 @@ def shaped(launchers: list[str], shapes: list[str], runs: int, seconds: float, s
                                 slowed_shares.append(beyond(table)[1])
                                 old += table[1]["late_share"] >= OLD_PERSISTENCE - 1e-9
                         else:
-                            healthy_named += bool(found)
+                            healthy_named += bool(found) or bool(slowdown)
                             healthy_lined += bool(said)
+                            healthy_slowed += bool(slowdown)
                             if table:
                                 healthy_shares.append(max(beyond(table).values()))
                 print(
                     f"{launcher:9s} {shape:8s} slowed: rank 1 named in {right} of {runs} (a line naming "
                     f"it alone: {lined}; the old 60% rule: {old}), its peers' wait share beyond the typical "
                     f"{_figures(slowed_shares)}; healthy: named {healthy_named} of {runs} (a line: "
-                    f"{healthy_lined}), the most waited-for rank's share {_figures(healthy_shares)}; "
+                    f"{healthy_lined}; the job said slowed: {healthy_slowed}), the most waited-for rank's "
+                    f"share {_figures(healthy_shares)}; why: {dict(whys) or '-'}; the job slowed by "
+                    f"{', '.join(f'{f:.2f}x' for f in factors) or '-'}; "
                     f"load {os.getloadavg()[0]:.1f}, "
                     f"{time.monotonic() - began:.0f} s",
                     flush=True,
@@ -336,11 +365,19 @@ def pause() -> None:
         out = subprocess.run(
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
         )
-    reference, paused, dump_ms, size = out.stdout.split()
+    reference, paused, dump_ms, size, where_us = out.stdout.split()
     print(f"one dump of a full recorder (2000 gloo entries, {int(size) / 1e6:.2f} MB): "
           f"{float(dump_ms):.1f} ms "
           f"(median of 10); longest gap of the rank's busy loop: {float(paused):.1f} ms while it dumps, "
-          f"{float(reference):.1f} ms with no dump (reference)", flush=True)  # fmt: skip
+          f"{float(reference):.1f} ms with no dump (reference); the main thread's stack beside it: "
+          f"{float(where_us):.0f} µs (median of 200)", flush=True)  # fmt: skip
+    ticks = []  # the watcher's look at a rank's /proc each tick (checks/watch/looks.py)
+    for _ in range(1000):
+        began = time.perf_counter()
+        read_tick(os.getpid(), 0.0)
+        ticks.append((time.perf_counter() - began) * 1e6)
+    print(f"the watcher's /proc look at one rank (stat and schedstat): {statistics.median(ticks):.0f} µs "
+          "(median of 1000), every 0.1 s", flush=True)  # fmt: skip
 
 
 def main() -> None:
