@@ -178,11 +178,15 @@ def test_looks_after_its_last_collective_judged_are_not_counted() -> None:
     assert verdict.why[0].usage is None
 
 
-def test_a_gpu_at_its_peers_clock_is_not_blamed() -> None:
-    why = explain(
-        1, [0, 2], {0: Looks(gpus=gpu(1980)), 1: Looks(gpus=gpu(1900)), 2: Looks(gpus=gpu(1980))}, 60
-    )
-    assert not why.gpu_slower
+def test_a_gpu_at_its_peers_clock_is_not_blamed_nor_a_power_cap_they_all_meet() -> None:
+    def blamed(mine: list[Gpu], theirs: list[Gpu]) -> bool:
+        looks = {0: Looks(gpus=theirs), 1: Looks(gpus=mine), 2: Looks(gpus=theirs)}
+        return explain(1, [0, 2], looks, 60).gpu_slower
+
+    assert not blamed(gpu(1900), gpu(1980))
+    capped = gpu(1980, throttle=("power cap",))
+    assert not blamed(capped, capped)
+    assert blamed(gpu(1950, throttle=("power brake",)), capped)  # a reason its peers' GPUs had not
 
 
 def test_nothing_seen_leaves_the_line_as_it_was() -> None:

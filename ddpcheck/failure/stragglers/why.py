@@ -301,11 +301,14 @@ def explain(
 
 
 def _gpu_slower(gpu: Gpu | None, peers: Gpu | None) -> bool:
-    if gpu is None or gpu.sm_clock_mhz is None:
+    """Its SM clock GPU_CLOCK_BELOW its peers', or slowed by a reason none of its peers' GPUs had (a
+    power cap that every GPU at full load meets is no reason)."""
+    if gpu is None or peers is None:
         return False
-    if peers is not None and peers.sm_clock_mhz:
-        return gpu.sm_clock_mhz <= GPU_CLOCK_BELOW * peers.sm_clock_mhz
-    return False
+    mine, theirs = gpu.sm_clock_mhz, peers.sm_clock_mhz
+    if mine is not None and theirs is not None and mine <= GPU_CLOCK_BELOW * theirs:
+        return True
+    return bool(set(gpu.throttle) - set(peers.throttle))
 
 
 def _recent(looks: Looks, window_s: float, end: float | None) -> Looks:

@@ -111,7 +111,7 @@ def because(why: Why, say_rank: bool) -> str:
     if why.usage is not None:
         owner = "its process" if parts else f"{subject} was"
         parts.append(f"{owner} {_activity(why.usage, why.peers)}")
-    if why.gpu is not None and (why.gpu_slower or why.gpu.throttle):
+    if why.gpu is not None and why.gpu_slower:
         parts.append(_gpu(why))
     return "; ".join(parts)
 
