@@ -176,3 +176,17 @@ def test_one_flipped_bit_anywhere_changes_the_exact_fingerprint() -> None:
                     continue  # not a boolean any more
                 again = changed.view(tensor.dtype).reshape(tensor.shape)
                 assert _fingerprints([again])[0][0] != exact[index], (index, byte, bit)
+
+
+def test_parameters_that_turned_nan_unseen_by_the_gradient_check_are_said_without_blaming_a_rank() -> None:
+    nan = float("nan")
+    found = [p for p in prints() if p.step < 30]
+    found += [fingerprint_from_record(record(r, 30, [1.5, nan, 3.0])) for r in range(3)]
+    judgement = judge(found)
+    assert judgement.agree and judgement.unseen_nan == (30, (0, 1, 2))
+    agree, check = replicas.checks(judgement, every=10)
+    assert agree.status is Status.PASS and check.name == "first nan" and check.status is Status.FAIL
+    assert check.ranks == [] and check.detail.startswith(
+        "the parameters of ranks 0-2 hold NaN/Inf at step 30"
+    )
+    assert judge(found, [NonFinite(1, 29, "gradient", ("fc1.bias",), 1)]).unseen_nan is None

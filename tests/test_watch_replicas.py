@@ -144,6 +144,15 @@ def test_a_healthy_job_names_nobody_under_torchrun(tmp_path) -> None:
     assert_healthy(watch(tmp_path, 10, [*TORCHRUN, JOB]))
 
 
+def test_a_module_left_out_by_name_is_not_compared(tmp_path) -> None:
+    """DDPCHECK_FINGERPRINT_SKIP=fc2.: the flipped fc2.weight is the job's own business (docs/diverges.md)."""
+    job = [sys.executable, JOB, "--nproc", "3"]
+    run = watch(
+        tmp_path, 5, job, DIVERGE_JOB_STEPS="20", DIVERGE_JOB_FLIP="1:5", DDPCHECK_FINGERPRINT_SKIP="fc2."
+    )
+    assert run.code == 0 and run.check("replicas agree")["status"] == "PASS", run.report["checks"]
+
+
 def test_fingerprints_off_compare_nothing(tmp_path) -> None:
     run = watch(
         tmp_path, 0, [sys.executable, JOB, "--nproc", "3"], DIVERGE_JOB_STEPS="20", DIVERGE_JOB_FLIP="1:5"

@@ -13,6 +13,7 @@ were not finite; the ranks of the earliest step made it, those later only receiv
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -79,6 +80,12 @@ class Judgement:
     divergence: Divergence | None = None
     first_nan: list[NonFinite] = field(default_factory=list)  # the ranks that made it (earliest step)
     later_nan: list[NonFinite] = field(default_factory=list)  # ...and those that received it
+    # No rank saw it in its gradients, but parameters turned non-finite: (the first such step, its ranks).
+    unseen_nan: tuple[int, tuple[int, ...]] | None = None
+
+    @property
+    def nan_found(self) -> bool:
+        return bool(self.first_nan) or self.unseen_nan is not None
 
     @property
     def agree(self) -> bool:
@@ -161,7 +168,24 @@ def judge(prints: Iterable[Fingerprint], nonfinite: Iterable[NonFinite] = ()) ->
         first = ordered[0].step
         judgement.first_nan = [n for n in ordered if n.step == first]
         judgement.later_nan = [n for n in ordered if n.step != first]
+    else:
+        judgement.unseen_nan = _first_nonfinite_sums(by_step)
     return judgement
+
+
+def _first_nonfinite_sums(by_step: dict[int, dict[int, Fingerprint]]) -> tuple[int, tuple[int, ...]] | None:
+    """The first step at which some rank's parameters or buffers sum to NaN or Inf, and those ranks."""
+    for step in sorted(by_step):
+        ranks = tuple(
+            sorted(
+                rank
+                for rank, found in by_step[step].items()
+                if any(not math.isfinite(v) for m in found.modules for v in m.sums or ())
+            )
+        )
+        if ranks:
+            return step, ranks
+    return None
 
 
 def _first_split(
@@ -219,7 +243,7 @@ def line(judgement: Judgement) -> str | None:
     said = []
     if judgement.divergence is not None:
         said.append(f"ddpcheck watch: {_divergence_words(judgement.divergence)}")
-    if judgement.first_nan:
+    if judgement.nan_found:
         said.append(f"ddpcheck watch: {_nan_words(judgement)}")
     return "\n".join(said) or None
 
@@ -241,6 +265,12 @@ def _divergence_words(found: Divergence) -> str:
 
 
 def _nan_words(judgement: Judgement) -> str:
+    if not judgement.first_nan and judgement.unseen_nan is not None:
+        step, ranks = judgement.unseen_nan
+        return (
+            f"the parameters of {span(list(ranks))} hold NaN/Inf at step {step}; the rank that made it "
+            "was not seen (its NaN fell between the gradient check's samples, or came before its first step)"
+        )
     first = judgement.first_nan
     where = "; ".join(
         f"{n.where} of {', '.join(n.parameters[:2]) or 'a parameter'}"
@@ -270,7 +300,7 @@ def checks(judgement: Judgement, every: int) -> list[Check]:
                 f"{len(judgement.steps)} steps (every {every}, up to step {last})",
             )
         )
-    if judgement.first_nan:
+    if judgement.nan_found:
         found.append(
             Check(NAN_CHECK, Status.FAIL, _nan_words(judgement), ranks=[n.rank for n in judgement.first_nan])
         )

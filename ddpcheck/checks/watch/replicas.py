@@ -130,7 +130,7 @@ class Replicas:
             return report
         if self.speaking:
             self._say()  # a team's task 0 says it here, once every task's records are in
-        if judgement.agree and not judgement.first_nan and len(judgement.steps) < MIN_STEPS_CHECKED:
+        if judgement.agree and not judgement.nan_found and len(judgement.steps) < MIN_STEPS_CHECKED:
             steps = ", ".join(str(s) for s in judgement.steps) or "none"
             report.notes.append(
                 f"replicas compared at too few steps for the check ({steps}; "
