@@ -243,8 +243,8 @@ def line(judgement: Judgement) -> str | None:
     said = []
     if judgement.divergence is not None:
         said.append(f"ddpcheck watch: {_divergence_words(judgement.divergence)}")
-    if judgement.nan_found:
-        said.append(f"ddpcheck watch: {_nan_words(judgement)}")
+    if judgement.nan_found:  # who received it later grows step by step: the line says the maker once
+        said.append(f"ddpcheck watch: {_nan_words(judgement, with_receivers=False)}")
     return "\n".join(said) or None
 
 
@@ -264,7 +264,7 @@ def _divergence_words(found: Divergence) -> str:
     return words
 
 
-def _nan_words(judgement: Judgement) -> str:
+def _nan_words(judgement: Judgement, with_receivers: bool = True) -> str:
     if not judgement.first_nan and judgement.unseen_nan is not None:
         step, ranks = judgement.unseen_nan
         return (
@@ -279,7 +279,7 @@ def _nan_words(judgement: Judgement) -> str:
     )
     who = span([n.rank for n in first])
     words = f"{who} made the first NaN/Inf at step {first[0].step} ({where}), before the all_reduce"
-    if judgement.later_nan:
+    if judgement.later_nan and with_receivers:
         words += f"; {span(sorted({n.rank for n in judgement.later_nan}))} received it later"
     return words
 

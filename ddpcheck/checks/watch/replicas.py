@@ -38,7 +38,7 @@ class Replicas:
         self.nonfinite: dict[int, NonFinite] = {}
         self.failures: dict[int, str] = {}  # a rank whose fingerprints stopped, and why
         self.read_names: set[str] = set()
-        self.said: str | None = None
+        self.said: set[str] = set()  # each finding's line is said once
         self.speaking = True  # a team's task other than 0 only shares
         self.next_read = 0.0
 
@@ -82,9 +82,10 @@ class Replicas:
 
     def _say(self) -> None:
         line = replicas.line(self.judgement())
-        if line is not None and line != self.said:
-            self.said = line
-            say(line)
+        for new in (line or "").splitlines():
+            if new not in self.said:
+                self.said.add(new)
+                say(new)
 
     # ------------------------------------------------------------ one watcher per task
     def shared(self) -> dict[str, Any]:
