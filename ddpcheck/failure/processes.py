@@ -224,8 +224,9 @@ def maps_any(pid: int, *libraries: str) -> bool:
 def end(
     procs: Iterable[psutil.Process], *, sigterm: bool = True, grace_s: float = GRACE_S
 ) -> list[psutil.Process]:
-    """End these processes: SIGTERM (a stopped one continued, to act on it), then SIGKILL what still runs
-    after `grace_s`; without `sigterm`, SIGKILL at once. Returns those SIGKILL was sent to.
+    """End these processes: SIGTERM, each once and a child before its parent (a stopped one continued,
+    to act on it), then SIGKILL what still runs `grace_s` after it was free to act on it; without
+    `sigterm`, SIGKILL at once. Returns those SIGKILL was sent to.
 
     Ended means a zombie or gone: a zombie is its parent's to reap (psutil's wait_procs would reap a
     child of this process, its exit status lost to the Popen that started it, and wait the whole
@@ -234,11 +235,49 @@ def end(
     procs = list(procs)
     left = procs
     if sigterm:
-        _send(procs, signal.SIGTERM, signal.SIGCONT)
-        left = _running_after(procs, grace_s)
+        left = _terminate_children_first(procs, grace_s)
     _send(left, signal.SIGKILL)
     _running_after(left, grace_s)
     return left
+
+
+def _terminate_children_first(procs: list[psutil.Process], grace_s: float) -> list[psutil.Process]:
+    """SIGTERM every one of `procs`; those not ended within `grace_s` of being free to act on it.
+
+    A parent among them is held stopped (SIGSTOP) until its children have ended or had their grace: a
+    launcher sends its own SIGTERM on to its ranks (torchrun does), and a second SIGTERM that lands
+    while a rank's chained faulthandler still writes watch's record of it ends the rank mid-record.
+    """
+    parent = _parents(procs)
+    depth = {proc.pid: _depth_among(proc.pid, parent) for proc in procs}
+    parents = [proc for proc in procs if proc.pid in parent.values()]
+    try:
+        _send(parents, signal.SIGSTOP)
+        _send(procs, signal.SIGTERM)
+        for level in sorted(set(depth.values()), reverse=True):
+            group = [proc for proc in procs if depth[proc.pid] == level]
+            _send(group, signal.SIGCONT)
+            _running_after(group, grace_s)
+    finally:
+        _send(parents, signal.SIGCONT)
+    return [proc for proc in procs if not state_of(proc.pid).ended]
+
+
+def _parents(procs: list[psutil.Process]) -> dict[int, int]:
+    """pid -> its parent's pid, for those of `procs` whose parent is one of them."""
+    pids = {proc.pid for proc in procs}
+    parent = {}
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            parent[proc.pid] = proc.ppid()
+    return {pid: ppid for pid, ppid in parent.items() if ppid in pids}
+
+
+def _depth_among(pid: int, parent: dict[int, int]) -> int:
+    depth = 0
+    while pid in parent and depth < 64:
+        pid, depth = parent[pid], depth + 1
+    return depth
 
 
 def _send(procs: list[psutil.Process], *signals: signal.Signals) -> None:
