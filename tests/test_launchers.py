@@ -369,8 +369,9 @@ SRUN = ["srun", "-n", "3", "--kill-on-bad-exit=1", sys.executable, "-m", "ddpche
 
 @pytest.fixture
 def busy_machine() -> Iterator[list[int]]:
-    """One process spinning on each core beside the test: every heartbeat is late."""
-    with busy_cores() as spinners:
+    """One process spinning on each core beside the test, each in a session of its own (as another
+    user's job would be): every heartbeat is late."""
+    with busy_cores(apart=True) as spinners:
         yield spinners
 
 
