@@ -57,13 +57,17 @@ def watched(tmp_path: Path, env: dict[str, str]) -> Path:
     code, _, err = ddpcheck("watch", "--dir", str(kept), "--hang-after", "3", "--", *JOB,
                             tmp_path=tmp_path, env={"TRAIN_JOB_STEPS": "6", **env})  # fmt: skip
     assert code == 3, err[-3000:]
-    left = [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if p.pid not in before and TRAIN_JOB in " ".join(p.info["cmdline"] or [])
-    ]
-    assert left == []
+    assert [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before and ours(p, tmp_path)] == []
     return kept
+
+
+def ours(proc: psutil.Process, tmp_path: Path) -> bool:
+    """A process of this test's job: its TMPDIR tells it from another test's train_job.py run meanwhile."""
+    try:
+        ran = TRAIN_JOB in " ".join(proc.info["cmdline"] or [])
+        return ran and proc.environ().get("TMPDIR") == str(tmp_path / "tmp")
+    except psutil.Error:
+        return False
 
 
 def postmortem(kept: Path, tmp_path: Path) -> tuple[int, dict]:
