@@ -222,9 +222,10 @@ def shaped(launchers: list[str], shapes: list[str], runs: int, seconds: float, s
                             healthy_slowed += bool(slowdown)
                             if table:
                                 healthy_shares.append(max(beyond(table).values()))
+                right_is = "the whole job said slowed" if shape in WHOLE_JOB else "rank 1 named"
                 print(
-                    f"{launcher:9s} {shape:8s} slowed: rank 1 named in {right} of {runs} (a line naming "
-                    f"it alone: {lined}; the old 60% rule: {old}), its peers' wait share beyond the typical "
+                    f"{launcher:9s} {shape:8s} slowed: {right_is} in {right} of {runs} (a line saying "
+                    f"so alone: {lined}; the old 60% rule: {old}), its peers' wait share beyond the typical "
                     f"{_figures(slowed_shares)}; healthy: named {healthy_named} of {runs} (a line: "
                     f"{healthy_lined}; the job said slowed: {healthy_slowed}), the most waited-for rank's "
                     f"share {_figures(healthy_shares)}; why: {dict(whys) or '-'}; the job slowed by "
