@@ -20,6 +20,7 @@ import pytest
 from ddpcheck.checks.devices import DevicesOptions, health, runqueue, topology
 from ddpcheck.checks.devices import judge as devices
 from ddpcheck.errors import UsageError
+from ddpcheck.failure import gpu_facts
 from ddpcheck.report import baseline
 from ddpcheck.report.model import Status
 from tests.conftest import (
@@ -165,7 +166,7 @@ def test_only_ranks_of_one_model_are_compared() -> None:
 
 # ---------------------------------------------------------------- health: nvidia-smi XML and NVML
 def test_a_healthy_h100_node_reads_and_passes() -> None:
-    facts = health.from_smi_xml((FIXTURES / "h100-healthy.xml").read_text())
+    facts = gpu_facts.from_smi_xml((FIXTURES / "h100-healthy.xml").read_text())
     assert [f["index"] for f in facts] == [0, 1]
     first = facts[0]
     assert first["name"] == "NVIDIA H100 80GB HBM3" and first["pci_bus_id"] == "00000000:19:00.0"
@@ -182,8 +183,8 @@ def test_a_healthy_h100_node_reads_and_passes() -> None:
 
 
 def test_a_sick_a100_is_named_with_each_finding_and_its_fix() -> None:
-    (facts,) = health.from_smi_xml((FIXTURES / "a100-sick.xml").read_text())
-    facts["xid"] = health.xid_codes((FIXTURES / "dmesg-xid.txt").read_text(), facts["pci_bus_id"])
+    (facts,) = gpu_facts.from_smi_xml((FIXTURES / "a100-sick.xml").read_text())
+    facts["xid"] = gpu_facts.xid_codes((FIXTURES / "dmesg-xid.txt").read_text(), facts["pci_bus_id"])
     assert facts["xid"] == [48, 63]
     found = health.findings(facts)
     text = " | ".join(t for _, t in found)
@@ -210,11 +211,11 @@ def _stand_in_smi(tmp_path: Path, body: str) -> str:
 @pytest.mark.integration
 def test_without_the_bindings_the_gpu_is_read_from_nvidia_smi(tmp_path: Path) -> None:
     smi = _stand_in_smi(tmp_path, f"cat '{H200_SMI}'")
-    facts = health.from_smi("00000000:00:06.0", smi)  # how read() spells torch's bus id
+    facts = gpu_facts.from_smi("00000000:00:06.0", smi)  # how read() spells torch's bus id
     assert "error" not in facts, facts
     assert facts["name"] == "NVIDIA H200" and facts["pci_bus_id"] == "00000000:00:06.0"
-    assert health.from_smi("0000:00:06.0", smi)["uuid"] == facts["uuid"]  # a short domain too
-    other = health.from_smi("00000000:19:00.0", smi)
+    assert gpu_facts.from_smi("0000:00:06.0", smi)["uuid"] == facts["uuid"]  # a short domain too
+    other = gpu_facts.from_smi("00000000:19:00.0", smi)
     assert other["error"].endswith("nvidia-smi -q -x lists no GPU at 00000000:19:00.0")
     assert "pip install nvidia-ml-py" in other["error"]
 
@@ -223,15 +224,15 @@ def test_without_the_bindings_the_gpu_is_read_from_nvidia_smi(tmp_path: Path) ->
 def test_an_nvidia_smi_that_hangs_or_fails_is_an_error_not_a_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(health, "SMI_TIMEOUT_S", 0.5)
-    hung = health.from_smi("00000000:00:06.0", _stand_in_smi(tmp_path, "exec sleep 60.5"))
+    monkeypatch.setattr(gpu_facts, "SMI_TIMEOUT_S", 0.5)
+    hung = gpu_facts.from_smi("00000000:00:06.0", _stand_in_smi(tmp_path, "exec sleep 60.5"))
     assert hung["error"].endswith("nvidia-smi -q -x did not answer within 0.5 s")
     assert not [p for p in _processes() if "sleep 60.5" in p], "the hung nvidia-smi was left running"
-    failed = health.from_smi("00000000:00:06.0", _stand_in_smi(tmp_path, "echo 'no devices' >&2; exit 9"))
+    failed = gpu_facts.from_smi("00000000:00:06.0", _stand_in_smi(tmp_path, "echo 'no devices' >&2; exit 9"))
     assert failed["error"].endswith("nvidia-smi -q -x exited with 9")
-    garbled = health.from_smi("00000000:00:06.0", _stand_in_smi(tmp_path, "echo '<nvidia_smi_log'"))
+    garbled = gpu_facts.from_smi("00000000:00:06.0", _stand_in_smi(tmp_path, "echo '<nvidia_smi_log'"))
     assert "printed no XML it could read" in garbled["error"]
-    missing = health.from_smi("00000000:00:06.0", str(tmp_path / "absent"))
+    missing = gpu_facts.from_smi("00000000:00:06.0", str(tmp_path / "absent"))
     assert "could not run" in missing["error"]
 
 
@@ -248,8 +249,8 @@ def _processes() -> list[str]:
 
 def test_xid_lines_are_matched_to_their_gpu_only() -> None:
     log = (FIXTURES / "dmesg-xid.txt").read_text()
-    assert health.xid_codes(log, "00000000:19:00.0") == [79]
-    assert health.xid_codes(log, "0000:AA:00.0") == []
+    assert gpu_facts.xid_codes(log, "00000000:19:00.0") == [79]
+    assert gpu_facts.xid_codes(log, "0000:AA:00.0") == []
 
 
 class FakeNvml:
@@ -305,13 +306,13 @@ class FakeNvml:
 
 
 def test_the_nvml_reader_gives_the_facts_the_judge_reads() -> None:
-    facts = health.from_nvml(FakeNvml(links_up=18), handle=object())
+    facts = gpu_facts.from_nvml(FakeNvml(links_up=18), handle=object())
     assert facts["uuid"] == "GPU-abc" and facts["pci_bus_id"] == "00000000:3B:00.0"
     assert (facts["nvlink_up"], facts["nvlink_links"]) == (18, 18) and facts["retired_pending"] is None
     assert facts["throttle"] == ["thermal (hardware)"] and facts["power_w"] == 350.0
     text = " | ".join(t for _, t in health.findings(facts))
     assert "clocks held down: thermal (hardware)" in text
-    down = health.findings(health.from_nvml(FakeNvml(links_up=16), handle=object()))
+    down = health.findings(gpu_facts.from_nvml(FakeNvml(links_up=16), handle=object()))
     assert down[0] == (Status.FAIL, down[0][1]) and "NVLink: 16 of 18 links up" in down[0][1]
 
 

@@ -1,4 +1,5 @@
-"""Each rank's GPU health for preflight: `ddpcheck devices`' NVML reader and judge, as they are.
+"""Each rank's GPU health for preflight: the GPU's facts (failure/gpu_facts.py) and `ddpcheck devices`'
+judge of them, as they are.
 
 The one preflight module that reaches into that command's folder (tests/test_house.py allows it).
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.devices import health
+from ddpcheck.failure import gpu_facts
 from ddpcheck.report.model import Check, Status, Table
 
 if TYPE_CHECKING:
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
 
 def read(device: torch.device) -> dict[str, Any] | None:
     """This rank's GPU facts through NVML (or nvidia-smi); None on a CPU rank."""
-    return health.read(device) if device.type == "cuda" else None
+    return gpu_facts.read(device) if device.type == "cuda" else None
 
 
 def judge(

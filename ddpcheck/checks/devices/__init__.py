@@ -1,8 +1,9 @@
 """`ddpcheck devices`: every device's speed, health and results, judged against its peers and its hardware.
 
-check.py measures; judge.py judges what every rank measured (pure); health.py reads NVML (or
-`nvidia-smi -q -x`) and judges what it read; topology.py reads CPU affinity, NUMA nodes and the
-PCIe tree; expected.py holds what known GPUs should do; figures.py the figures a baseline compares.
+check.py measures; judge.py judges what every rank measured (pure); health.py judges each GPU's
+facts (failure/gpu_facts.py reads them from NVML or `nvidia-smi -q -x`); topology.py reads CPU
+affinity, NUMA nodes and the PCIe tree; expected.py holds what known GPUs should do; figures.py the
+figures a baseline compares.
 """
 
 from __future__ import annotations

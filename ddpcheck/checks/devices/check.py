@@ -21,13 +21,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ddpcheck.checks.devices import DevicesOptions, health, runqueue, topology
+from ddpcheck.checks.devices import DevicesOptions, runqueue, topology
 from ddpcheck.checks.devices.fit import fit_iters, fit_passes
 from ddpcheck.checks.devices.judge import (
     COPIES,
     DTYPES,
     judge,  # noqa: F401  (the command's judge, run on rank 0)
 )
+from ddpcheck.failure import gpu_facts
 from ddpcheck.report.naming import counted
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ def measure(ctx: RankContext, opts: DevicesOptions) -> dict[str, Any]:
         "model": device_model(ctx.device),
         "checksums": checksums,
         "passes": passes,
-        "health": health.read(ctx.device) if kind == "cuda" else None,
+        "health": gpu_facts.read(ctx.device) if kind == "cuda" else None,
         "topology": topology.read(ctx.device) if kind == "cuda" else None,
         **({"budget": account} if account else {}),
     }

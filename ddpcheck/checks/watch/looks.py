@@ -5,7 +5,7 @@
 - Every sample: its main thread's Python stack, which the in-rank agent writes beside its answer
   (agent.py, `<rank>-<n>.sample.where`).
 - Every sample, on a host with NVIDIA GPUs and nvidia-ml-py: its GPU's clocks, power and
-  temperature (checks/devices/health.py's NVML reading), its GPU found by its LOCAL_RANK.
+  temperature (failure/gpu_facts.py's NVML reading), its GPU found by its LOCAL_RANK.
 
 failure/stragglers/why.py judges them; the team's tasks publish theirs to task 0 (sampling.py).
 """
@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from ddpcheck.checks.devices.health import from_nvml
+from ddpcheck.failure.gpu_facts import from_nvml
 from ddpcheck.failure.stragglers.why import Frame, Gpu, Looks, Stack, Tick
 
 TICKS_KEPT = 1_200  # a rank's latest /proc looks: two minutes of 0.1-s ticks, past the judge's window
@@ -159,7 +159,7 @@ class GpuReader:
 
 
 def gpu_of_facts(facts: Mapping[str, Any], t: float) -> Gpu:
-    """health.py's facts of one GPU as one reading."""
+    """gpu_facts.py's facts of one GPU as one reading."""
     return Gpu(
         t=t,
         sm_clock_mhz=facts.get("sm_clock_mhz"),
