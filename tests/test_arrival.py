@@ -262,7 +262,13 @@ def test_a_sibling_is_a_live_rank_of_the_same_launcher_and_no_remover(monkeypatc
     remover = subprocess.Popen(["sh", "-c", "sleep 30", arrival.REMOVER_NAME], env=env)
     try:
         deadline = time.monotonic() + 10
-        while "RANK" not in _environ_of(rank.pid) and time.monotonic() < deadline:
+        # Both exec'd: a process read mid-exec shows no command line yet, and then its new environment
+        # (a clean clone's CI once took the remover, read so, for a rank).
+        while time.monotonic() < deadline and not (
+            "RANK" in _environ_of(rank.pid)
+            and "RANK" in _environ_of(remover.pid)
+            and arrival._is_remover(remover.pid)
+        ):
             time.sleep(0.01)
         monkeypatch.setattr(arrival.os, "getppid", os.getpid)
         assert arrival.unannounced_siblings("RANK", set(), os.getpid()) == [rank.pid]
