@@ -83,9 +83,13 @@ def run() -> None:
         time.sleep(seconds)
 
     def compute(seconds: float) -> None:
+        # Torch's work, as a forward is: each op lets go of the GIL, so the agent's stack sample comes
+        # when asked. A pure-Python loop holds it for 5 ms at a time, and the sample then fell on the
+        # next torch op, in going(), in 1 of 3 runs (a clean clone's CI named "going" for "compute").
         end = time.monotonic() + seconds
+        product = torch.eye(32)
         while time.monotonic() < end:
-            pass
+            product = torch.mm(product, product).clamp_(-1.0, 1.0)
 
     def work(step: int) -> None:
         seconds = step_s / micro * work_factor(rank, step) * (1 + rng.uniform(-jitter, jitter))
