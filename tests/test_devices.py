@@ -395,7 +395,7 @@ def test_a_rank_sharing_its_core_passes_and_a_stopped_rank_is_named(scratch: Pat
     """Rank 1 shares its core with two spinning processes, each in a session of its own (it waits
     for the core two thirds of its passes: the host's load, not its device; with the spinners in
     the test's session, the kernel's autogroup weighed them as one, and rank 1 waited 20-34%,
-    below BUSY_HOST_WAIT_PCT in 6 of 11 runs beside other work); rank 2 is stopped four fifths of every 20 ms
+    below BUSY_HOST_WAIT_PCT in 7 of 11 runs beside other work); rank 2 is stopped four fifths of every 20 ms
     (the time a sick device loses; stopped half, a loaded host can hide it: docs/devices.md).
     Only rank 2 is named. On the code before runqueue.py (rates over wall time) the host's load
     decided instead: at load 6, rank 2 hid among ranks all slowed alike, and the run passed (2 of
