@@ -22,7 +22,6 @@ its environment, as watch reads ranks).
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import socket
@@ -31,9 +30,9 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 # Beside this script (its folder is on sys.path when it runs): the launchers' variables, read once.
+from spawned_ranks import joined, nproc_given, spawn_ranks
 from train_job import RANK_VARIABLES, SIZE_VARIABLES, first_of
 
 
@@ -107,32 +106,12 @@ def _uploader():
     return upload
 
 
-def _spawned(rank: int, world: int, port: int) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    run()
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--nproc", type=int, default=0, help="start this many ranks (no launcher)")
-    nproc = parser.parse_args().nproc
+    nproc = nproc_given()
     if not nproc:
         run()
         return
-    with socket.socket() as probe:  # a free port for the ranks' rendezvous
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    context = mp.get_context("spawn")
-    ranks = []
-    for rank in range(nproc):
-        # Set before the start: a spawned child's environment is this one's, so watch reads its rank.
-        os.environ.update(RANK=str(rank), WORLD_SIZE=str(nproc))
-        process = context.Process(target=_spawned, args=(rank, nproc, port))
-        process.start()
-        ranks.append(process)
-    for process in ranks:
-        process.join()
-    sys.exit(max((p.exitcode or 0) for p in ranks))
+    sys.exit(joined(spawn_ranks(run, nproc)))
 
 
 if __name__ == "__main__":

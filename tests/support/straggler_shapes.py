@@ -25,21 +25,19 @@ rank slowed alike (the whole job slowing from step SLOW_JOB_FROM). Run as
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import random
-import socket
 import sys
 import threading
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 # Beside this script (its folder is on sys.path when it runs).
 from load import duty_cycle
+from spawned_ranks import joined, nproc_given, spawn_ranks
 from train_job import RANK_VARIABLES, SIZE_VARIABLES, first_of
 
 MIN_STEPS = 40  # never fewer, whatever the clock says: a window's worth of collectives (20) and more
@@ -128,28 +126,12 @@ def run() -> None:
     dist.destroy_process_group()
 
 
-def _spawned(rank: int, world: int, port: int) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    run()
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--nproc", type=int, default=0, help="start this many ranks (no launcher)")
-    nproc = parser.parse_args().nproc
+    nproc = nproc_given()
     if not nproc:
         run()
         return
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    context = mp.get_context("spawn")
-    ranks = []
-    for rank in range(nproc):
-        os.environ.update(RANK=str(rank), WORLD_SIZE=str(nproc))  # a spawned child's: watch reads it
-        process = context.Process(target=_spawned, args=(rank, nproc, port))
-        process.start()
-        ranks.append(process)
+    ranks = spawn_ranks(run, nproc)
     stop = threading.Event()
     slowed = int(_number("SLOW_JOB_RANK", -1))
     stopper = None
@@ -157,12 +139,11 @@ def main() -> None:
         fraction, period = _number("SLOW_JOB_STALL", 0.4), _number("SLOW_JOB_STALL_PERIOD_S", 0.1)
         stopper = threading.Thread(target=duty_cycle, args=(ranks[slowed].pid, stop, fraction, period))
         stopper.start()
-    for process in ranks:
-        process.join()
+    code = joined(ranks)
     stop.set()
     if stopper is not None:
         stopper.join()
-    sys.exit(max((p.exitcode or 0) for p in ranks))
+    sys.exit(code)
 
 
 if __name__ == "__main__":
