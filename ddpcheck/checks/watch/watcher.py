@@ -381,13 +381,8 @@ class Watcher:
 
     def _with_replicas(self, report: Report) -> Report:
         """The replicas' checks and table (docs/diverges.md), whatever the job's end."""
-        if self.replicas is None or not self.replicas.speaking:
-            return report
-        try:
-            return self.replicas.add_to(report)
-        except Exception as exc:  # the verdict stands without them
-            report.notes.append(f"the replicas could not be compared: {type(exc).__name__}: {exc}")
-            return report
+        speaks = self.replicas is not None and self.replicas.speaking
+        return _added(report, self.replicas if speaks else None, "the replicas could not be compared")
 
     def share_replicas(self, judging: bool) -> dict | None:
         """One watcher per task: its ranks' fingerprints for task 0 (None: off); only task 0 speaks."""
@@ -414,13 +409,8 @@ class Watcher:
 
     def _with_stragglers(self, report: Report) -> Report:
         """The straggler check and tables, over the whole watched run (a hang's and a crash's too)."""
-        if self.sampler is None or not self.sampler.judging:
-            return report
-        try:
-            return self.sampler.add_to(report)
-        except Exception as exc:  # the verdict stands without them
-            report.notes.append(f"the stragglers could not be judged: {type(exc).__name__}: {exc}")
-            return report
+        judging = self.sampler is not None and self.sampler.judging
+        return _added(report, self.sampler if judging else None, "the stragglers could not be judged")
 
     def end(self) -> int:
         """SIGTERM every process of the job, then SIGKILL (processes.end); how many there were."""
@@ -430,3 +420,14 @@ class Watcher:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=processes.GRACE_S)
         return len(everyone)
+
+
+def _added(report: Report, source: Replicas | Sampler | None, failed: str) -> Report:
+    """`source`'s checks and tables added; should that fail, the verdict stands, said in a note."""
+    if source is None:
+        return report
+    try:
+        return source.add_to(report)
+    except Exception as exc:
+        report.notes.append(f"{failed}: {type(exc).__name__}: {exc}")
+        return report
