@@ -92,6 +92,7 @@ class Fingerprinter:
         self.modules: list[tuple[weakref.ref, list[int]]] = []  # each DDP module, its replica group
         self.looked = False
         self.params: list[tuple[str, Any]] = []  # the gradients watched: (name, parameter)
+        self.gradient_hooks: list[Any] = []  # their hooks' handles (removable)
         self.flags: Any = None  # one float per parameter on its device: NaN once a gradient was not finite
         # On a GPU, the flags' copy under way: (its step, the host's copy, its CUDA event), read later.
         self.copied: tuple[int, Any, Any] | None = None
@@ -233,7 +234,7 @@ class Fingerprinter:
         for index, (_, param) in enumerate(self.params):
             if param.device != self.flags.device:
                 continue  # a model across devices: its first device's parameters are watched
-            param.register_hook(self._gradient_hook(index))
+            self.gradient_hooks.append(param.register_hook(self._gradient_hook(index)))
 
     def _gradient_hook(self, index: int):
         def seen(grad: Any) -> None:
