@@ -190,3 +190,42 @@ def test_parameters_that_turned_nan_unseen_by_the_gradient_check_are_said_withou
         "the parameters of ranks 0-2 hold NaN/Inf at step 30"
     )
     assert judge(found, [NonFinite(1, 29, "gradient", ("fc1.bias",), 1)]).unseen_nan is None
+
+
+def test_the_gradient_check_names_the_non_finite_parameter_and_then_lets_go(tmp_path) -> None:
+    """fingerprints.py's hooks: each keeps one sum; the step folds them (also many backwards without a
+    step, as gradient accumulation does, are folded as they come, never kept without bound); the
+    first Inf is written with its step and parameter, and the hooks are removed after it."""
+    import json
+
+    import torch
+
+    from ddpcheck.checks.watch import fingerprints
+
+    (tmp_path / fingerprints.FOLDER).mkdir()
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in (3, fingerprints.GRADIENT_SAMPLE * 3 + 1)]
+    watcher = fingerprints.Fingerprinter(str(tmp_path), 100, ())
+    watcher.rank = 1
+    watcher.params = [("small", params[0]), ("large", params[1])]
+    watcher.flags = torch.zeros(2)
+    watcher.gradient_hooks = [p.register_hook(watcher._gradient_hook(i)) for i, p in enumerate(params)]
+
+    def backward(poison: float | None = None) -> None:
+        loss = params[0].sum() + params[1].sum()
+        if poison is not None:
+            loss = loss + params[1][-1] * poison  # one element of the large gradient, which the sample reads
+        loss.backward()
+
+    for _ in range(fingerprints.FOLD_AFTER * 3):
+        backward()
+    assert len(watcher.sums) < fingerprints.FOLD_AFTER * 2
+    watcher._read_flags(1)
+    assert watcher.sums == [] and watcher.flags.tolist() == [0.0, 0.0]
+    assert not (tmp_path / fingerprints.FOLDER / "1.nonfinite").exists()
+    backward(poison=float("inf"))
+    watcher._read_flags(2)
+    said = json.loads((tmp_path / fingerprints.FOLDER / "1.nonfinite").read_text())
+    assert (said["step"], said["parameters"], said["count"]) == (2, ["large"], 1), said
+    assert watcher.gradient_hooks == []
+    backward()
+    assert watcher.sums == []  # no hook left

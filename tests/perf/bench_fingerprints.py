@@ -104,12 +104,14 @@ def fingerprint_cost() -> tuple[float, float]:
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     watcher = fingerprints.Fingerprinter(tempfile.gettempdir(), 100, ())
     watcher.flags = torch.zeros(len(grads))
+    watcher.params = [(str(index), grad) for index, grad in enumerate(grads)]
     hooks = [watcher._gradient_hook(index) for index in range(len(grads))]  # what each gradient meets
     checks = []
     for _ in range(20):
         began = time.perf_counter()
         for hook, grad in zip(hooks, grads, strict=True):
             hook(grad)
+        watcher._fold()  # and what the step boundary adds
         checks.append(time.perf_counter() - began)
     params = sum(t.numel() for t in tensors)
     print(

@@ -39,6 +39,7 @@ OPTIMIZER_MODULE = "torch.optim.optimizer"
 # Elements of each gradient read every step for a NaN or Inf, evenly apart (an odd stride: every
 # column of a matrix's rows in turn). A NaN that reaches the parameters is in every fingerprint's sums.
 GRADIENT_SAMPLE = 4096
+FOLD_AFTER = 16  # backward passes (micro-steps) whose sums are kept before they are folded in
 
 
 def fingerprint_file(watch_dir: str, rank: int, step: int) -> str:
@@ -93,6 +94,9 @@ class Fingerprinter:
         self.looked = False
         self.params: list[tuple[str, Any]] = []  # the gradients watched: (name, parameter)
         self.gradient_hooks: list[Any] = []  # their hooks' handles (removable)
+        self.sums: list[tuple[int, Any]] = []  # (parameter, its gradient's sampled sum) since the last step
+        self.folded_indices: tuple[int, ...] = ()
+        self.index_tensor: Any = None  # folded_indices on the flags' device
         self.flags: Any = None  # one float per parameter on its device: NaN once a gradient was not finite
         # On a GPU, the flags' copy under way: (its step, the host's copy, its CUDA event), read later.
         self.copied: tuple[int, Any, Any] | None = None
@@ -120,6 +124,7 @@ class Fingerprinter:
                 self._fingerprint(step, with_buffers=True)
         except Exception as exc:  # the job goes on without fingerprints, said once in its record
             self.failed = True
+            self._unhook()
             with contextlib.suppress(OSError):
                 write_whole(
                     os.path.join(self.dir, FOLDER, f"{self.rank}.failed"),
@@ -238,13 +243,30 @@ class Fingerprinter:
 
     def _gradient_hook(self, index: int):
         def seen(grad: Any) -> None:
-            # NaN * 0 and Inf * 0 are NaN, any finite sum * 0 is 0: no sync, no copy kept. A sample:
-            # a NaN in the loss or an activation fills whole rows of every gradient behind it.
-            flat = grad.reshape(-1)
-            sample = flat[:: flat.numel() // GRADIENT_SAMPLE | 1] if flat.numel() > GRADIENT_SAMPLE else flat
-            self.flags[index].add_(sample.sum(dtype=_SUM_DTYPE.get(grad.dtype)).mul_(0))
+            # A sample: a NaN in the loss or an activation fills whole rows of every gradient behind
+            # it. Only its sum is kept here (one op; the hook runs for every tensor every backward):
+            # the step boundary folds them into the flags at once (_fold).
+            if grad.numel() > GRADIENT_SAMPLE:
+                grad = grad.reshape(-1)[:: grad.numel() // GRADIENT_SAMPLE | 1]
+            self.sums.append((index, grad.sum(dtype=_SUM_DTYPE.get(grad.dtype))))
+            if len(self.sums) >= FOLD_AFTER * len(self.params):  # many backwards, no step: fold now
+                self._fold()
 
         return seen
+
+    def _fold(self) -> None:
+        """The gradients' sums since the last step into their parameters' flags, in two ops: NaN * 0
+        and Inf * 0 are NaN, a finite sum * 0 is 0 (no sync, nothing kept)."""
+        import torch
+
+        if not self.sums:
+            return
+        indices, sums = zip(*self.sums, strict=True)
+        self.sums = []
+        if indices != self.folded_indices:  # the same every step but for a frozen parameter
+            self.folded_indices = indices
+            self.index_tensor = torch.tensor(indices, device=self.flags.device)
+        self.flags.index_add_(0, self.index_tensor, torch.stack(sums).mul_(0))
 
     def _read_flags(self, step: int) -> None:
         """This step's flags (on a CPU), or the step before's copy once it arrived (on a GPU)."""
@@ -252,6 +274,7 @@ class Fingerprinter:
 
         if self.flags is None or self.nonfinite_said:
             return
+        self._fold()
         if self.flags.device.type == "cpu":
             self._judge_flags(step, self.flags.clone())
         else:
@@ -269,11 +292,17 @@ class Fingerprinter:
                 return  # the last copy has not arrived: keep adding into the same flags
         self.flags.zero_()
 
+    def _unhook(self) -> None:
+        for hook in self.gradient_hooks:
+            hook.remove()
+        self.gradient_hooks, self.sums = [], []
+
     def _judge_flags(self, step: int, flags: Any) -> None:
         bad = [i for i, value in enumerate(flags.tolist()) if value != 0.0]
         if not bad:
             return
         self.nonfinite_said = True
+        self._unhook()  # said once: the gradients need no more looks
         write_whole(
             nonfinite_file(self.dir, self.rank),
             {
