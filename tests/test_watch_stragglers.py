@@ -4,7 +4,8 @@ Each job runs about 10 s under torchrun with --sample-every 1: the slowed rank (
 work per step, or only from step N) is named on stderr while the job runs and in the report's
 `stragglers` check (WARN, exit 0); a healthy job names nobody, also beside a CPU-heavy process.
 Under a real srun and mpirun, one watcher per task: each samples its own task's rank, task 0
-judges them all. Across two hosts (network namespaces), one host's link delayed by tc: what the
+judges them all (slow_job.py, and straggler_shapes.py's two-collective, accumulation and SIGSTOP
+shapes with the reason said). Across two hosts (network namespaces), one host's link delayed by tc: what the
 judge says of a slow link. Every process of the job (and every watcher) must be gone afterwards.
 """
 
@@ -52,12 +53,14 @@ class Ran:
 
 
 def _job_processes(tmp_path: Path) -> list[int]:
-    """Every process still alive of this test's job or its watchers: the job's rank runs in this test's
-    watch environment, a watcher (srun's and mpirun's, one per task) has TMPDIR = tmp_path."""
+    """Every process still alive of this test's job or its watchers: the job's rank (and a stall job's
+    stopper, its child) runs in this test's watch environment, a watcher (srun's and mpirun's, one per
+    task) has TMPDIR = tmp_path."""
     left = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if SLOW_JOB not in " ".join(proc.info["cmdline"] or ()):
+            line = " ".join(proc.info["cmdline"] or ())
+            if SLOW_JOB not in line and SHAPES_JOB not in line:  # a rank, or a stall's stopper
                 continue
             env = proc.environ()
             if str(tmp_path) in env.get("DDPCHECK_WATCH_DIR", "") or env.get("TMPDIR") == str(tmp_path):
@@ -167,15 +170,25 @@ MPIRUN += tuple(arg for name in ("PYTHONPATH", "TMPDIR", "OMP_NUM_THREADS", "COL
 NO_MPIRUN = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (openmpi-bin) is not installed")
 
 
-def per_task(tmp_path: Path, launcher: tuple[str, ...], env: dict[str, str], slowed: int | None) -> Ran:
-    """LAUNCHER ddpcheck watch -- python slow_job.py: 3 watchers, each its own task's rank; task 0 reports."""
+def per_task(
+    tmp_path: Path,
+    launcher: tuple[str, ...],
+    env: dict[str, str],
+    slowed: int | None,
+    job: list[str] = PLAIN_JOB,
+    **planted: str,
+) -> Ran:
+    """LAUNCHER ddpcheck watch -- python slow_job.py: 3 watchers, each its own task's rank; task 0 reports.
+
+    mpirun's tasks on this host inherit its environment: the shapes' variables (SLOW_JOB_SHAPE, ...)
+    reach them without -x."""
     from tests.support.netns import free_port
 
     here = str(Path(__file__).resolve().parents[1])  # mpirun's tasks import this checkout's ddpcheck
     paths = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
     where = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "PYTHONPATH": paths}
-    plant = {"SLOW_JOB_RANK": str(-1 if slowed is None else slowed), "SLOW_JOB_FACTOR": "1.3"}
-    run = watch(tmp_path, PLAIN_JOB, launcher, {**env, **where}, **plant)
+    plant = {"SLOW_JOB_RANK": str(-1 if slowed is None else slowed), "SLOW_JOB_FACTOR": "1.3", **planted}
+    run = watch(tmp_path, job, launcher, {**env, **where}, **plant)
     assert run.report["world"]["size"] == 3, run.report["world"]  # task 0 judged every task's rank
     return run
 
@@ -301,6 +314,7 @@ def test_a_host_whose_link_is_slow_is_named_with_the_rank_its_peers_wait_for(two
 # tests/support/straggler_shapes.py, 3 ranks, about 4 s of 50-ms steps: named by the wait a rank
 # causes (its peers' wait share over the floor), whatever the shape of the step.
 SHAPED_SECONDS = "4"
+STALL = {"SLOW_JOB_SHAPE": "stall", "SLOW_JOB_STALL": "0.4", "SLOW_JOB_STALL_PERIOD_S": "0.5"}
 
 
 def shaped(tmp_path: Path, launcher: str = "python", **planted: str) -> Ran:
@@ -318,12 +332,25 @@ def test_two_collectives_a_step_the_rank_slow_before_the_first_is_named(tmp_path
     row = next(r for r in run.report["tables"]["stragglers"] if r["rank"] == 2)
     assert row["wait_share"] >= 0.2, row  # 0.5 / 1.5 of each step, less the jitter
     assert "at all_reduce" in run.stragglers["detail"]
-    # Why: its sampled stacks in the sleep of its data loading, its process asleep there.
+    assert_sleeping_in_load_batch(run, 2)
+
+
+def assert_sleeping_in_load_batch(run: Ran, rank: int) -> None:
+    """Why: its sampled stacks in the sleep of its data loading, its process asleep there."""
     (why,) = run.report["tables"]["straggler_why"]
-    assert (why["rank"], why["activity"]) == (2, "sleeping"), why
+    assert (why["rank"], why["activity"]) == (rank, "sleeping"), why
     assert why["where"].startswith("load_batch (straggler_shapes.py:"), why
     assert "; it was in load_batch (straggler_shapes.py:" in run.stragglers["detail"]
     assert "its process sleeping (CPU " in run.stragglers["detail"]
+
+
+def assert_stopped(run: Ran, rank: int) -> None:
+    """Why: seen stopped (state T) at some 40% of the watcher's looks, its CPU far under its wall time."""
+    (why,) = run.report["tables"]["straggler_why"]
+    assert (why["rank"], why["activity"]) == (rank, "stopped") and 0.2 <= why["stopped_share"] <= 0.6, why
+    assert why["peers_stopped_share"] == 0 and why["cpu_share"] < 0.5, why
+    assert "it was stopped " in run.stragglers["detail"] or "its process stopped " in run.stragglers["detail"]
+    assert "not runnable" in run.stragglers["detail"]
 
 
 def test_ddp_with_gradient_accumulation_the_slowed_rank_is_named_under_torchrun(tmp_path) -> None:
@@ -333,22 +360,12 @@ def test_ddp_with_gradient_accumulation_the_slowed_rank_is_named_under_torchrun(
 
 
 def test_a_rank_stopped_from_outside_part_of_the_time_is_named(tmp_path) -> None:
-    """SIGSTOP 40% of every 0.5 s on rank 0, from the launching process (cgroup or thermal throttling):
-    its peers wait for it at the collectives that fall in its stops, not at the others."""
-    run = shaped(
-        tmp_path,
-        SLOW_JOB_SHAPE="stall",
-        SLOW_JOB_RANK="0",
-        SLOW_JOB_STALL="0.4",
-        SLOW_JOB_STALL_PERIOD_S="0.5",
-    )
+    """SIGSTOP 40% of every 0.5 s on rank 0, from outside it (cgroup or thermal throttling; its stopper,
+    a process it started): its peers wait for it at the collectives that fall in its stops, not at
+    the others."""
+    run = shaped(tmp_path, SLOW_JOB_RANK="0", **STALL)
     assert_named(run, 0)
-    # Why: seen stopped (state T) at some 40% of the watcher's looks, its CPU far under its wall time.
-    (why,) = run.report["tables"]["straggler_why"]
-    assert why["activity"] == "stopped" and 0.2 <= why["stopped_share"] <= 0.6, why
-    assert why["peers_stopped_share"] == 0 and why["cpu_share"] < 0.5, why
-    assert "it was stopped " in run.stragglers["detail"] or "its process stopped " in run.stragglers["detail"]
-    assert "not runnable" in run.stragglers["detail"]
+    assert_stopped(run, 0)
 
 
 def test_a_rank_computing_more_than_its_peers_is_named_as_busy(tmp_path) -> None:
@@ -383,3 +400,47 @@ def test_a_whole_job_that_slows_partway_is_reported_as_slower_than_its_past(tmp_
 def test_a_healthy_two_collective_ddp_job_beside_a_cpu_heavy_process_names_nobody(tmp_path) -> None:
     with busy_cores(1):
         assert_nobody_named(shaped(tmp_path, SLOW_JOB_SHAPE="two", SLOW_JOB_DDP="1"))
+
+
+# ------------------------------------------------------------------ shaped, one watcher per task (issue 50)
+# The shapes under a real srun and mpirun: each task's watcher samples its own rank (its stack and its
+# /proc) and task 0 judges and says why. The stall's stopper is the rank's own child there too.
+@pytest.fixture(params=["srun", "mpirun"])
+def tasks(request) -> tuple[tuple[str, ...], dict[str, str]]:
+    """(the launcher's argv, its environment): srun with the `slurm` fixture's cluster, or mpirun."""
+    if request.param == "srun":
+        return SRUN, request.getfixturevalue("slurm")
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun (openmpi-bin) is not installed")
+    return MPIRUN, {}
+
+
+def per_task_shaped(tmp_path: Path, tasks: tuple, slowed: int, **planted: str) -> Ran:
+    job = [sys.executable, SHAPES_JOB]  # one rank per task
+    return per_task(tmp_path, *tasks, slowed, job, SLOW_JOB_SECONDS=SHAPED_SECONDS, **planted)
+
+
+def test_per_task_two_collectives_the_slowed_rank_is_named_sleeping_in_load_batch(tasks, tmp_path) -> None:
+    """Issue 50's step (gradient sync, then a flag), rank 1 1.5x before the first: named by task 0's
+    watcher, with the stacks and /proc looks that task 1's watcher took of it."""
+    run = per_task_shaped(tmp_path, tasks, 1, SLOW_JOB_SHAPE="two", SLOW_JOB_FACTOR="1.5")
+    assert_named(run, 1)
+    assert "at all_reduce" in run.stragglers["detail"]
+    assert_sleeping_in_load_batch(run, 1)
+
+
+def test_per_task_ddp_accumulation_beside_a_busy_core_the_slowed_rank_is_named(tasks, tmp_path) -> None:
+    """DDP under no_sync(), one gradient all_reduce every 4 micro-steps, rank 2's 1.5x; one spinner beside
+    the 3 tasks and their 3 watchers on this machine's cores."""
+    with busy_cores(1):
+        run = per_task_shaped(tmp_path, tasks, 2, SLOW_JOB_SHAPE="accum", SLOW_JOB_FACTOR="1.5")
+    assert_named(run, 2)
+    assert_sleeping_in_load_batch(run, 2)
+
+
+def test_per_task_a_rank_stopped_part_of_the_time_is_named_as_stopped(tasks, tmp_path) -> None:
+    """Task 0's rank SIGSTOPped 40% of every 0.5 s by its own stopper: named, and said stopped from task
+    0's own /proc looks, its peers' (other tasks' watchers') never stopped."""
+    run = per_task_shaped(tmp_path, tasks, 0, **STALL)
+    assert_named(run, 0)
+    assert_stopped(run, 0)

@@ -11,7 +11,9 @@ its rank: its data loader, say), then runs the step's collectives, by SLOW_JOB_S
            all_reduce every SLOW_JOB_ACCUM micro-steps
   stall    one all_reduce a step, and the slowed rank stopped from outside (SIGSTOP) SLOW_JOB_STALL
            of every SLOW_JOB_STALL_PERIOD_S (default 0.4 of 0.1 s: cgroup or thermal throttling)
-           by the launching process: with --nproc only
+           by a small process the rank starts once its steps begin (STOPPER): under every
+           launcher, since a launcher's own tasks (srun, mpirun) have no parent of ours to do it,
+           and a thread of the rank cannot (SIGSTOP stops every thread of the process)
 
 The work of a step is a sleep in `load_batch` (a data loader waiting for its storage, say); with
 SLOW_JOB_WORK=compute the slowed rank's is a busy loop in `compute` instead (a rank computing more).
@@ -28,19 +30,45 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import signal
+import subprocess
 import sys
-import threading
 import time
 
 import torch
 import torch.distributed as dist
 
 # Beside this script (its folder is on sys.path when it runs).
-from load import duty_cycle
 from spawned_ranks import joined, nproc_given, spawn_ranks
 from train_job import RANK_VARIABLES, SIZE_VARIABLES, first_of
 
 MIN_STEPS = 40  # never fewer, whatever the clock says: a window's worth of collectives (20) and more
+
+# The stopper: the rank's child, at real-time priority where the kernel allows it (as a thread of a
+# loaded test it woke late, tests/support/load.py). It stops its parent, the rank, FRACTION of every
+# PERIOD; on SIGTERM (the rank's steps are done) it lets the rank go on and ends; it ends by itself
+# once the rank is gone (it is then another process's child). Run with -I: PYTHONPATH's in-rank
+# agent (watch's sitecustomize) is not loaded in it. Its last argument names the job, so a test
+# finds it among the job's processes left behind.
+STOPPER = """
+import os, signal, sys, time
+rank, fraction, period = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+def let_go(*_):
+    try:
+        os.kill(rank, signal.SIGCONT)
+    finally:
+        os._exit(0)
+signal.signal(signal.SIGTERM, let_go)
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+except OSError:
+    pass
+while os.getppid() == rank:
+    os.kill(rank, signal.SIGSTOP)
+    time.sleep(fraction * period)
+    os.kill(rank, signal.SIGCONT)
+    time.sleep((1 - fraction) * period)
+"""
 
 
 def _number(name: str, default: float) -> float:
@@ -53,6 +81,23 @@ def work_factor(rank: int, step: int) -> float:
     if os.environ.get("SLOW_JOB_SHAPE") == "stall" or (rank != slowed and not every):
         return 1.0
     return _number("SLOW_JOB_FACTOR", 1.3) if step >= int(_number("SLOW_JOB_FROM", 0)) else 1.0
+
+
+def stopper(rank: int) -> subprocess.Popen | None:
+    """The slowed rank's stopper (STOPPER) in a stall job, started by the rank itself; None elsewhere."""
+    if os.environ.get("SLOW_JOB_SHAPE") != "stall" or rank != int(_number("SLOW_JOB_RANK", -1)):
+        return None
+    fraction, period = _number("SLOW_JOB_STALL", 0.4), _number("SLOW_JOB_STALL_PERIOD_S", 0.1)
+    argv = [sys.executable, "-I", "-c", STOPPER, str(os.getpid()), str(fraction), str(period)]
+    return subprocess.Popen([*argv, os.path.abspath(__file__)])
+
+
+def let_go(stopping: subprocess.Popen | None) -> None:
+    """The stopper ended, this rank running: it answers SIGTERM with a SIGCONT (a SIGSTOP it sent as
+    the SIGTERM came is undone), so the rank is never left stopped."""
+    if stopping is not None:
+        stopping.send_signal(signal.SIGTERM)
+        stopping.wait()
 
 
 def run() -> None:
@@ -71,6 +116,7 @@ def run() -> None:
     if model is not None:  # DDP's first backward builds its buckets: slow on a loaded host, not a step
         model(data).sum().backward()
     dist.barrier()
+    stopping = stopper(rank)  # from its first step: its start-up is no stall
     began = time.monotonic()
     micro = int(_number("SLOW_JOB_ACCUM", 4)) if shape == "accum" else 1
     steps = round(seconds / step_s)
@@ -121,6 +167,7 @@ def run() -> None:
             work(step)
             more = going(step)
         step += 1
+    let_go(stopping)
     print(f"rank {rank} done: {step} steps in {time.monotonic() - began:.1f} s", flush=True)
     dist.barrier()
     dist.destroy_process_group()
@@ -131,19 +178,7 @@ def main() -> None:
     if not nproc:
         run()
         return
-    ranks = spawn_ranks(run, nproc)
-    stop = threading.Event()
-    slowed = int(_number("SLOW_JOB_RANK", -1))
-    stopper = None
-    if os.environ.get("SLOW_JOB_SHAPE") == "stall" and 0 <= slowed < nproc:
-        fraction, period = _number("SLOW_JOB_STALL", 0.4), _number("SLOW_JOB_STALL_PERIOD_S", 0.1)
-        stopper = threading.Thread(target=duty_cycle, args=(ranks[slowed].pid, stop, fraction, period))
-        stopper.start()
-    code = joined(ranks)
-    stop.set()
-    if stopper is not None:
-        stopper.join()
-    sys.exit(code)
+    sys.exit(joined(spawn_ranks(run, nproc)))
 
 
 if __name__ == "__main__":
