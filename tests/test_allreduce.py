@@ -9,8 +9,8 @@ import torch
 
 from ddpcheck.checks.allreduce import AllreduceOptions
 from ddpcheck.checks.allreduce.check import judge
-from ddpcheck.checks.collective.ops.all_reduce import bus_factor
-from ddpcheck.checks.collective.pattern import EXACT_LIMIT, Pattern, sweep_sizes
+from ddpcheck.checks.sweep.ops.all_reduce import bus_factor
+from ddpcheck.checks.sweep.pattern import EXACT_LIMIT, Pattern, sweep_sizes
 from ddpcheck.report.units import human_bytes
 from tests.conftest import assert_nothing_left, needs_gpu
 
@@ -155,7 +155,7 @@ def test_real_ranks_pass(ddpcheck, scratch) -> None:
         "data integrity",
         "bandwidth",
         "nodes agree",
-        "expected bandwidth",  # SKIP on CPU ranks: no expectation (ddpcheck/checks/collective/expected.py)
+        "expected bandwidth",  # SKIP on CPU ranks: no expectation (ddpcheck/checks/sweep/expected.py)
     }
     assert len({r["pid"] for r in report["ranks"]}) == world
     assert "Classic check" in run.stdout and "PASS" in run.stdout

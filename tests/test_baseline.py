@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from ddpcheck import __version__
-from ddpcheck.checks.collective import expected as expectations
-from ddpcheck.checks.collective.figures import bandwidth_figures
+from ddpcheck.checks.sweep import expected as expectations
+from ddpcheck.checks.sweep.figures import bandwidth_figures
 from ddpcheck.errors import UsageError
 from ddpcheck.report import baseline, compare
 from ddpcheck.report.model import Status

@@ -13,11 +13,11 @@ import statistics
 
 import pytest
 
-from ddpcheck.checks.collective.bisection import bisect, max_rounds
 from ddpcheck.checks.env import redact
 from ddpcheck.checks.links import check as links
 from ddpcheck.checks.links.outliers import EXACT_UP_TO, Findings, Pair, SlowLink
 from ddpcheck.checks.reference import SPREAD_K, reference_of
+from ddpcheck.checks.sweep.bisection import bisect, max_rounds
 from ddpcheck.checks.train.judge import GRAD_RTOL, judge
 from ddpcheck.report import baseline
 from ddpcheck.report.model import Status

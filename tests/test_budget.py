@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddpcheck.checks.collective.fit import MIN_ITERS, Fit, budget_findings, fit_sweep
-from ddpcheck.checks.collective.sweep import time_within
 from ddpcheck.checks.devices import fit as devices_fit
 from ddpcheck.checks.links import fit as links_fit
 from ddpcheck.checks.links.fit import StepCost, StepFit, fit_step
+from ddpcheck.checks.sweep.fit import MIN_ITERS, Fit, budget_findings, fit_sweep
+from ddpcheck.checks.sweep.sweep import time_within
 from ddpcheck.errors import UsageError
 from ddpcheck.launcher.budget_options import MIN_LEFT_S, BudgetOptions, bounded_timeout, refuse_if_spent
 from ddpcheck.rank.budget import EXIT_S, TAIL_S, Budget

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ddpcheck.checks.collective.judge import (
+from ddpcheck.checks.sweep.judge import (
     UNLOCALISED,
     Attribution,
     attribute,

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from ddpcheck.checks.collective import sweep
-from ddpcheck.checks.collective.judge import attribute
-from ddpcheck.checks.collective.ops import OPS
-from ddpcheck.checks.collective.ops.roots import ROOTS_PER_SIZE, roots_for
-from ddpcheck.checks.collective.pattern import Pattern, block_values
 from ddpcheck.checks.collectives import COLLECTIVES, CollectivesOptions
 from ddpcheck.checks.collectives.check import judge
+from ddpcheck.checks.sweep import sweep
+from ddpcheck.checks.sweep.judge import attribute
+from ddpcheck.checks.sweep.ops import OPS
+from ddpcheck.checks.sweep.ops.roots import ROOTS_PER_SIZE, roots_for
+from ddpcheck.checks.sweep.pattern import Pattern, block_values
 from ddpcheck.report.units import human_bytes
 from tests.conftest import assert_nothing_left, assert_usage_error, needs_gpu
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpcheck.checks.collective.terminal import render_bandwidth_chart
+from ddpcheck.checks.sweep.terminal import render_bandwidth_chart
 from ddpcheck.launcher.progress import LaunchProgress
 from ddpcheck.report import terminal as render
 from ddpcheck.report.model import Check, Report, Status, Table
@@ -115,7 +115,7 @@ def test_quiet_pass_prints_only_the_verdict(scratch: Path) -> None:
     proc = run_piped((*SMALL, "--quiet"), clean_env(scratch))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (line,) = proc.stdout.splitlines()
-    # 1 skip: "expected bandwidth", no expectation for CPU ranks (ddpcheck/checks/collective/expected.py)
+    # 1 skip: "expected bandwidth", no expectation for CPU ranks (ddpcheck/checks/sweep/expected.py)
     assert line.startswith("PASS  ddpcheck allreduce (2 ranks, gloo, cpu): 5 pass, 1 skip in ")
     assert proc.stderr == ""
 

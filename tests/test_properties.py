@@ -16,8 +16,6 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from ddpcheck.checks.collective.bisection import bisect
-from ddpcheck.checks.collective.pattern import EXACT_LIMIT, Pattern
 from ddpcheck.checks.env import check as env_check
 from ddpcheck.checks.env.redact import (
     REDACTED,
@@ -27,6 +25,8 @@ from ddpcheck.checks.env.redact import (
     is_secret_name,
 )
 from ddpcheck.checks.env.variables import DIST_ENV_PREFIXES, distributed_env
+from ddpcheck.checks.sweep.bisection import bisect
+from ddpcheck.checks.sweep.pattern import EXACT_LIMIT, Pattern
 from ddpcheck.report import show
 from ddpcheck.report import terminal as render
 from ddpcheck.report.formats.json import write as write_json

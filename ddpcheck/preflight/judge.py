@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcheck.checks.collective.fit import budget_findings
-from ddpcheck.checks.collective.judge import bandwidth_rows, bandwidth_table, judge_bandwidth, judge_data
+from ddpcheck.checks.sweep.fit import budget_findings
+from ddpcheck.checks.sweep.judge import bandwidth_rows, bandwidth_table, judge_bandwidth, judge_data
 from ddpcheck.preflight import health
 from ddpcheck.preflight.arrival import Arrival
 from ddpcheck.preflight.options import PreflightOptions

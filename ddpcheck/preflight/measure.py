@@ -1,7 +1,7 @@
 """What each rank measures in preflight: who and where it is, its software, its GPU's health, and the
 all_reduce sweep (exact data check, bisection of a wrong sum, a short bandwidth sample) cut to the budget.
 
-The work is `ddpcheck allreduce`'s own pieces: checks/collective's sweep and its all_reduce
+The work is `ddpcheck allreduce`'s own pieces: checks/sweep's sweep and its all_reduce
 definition, rank/fingerprint.py, the NVML reader; nothing here re-implements them.
 """
 
@@ -11,10 +11,10 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any
 
-from ddpcheck.checks.collective import sweep
-from ddpcheck.checks.collective.faults import SweepFaults
-from ddpcheck.checks.collective.ops import OPS
-from ddpcheck.checks.collective.pattern import sweep_sizes
+from ddpcheck.checks.sweep import sweep
+from ddpcheck.checks.sweep.faults import SweepFaults
+from ddpcheck.checks.sweep.ops import OPS
+from ddpcheck.checks.sweep.pattern import sweep_sizes
 from ddpcheck.preflight import health
 from ddpcheck.preflight.options import PreflightOptions
 from ddpcheck.rank.budget import TAIL_S, Budget

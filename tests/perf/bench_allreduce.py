@@ -59,8 +59,8 @@ dist.destroy_process_group()
 SAME_RUN = """
 import statistics, time, torch, torch.distributed as dist
 from ddpcheck.rank.context import NullStatus, RankContext
-from ddpcheck.checks.collective.faults import SweepFaults
-from ddpcheck.checks.collective.sweep import time_collective
+from ddpcheck.checks.sweep.faults import SweepFaults
+from ddpcheck.checks.sweep.sweep import time_collective
 dist.init_process_group("gloo")
 n, iters, warmup = dist.get_world_size(), {iters}, {warmup}
 rank0 = dist.get_rank()

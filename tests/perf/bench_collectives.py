@@ -27,10 +27,10 @@ from bench_allreduce import timed  # the same command timer (this script runs fr
 SAME_RUN = """
 import statistics, time, torch, torch.distributed as dist
 from ddpcheck.rank.context import NullStatus, RankContext
-from ddpcheck.checks.collective.faults import SweepFaults
-from ddpcheck.checks.collective.sweep import time_collective
-from ddpcheck.checks.collective.ops import OPS
-from ddpcheck.checks.collective.ops.base import Team
+from ddpcheck.checks.sweep.faults import SweepFaults
+from ddpcheck.checks.sweep.sweep import time_collective
+from ddpcheck.checks.sweep.ops import OPS
+from ddpcheck.checks.sweep.ops.base import Team
 dist.init_process_group("gloo")
 n, rank, iters, warmup = dist.get_world_size(), dist.get_rank(), {iters}, {warmup}
 rank0 = dist.get_rank()

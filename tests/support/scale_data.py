@@ -58,7 +58,7 @@ def allreduce_data(n: int) -> list[dict[str, Any]]:
 
 def collectives_data(n: int, names: tuple[str, ...]) -> list[dict[str, Any]]:
     """Every rank's account of each collective, every block right (tests/test_collectives.py's op_data)."""
-    from ddpcheck.checks.collective.ops import OPS
+    from ddpcheck.checks.sweep.ops import OPS
 
     per_op = []
     for name in names:

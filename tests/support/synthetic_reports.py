@@ -10,7 +10,7 @@ import random
 import statistics
 from pathlib import Path
 
-from ddpcheck.checks.collective.judge import BANDWIDTH_COLUMNS
+from ddpcheck.checks.sweep.judge import BANDWIDTH_COLUMNS
 from ddpcheck.report.model import Check, Report, Status, Table
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")

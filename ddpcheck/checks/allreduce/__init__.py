@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddpcheck.checks.collective import CORRUPT_FAULT
-from ddpcheck.checks.collective.sweep_options import SweepOptions
+from ddpcheck.checks.sweep import CORRUPT_FAULT
+from ddpcheck.checks.sweep.sweep_options import SweepOptions
 from ddpcheck.command import HARNESS_FAULTS, Command, Setup
 
 
@@ -33,14 +33,14 @@ COMMAND = Command(
     options=AllreduceOptions,
     implementation="ddpcheck.checks.allreduce.check",
     faults={**CORRUPT_FAULT, **HARNESS_FAULTS},
-    fault_actions="ddpcheck.checks.collective.faults:SweepFaults",
-    charts={"bandwidth": "ddpcheck.checks.collective.terminal:render_bandwidth_chart"},
-    html_charts=("ddpcheck.checks.collective.html",),
+    fault_actions="ddpcheck.checks.sweep.faults:SweepFaults",
+    charts={"bandwidth": "ddpcheck.checks.sweep.terminal:render_bandwidth_chart"},
+    html_charts=("ddpcheck.checks.sweep.html",),
     family="bandwidth",
-    figures="ddpcheck.checks.collective.figures:bandwidth_figures",
+    figures="ddpcheck.checks.sweep.figures:bandwidth_figures",
     setup=(Setup("dtype", "dtype", ("dtype",)),),
-    expected="ddpcheck.checks.collective.expected:judge_expected",
-    metrics="ddpcheck.checks.collective.figures:bandwidth_metrics",
-    judges=("ddpcheck.checks.collective.judge", "ddpcheck.checks.collective.bisection"),
+    expected="ddpcheck.checks.sweep.expected:judge_expected",
+    metrics="ddpcheck.checks.sweep.figures:bandwidth_metrics",
+    judges=("ddpcheck.checks.sweep.judge", "ddpcheck.checks.sweep.bisection"),
     budgeted=True,
 )

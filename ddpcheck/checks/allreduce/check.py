@@ -1,7 +1,7 @@
 """`ddpcheck allreduce`: is the process group sound, who breaks it, and how fast is it?
 
 The classic `ones * rank` reduction and the rank map, then the collective sweep
-(ddpcheck/checks/collective/) with the all_reduce definition: an exact integer pattern at
+(ddpcheck/checks/sweep/) with the all_reduce definition: an exact integer pattern at
 every size of the sweep, counted element by element (nccl-tests' #wrong), the
 bandwidth timing, and - only when something was wrong - a bisection over subgroups
 that finds the ranks whose participation makes the sum wrong.
@@ -12,17 +12,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.allreduce import AllreduceOptions
-from ddpcheck.checks.collective import sweep
-from ddpcheck.checks.collective.fit import budget_findings
-from ddpcheck.checks.collective.judge import (
+from ddpcheck.checks.sweep import sweep
+from ddpcheck.checks.sweep.fit import budget_findings
+from ddpcheck.checks.sweep.judge import (
     bandwidth_rows,
     bandwidth_table,
     culprit_text,
     judge_bandwidth,
     judge_data,
 )
-from ddpcheck.checks.collective.ops import OPS
-from ddpcheck.checks.collective.pattern import sweep_sizes
+from ddpcheck.checks.sweep.ops import OPS
+from ddpcheck.checks.sweep.pattern import sweep_sizes
 from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import hosts_of

@@ -6,13 +6,13 @@ import difflib
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ddpcheck.checks.collective import CORRUPT_FAULT
-from ddpcheck.checks.collective.ops import OPS
-from ddpcheck.checks.collective.sweep_options import SweepOptions
+from ddpcheck.checks.sweep import CORRUPT_FAULT
+from ddpcheck.checks.sweep.ops import OPS
+from ddpcheck.checks.sweep.sweep_options import SweepOptions
 from ddpcheck.command import HARNESS_FAULTS, Command, Setup, option
 from ddpcheck.errors import UsageError
 
-# Every collective defined in collective/ops, in the order `ddpcheck collectives` runs them.
+# Every collective defined in sweep/ops, in the order `ddpcheck collectives` runs them.
 COLLECTIVES = tuple(OPS)
 
 
@@ -84,15 +84,15 @@ COMMAND = Command(
     options=CollectivesOptions,
     implementation="ddpcheck.checks.collectives.check",
     faults={**CORRUPT_FAULT, **HARNESS_FAULTS},
-    fault_actions="ddpcheck.checks.collective.faults:SweepFaults",
-    charts={"bandwidth": "ddpcheck.checks.collective.terminal:render_bandwidth_chart"},
+    fault_actions="ddpcheck.checks.sweep.faults:SweepFaults",
+    charts={"bandwidth": "ddpcheck.checks.sweep.terminal:render_bandwidth_chart"},
     details={"bandwidth": "every collective's bandwidth by message size"},
-    html_charts=("ddpcheck.checks.collective.html",),
+    html_charts=("ddpcheck.checks.sweep.html",),
     family="bandwidth",
-    figures="ddpcheck.checks.collective.figures:bandwidth_figures",
+    figures="ddpcheck.checks.sweep.figures:bandwidth_figures",
     setup=(Setup("dtype", "dtype", ("dtype",)),),
-    expected="ddpcheck.checks.collective.expected:judge_expected",
-    metrics="ddpcheck.checks.collective.figures:bandwidth_metrics",
-    judges=("ddpcheck.checks.collective.judge", "ddpcheck.checks.collective.bisection"),
+    expected="ddpcheck.checks.sweep.expected:judge_expected",
+    metrics="ddpcheck.checks.sweep.figures:bandwidth_metrics",
+    judges=("ddpcheck.checks.sweep.judge", "ddpcheck.checks.sweep.bisection"),
     budgeted=True,
 )

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpcheck.checks.collective import sweep
-from ddpcheck.checks.collective.fit import budget_findings
-from ddpcheck.checks.collective.judge import (
+from ddpcheck.checks.collectives import CollectivesOptions
+from ddpcheck.checks.sweep import sweep
+from ddpcheck.checks.sweep.fit import budget_findings
+from ddpcheck.checks.sweep.judge import (
     bandwidth_rows,
     bandwidth_table,
     judge_bandwidth,
     judge_data,
     peak,
 )
-from ddpcheck.checks.collective.ops import OPS
-from ddpcheck.checks.collective.pattern import sweep_sizes
-from ddpcheck.checks.collectives import CollectivesOptions
+from ddpcheck.checks.sweep.ops import OPS
+from ddpcheck.checks.sweep.pattern import sweep_sizes
 from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
 

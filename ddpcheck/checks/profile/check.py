@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ddpcheck.checks.collective.sweep import time_collective
 from ddpcheck.checks.model import (
     DATA,
     INIT,
@@ -36,6 +35,7 @@ from ddpcheck.checks.model import (
 )
 from ddpcheck.checks.profile import ProfileOptions
 from ddpcheck.checks.profile.judge import judge  # noqa: F401  (the command's judge, run on rank 0)
+from ddpcheck.checks.sweep.sweep import time_collective
 
 if TYPE_CHECKING:
     from ddpcheck.rank.context import RankContext

@@ -12,8 +12,8 @@ import math
 import statistics
 from typing import Any
 
-from ddpcheck.checks.collective.ops.all_reduce import bus_factor
 from ddpcheck.checks.profile import ProfileOptions
+from ddpcheck.checks.sweep.ops.all_reduce import bus_factor
 from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import hosts_of, where

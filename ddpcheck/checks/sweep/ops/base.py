@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ddpcheck.checks.collective.pattern import count_wrong
+from ddpcheck.checks.sweep.pattern import count_wrong
 
 Buffers = dict[str, Any]  # name -> tensor
 
@@ -138,7 +138,7 @@ class Rooted(Collective):
         return {"data": torch.empty(count, dtype=dtype, device=device)}
 
     def variants(self, n: int, size_index: int) -> list[int]:
-        from ddpcheck.checks.collective.ops.roots import roots_for
+        from ddpcheck.checks.sweep.ops.roots import roots_for
 
         return roots_for(n, size_index)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcheck.checks.collective.ops.base import Buffers, Collective, Received, Team
-from ddpcheck.checks.collective.pattern import UNWRITTEN, block_values, count_wrong, fill
+from ddpcheck.checks.sweep.ops.base import Buffers, Collective, Received, Team
+from ddpcheck.checks.sweep.pattern import UNWRITTEN, block_values, count_wrong, fill
 
 
 class SendRecv(Collective):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcheck.checks.collective.ops.base import Buffers, Received, Rooted, Team
-from ddpcheck.checks.collective.pattern import Pattern, count_wrong, fill
+from ddpcheck.checks.sweep.ops.base import Buffers, Received, Rooted, Team
+from ddpcheck.checks.sweep.pattern import Pattern, count_wrong, fill
 
 
 class Reduce(Rooted):

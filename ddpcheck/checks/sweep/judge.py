@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpcheck.checks.collective.ops import OPS
-from ddpcheck.checks.collective.ops.base import Rooted
+from ddpcheck.checks.sweep.ops import OPS
+from ddpcheck.checks.sweep.ops.base import Rooted
 from ddpcheck.report.model import Check, Status, Table
 from ddpcheck.report.naming import counted, describe_ranks, hosts_of, where
 from ddpcheck.report.units import human_bytes

@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ddpcheck.checks.collective.bisection import bisect
-from ddpcheck.checks.collective.fit import Fit, fit_sweep
-from ddpcheck.checks.collective.ops.base import Buffers, Collective, Team
-from ddpcheck.checks.collective.pattern import ITEM_SIZE
+from ddpcheck.checks.sweep.bisection import bisect
+from ddpcheck.checks.sweep.fit import Fit, fit_sweep
+from ddpcheck.checks.sweep.ops.base import Buffers, Collective, Team
+from ddpcheck.checks.sweep.pattern import ITEM_SIZE
 from ddpcheck.report.units import human_bytes
 
 if TYPE_CHECKING:

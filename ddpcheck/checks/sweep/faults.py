@@ -1,4 +1,4 @@
-"""The sweep's --inject kind as its ranks strike it: `corrupt` (declared in checks/collective/__init__.py)."""
+"""The sweep's --inject kind as its ranks strike it: `corrupt` (declared in checks/sweep/__init__.py)."""
 
 from __future__ import annotations
 

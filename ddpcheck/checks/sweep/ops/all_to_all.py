@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpcheck.checks.collective.ops.base import Blocked, Buffers, Received, Team, corrupt_blocks
-from ddpcheck.checks.collective.pattern import UNWRITTEN, block_values, fill
+from ddpcheck.checks.sweep.ops.base import Blocked, Buffers, Received, Team, corrupt_blocks
+from ddpcheck.checks.sweep.pattern import UNWRITTEN, block_values, fill
 
 
 class AllToAll(Blocked):
