@@ -297,14 +297,6 @@ def _running_after(procs: list[psutil.Process], seconds: float) -> list[psutil.P
     return left
 
 
-def cpu_seconds(pid: int) -> float | None:
-    try:
-        times = psutil.Process(pid).cpu_times()
-        return times.user + times.system
-    except psutil.Error:
-        return None
-
-
 def output_within(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
     """The output of a command started in a session of its own; None when it ran past `timeout_s`,
     and then it is killed with whatever it started (its process group)."""

@@ -21,8 +21,6 @@ PORT_BASE = 20000
 # job's port when rank 0 binds it (EADDRINUSE).
 PORT_SPAN = 12768
 
-_GROUP_RE = re.compile(r"([^,\[]*)(?:\[([^\]]*)\])?([^,\[]*)")
-
 
 def expand_nodelist(nodelist: str) -> list[str]:
     """'gpu[01-04,07],login1' -> ['gpu01', 'gpu02', 'gpu03', 'gpu04', 'gpu07', 'login1'].
