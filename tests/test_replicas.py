@@ -229,3 +229,57 @@ def test_the_gradient_check_names_the_non_finite_parameter_and_then_lets_go(tmp_
     assert watcher.gradient_hooks == []
     backward()
     assert watcher.sums == []  # no hook left
+
+
+# ------------------------------------------------------------------ HSDP: replicas of one shard
+def shard_record(rank: int, step: int, sums: list[float], group: list[int]) -> dict:
+    """An HSDP module's record: this rank's shard, compared within the ranks that hold the same shard."""
+    found = record(rank, step, sums, group)
+    found["modules"][0]["kind"] = "HSDP"
+    return found
+
+
+def hsdp(odd: dict[int, list[float]], replicas_of: int, shards: int = 2) -> list[Fingerprint]:
+    """A mesh (replicate, shard), rank = r * shards + s: shard s's replicas are s, s + shards, ...;
+    each shard holds its own weights (shard 1's differ from shard 0's by design)."""
+    found = []
+    for rank in range(replicas_of * shards):
+        shard = rank % shards
+        group = list(range(shard, replicas_of * shards, shards))
+        sums = odd.get(rank, HEALTHY if shard == 0 else FLIPPED)
+        found.append(fingerprint_from_record(shard_record(rank, 10, sums, group)))
+    return found
+
+
+def test_hsdp_shards_differ_by_design_and_their_replicas_agree() -> None:
+    judgement = judge(hsdp({}, replicas_of=2))
+    assert judgement.agree and judgement.kinds == {"HSDP"} and len(judgement.groups) == 2
+    (check,) = replicas.checks(judgement, every=10)
+    assert check.status is Status.PASS
+    assert check.detail.startswith(
+        "4 ranks' parameter shards identical within their 2 replica groups at 1 steps"
+    )
+
+
+def test_hsdp_a_replica_of_one_shard_is_named_against_its_shards_other_replicas() -> None:
+    judgement = judge(hsdp({3: [1.5, -0.25, 3.5]}, replicas_of=3))  # shard 1's replicas: ranks 1, 3, 5
+    found = judgement.divergence
+    assert found is not None and (found.odd, found.majority, found.kind) == ((3,), (1, 5), "HSDP")
+    (check,) = replicas.checks(judgement, every=10)
+    assert check.ranks == [3] and check.detail.startswith(
+        "rank 3 differs from the other replicas of its shard (ranks 1, 5) at step 10: fc2.weight first"
+    )
+
+
+def test_hsdp_two_replicas_of_a_shard_that_differ_are_both_named() -> None:
+    found = judge(hsdp({1: [1.5, -0.25, 3.5]}, replicas_of=2)).divergence
+    assert found is not None and found.odd == (1, 3) and found.majority == ()
+    assert replicas._divergence_words(found).startswith(
+        "ranks 1, 3, the replicas of one shard, differ (no majority to say which is right) at step 10"
+    )
+
+
+def test_hsdp_records_round_trip_with_their_kind() -> None:
+    (first, *_) = hsdp({}, replicas_of=2)
+    assert fingerprint_from_record(to_record(first, whole=False)).modules[0].kind == "HSDP"
+    assert fingerprint_from_record(to_record(first, whole=True)) == first

@@ -1,7 +1,9 @@
 """Pure: replicas that drifted apart and the first NaN or Inf, from the ranks' fingerprints (watch's agent).
 
 A replica group is the ranks of one DistributedDataParallel module's process group (the world by
-default). After the same optimizer step they hold the same parameters and buffers, bit for bit: at
+default), or, for an HSDP module (FSDP2 on a mesh with a replicated dimension), the ranks that hold
+the same shard of its parameters (kind "HSDP": each rank's local shard is compared, no buffers).
+After the same optimizer step they hold the same parameters and buffers, bit for bit: at
 every step fingerprinted, the ranks whose exact fingerprint differs from the majority's are named,
 with the first parameter that differs and by how much (the float64 sums). Two ranks that differ,
 or no majority: every rank of the split is named, since nobody can say which is right.
@@ -25,6 +27,7 @@ from ddpcheck.report.naming import span
 CHECK = "replicas agree"
 NAN_CHECK = "first nan"
 TABLE = "replicas"
+DDP, HSDP = "DDP", "HSDP"
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class ModulePrint:
     names: tuple[str, ...] | None = None
     exact: tuple[int, ...] | None = None
     sums: tuple[float, ...] | None = None
+    kind: str = DDP  # or HSDP: the group holds one shard, its local parameters only
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class Divergence:
     parameter: str | None  # the first that differs (None: only digests were kept of this step)
     odd_sum: float | None
     majority_sum: float | None
+    kind: str = DDP
 
     @property
     def difference(self) -> float | None:
@@ -77,6 +82,8 @@ class Divergence:
 class Judgement:
     ranks: list[int] = field(default_factory=list)  # every rank fingerprinted
     steps: list[int] = field(default_factory=list)  # the steps compared (two ranks or more)
+    groups: set[tuple[int, ...]] = field(default_factory=set)  # the replica groups seen
+    kinds: set[str] = field(default_factory=set)  # DDP, HSDP
     divergence: Divergence | None = None
     first_nan: list[NonFinite] = field(default_factory=list)  # the ranks that made it (earliest step)
     later_nan: list[NonFinite] = field(default_factory=list)  # ...and those that received it
@@ -109,6 +116,7 @@ def fingerprint_from_record(record: dict[str, Any]) -> Fingerprint:
                 names=tuple(found["names"]) if found.get("names") is not None else None,
                 exact=exact,
                 sums=tuple(float(v) for v in found["sums"]) if found.get("sums") is not None else None,
+                kind=str(found.get("kind") or DDP),
             )
         )
     return Fingerprint(int(record["rank"]), int(record["step"]), tuple(modules))
@@ -122,6 +130,7 @@ def to_record(print_: Fingerprint, whole: bool) -> dict[str, Any]:
             "module": module.module,
             "group": list(module.group),
             "digest": module.digest,
+            "kind": module.kind,
         }
         if whole and module.exact is not None:
             found.update(
@@ -157,6 +166,10 @@ def judge(prints: Iterable[Fingerprint], nonfinite: Iterable[NonFinite] = ()) ->
     for found in prints:
         by_step[found.step][found.rank] = found
     judgement = Judgement(ranks=sorted({r for ranks in by_step.values() for r in ranks}))
+    for at_step in by_step.values():
+        for found in at_step.values():
+            judgement.groups.update(m.group for m in found.modules)
+            judgement.kinds.update(m.kind for m in found.modules)
     for step in sorted(by_step):
         at_step = by_step[step]
         if len(at_step) >= 2:
@@ -211,7 +224,9 @@ def _first_split(
             majority[0] if majority else min(r for r in odd if members[r].digest != members[first].digest)
         )
         parameter, odd_sum, majority_sum = _first_parameter(index, first, reference, step, by_step)
-        return Divergence(step, members[first].module, odd, majority, parameter, odd_sum, majority_sum)
+        return Divergence(
+            step, members[first].module, odd, majority, parameter, odd_sum, majority_sum, members[first].kind
+        )
     return None
 
 
@@ -250,12 +265,18 @@ def line(judgement: Judgement) -> str | None:
 
 def _divergence_words(found: Divergence) -> str:
     who = span(list(found.odd))
+    shard = " of one shard" if found.kind == HSDP else ""  # HSDP: the ranks that hold the same shard
     if found.majority:
         verb = "differs" if len(found.odd) == 1 else "differ"
         whose = "its" if len(found.odd) == 1 else "their"
-        words = f"{who} {verb} from {whose} replicas ({span(list(found.majority))})"
+        replicas = f"the other replicas of {whose} shard" if shard else f"{whose} replicas"
+        words = f"{who} {verb} from {replicas} ({span(list(found.majority))})"
     else:
-        words = f"the replicas {who} differ (no majority to say which is right)"
+        words = (
+            f"{who}, the replicas of one shard, differ (no majority to say which is right)"
+            if shard
+            else f"the replicas {who} differ (no majority to say which is right)"
+        )
     words += f" at step {found.step}"
     if found.parameter is not None:
         words += f": {found.parameter} first"
@@ -292,11 +313,13 @@ def checks(judgement: Judgement, every: int) -> list[Check]:
         found.append(Check(CHECK, Status.FAIL, _divergence_words(divergence), ranks=list(divergence.odd)))
     else:
         last = max(judgement.steps, default=0)
+        what = "parameters and buffers" if judgement.kinds != {HSDP} else "parameter shards"
+        within = f" within their {len(judgement.groups)} replica groups" if len(judgement.groups) > 1 else ""
         found.append(
             Check(
                 CHECK,
                 Status.PASS,
-                f"{len(judgement.ranks)} ranks' parameters and buffers identical at "
+                f"{len(judgement.ranks)} ranks' {what} identical{within} at "
                 f"{len(judgement.steps)} steps (every {every}, up to step {last})",
             )
         )

@@ -8,6 +8,11 @@ by environment, from outside the model's code:
                          optimizer after its step (the silent data corruption of one replica)
   DIVERGE_JOB_NAN=R:K    rank R's loss is NaN at step K (before its backward: its gradients)
   DIVERGE_JOB_STEPS=S    steps (default 200); DIVERGE_JOB_STEP_S: a sleep per step (default 0)
+  DIVERGE_JOB_FSDP=RxS   FSDP2 instead of DDP: fully_shard on fc1, fc2 and the model, over a mesh of
+                         R replicas of S shards (HSDP; the flip is in rank R's own shard of fc2.weight);
+                         DIVERGE_JOB_FSDP=S alone: fully sharded over S ranks, no replicas;
+                         DIVERGE_JOB_FSDP=v1:RxS: FSDP1 (FullyShardedDataParallel) with HYBRID_SHARD,
+                         one unit (the flip is in rank R's shard of its flat parameter), v1:S FULL_SHARD
 
 Steps count from 1, as the optimizer's step() calls do. Under torchrun, srun or mpirun it is one
 rank (MASTER_ADDR and MASTER_PORT are the caller's under srun and mpirun); `python diverge_job.py
@@ -55,13 +60,36 @@ def flip_one_bit(tensor: torch.Tensor) -> None:
         tensor.view(-1).view(torch.int32)[3] ^= 1 << FLIPPED_BIT
 
 
+def sharded(net: Net, shape: str) -> Net:
+    """fully_shard (FSDP2) on each Linear and the whole model, over a mesh RxS (HSDP) or S (fully sharded);
+    "v1:" before it: FSDP1 over the same mesh (HYBRID_SHARD, or FULL_SHARD)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    version, _, shape = shape.rpartition(":")
+    sizes = tuple(int(size) for size in shape.split("x"))
+    names = ("replicate", "shard") if len(sizes) == 2 else ("shard",)
+    mesh = init_device_mesh("cpu", sizes, mesh_dim_names=names)
+    if version == "v1":
+        from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+
+        strategy = ShardingStrategy.HYBRID_SHARD if len(sizes) == 2 else ShardingStrategy.FULL_SHARD
+        cpu = torch.device("cpu")
+        return FullyShardedDataParallel(net, sharding_strategy=strategy, device_mesh=mesh, device_id=cpu)
+    for layer in (net.fc1, net.fc2):
+        fully_shard(layer, mesh=mesh)
+    return fully_shard(net, mesh=mesh)
+
+
 def run() -> None:
     os.environ.setdefault("RANK", str(first_of(RANK_VARIABLES, "0")))
     os.environ.setdefault("WORLD_SIZE", str(first_of(SIZE_VARIABLES, "1")))
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(Net())
+    shape = os.environ.get("DIVERGE_JOB_FSDP", "")
+    model = sharded(Net(), shape) if shape else torch.nn.parallel.DistributedDataParallel(Net())
+    net = model if shape else model.module
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     steps = int(os.environ.get("DIVERGE_JOB_STEPS", "200"))
     pause = float(os.environ.get("DIVERGE_JOB_STEP_S", "0"))
@@ -71,7 +99,11 @@ def run() -> None:
     def corrupt(opt: torch.optim.Optimizer, args: object, kwargs: object) -> None:
         done["steps"] += 1
         if done["steps"] == flip_at:
-            flip_one_bit(model.module.fc2.weight)
+            if shape.startswith("v1:"):  # FSDP1: this rank's shard of the one flat parameter
+                flip_one_bit(next(model.parameters()))
+            else:  # under FSDP2 a DTensor: this rank's shard is flipped
+                weight = net.fc2.weight
+                flip_one_bit(weight.to_local() if shape else weight)
 
     optimizer.register_step_post_hook(corrupt)
     generator = torch.Generator().manual_seed(1000 + rank)

@@ -7,7 +7,10 @@ rank holds the state its replicas hold, so ranks compare the same step without a
 
 - every N steps, each DistributedDataParallel module's parameters and buffers: per tensor the
   wrapping int64 sum of its bytes viewed as integers (exact: one flipped bit always changes it) and
-  a float64 sum (by how much), written whole to `fingerprints/<rank>-<step>.json`;
+  a float64 sum (by how much), written whole to `fingerprints/<rank>-<step>.json`; and each HSDP
+  module's (FSDP2's `fully_shard` on a mesh with a replicated dimension) local parameter shards,
+  compared only within the ranks that hold the same shard (the replicate dimension's group). A
+  fully sharded module has no replica: it is said once (`fingerprints/<rank>.unreplicated`);
 - every step, each parameter's local gradient before DDP reduces it (a tensor hook; a NaN or Inf
   makes its sum NaN, added on the device without a sync, read at the step boundary: on a GPU the
   copy of a step before, so nothing waits): the first non-finite gradient is this rank's
@@ -34,6 +37,8 @@ SKIP_VARIABLE = "DDPCHECK_FINGERPRINT_SKIP"  # the user's: comma-separated name 
 FOLDER = "fingerprints"
 SUFFIX = ".json"
 NONFINITE_SUFFIX = ".nonfinite"
+UNREPLICATED_SUFFIX = ".unreplicated"  # the modules found that have no replica to compare with
+FSDP_PACKAGE = "torch.distributed.fsdp"  # looked for only when the job imported it
 LOOK_S = 0.5  # how often the start thread looks for torch's optimizers among the loaded modules
 OPTIMIZER_MODULE = "torch.optim.optimizer"
 # Elements of each gradient read every step for a NaN or Inf, evenly apart (an odd stride: every
@@ -48,6 +53,10 @@ def fingerprint_file(watch_dir: str, rank: int, step: int) -> str:
 
 def nonfinite_file(watch_dir: str, rank: int) -> str:
     return os.path.join(watch_dir, FOLDER, f"{rank}{NONFINITE_SUFFIX}")
+
+
+def unreplicated_file(watch_dir: str, rank: int) -> str:
+    return os.path.join(watch_dir, FOLDER, f"{rank}{UNREPLICATED_SUFFIX}")
 
 
 def write_whole(path: str, record: dict[str, Any]) -> None:
@@ -91,6 +100,8 @@ class Fingerprinter:
         self.skip = skip
         self.steps: dict[int, int] = {}  # per optimizer (id), its step() calls
         self.modules: list[tuple[weakref.ref, list[int]]] = []  # each DDP module, its replica group
+        # Each HSDP root module's parameters of one replica group: (module, name prefix, group, names).
+        self.sharded: list[tuple[weakref.ref, str, list[int], frozenset[str]]] = []
         self.looked = False
         self.params: list[tuple[str, Any]] = []  # the gradients watched: (name, parameter)
         self.gradient_hooks: list[Any] = []  # their hooks' handles (removable)
@@ -147,13 +158,19 @@ class Fingerprinter:
         from torch.nn.parallel import DistributedDataParallel
 
         self.looked = True
-        found = [o for o in gc.get_objects() if isinstance(o, DistributedDataParallel)]
-        if not found or not dist.is_initialized():
+        kinds = (DistributedDataParallel, *_fsdp_classes())
+        objects = [o for o in gc.get_objects() if isinstance(o, kinds)]
+        found = [o for o in objects if isinstance(o, DistributedDataParallel)]
+        if not objects or not dist.is_initialized():
             self.failed = True  # no replica here: nothing more to do at any step
             return
         self.rank = dist.get_rank()
         # The groups now: at exit the job may have destroyed them already.
         self.modules = [(weakref.ref(m), _group_ranks(m)) for m in found]
+        self._find_sharded([o for o in objects if not isinstance(o, DistributedDataParallel)])
+        if not self.modules and not self.sharded:
+            self.failed = True  # only fully sharded modules: said once, nothing to compare
+            return
         for index, module in enumerate(found):
             if module.broadcast_buffers and any(True for _ in module.module.buffers()):
                 module.module.register_forward_pre_hook(self._buffers_synced(index))
@@ -161,6 +178,39 @@ class Fingerprinter:
 
         atexit.register(self.at_exit)
         self._watch_gradients(found)
+
+    def _find_sharded(self, objects: list[Any]) -> None:
+        """FSDP2's and FSDP1's root modules (a wrapped layer is its root's): their parameters by replica
+        group (the ranks holding the same shard); a module with none is said once, in a file."""
+        if not objects:
+            return
+        fully_shard, fsdp1 = _fsdp_classes()
+        roots = _outermost([o for o in objects if isinstance(o, fully_shard)])
+        fsdp1_roots = _outermost([o for o in objects if isinstance(o, fsdp1)])
+        notes: list[str] = []
+        prefix = len(roots) + len(fsdp1_roots) + len(self.modules) > 1
+        for index, root in enumerate([*roots, *fsdp1_roots]):
+            at = f"fsdp{index}." * prefix
+            groups: dict[tuple[int, ...], list[str]] = {}
+            for name, param in root.named_parameters():
+                group = _replicas_of(param) if index < len(roots) else _fsdp1_replicas(root)
+                if group is not None and not (at + _shown(name, param)).startswith(self.skip):
+                    groups.setdefault(group, []).append(name)
+            replicated = {g: names for g, names in groups.items() if len(g) > 1}
+            sharded = index >= len(roots) or any(hasattr(p, "device_mesh") for p in root.parameters())
+            if not sharded:  # FSDP2 swaps in its unsharded parameters until it reshards them
+                notes.append(
+                    f"FSDP module {_unsharded_name(root)} held its parameters unsharded at the first "
+                    "optimizer step (reshard_after_backward=False): not compared"
+                )
+            elif not replicated:
+                notes.append(
+                    f"FSDP module {_unsharded_name(root)} is {_how_sharded(root)}: no replicas to compare"
+                )
+            for group, names in replicated.items():
+                self.sharded.append((weakref.ref(root), at, list(group), frozenset(names)))
+        if notes:
+            write_whole(unreplicated_file(self.dir, self.rank), {"rank": self.rank, "notes": notes})
 
     def _live(self) -> list[tuple[int, str, Any, list[int]]]:
         """(index, name prefix, module, replica group) of every DDP module still alive."""
@@ -183,6 +233,14 @@ class Fingerprinter:
                 record["modules"][index].update(module=type(module.module).__name__, group=ranks)
                 if with_buffers and module.broadcast_buffers and any(True for _ in module.module.buffers()):
                     waiting.add(index)
+            # HSDP: each rank's own shard (FSDP synchronises no buffers: each rank's are its own).
+            for index, (ref, prefix, ranks, names) in enumerate(self.sharded, start=len(self.modules)):
+                root = ref()
+                if root is None:
+                    continue
+                shards = ((_shown(n, p), _local(p)) for n, p in root.named_parameters() if n in names)
+                record["modules"][index] = self._tensors(shards, prefix)
+                record["modules"][index].update(module=_unsharded_name(root), group=ranks, kind="HSDP")
         if not record["modules"]:
             return
         record["waiting"] = waiting
@@ -314,6 +372,89 @@ class Fingerprinter:
                 "count": len(bad),
             },
         )
+
+
+def _fsdp_classes() -> tuple[type, ...]:
+    """(FSDP2's FSDPModule, FSDP1's FullyShardedDataParallel) where the job imported them, else ()."""
+    package = sys.modules.get(FSDP_PACKAGE)
+    fully_shard = getattr(package, "FSDPModule", None)
+    fsdp1 = getattr(package, "FullyShardedDataParallel", None)
+    return (fully_shard, fsdp1) if fully_shard is not None and fsdp1 is not None else ()
+
+
+def _outermost(modules: list[Any]) -> list[Any]:
+    """The modules not inside another of them (a wrapped layer is its root's), in the order found."""
+    inner = {id(m) for outer in modules for m in outer.modules() if m is not outer}
+    return [m for m in modules if id(m) not in inner]
+
+
+def _name_of(module: Any) -> str:
+    """The user's class: fully_shard makes the module's class FSDP<Class>, a subclass of both."""
+    fully_shard = getattr(sys.modules.get(FSDP_PACKAGE), "FSDPModule", None)
+    for cls in type(module).__mro__:
+        if fully_shard is None or not issubclass(cls, fully_shard):
+            return cls.__name__
+    return type(module).__name__
+
+
+def _unsharded_name(module: Any) -> str:
+    """The user's class of an FSDP2 module, or of the module inside an FSDP1 wrapper."""
+    _, fsdp1 = _fsdp_classes()
+    return _name_of(module.module if isinstance(module, fsdp1) else module)
+
+
+def _how_sharded(module: Any) -> str:
+    """Words for a module with no replica: its mesh (FSDP2) or its sharding strategy (FSDP1)."""
+    mesh = next((tuple(p.device_mesh.shape) for p in module.parameters() if hasattr(p, "device_mesh")), None)
+    if mesh is not None:
+        return f"fully sharded (mesh {mesh})"
+    strategy = getattr(getattr(module, "sharding_strategy", None), "name", "")
+    return f"fully sharded (FSDP1, {strategy})" if strategy else "fully sharded"
+
+
+def _local(param: Any) -> Any:
+    """This rank's own data of a parameter: a DTensor's local shard; FSDP1's flat parameter as it is
+    (after the optimizer's step it holds this rank's shard)."""
+    return param.to_local() if hasattr(param, "to_local") else param
+
+
+def _shown(name: str, param: Any) -> str:
+    """A parameter's name as the user wrote it: FSDP1's wrappers left out, and a flat parameter with
+    the parameters it holds (the first three)."""
+    name = name.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", "")
+    held = getattr(param, "_fqns", None)
+    if held:
+        name += f" ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''})"
+    return name
+
+
+def _fsdp1_replicas(module: Any) -> tuple[int, ...] | None:
+    """The ranks holding the same shard as this one under FSDP1: HYBRID_SHARD's replicas are its
+    inter-node group; NO_SHARD's, every rank of its group; the other strategies have none."""
+    import torch.distributed as dist
+
+    strategy = getattr(getattr(module, "sharding_strategy", None), "name", "")
+    group = {
+        "HYBRID_SHARD": getattr(module, "_inter_node_pg", None),
+        "_HYBRID_SHARD_ZERO2": getattr(module, "_inter_node_pg", None),
+        "NO_SHARD": getattr(module, "process_group", None),
+    }.get(strategy)
+    return tuple(sorted(dist.get_process_group_ranks(group))) if group is not None else None
+
+
+def _replicas_of(param: Any) -> tuple[int, ...] | None:
+    """The ranks holding the same shard of a DTensor parameter as this rank (itself included): its
+    mesh's ranks along the dimensions it is replicated on, this rank's coordinate on the others.
+    None: not a DTensor (FSDP's ignored parameters: nothing says who holds the same), or not on this rank."""
+    mesh, placements = getattr(param, "device_mesh", None), getattr(param, "placements", None)
+    coordinate = mesh.get_coordinate() if mesh is not None and placements is not None else None
+    if coordinate is None:
+        return None
+    where = tuple(
+        slice(None) if placement.is_replicate() else at
+        for placement, at in zip(placements, coordinate, strict=True)
+    )
+    return tuple(sorted(int(r) for r in mesh.mesh[where].reshape(-1).tolist()))
 
 
 def _group_ranks(module: Any) -> list[int]:

@@ -37,6 +37,7 @@ class Replicas:
         self.prints: dict[tuple[int, int], Fingerprint] = {}  # by (rank, step)
         self.nonfinite: dict[int, NonFinite] = {}
         self.failures: dict[int, str] = {}  # a rank whose fingerprints stopped, and why
+        self.unreplicated: set[str] = set()  # modules with no replica (fully sharded FSDP), said once
         self.read_names: set[str] = set()
         self.said: set[str] = set()  # each finding's line is said once
         self.speaking = True  # a team's task other than 0 only shares
@@ -63,6 +64,8 @@ class Replicas:
                 elif name.endswith(fingerprints.NONFINITE_SUFFIX):
                     nan = replicas.nonfinite_from_record(record)
                     self.nonfinite[nan.rank] = nan
+                elif name.endswith(fingerprints.UNREPLICATED_SUFFIX):
+                    self.unreplicated.update(str(note) for note in record["notes"])
                 elif name.endswith(".failed"):
                     self.failures[int(record["rank"])] = str(record["error"])
             except (KeyError, TypeError, ValueError):
@@ -103,6 +106,7 @@ class Replicas:
             "prints": [replicas.to_record(p, key in whole) for key, p in sorted(self.prints.items())],
             "nonfinite": [replicas.nonfinite_to_record(n) for n in self.nonfinite.values()],
             "failures": {str(r): e for r, e in self.failures.items()},
+            "unreplicated": sorted(self.unreplicated),
         }
 
     def take(self, shared: dict[str, Any]) -> None:
@@ -115,17 +119,22 @@ class Replicas:
             self.nonfinite.setdefault(nan.rank, nan)
         for rank, error in (shared.get("failures") or {}).items():
             self.failures.setdefault(int(rank), str(error))
+        self.unreplicated.update(str(note) for note in shared.get("unreplicated") or [])
 
     # ------------------------------------------------------------ the report
     def add_to(self, report: Report) -> Report:
-        """The checks and the table; a note when no replica was fingerprinted (no DDP module seen)."""
+        """The checks and the table; a note when no replica was fingerprinted (no DDP module seen), and
+        one per module that has no replica (a fully sharded FSDP module: nothing to compare)."""
         self.read()
         judgement = self.judgement()
         for rank, error in sorted(self.failures.items()):
             report.notes.append(f"rank {rank}'s fingerprints stopped: {error}")
+        report.notes.extend(f"replicas: {note}" for note in sorted(self.unreplicated))
         if not self.prints and not self.nonfinite:
+            if self.unreplicated:
+                return report
             report.notes.append(
-                f"replicas not compared: no DistributedDataParallel module was seen "
+                f"replicas not compared: no DistributedDataParallel or HSDP module was seen "
                 f"(--fingerprint-every {self.every}; docs/diverges.md)"
             )
             return report
