@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ddpcheck.failure.error_texts import SIGNAL_EXCEPTION
-from ddpcheck.failure.exits import Exit
+from ddpcheck.failure.exits import Exit, ExitKind
 
 Failed = TypeVar("Failed")
 
 
 def torn_down(exit: Exit) -> bool:
     """Ended from outside by a signal it could not survive (SIGTERM's trace, or torchrun's handler)."""
-    return exit.kind == "terminated" or (
-        exit.kind == "exception" and bool(SIGNAL_EXCEPTION.match(exit.exception))
+    return exit.kind is ExitKind.TERMINATED or (
+        exit.kind is ExitKind.EXCEPTION and bool(SIGNAL_EXCEPTION.match(exit.exception))
     )
 
 
@@ -30,12 +30,14 @@ def failed_of_itself(exit: Exit) -> bool:
     """Raised (not for a peer's going), died of a fatal signal, or ended without any trace."""
     if torn_down(exit):
         return False
-    return exit.kind in ("fatal", "ended") or (exit.kind == "exception" and not exit.secondary)
+    return exit.kind in (ExitKind.FATAL, ExitKind.ENDED) or (
+        exit.kind is ExitKind.EXCEPTION and not exit.secondary
+    )
 
 
 def collateral(exit: Exit) -> bool:
     """Raised because a peer had gone first (its connection closed, its collective timed out)."""
-    return exit.kind == "exception" and exit.secondary and not torn_down(exit)
+    return exit.kind is ExitKind.EXCEPTION and exit.secondary and not torn_down(exit)
 
 
 @dataclass

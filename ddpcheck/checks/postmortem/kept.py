@@ -28,6 +28,7 @@ from ddpcheck.failure.error_texts import SOURCE_PLACE
 from ddpcheck.failure.exits import (
     PROCESSES,
     Exit,
+    ExitKind,
     Start,
     exit_of,
     first_sentence,
@@ -137,7 +138,7 @@ def _read(watch_dir: str) -> list[Kept]:
     first = {pid: exit_of(watch_dir, pid, last_record_time(watch_dir, pid), None) for pid in pids}
     # The launcher's failure summary, in its own exception record: each failed rank's exit code, and
     # (torchrun) its pid, which gives old directories without start records their ranks.
-    said = "\n".join(e.exception for e in first.values() if e.kind == "exception")
+    said = "\n".join(e.exception for e in first.values() if e.kind is ExitKind.EXCEPTION)
     codes = launcher_exit_codes(said)
     by_pid = {e.pid: e.rank for e in torchrun_summary(said) if e.pid is not None}
     found = []
@@ -179,7 +180,9 @@ def judge_records(kept: KeptRecords) -> tuple[list[Check], Table | None]:
     alive = [k for k in judged if k.alive]
     ended = [k for k in judged if not k.alive]
     # A traceless end's time is its records' last write, not its end: it comes after the ends timed.
-    failed = judge_ends(ended, lambda k: k.exit, lambda k: (k.exit.kind == "ended", k.exit.time)).failed
+    failed = judge_ends(
+        ended, lambda k: k.exit, lambda k: (k.exit.kind is ExitKind.ENDED, k.exit.time)
+    ).failed
     signalled = [k for k in ended if k.signalled]
     parts: list[str] = []
     if failed:
@@ -249,14 +252,14 @@ def _ended(k: Kept) -> str:
     where = frame_where(k.exit.stack)
     at = f" ({where})" if where else ""
     if k.signalled:
-        if k.exit.kind == "terminated":
+        if k.exit.kind is ExitKind.TERMINATED:
             return f"ended by SIGTERM while in {where}" if where else "ended by SIGTERM (no Python stack)"
         return f"ended by a signal: {first_sentence(k.exit.exception)}{', in ' + where if where else ''}"
-    if k.exit.kind == "exception":
+    if k.exit.kind is ExitKind.EXCEPTION:
         return f"{_message(k.exit.exception)}{', in ' + where if where else ''}"
-    if k.exit.kind == "fatal":
+    if k.exit.kind is ExitKind.FATAL:
         return f"{first_sentence(k.exit.describe())}{', in ' + where if where else ''}"
-    if k.exit.kind == "ended":
+    if k.exit.kind is ExitKind.ENDED:
         return k.exit.describe() + at if k.exit.code is not None else NO_TRACE
     return k.exit.describe()
 
@@ -266,10 +269,10 @@ def _short(k: Kept) -> str:
     if k.alive:
         return "still running"
     if k.signalled:
-        return "ended by SIGTERM" if k.exit.kind == "terminated" else first_sentence(k.exit.exception)
-    if k.exit.kind == "exception":
+        return "ended by SIGTERM" if k.exit.kind is ExitKind.TERMINATED else first_sentence(k.exit.exception)
+    if k.exit.kind is ExitKind.EXCEPTION:
         return _message(k.exit.exception)
-    if k.exit.kind == "ended" and k.exit.code is None:
+    if k.exit.kind is ExitKind.ENDED and k.exit.code is None:
         return "ended without a trace"
     return first_sentence(k.exit.describe())
 

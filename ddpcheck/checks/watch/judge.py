@@ -12,7 +12,7 @@ from __future__ import annotations
 from ddpcheck.failure import hangs
 from ddpcheck.failure.crashes import judge_ends, torn_down
 from ddpcheck.failure.error_texts import COLLECTIVE_MISMATCH, could_not_start
-from ddpcheck.failure.exits import Exit, first_sentence
+from ddpcheck.failure.exits import Exit, ExitKind, first_sentence
 from ddpcheck.failure.hangs import RankView, frame_where, identity, place_of, rank_place, ranks_report
 from ddpcheck.failure.hangs import view_from_dict as view_from_dict  # team.py and the tests name these here
 from ddpcheck.failure.hangs import view_to_dict as view_to_dict
@@ -48,7 +48,7 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
     assert failure is not None
     where = frame_where(failure.stack) or place_of(first.stack)
     mismatch = COLLECTIVE_MISMATCH.search(failure.exception + "\n" + failure.fatal) or (
-        failure.kind == "fatal" and COLLECTIVE_MISMATCH.search(output)
+        failure.kind is ExitKind.FATAL and COLLECTIVE_MISMATCH.search(output)
     )
     name = "collective mismatch" if mismatch else "crash"
     if mismatch:
@@ -58,7 +58,7 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
             f"{identity(first)} aborted receiving it ({first_sentence(failure.describe())}, in {where}); "
             f"where every rank was: {'; '.join(places)}"
         )
-    elif failure.kind == "ended" and not failure.stack and (said := could_not_start(output)):
+    elif failure.kind is ExitKind.ENDED and not failure.stack and (said := could_not_start(output)):
         detail = f"the job's program could not start: {said}; {identity(first)} {failure.describe()}"
     else:
         # A long message (torch's out-of-memory one) said by its first sentence: the whole is in the JSON.
