@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 from ddpcheck.failure import replicas
 from ddpcheck.failure.replicas import Fingerprint, NonFinite, fingerprint_from_record, judge, to_record
@@ -283,3 +284,27 @@ def test_hsdp_records_round_trip_with_their_kind() -> None:
     (first, *_) = hsdp({}, replicas_of=2)
     assert fingerprint_from_record(to_record(first, whole=False)).modules[0].kind == "HSDP"
     assert fingerprint_from_record(to_record(first, whole=True)) == first
+
+
+def test_a_module_with_no_replica_is_one_note_carried_to_task_0_and_no_check(tmp_path) -> None:
+    """checks/watch/replicas.py: the ranks' `.unreplicated` files (the same note from every rank) are
+    one note; a team's task shares it with task 0; with nothing else fingerprinted, no check, no table,
+    and no 'no DistributedDataParallel' note."""
+    import json
+
+    from ddpcheck.checks.watch import fingerprints
+    from ddpcheck.checks.watch.replicas import Replicas
+    from ddpcheck.report.model import Report
+
+    note = "FSDP module Net is fully sharded (mesh (4,)): no replicas to compare"
+    task = tmp_path / "task1"
+    (task / fingerprints.FOLDER).mkdir(parents=True)
+    for rank in (2, 3):
+        path = fingerprints.unreplicated_file(str(task), rank)
+        Path(path).write_text(json.dumps({"rank": rank, "notes": [note]}))
+    theirs = Replicas(task, 5)
+    theirs.read()
+    ours = Replicas(tmp_path / "task0", 5)
+    ours.take(json.loads(json.dumps(theirs.shared())))
+    report = ours.add_to(Report("watch"))
+    assert report.notes == [f"replicas: {note}"] and report.checks == [] and report.tables == []

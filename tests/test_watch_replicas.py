@@ -193,6 +193,26 @@ def test_hsdp_a_bit_flipped_in_one_shard_names_that_shards_replicas(tmp_path) ->
     assert rows[1]["diverged_at_step"] == 5 and rows[1]["parameter"] == "fc2.weight"
 
 
+def test_hsdp_three_replicas_of_a_shard_name_the_flipped_rank_alone(tmp_path) -> None:
+    """A 3x2 mesh on 6 ranks: rank 4 holds shard 0 with ranks 0 and 2, a majority: rank 4 alone is named."""
+    run = watch(
+        tmp_path,
+        5,
+        [sys.executable, JOB, "--nproc", "6"],
+        DIVERGE_JOB_FSDP="3x2",
+        DIVERGE_JOB_STEPS="10",
+        DIVERGE_JOB_FLIP="4:5",
+    )
+    assert run.code == 1, run.err[-3000:]
+    check = run.check("replicas agree")
+    assert check["status"] == "FAIL" and check["ranks"] == [4], check
+    assert check["detail"].startswith(
+        "rank 4 differs from the other replicas of its shard (ranks 0, 2) at step 5: fc2.weight first, sum "
+    ), check
+    rows = {row["rank"]: row for row in run.report["tables"]["replicas"]}
+    assert [r for r, row in rows.items() if not row["agrees"]] == [4]
+
+
 def test_hsdp_a_healthy_job_names_nobody_under_torchrun(tmp_path) -> None:
     run = watch(tmp_path, 5, [*TORCHRUN_4, JOB], DIVERGE_JOB_FSDP="2x2", DIVERGE_JOB_STEPS="20")
     assert run.code == 0, run.err[-3000:]

@@ -8,12 +8,14 @@ rank holds the state its replicas hold, so ranks compare the same step without a
 - every N steps, each DistributedDataParallel module's parameters and buffers: per tensor the
   wrapping int64 sum of its bytes viewed as integers (exact: one flipped bit always changes it) and
   a float64 sum (by how much), written whole to `fingerprints/<rank>-<step>.json`; and each HSDP
-  module's (FSDP2's `fully_shard` on a mesh with a replicated dimension) local parameter shards,
-  compared only within the ranks that hold the same shard (the replicate dimension's group). A
-  fully sharded module has no replica: it is said once (`fingerprints/<rank>.unreplicated`);
-- every step, each parameter's local gradient before DDP reduces it (a tensor hook; a NaN or Inf
-  makes its sum NaN, added on the device without a sync, read at the step boundary: on a GPU the
-  copy of a step before, so nothing waits): the first non-finite gradient is this rank's
+  module's (FSDP2's `fully_shard` on a mesh with a replicated dimension; FSDP1's HYBRID_SHARD)
+  local parameter shards, no buffers, compared only within the ranks that hold the same shard
+  (the replicate dimension's group, in the record as `group`). A fully sharded module has no
+  replica: it is said once (`fingerprints/<rank>.unreplicated`);
+- every step (DDP's modules only: FSDP reduces gradients inside its own hooks), each parameter's
+  local gradient before DDP reduces it (a tensor hook; a NaN or Inf makes its sum NaN, added on
+  the device without a sync, read at the step boundary: on a GPU the copy of a step before, so
+  nothing waits): the first non-finite gradient is this rank's
   `fingerprints/<rank>.nonfinite`, with its step and parameter; its peers receive it only in the
   all_reduce, a step later in their own gradients.
 
@@ -91,7 +93,7 @@ def _install_when_loaded(fingerprinter: Fingerprinter) -> None:
 
 
 class Fingerprinter:
-    """One rank's hooks: the step count, the DDP modules found, the gradients' non-finite flags."""
+    """One rank's hooks: the step count, the DDP and HSDP modules found, the gradients' non-finite flags."""
 
     def __init__(self, watch_dir: str, every: int, skip: tuple[str, ...]) -> None:
         self.dir = watch_dir
