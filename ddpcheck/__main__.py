@@ -10,6 +10,10 @@ that comes meanwhile is noted first, by a handler that needs no import, and acte
 import _signal  # built into the interpreter: nothing to load before a Ctrl-C is noted
 import posix  # built in too: the environment, before os is loaded
 
+# The process that started this one, read first: a launcher that dies while ddpcheck's modules load
+# is then seen gone (interrupt.install); read later, its orphan's new parent would pass for it.
+_parent_at_start = posix.getppid()
+
 _noted_before: list[int] = []
 if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # an ignored one stays ignored
     _signal.signal(_signal.SIGINT, lambda signum, frame: _noted_before.append(signum))
@@ -30,7 +34,7 @@ from ddpcheck.rank import arrival, interrupt  # noqa: E402 (after the handler ab
 
 
 def main() -> None:
-    interrupt.install(noted_before=_noted_before)
+    interrupt.install(noted_before=_noted_before, parent=_parent_at_start)
     # A rank of torchrun, srun or mpirun says it is here before Typer and torch load (rank/arrival.py),
     # and from then on answers its launcher's SIGTERM by naming the peer that failed.
     if arrival.start(os.environ, sys.argv[1:]) is not None:

@@ -64,13 +64,14 @@ class _State:
 LAUNCHER_LOOK_S = 0.5
 
 
-def install(noted_before: list[int] | None = None) -> None:
+def install(noted_before: list[int] | None = None, parent: int | None = None) -> None:
     """From here on a Ctrl-C ends this process at once and cleanly (see `leave`).
 
     A SIGINT that is ignored stays ignored: a shell starts background jobs so, and Ctrl-C
     is not meant for them. A rank of a launcher also leaves when the launcher is gone.
     `noted_before`: the signals the entry point noted while this module loaded, read once this
     handler is in place (a signal comes to one or the other, never to neither); one is a Ctrl-C.
+    `parent`: the process that started this one, as the entry point read it first (default: now).
     """
     speak(_first_rank(os.environ))
     # Python finds the temp directory by making and removing a file in it: leaving between the two
@@ -82,7 +83,7 @@ def install(noted_before: list[int] | None = None) -> None:
     if noted_before:
         _on_signal(signal.SIGINT, None)
     if ranks_given(os.environ):
-        _leave_with_launcher()
+        _leave_with_launcher(os.getppid() if parent is None else parent)
 
 
 def leave_on_sigterm() -> None:
@@ -93,18 +94,18 @@ def leave_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _on_signal)
 
 
-def _leave_with_launcher() -> None:
+def _leave_with_launcher(parent: int) -> None:
     """Once the process that started this rank is gone, act as on a Ctrl-C: it was most likely one.
 
     mpirun ended by a second Ctrl-C leaves its ranks running: one still importing torch or
     joining the others would wait out its rendezvous timeout, one giving up could not remove its
     run directory, and `watch` per task would leave the user's job running. A SIGINT of its own
-    takes each of them the way a Ctrl-C does, whatever it is doing then.
+    takes each of them the way a Ctrl-C does, whatever it is doing then. A launcher that died
+    before the entry point's first line ran is not seen: its orphan waits out its rendezvous.
     """
     if _State.launcher_watched:
         return
     _State.launcher_watched = True
-    parent = os.getppid()
 
     def watch() -> None:
         block_in_this_thread()
