@@ -1,8 +1,9 @@
 """Pure: replicas that drifted apart and the first NaN or Inf, from the ranks' fingerprints (watch's agent).
 
 A replica group is the ranks of one DistributedDataParallel module's process group (the world by
-default), or, for an HSDP module (FSDP2 on a mesh with a replicated dimension), the ranks that hold
-the same shard of its parameters (kind "HSDP": each rank's local shard is compared, no buffers).
+default), or, for an HSDP module (FSDP2 on a mesh with a replicated dimension, FSDP1's
+HYBRID_SHARD), the ranks that hold the same shard of its parameters (kind "HSDP": each rank's local
+shard is compared, no buffers).
 After the same optimizer step they hold the same parameters and buffers, bit for bit: at
 every step fingerprinted, the ranks whose exact fingerprint differs from the majority's are named,
 with the first parameter that differs and by how much (the float64 sums). Two ranks that differ,
@@ -265,7 +266,7 @@ def line(judgement: Judgement) -> str | None:
 
 def _divergence_words(found: Divergence) -> str:
     who = span(list(found.odd))
-    shard = " of one shard" if found.kind == HSDP else ""  # HSDP: the ranks that hold the same shard
+    shard = found.kind == HSDP  # the group is the ranks that hold the same shard
     if found.majority:
         verb = "differs" if len(found.odd) == 1 else "differ"
         whose = "its" if len(found.odd) == 1 else "their"

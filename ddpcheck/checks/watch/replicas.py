@@ -145,6 +145,7 @@ class Replicas:
             report.notes.append(
                 f"replicas compared at too few steps for the check ({steps}; "
                 f"--fingerprint-every {self.every}): {len(judgement.ranks)} ranks identical"
+                + (" within their replica groups" if len(judgement.groups) > 1 else "")
             )
             return report
         hosts = {r.get("rank"): r.get("host") for r in report.ranks if isinstance(r, dict)}
