@@ -17,11 +17,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+
+from tests.support.load import busy_cores
+from tests.support.netns import free_port
 
 JOB = str(Path(__file__).resolve().parent / "support" / "framework_job.py")
 # --multi_gpu, not --cpu: with --cpu accelerate's simple launcher starts one process (two only through
@@ -44,6 +49,12 @@ def needs(framework: str) -> pytest.MarkDecorator:
 
 FRAMEWORKS = [pytest.param(name, marks=needs(name)) for name in LAUNCHES]
 OUTSIDE_READABLE = [pytest.param(name, marks=needs(name)) for name in ("lightning", "accelerate")]
+# attach's straggler and crash: the frameworks, and a plain DDP script under torchrun or srun.
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+SAMPLED_LAUNCHES = {**{name: LAUNCHES[name] for name in ("lightning", "accelerate")},
+                    "plain": [*TORCHRUN, JOB, "plain"]}  # fmt: skip
+SAMPLED = [pytest.param(name, marks=needs(name)) for name in SAMPLED_LAUNCHES]
+ON_SRUN = [pytest.param("lightning", marks=needs("lightning")), "plain"]
 
 
 def environment(tmp_path: Path, fault: str) -> dict[str, str]:
@@ -104,6 +115,10 @@ def test_a_start_record_without_a_rank_takes_the_rank_record(tmp_path: Path) -> 
     assert declared_rank(tmp_path, 7) == 5 and start_of(tmp_path, 7).rank == 5
 
 
+def checked(report: dict, name: str) -> dict:
+    return next(c for c in report["checks"] if c["name"] == name)
+
+
 def failing(report: dict) -> dict[str, dict]:
     return {c["name"]: c for c in report["checks"] if c["status"] in ("ERROR", "FAIL", "WARN")}
 
@@ -131,37 +146,114 @@ def test_a_hang_is_named_at_the_rank_stuck_in_its_data_loading(tmp_path: Path, f
     assert left_behind(tmp_path) == []
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("framework", OUTSIDE_READABLE)
-def test_attach_names_the_hung_rank_of_a_job_started_without_ddpcheck(tmp_path: Path, framework: str) -> None:
-    env = environment(tmp_path, "hang@1:20")
-    job = subprocess.Popen(LAUNCHES[framework], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                           text=True, start_new_session=True)  # fmt: skip
+@contextlib.contextmanager
+def running(tmp_path: Path, argv: list[str], env: dict[str, str], ready: str) -> Iterator[subprocess.Popen]:
+    """The job started without ddpcheck, yielded once a line of its output holds `ready`; ended
+    after, every process of it (torchrun's agent starts its ranks in sessions of their own; srun's tasks
+    are slurmstepd's), and proved gone."""
+    job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)  # fmt: skip
     try:
         assert job.stdout is not None
-        for line in job.stdout:  # rank 0 prints step 0 once both ranks train; rank 1 stops at step 20
-            if line.startswith("step 0 "):
+        seen = []
+        for line in job.stdout:
+            seen.append(line)
+            if ready in line:
                 break
-        time.sleep(3)
-        report = tmp_path / "attach.json"
-        argv = [sys.executable, "-m", "ddpcheck", "attach", str(job.pid), "--json", str(report)]
-        attach = subprocess.run(
-            argv, env=environment(tmp_path, ""), capture_output=True, text=True, timeout=120
-        )
-        assert attach.returncode == 3, attach.stdout + attach.stderr
-        loaded = json.loads(report.read_text())
-        (hang,) = [c for c in loaded["checks"] if c["status"] == "ERROR"]
-        assert hang["ranks"] == [1] and "load_batch" in hang["detail"], hang
-        assert job.poll() is None, "attach leaves the job running"
+        assert job.poll() is None, "".join(seen[-30:])
+        # Read on, or its output fills the pipe and rank 0 blocks in a print (a hang of the test's own).
+        threading.Thread(target=seen.extend, args=(job.stdout,), daemon=True).start()
+        yield job
     finally:
-        # Every process of it: torchrun's agent (inside accelerate) starts its ranks in sessions of their own.
         with contextlib.suppress(psutil.Error):
             for proc in psutil.Process(job.pid).children(recursive=True):
                 proc.kill()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(job.pid, signal.SIGKILL)
+        for pid in left_behind(tmp_path):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         job.wait()
     deadline = time.monotonic() + 10
     while left_behind(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert left_behind(tmp_path) == []
+
+
+def attach(tmp_path: Path, job: subprocess.Popen, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
+    report = tmp_path / "attach.json"
+    argv = [sys.executable, "-m", "ddpcheck", "attach", str(job.pid), "--json", str(report)]
+    done = subprocess.run(argv, env={**environment(tmp_path, ""), **(env or {})}, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert report.exists(), done.stdout + done.stderr
+    return done.returncode, json.loads(report.read_text()), done.stdout + done.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("framework", OUTSIDE_READABLE)
+def test_attach_names_the_hung_rank_of_a_job_started_without_ddpcheck(tmp_path: Path, framework: str) -> None:
+    # rank 0 prints step 0 once both ranks train; rank 1 stops at step 20
+    with running(tmp_path, LAUNCHES[framework], environment(tmp_path, "hang@1:20"), "step 0 ") as job:
+        time.sleep(3)
+        code, report, out = attach(tmp_path, job)
+        assert code == 3, out
+        (hang,) = [c for c in report["checks"] if c["status"] == "ERROR"]
+        assert hang["ranks"] == [1] and "load_batch" in hang["detail"], hang
+        assert job.poll() is None, "attach leaves the job running"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("framework", SAMPLED)
+def test_attach_names_nobody_in_a_healthy_job_then_the_rank_slowed_partway(
+    tmp_path: Path, framework: str
+) -> None:
+    """Healthy (also beside a spinning process on each core), then rank 1 sleeps 50 ms in its data
+    loading every step: its peers wait for it in their collectives, and attach names it, WARN, exit 0."""
+    slowing = tmp_path / "slow-now"
+    env = {**environment(tmp_path, "slow@1"), "FRAMEWORK_JOB_SLOW_WHEN": str(slowing)}
+    env["FRAMEWORK_JOB_STEPS"] = "100000"  # on until the test ends it: 200 steps are over in seconds
+    with running(tmp_path, SAMPLED_LAUNCHES[framework], env, "step 0 ") as job:
+        code, report, out = attach(tmp_path, job)
+        assert code == 0 and failing(report) == {}, out
+        assert checked(report, "stragglers")["status"] == "PASS", out
+        with busy_cores(apart=True):
+            code, report, out = attach(tmp_path, job)
+        assert code == 0 and failing(report) == {}, out
+        slowing.touch()
+        time.sleep(1)  # a step or two slowed
+        code, report, out = attach(tmp_path, job)
+        assert code == 0, out  # a straggler is a WARN, as watch's: the job goes on
+        assert list(failing(report)) == ["stragglers"], out
+        straggler = checked(report, "stragglers")
+        assert straggler["status"] == "WARN" and straggler["ranks"] == [1], straggler
+        assert "load_batch" in straggler["detail"] and "framework_job.py" in straggler["detail"], straggler
+        assert job.poll() is None, "attach leaves the job running"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("framework", ON_SRUN)
+def test_attach_names_the_rank_that_died_while_its_peers_wait(slurm, tmp_path: Path, framework: str) -> None:
+    """Rank 1 fails at its start (FileNotFoundError) and ends; srun (no --kill-on-bad-exit, its default)
+    keeps rank 0, which waits for it in init_process_group. attach: rank 1 is gone (the world size from
+    rank 0's SLURM_NTASKS), rank 0 waits for it: exit 3. (torchrun and accelerate end the job at once,
+    Lightning alone within 5 s: nothing is left to read; docs/attach.md.)"""
+    env = {
+        **environment(tmp_path, "fail@1"),
+        **slurm,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
+    argv = ["srun", "-n", "2", "--ntasks-per-node", "2", sys.executable, JOB, framework]
+    with running(tmp_path, argv, env, "FileNotFoundError") as job:
+        deadline = time.monotonic() + 30
+        while len(left_behind(tmp_path)) > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)  # rank 1's interpreter ends (its traceback is printed before)
+        code, report, out = attach(tmp_path, job, env=slurm)
+        assert code == 3, out
+        (crash,) = [c for c in report["checks"] if c["status"] == "ERROR"]
+        assert crash["name"] == "crash" and crash["ranks"] == [1], crash
+        assert (
+            "rank 1 is gone" in crash["detail"]
+            and "rank 0 waits for it in init_process_group" in crash["detail"]
+        )
+        assert job.poll() is None, "attach leaves the job running"

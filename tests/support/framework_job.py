@@ -8,13 +8,19 @@
                                            process: its simple launcher, two only with an MPI hostfile)
   python framework_job.py own              a plain script that starts its own ranks, each given its
                                            rank in init_process_group only (no rank variable at all)
+  torchrun --nproc-per-node 2 framework_job.py plain    (or srun -n 2, with MASTER_ADDR and MASTER_PORT)
+                                           the same DDP loop as a plain script under torchrun (RANK)
+                                           or srun (SLURM_PROCID)
 
 Every step: a forward and backward (DDP's gradient all_reduce), the optimizer, and a logged loss
 all_reduced: several collectives a step, as training loops run them. Faults by FRAMEWORK_JOB_FAULT,
 comma-separated KIND@RANK[:STEP]:
-  slow@R      rank R sleeps FRAMEWORK_JOB_SLOW_S (0.05 s) in its data loading every step
+  slow@R      rank R sleeps FRAMEWORK_JOB_SLOW_S (0.05 s) in its data loading every step (with
+              FRAMEWORK_JOB_SLOW_WHEN=PATH, only while PATH exists: a rank slowed partway)
   hang@R:S    rank R sleeps for an hour in its data loading at step S
   raise@R:S   rank R raises ValueError in its training step at step S
+  fail@R      rank R raises FileNotFoundError at its start, before it joins its peers (its data shard
+              missing): its peers wait for it in init_process_group (Lightning's rank 0 for 30 min)
 FRAMEWORK_JOB_STEPS (default 200) steps; one line per 20 steps on rank 0.
 """
 
@@ -33,6 +39,12 @@ SLOW_S = float(os.environ.get("FRAMEWORK_JOB_SLOW_S", "0.05"))
 WORLD = 2
 
 
+def start(rank: int) -> None:
+    """What a rank does before it joins its peers: fail@R fails here."""
+    if "fail" in faults(rank):
+        raise FileNotFoundError(f"planted: rank {rank}'s data shard is missing")
+
+
 def faults(rank: int) -> dict[str, int | None]:
     """This rank's planted faults: kind -> step (None: every step)."""
     found: dict[str, int | None] = {}
@@ -45,7 +57,7 @@ def faults(rank: int) -> dict[str, int | None]:
 
 
 def load_batch(step: int, planted: dict[str, int | None]) -> tuple[torch.Tensor, torch.Tensor]:
-    if "slow" in planted:
+    if "slow" in planted and os.path.exists(os.environ.get("FRAMEWORK_JOB_SLOW_WHEN", "/")):
         time.sleep(SLOW_S)
     if planted.get("hang") == step:
         time.sleep(3600)  # stuck reading data: its peers wait in the gradients' all_reduce
@@ -83,6 +95,9 @@ class Batches(torch.utils.data.IterableDataset):
 def lightning() -> None:
     import lightning as L
 
+    # Its second rank runs this script again (LOCAL_RANK); under srun every rank is a task (SLURM_PROCID).
+    start(int(os.environ.get("SLURM_PROCID", os.environ.get("LOCAL_RANK", "0"))))
+
     class Module(L.LightningModule):
         def __init__(self) -> None:
             super().__init__()
@@ -110,6 +125,7 @@ def lightning() -> None:
 def accelerate() -> None:
     from accelerate import Accelerator
 
+    start(int(os.environ["RANK"]))
     accelerator = Accelerator(cpu=True)
     model = network()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -143,7 +159,25 @@ def own(rank: int | None) -> None:
 
 
 def run_own(rank: int, port: int, dist) -> None:
+    start(rank)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    train_ddp(rank, dist)
+
+
+def plain() -> None:
+    """Under torchrun or srun: the rank and the world from its environment, the rendezvous MASTER_*'s."""
+    import torch.distributed as dist
+
+    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+    world = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1")))
+    start(rank)
+    address = f"tcp://{os.environ.get('MASTER_ADDR', '127.0.0.1')}:{os.environ['MASTER_PORT']}"
+    dist.init_process_group("gloo", init_method=address, rank=rank, world_size=world)
+    train_ddp(rank, dist)
+
+
+def train_ddp(rank: int, dist) -> None:
+    world = dist.get_world_size()
     model = torch.nn.parallel.DistributedDataParallel(network())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     planted = faults(rank)
@@ -156,7 +190,7 @@ def run_own(rank: int, port: int, dist) -> None:
         logged = loss.detach().clone()
         dist.all_reduce(logged)  # a second all_reduce every step
         if rank == 0 and step % 20 == 0:
-            print(f"step {step} loss {logged.item() / WORLD:.4f}", flush=True)
+            print(f"step {step} loss {logged.item() / world:.4f}", flush=True)
     dist.destroy_process_group()
 
 
@@ -168,5 +202,7 @@ if __name__ == "__main__":
         accelerate()
     elif which == "own":
         own(int(sys.argv[2]) if len(sys.argv) > 2 else None)
+    elif which == "plain":
+        plain()
     else:
-        sys.exit("usage: framework_job.py lightning|accelerate|own")
+        sys.exit("usage: framework_job.py lightning|accelerate|own|plain")

@@ -14,11 +14,13 @@ import time
 import psutil
 
 from ddpcheck.checks.attach import AttachOptions, evidence, find, nodes
-from ddpcheck.checks.attach.evidence import IO_PROGRESS_BYTES, SAMPLES, Seen
+from ddpcheck.checks.attach.evidence import IO_PROGRESS_BYTES, Seen
 from ddpcheck.failure import processes, ras
 from ddpcheck.failure.flight_judge import with_flight_recorders
-from ddpcheck.failure.hangs import judge_hang, ranks_report
+from ddpcheck.failure.hangs import RankView, call_at, identity, judge_hang, ranks_report
 from ddpcheck.failure.processes import ProcState
+from ddpcheck.failure.stacks import Stack, in_collective
+from ddpcheck.failure.stragglers import sampled
 from ddpcheck.report.model import Check, Report, Status
 from ddpcheck.report.naming import span
 
@@ -31,6 +33,8 @@ def run(options: AttachOptions) -> Report:
     if options.dir is not None:
         count = options.nodes or nodes.node_count(os.environ)
         seen, missing = nodes.agree(seen, nodes.step_dir(options.dir, os.environ), count)
+        if missing:
+            seen.expected = []  # a node that gave nothing is no rank that died
     if len(seen.gone) == len(seen.views):
         what = f"PID {options.pid}" if options.pid is not None else "--all"
         raise find.NoJob(f"{what}: the job ended while attach read it (every rank is gone)")
@@ -53,9 +57,13 @@ def judge(seen: Seen, interval: float) -> Report:
     live = [v for v in views if v.rank not in seen.gone]
     stopped = [v for v in live if ProcState.of_letter(v.state) is ProcState.STOPPED]
     moving = bool(live) and {v.rank for v in live} <= set(seen.moving)
-    if (seen.changed or moving) and not stopped:
+    absent = sorted(set(seen.expected) - {v.rank for v in views})
+    count = max((len(history(v)) for v in views), default=0)  # the samples of the best-read rank
+    if absent and not stopped and not (seen.changed or moving):
+        report = crashed(live, absent, len(seen.expected), f"{count} stack samples over {interval:g} s")
+    elif (seen.changed or moving) and not stopped:
         how = (
-            f"the stack of {span(seen.changed)} changed between {SAMPLES} samples over {interval:g} s"
+            f"the stack of {span(seen.changed)} changed between {count} samples over {interval:g} s"
             if seen.changed
             else f"every rank moved data (>= {IO_PROGRESS_BYTES // 1024} KiB) in {interval:g} s"
         )
@@ -64,14 +72,20 @@ def judge(seen: Seen, interval: float) -> Report:
             Status.PASS,
             f"making progress: {how}; {len(views)} rank{'s' if len(views) != 1 else ''}, none stopped",
         )
-        report = ranks_report("attach", views, [check], [])
+        report = ranks_report("attach", views, [check, stragglers_check(views, interval)], [])
+        if absent:
+            report.notes.append(
+                f"{span(absent)} of the job's {len(seen.expected)} on this node not found, yet the others "
+                "make progress (an elastic job, or a world size in the environment that is not this job's)"
+            )
     else:
         why = (
-            f"{SAMPLES} stack samples over {interval:g} s, none changed; how long before, attach cannot tell"
+            f"{count} stack samples over {interval:g} s, none changed; how long before, attach cannot tell"
             if not stopped
             else "a stopped rank holds its peers"
         )
-        report = judge_hang(live, interval, interval, command="attach", reason=why)
+        report = unread_report(live, why)
+        report = report or judge_hang(live, interval, interval, command="attach", reason=why)
         hosts = {v.rank: v.host for v in views}
         report = with_flight_recorders(report, seen.traces, hosts, len(views))
         if len(live) < len(views):
@@ -90,6 +104,75 @@ def judge(seen: Seen, interval: float) -> Report:
             )
         )
     return report
+
+
+def history(view: RankView) -> list[Stack]:
+    """Every stack sampled of the rank, oldest first (the view keeps the latest apart)."""
+    return [*view.samples, view.stack] if view.stack is not None else list(view.samples)
+
+
+def stragglers_check(views: list[RankView], interval: float) -> Check:
+    """The job makes progress: the rank its peers wait for, by the share of samples each waits in."""
+    stacks = {v.rank: history(v) for v in views}
+    found = sampled.judge(stacks)
+    shares = sampled.summary(stacks)
+    if not found:
+        return Check(
+            "stragglers", Status.PASS, f"no rank slows the job (samples waiting in a collective: {shares})"
+        )
+    by_rank = {v.rank: v for v in views}
+    parts = []
+    for s in found:
+        where = sampled.place(s)
+        parts.append(
+            f"{identity(by_rank[s.rank])} slows the job: its peers wait in a collective in "
+            f"{s.peers_share:.0%} of their samples, it in {s.share:.0%}"
+            + (f"; it was in {where}" if where else "")
+        )
+    return Check(
+        "stragglers",
+        Status.WARN,
+        "; ".join(parts) + f" (samples in a collective: {shares}, over {interval:g} s)",
+        ranks=[s.rank for s in found],
+        hosts=list(dict.fromkeys(by_rank[s.rank].host for s in found)),
+    )
+
+
+def crashed(live: list[RankView], absent: list[int], expected: int, sampled_how: str) -> Report:
+    """Ranks of the job's world not among its processes while the others stand still: they died, and the
+    others wait for them (NCCL until its timeout; gloo, where a dead rank's sockets stay open)."""
+    waiters = [v for v in live if v.stack is not None and in_collective(v.stack)]
+    detail = f"{span(absent)} {'is' if len(absent) == 1 else 'are'} gone: not among the job's processes"
+    detail += f" ({expected} expected here, by the world size the job's ranks give)"
+    if waiters:
+        calls = sorted({call_at(v.stack) for v in waiters})
+        detail += f"; {span([v.rank for v in waiters])} {'waits' if len(waiters) == 1 else 'wait'} for it in "
+        detail += ", ".join(calls)
+    others = [v for v in live if v not in waiters]
+    if others:
+        detail += "; " + "; ".join(f"{identity(v)} is in {call_at(v.stack)}" for v in others)
+    detail += f" ({sampled_how}, none changed)"
+    check = Check(
+        "crash", Status.ERROR, detail, ranks=absent, hosts=list(dict.fromkeys(v.host for v in live))
+    )
+    return ranks_report("attach", live, [check], [])
+
+
+def unread_report(live: list[RankView], why: str) -> Report | None:
+    """Ranks with no Python stack in any sample while every other waits in a collective: the ranks they
+    wait for, in no Python code (an interpreter ending after an error, or starting). None otherwise."""
+    unread = [v for v in live if v.stack is None and not v.samples and v.state not in ("T", "t")]
+    read = [v for v in live if v not in unread]
+    if not unread or not read or not all(v.stack is not None and in_collective(v.stack) for v in read):
+        return None
+    parts = [f"{identity(v)} runs no Python code py-spy can read (its interpreter ending, after an "
+             "error, or starting)" for v in unread]  # fmt: skip
+    calls = ", ".join(sorted({call_at(v.stack) for v in read}))
+    detail = f"no rank made progress: {'; '.join(parts)}; {span([v.rank for v in read])} "
+    detail += f"{'was' if len(read) == 1 else 'were'} waiting in {calls} ({why})"
+    hosts = list(dict.fromkeys(v.host for v in unread))
+    check = Check("hang", Status.ERROR, detail, ranks=[v.rank for v in unread], hosts=hosts)
+    return ranks_report("attach", live, [check], unread)
 
 
 def ras_check(seen: Seen) -> Check:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,9 +28,21 @@ from ddpcheck.failure import ras
 from ddpcheck.failure.flight import NotADump, RankTrace, read_dump
 from ddpcheck.failure.hangs import RankView
 from ddpcheck.failure.processes import ProcState, maps_any, state_letter
-from ddpcheck.failure.stacks import Stack, stacks_of
+from ddpcheck.failure.stacks import PY_SPY_TIMEOUT_S, Stack, py_spy, stacks_of
+from ddpcheck.failure.stragglers import sampled
+from ddpcheck.failure.stragglers.sampled import MIN_SAMPLES
 
-SAMPLES = 3  # stacks per rank over --interval: two could fall on the same line of a running loop
+SAMPLES = 3  # stacks per rank over --interval at least: two could fall on the same line of a running loop
+# One round of samples this often (a round of --nonblocking dumps takes 20-30 ms a rank: docs/attach.md),
+# as many as fit in --interval: the shares of samples each rank waits in a collective name a straggler.
+SAMPLE_EVERY_S = 0.05
+# A moving job's rounds at least, past --interval where they are slow (a busy machine): the shares of
+# MIN_SAMPLES samples or more (a rank may go unread in a round) are what a straggler is judged on.
+MIN_ROUNDS = MIN_SAMPLES + 8
+# A --nonblocking read of a running rank fails now and then (memory changing under py-spy: beside busy
+# cores, every read of a round, 3 rounds running, once): rounds go on past --interval until every live
+# rank has its samples, this long at most.
+UNREAD_GRACE_S = 4.0
 RAS_TIMEOUT_S = 6.0  # runs beside the sampling; NCCL's own gathering is cut to fit (ras.leg_timeout)
 # Bytes every rank must read or write in the sampling window for the job to be moving: a healthy
 # job's sockets carry far more, a stuck one's none (docs/attach.md has the figures).
@@ -50,6 +64,7 @@ class Seen:
     ras: ras.RasStatus | None = None
     ras_skipped: str = ""  # why NCCL's RAS service was not asked
     notes: list[str] = field(default_factory=list)
+    expected: list[int] = field(default_factory=list)  # the ranks this node should hold ([]: not told)
 
 
 def read(job: Job, interval: float) -> Seen:
@@ -96,7 +111,8 @@ def read(job: Job, interval: float) -> Seen:
     if asked is not None:
         time.sleep(max(0.0, asked + PIPE_WAIT_S - time.time()))
     traces = read_dumps(job, notes)
-    seen = Seen(views, sorted(changed), gone, moving, traces, notes=notes)
+    expected = expected_here(job, history)
+    seen = Seen(views, sorted(changed), gone, moving, traces, notes=notes, expected=expected)
     if thread is not None:
         thread.join(RAS_TIMEOUT_S + 1)
         seen.ras = asking.get("status")  # type: ignore[assignment]
@@ -110,15 +126,108 @@ def _ask_ras(environ: dict[str, str], into: dict[str, object]) -> None:
 
 
 def sample(job: Job, interval: float) -> dict[int, list[Stack]]:
-    """rank -> its main thread's stacks, SAMPLES of them over `interval` seconds, oldest first."""
+    """rank -> its main thread's stacks over `interval` seconds, oldest first: a round every
+    SAMPLE_EVERY_S (or as soon as the last ended, on a slow machine), SAMPLES stacks of every live
+    rank at least; and where a stack changed (the job moves), MIN_ROUNDS, past the interval if the
+    rounds were slow or reads failed (UNREAD_GRACE_S at most): so many samples are what a straggler
+    is judged on (failure/stragglers/sampled.py); as many again where one is suspected."""
     pids = {rank: process.pid for rank, process in job.ranks.items()}
     history: dict[int, list[Stack]] = {rank: [] for rank in pids}
+    rounds = max(SAMPLES, int(interval / SAMPLE_EVERY_S) + 1)
     began = time.monotonic()
-    for index in range(SAMPLES):
-        time.sleep(max(0.0, began + index * interval / (SAMPLES - 1) - time.monotonic()))
-        for rank, stack in stacks_of(pids).items():
-            history[rank].append(stack)
+    index = 0
+    while True:
+        now = time.monotonic()
+        if index >= SAMPLES and now > began + interval:
+            moved = any(len(set(stacks)) > 1 for stacks in history.values())
+            live = [r for r in pids if not ProcState.of_letter(state_letter(pids[r])).ended]
+            fewest = min((len(history[r]) for r in live), default=SAMPLES)
+            late = now > began + interval + UNREAD_GRACE_S or py_spy() is None  # none to wait for
+            if fewest >= (MIN_ROUNDS if moved else SAMPLES) or late:
+                break
+        time.sleep(max(0.0, began + index * interval / (rounds - 1) - now))
+        _sample_once(pids, history)
+        index += 1
+    moved = any(len(set(stacks)) > 1 for stacks in history.values())
+    if moved and sampled.suspected(history):
+        # A rank its peers may wait for: as many samples again, all judged together (sampled.py).
+        taken = max(len(stacks) for stacks in history.values())
+        for _ in range(taken):
+            time.sleep(SAMPLE_EVERY_S)
+            _sample_once(pids, history)
     return history
+
+
+def _sample_once(pids: dict[int, int], history: dict[int, list[Stack]]) -> None:
+    for rank, stack in stacks_of(pids).items():
+        history[rank].append(stack)
+
+
+SIZE_VARIABLES = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+LOCAL_SIZE_VARIABLES = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+
+
+def expected_here(job: Job, history: dict[int, list[Stack]]) -> list[int]:
+    """The ranks this node should hold: all of the world's, or where the ranks say the world spans nodes
+    (a local world smaller than the world: torchrun, mpirun), this node's block of them. [] unknown."""
+    world = world_size(job, history)
+    if world is None:
+        return []
+    for rank, environ in sorted(job.environ.items()):
+        local_size = next(
+            (int(environ[n]) for n in LOCAL_SIZE_VARIABLES if environ.get(n, "").isdigit()), None
+        )
+        local_rank = next(
+            (int(environ[n]) for n in LOCAL_RANK_VARIABLES if environ.get(n, "").isdigit()), None
+        )
+        if local_size is not None and local_size < world:
+            if local_rank is None:
+                return []  # another node's ranks share the world: which are this node's, unknown
+            return list(range(rank - local_rank, rank - local_rank + local_size))
+    return list(range(world))
+
+
+def _number(environ: dict[str, str], names: tuple[str, ...]) -> int | None:
+    return next((int(environ[n]) for n in names if environ.get(n, "").isdigit()), None)
+
+
+def world_size(job: Job, history: dict[int, list[Stack]]) -> int | None:
+    """The job's world size: from its ranks' environment (torchrun, mpirun, srun), else from the locals
+    of a rank last seen waiting in init_process_group or its rendezvous (`world_size`: Lightning's
+    rank 0 is the user's process, whose environment holds none: it sets it in its own memory)."""
+    for _, environ in sorted(job.environ.items()):
+        if (size := _number(environ, SIZE_VARIABLES)) is not None:
+            return size
+    joining = [rank for rank, stacks in sorted(history.items()) if stacks and _joining(stacks[-1])]
+    return _world_from_locals(job.ranks[joining[0]].pid) if joining and joining[0] in job.ranks else None
+
+
+def _joining(stack: Stack) -> bool:
+    """In init_process_group or torch's rendezvous: frames whose locals hold the world size."""
+    return any(f.function == "init_process_group" or f.file.endswith("/torch/distributed/rendezvous.py")
+               for f in stack)  # fmt: skip
+
+
+def _world_from_locals(pid: int) -> int | None:
+    """`world_size` in a torch.distributed frame of the process's stack (py-spy --locals, not pausing it)."""
+    exe = py_spy()
+    if exe is None:
+        return None
+    argv = [exe, "dump", "--pid", str(pid), "--json", "--locals", "--nonblocking"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PY_SPY_TIMEOUT_S)
+        threads = json.loads(done.stdout or "[]")
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    for thread in threads:
+        for frame in thread.get("frames", []):
+            if "/torch/distributed/" not in frame.get("filename", ""):
+                continue
+            for local in frame.get("locals") or []:
+                if local.get("name") == "world_size" and str(local.get("repr", "")).isdigit():
+                    return int(local["repr"])
+    return None
 
 
 def io_bytes(pid: int) -> int | None:

@@ -39,7 +39,8 @@ def agree(seen: Seen, directory: str, nodes: int) -> tuple[Seen, list[str]]:
     host = socket.gethostname()
     mine = os.path.join(directory, f"{host}.json")
     data = {"host": host, "views": [view_to_dict(v) for v in seen.views], "changed": seen.changed,
-            "moving": seen.moving, "gone": seen.gone, "notes": seen.notes}  # fmt: skip
+            "moving": seen.moving, "gone": seen.gone, "notes": seen.notes,
+            "expected": seen.expected}  # fmt: skip
     with open(mine + ".part", "w") as out:
         json.dump(data, out)
     os.replace(mine + ".part", mine)
@@ -65,6 +66,7 @@ def agree(seen: Seen, directory: str, nodes: int) -> tuple[Seen, list[str]]:
         if other["host"] != host:
             notes += [f"{other['host']}: {n}" for n in other["notes"]]
     merged = Seen(sorted(views, key=lambda v: v.rank), sorted(changed), sorted(gone), sorted(moving),
-                  seen.traces, seen.ras, seen.ras_skipped, seen.notes + notes)  # fmt: skip
+                  seen.traces, seen.ras, seen.ras_skipped, seen.notes + notes,
+                  sorted({r for o in found.values() for r in o.get("expected", [])}))  # fmt: skip
     missing = [] if len(found) >= nodes else [f"{nodes - len(found)} of {nodes} node(s)"]
     return merged, missing
