@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddpcheck.checks.sweep import CORRUPT_FAULT
+from ddpcheck.checks.sweep import SWEEP_DECLARATION
 from ddpcheck.checks.sweep.sweep_options import SweepOptions
-from ddpcheck.command import HARNESS_FAULTS, Command, Setup
+from ddpcheck.command import Command
 
 
 @dataclass(kw_only=True)
@@ -32,15 +32,5 @@ COMMAND = Command(
     ),
     options=AllreduceOptions,
     implementation="ddpcheck.checks.allreduce.check",
-    faults={**CORRUPT_FAULT, **HARNESS_FAULTS},
-    fault_actions="ddpcheck.checks.sweep.faults:SweepFaults",
-    charts={"bandwidth": "ddpcheck.checks.sweep.terminal:render_bandwidth_chart"},
-    html_charts=("ddpcheck.checks.sweep.html",),
-    family="bandwidth",
-    figures="ddpcheck.checks.sweep.figures:bandwidth_figures",
-    setup=(Setup("dtype", "dtype", ("dtype",)),),
-    expected="ddpcheck.checks.sweep.expected:judge_expected",
-    metrics="ddpcheck.checks.sweep.figures:bandwidth_metrics",
-    judges=("ddpcheck.checks.sweep.judge", "ddpcheck.checks.sweep.bisection"),
-    budgeted=True,
+    **SWEEP_DECLARATION,
 )

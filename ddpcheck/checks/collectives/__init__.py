@@ -6,10 +6,10 @@ import difflib
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ddpcheck.checks.sweep import CORRUPT_FAULT
+from ddpcheck.checks.sweep import SWEEP_DECLARATION
 from ddpcheck.checks.sweep.ops import OPS
 from ddpcheck.checks.sweep.sweep_options import SweepOptions
-from ddpcheck.command import HARNESS_FAULTS, Command, Setup, option
+from ddpcheck.command import Command, option
 from ddpcheck.errors import UsageError
 
 # Every collective defined in sweep/ops, in the order `ddpcheck collectives` runs them.
@@ -83,16 +83,6 @@ COMMAND = Command(
     ),
     options=CollectivesOptions,
     implementation="ddpcheck.checks.collectives.check",
-    faults={**CORRUPT_FAULT, **HARNESS_FAULTS},
-    fault_actions="ddpcheck.checks.sweep.faults:SweepFaults",
-    charts={"bandwidth": "ddpcheck.checks.sweep.terminal:render_bandwidth_chart"},
     details={"bandwidth": "every collective's bandwidth by message size"},
-    html_charts=("ddpcheck.checks.sweep.html",),
-    family="bandwidth",
-    figures="ddpcheck.checks.sweep.figures:bandwidth_figures",
-    setup=(Setup("dtype", "dtype", ("dtype",)),),
-    expected="ddpcheck.checks.sweep.expected:judge_expected",
-    metrics="ddpcheck.checks.sweep.figures:bandwidth_metrics",
-    judges=("ddpcheck.checks.sweep.judge", "ddpcheck.checks.sweep.bisection"),
-    budgeted=True,
+    **SWEEP_DECLARATION,
 )
