@@ -15,7 +15,7 @@ Three figures, each on tests/support/slow_job.py (gloo, CPU, 3 ranks, 50 ms of w
   request (its recorder full: TORCH_FR_BUFFER_SIZE collectives), against no dump at all.
 
 With --shapes, the named runs are of the shapes of tests/support/straggler_shapes.py (each one run
-per slowed and healthy pair, per launcher; `stall` under python only), and for each the figure the
+per slowed and healthy pair, per launcher, every shape under every launcher), and for each the figure the
 rule names by (a rank's peers' wait share for it beyond the median of its peers' own) is printed: of
 the slowed rank in the slowed runs (what must reach the floor), of the most waited-for rank in the
 healthy ones (what must not), and how often the old rule (late at >= 60% of the window's
@@ -26,6 +26,8 @@ collectives) would have named the slowed rank. --busy N runs them beside N spinn
     python tests/perf/bench_stragglers.py --phases naming --launchers srun,mpirun --runs 20
     python tests/perf/bench_stragglers.py --phases naming --launchers python --runs 10 \
         --shapes one,two,two-ddp,accum,stall,partway --seconds 8
+    python tests/perf/bench_stragglers.py --phases naming --launchers srun,mpirun --runs 3 \
+        --shapes one,two,accum,stall,partway --seconds 4
 """
 
 from __future__ import annotations
@@ -180,9 +182,7 @@ def shaped(launchers: list[str], shapes: list[str], runs: int, seconds: float, s
         with launcher_env(launcher) as env:
             if env is None:
                 continue
-            for shape in shapes:
-                if shape == "stall" and launcher != "python":
-                    continue  # the launching process stops the rank: the job's own --nproc
+            for shape in shapes:  # stall too: the rank starts its stopper, under every launcher
                 job_env, slowing = SHAPES[shape]
                 right = lined = old = healthy_named = healthy_lined = healthy_slowed = 0
                 slowed_shares: list[float] = []
