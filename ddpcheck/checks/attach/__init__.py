@@ -38,7 +38,8 @@ class AttachOptions:
     interval: float = option(
         DEFAULT_INTERVAL_S,
         metavar="SECONDS",
-        help="How long apart the first and last stack samples are: a stack that changed is progress.",
+        help="How long apart the first and last stack samples are: a stack that changed is progress "
+        "(a job that moves gets 20 rounds at least, its stragglers' samples).",
     )
     kill: bool = option(
         False, flags=("--kill",), help="After the verdict, end the job (SIGTERM, then SIGKILL after 5 s)."
@@ -74,10 +75,12 @@ COMMAND = Command(
 
     PID is the job's launcher (torchrun, srun, mpirun, a plain python) or any of its ranks; --all
     takes every rank process on this node. Reads each rank's Python stack (py-spy, without
-    pausing it), its state, the flight-recorder dumps the job can give and NCCL's RAS answer,
-    twice a short interval apart. Names a stopped rank, the rank outside the collective its peers
-    wait in, or the rank in another collective. Exit 0: the job makes progress; 3: a rank named
-    (or the job is stuck); 2: PID is no job, ended meanwhile, or cannot be read.
+    pausing it) every 50 ms over the interval, its state, the flight-recorder dumps the job can
+    give and NCCL's RAS answer. Names a stopped rank, the rank outside the collective its peers
+    wait in, the rank in another collective, a rank gone from the job's world while its peers wait
+    for it, and in a job that progresses the rank its peers wait for (a straggler: WARN). Exit 0:
+    the job makes progress; 3: a rank named (or the job is stuck); 2: PID is no job, ended
+    meanwhile, or cannot be read.
     """,
     epilog=(
         "Examples: ddpcheck attach 12345 | ddpcheck attach --all | ddpcheck attach 12345 --kill | "

@@ -1,8 +1,11 @@
-"""`ddpcheck attach`: find the job's ranks, read them twice a short interval apart, and judge. Only reads.
+"""`ddpcheck attach`: find the job's ranks, sample their stacks over a short interval, and judge. Only reads.
 
-A stopped rank is named at once. Otherwise a rank whose stack changed between samples means the
-job makes progress (exit 0); none changed: the job is stuck, and the ranks that differ from their
-peers are named as `watch` names them (failure/hangs.py), with what the flight recorders say.
+A stopped rank is named at once. A rank of the job's world missing while the others stand still is
+a crash (its peers wait for it). Otherwise a rank whose stack changed between samples means the job
+makes progress (exit 0), and the rank its peers wait for, by the share of samples each waits in a
+collective, is a straggler (WARN: failure/stragglers/sampled.py); none changed: the job is stuck,
+and the ranks that differ from their peers are named as `watch` names them (failure/hangs.py),
+with what the flight recorders say.
 """
 
 from __future__ import annotations

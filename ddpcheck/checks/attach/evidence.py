@@ -1,10 +1,13 @@
 """What attach reads of a running job, without stopping it: stacks sampled, states, dumps, NCCL's RAS.
 
-Every rank's Python stack is read SAMPLES times over --interval with py-spy's --nonblocking (the
-rank is never paused: a stuck rank's memory stands still, so its reads are consistent); a rank
-whose stack changed between samples is progress. So is every rank moving data through the kernel
-meanwhile (/proc/PID/io): a healthy job on a busy machine can sit in the same all_reduce line at
-every sample, yet its gloo sockets carry hundreds of KB a second, where a stuck job's carry none.
+Every rank's Python stack is read every SAMPLE_EVERY_S over --interval with py-spy's --nonblocking
+(the rank is never paused: a stuck rank's memory stands still, so its reads are consistent); a
+rank whose stack changed between samples is progress, and the samples of a job that progresses
+name its straggler (failure/stragglers/sampled.py). Every rank moving data through the kernel
+meanwhile (/proc/PID/io) is progress too: a healthy job on a busy machine can sit in the same
+all_reduce line at every sample, yet its gloo sockets carry hundreds of KB a second, where a stuck
+job's carry none. The job's world size, from its ranks' environment (or a rank's locals in
+init_process_group), says which ranks are missing.
 Meanwhile, in a thread, NCCL's RAS service is asked once (only when the job loaded NCCL: on this
 host's port another job's service would answer), and each rank's debug-info pipe
 (TORCH_NCCL_DEBUG_INFO_PIPE_FILE) is written to, so that NCCL dumps its flight recorder; the
