@@ -43,7 +43,7 @@ CRASH_STEP = 160  # 8 s of the slowed rank's 0.05 s sleeps before it raises: sam
 
 
 def needs(framework: str) -> pytest.MarkDecorator:
-    missing = framework != "own" and importlib.util.find_spec(framework) is None
+    missing = framework not in ("own", "plain") and importlib.util.find_spec(framework) is None
     return pytest.mark.skipif(missing, reason=f"{framework} is not installed (pip install {framework})")
 
 
