@@ -96,5 +96,14 @@ def test_the_ranks_a_node_should_hold_come_from_its_ranks_environment() -> None:
     torchrun = {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}
     node = job({**torchrun, "LOCAL_RANK": "1"}, {**torchrun, "LOCAL_RANK": "3"}, first=5)
     assert evidence.expected_here(node, {}) == [4, 5, 6, 7]
+    # srun or mpirun across nodes: which ranks are this node's, unknown (never a crash)
+    assert evidence.expected_here(job({"SLURM_NTASKS": "4", "SLURM_STEP_NUM_NODES": "2"}), {}) == []
+    assert (
+        evidence.expected_here(job({"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}), {})
+        == []
+    )
+    assert evidence.expected_here(
+        job({"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}), {}
+    ) == [0, 1]
     # nothing told, and no rank in init_process_group to read it from: unknown, never a crash
     assert evidence.expected_here(job({}), {0: [ALL_REDUCE]}) == []

@@ -167,27 +167,26 @@ def _sample_once(pids: dict[int, int], history: dict[int, list[Stack]]) -> None:
 
 
 SIZE_VARIABLES = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
-LOCAL_SIZE_VARIABLES = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
-LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+SPREAD_VARIABLES = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES")  # an srun step's nodes
 
 
 def expected_here(job: Job, history: dict[int, list[Stack]]) -> list[int]:
-    """The ranks this node should hold: all of the world's, or where the ranks say the world spans nodes
-    (a local world smaller than the world: torchrun, mpirun), this node's block of them. [] unknown."""
+    """The ranks this node should hold: all of the world's on one node; torchrun's block of them where
+    its local world is smaller (ranks are numbered node by node). [] where unknown: no world size, or
+    an srun or mpirun job across nodes (their ranks may be spread round-robin), so never a crash."""
     world = world_size(job, history)
     if world is None:
         return []
     for rank, environ in sorted(job.environ.items()):
-        local_size = next(
-            (int(environ[n]) for n in LOCAL_SIZE_VARIABLES if environ.get(n, "").isdigit()), None
-        )
-        local_rank = next(
-            (int(environ[n]) for n in LOCAL_RANK_VARIABLES if environ.get(n, "").isdigit()), None
-        )
+        local_size, local_rank = _number(environ, ("LOCAL_WORLD_SIZE",)), _number(environ, ("LOCAL_RANK",))
         if local_size is not None and local_size < world:
-            if local_rank is None:
-                return []  # another node's ranks share the world: which are this node's, unknown
-            return list(range(rank - local_rank, rank - local_rank + local_size))
+            return (
+                [] if local_rank is None else list(range(rank - local_rank, rank - local_rank + local_size))
+            )
+        if (_number(environ, SPREAD_VARIABLES) or 1) > 1:
+            return []
+        if (_number(environ, ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")) or world) < world:
+            return []
     return list(range(world))
 
 
