@@ -38,7 +38,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # 170 s) came last, and one worker ran it alone while the other had nothing left.
 LONGEST_FIRST = (
     "test_watch_stragglers.py",
+    "test_watch_straggler_shapes.py",
     "test_watch.py",
+    "test_watch_frameworks.py",
+    "test_watch_replicas.py",
+    "test_watch_replicas_fsdp.py",
     "test_examples.py",
     "test_failures.py",
     "test_strikes.py",
