@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -17,7 +18,15 @@ import pytest
 
 from ddpcheck.checks.watch import WatchOptions, agent
 from ddpcheck.checks.watch.environment import job_environment, make_watch_dir
-from ddpcheck.checks.watch.sampling import History, Sampler, Shared, StoreExchange, _Pending, slim
+from ddpcheck.checks.watch.sampling import (
+    SPOKEN_WINDOW_S,
+    History,
+    Sampler,
+    Shared,
+    StoreExchange,
+    _Pending,
+    slim,
+)
 from ddpcheck.errors import UsageError
 from ddpcheck.failure.stragglers import words
 from ddpcheck.failure.stragglers.judge import GroupJudgement, Judgement, StragglerVerdict
@@ -101,6 +110,18 @@ def test_a_verdict_is_said_once_and_again_only_when_it_changes(tmp_path) -> None
         "ddpcheck watch: rank 2 no longer slows the job",
     ]
     assert said[0].startswith("ddpcheck watch: rank 1 (host h) is slowing the job: its peers waited 20%")
+
+
+def test_a_verdict_over_less_than_two_seconds_of_the_job_is_not_said_yet(tmp_path) -> None:
+    """The run's first collectives (DDP's setup, a first step's lazy start) weigh as much as a
+    straggler in a short window: a healthy srun job said a line over 0.7 s (docs/stragglers.md)."""
+    said: list[str] = []
+    sampler = Sampler(tmp_path, 1.0, speak=said.append)
+    early = replace(_verdict((0,)), window_s=0.7, collectives=11)
+    sampler._say_changes(_judgement(early))
+    assert said == []
+    sampler._say_changes(_judgement(replace(early, window_s=SPOKEN_WINDOW_S)))
+    assert said == [words.stderr_line(replace(early, window_s=SPOKEN_WINDOW_S))]
 
 
 def test_each_group_has_its_own_verdict(tmp_path) -> None:
