@@ -107,6 +107,8 @@ def assert_healthy(run: Ran, steps: int = 200, every: int = 10) -> None:
     assert f"3 ranks' parameters and buffers identical at {steps // every} steps" in check["detail"], check
     assert run.lines() == [] and not [c for c in run.report["checks"] if c["name"] == "first nan"]
     assert all(row["agrees"] and row["last_step"] == steps for row in run.report["tables"]["replicas"])
+    # Nothing of the agent's in the job's stderr: its scan once made torch.distributed.reduce_op warn.
+    assert "ddpcheck/checks/watch/" not in run.err, run.err[-3000:]
 
 
 def test_a_bit_flipped_on_one_rank_is_named_with_its_step_and_parameter(tmp_path) -> None:

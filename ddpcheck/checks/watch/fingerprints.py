@@ -161,7 +161,9 @@ class Fingerprinter:
 
         self.looked = True
         kinds = (DistributedDataParallel, *_fsdp_classes())
-        objects = [o for o in gc.get_objects() if isinstance(o, kinds)]
+        # By type(o), not isinstance: isinstance reads each object's __class__, and some objects warn
+        # when read (torch.distributed.reduce_op: a FutureWarning in the job's stderr, from here).
+        objects = [o for o in gc.get_objects() if issubclass(type(o), kinds)]
         found = [o for o in objects if isinstance(o, DistributedDataParallel)]
         if not objects or not dist.is_initialized():
             self.failed = True  # no replica here: nothing more to do at any step
