@@ -18,6 +18,9 @@ MPI_FAMILIES = (
 )  # fmt: skip
 # Where a rank's number comes from, first found first: torchrun's under any outer launcher.
 RANK_VARIABLES = ("RANK", *(family[1] for family in MPI_FAMILIES), "SLURM_PROCID")
+# ...and the world's size, likewise; an MPI family's ranks on this node.
+SIZE_VARIABLES = ("WORLD_SIZE", *(family[2] for family in MPI_FAMILIES), "SLURM_NTASKS")
+MPI_LOCAL_SIZE_VARIABLES = tuple(family[4] for family in MPI_FAMILIES)
 # An srun step's id (the older name second); a batch script's own step is "batch", no srun step.
 STEP_VARIABLES = ("SLURM_STEP_ID", "SLURM_STEPID")
 BATCH_STEP = "batch"

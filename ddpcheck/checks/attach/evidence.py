@@ -31,6 +31,7 @@ from ddpcheck.failure import ras
 from ddpcheck.failure.flight import NotADump, RankTrace, read_dump
 from ddpcheck.failure.hangs import RankView
 from ddpcheck.failure.processes import ProcState, maps_any, state_letter
+from ddpcheck.failure.rank_env import MPI_LOCAL_SIZE_VARIABLES, SIZE_VARIABLES
 from ddpcheck.failure.stacks import PY_SPY_TIMEOUT_S, Stack, py_spy, stacks_of
 from ddpcheck.failure.stragglers import sampled
 from ddpcheck.failure.stragglers.sampled import MIN_SAMPLES
@@ -166,7 +167,6 @@ def _sample_once(pids: dict[int, int], history: dict[int, list[Stack]]) -> None:
         history[rank].append(stack)
 
 
-SIZE_VARIABLES = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
 SPREAD_VARIABLES = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES")  # an srun step's nodes
 
 
@@ -185,7 +185,7 @@ def expected_here(job: Job, history: dict[int, list[Stack]]) -> list[int]:
             )
         if (_number(environ, SPREAD_VARIABLES) or 1) > 1:
             return []
-        if (_number(environ, ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")) or world) < world:
+        if (_number(environ, MPI_LOCAL_SIZE_VARIABLES) or world) < world:
             return []
     return list(range(world))
 
