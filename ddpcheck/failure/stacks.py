@@ -85,7 +85,12 @@ def py_spy() -> str | None:
 
 
 def py_spy_dumps(
-    pids: dict[Key, int], *, timeout: float = PY_SPY_TIMEOUT_S, as_json: bool = False, blocking: bool = True
+    pids: dict[Key, int],
+    *,
+    timeout: float = PY_SPY_TIMEOUT_S,
+    as_json: bool = False,
+    blocking: bool = True,
+    with_locals: bool = False,
 ) -> dict[Key, str]:
     """key -> py-spy's dump of each process, all taken at once and together bounded by `timeout`.
 
@@ -96,6 +101,7 @@ def py_spy_dumps(
     if exe is None or not pids:
         return {}
     options = (["--json"] if as_json else []) + ([] if blocking else ["--nonblocking"])
+    options += ["--locals"] if with_locals else []
     running = {}
     for key, pid in pids.items():
         with contextlib.suppress(OSError):

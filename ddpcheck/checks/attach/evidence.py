@@ -21,7 +21,6 @@ import errno
 import json
 import os
 import stat
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from ddpcheck.failure.flight import NotADump, RankTrace, read_dump
 from ddpcheck.failure.hangs import RankView
 from ddpcheck.failure.processes import ProcState, maps_any, state_letter
 from ddpcheck.failure.rank_env import MPI_LOCAL_SIZE_VARIABLES, SIZE_VARIABLES
-from ddpcheck.failure.stacks import PY_SPY_TIMEOUT_S, Stack, py_spy, stacks_of
+from ddpcheck.failure.stacks import Stack, py_spy, py_spy_dumps, stacks_of
 from ddpcheck.failure.stragglers import sampled
 from ddpcheck.failure.stragglers.sampled import MIN_SAMPLES
 
@@ -213,14 +212,10 @@ def _joining(stack: Stack) -> bool:
 
 def _world_from_locals(pid: int) -> int | None:
     """`world_size` in a torch.distributed frame of the process's stack (py-spy --locals, not pausing it)."""
-    exe = py_spy()
-    if exe is None:
-        return None
-    argv = [exe, "dump", "--pid", str(pid), "--json", "--locals", "--nonblocking"]
+    text = py_spy_dumps({0: pid}, as_json=True, blocking=False, with_locals=True).get(0, "[]")
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=PY_SPY_TIMEOUT_S)
-        threads = json.loads(done.stdout or "[]")
-    except (OSError, subprocess.TimeoutExpired, ValueError):
+        threads = json.loads(text)
+    except ValueError:
         return None
     for thread in threads:
         for frame in thread.get("frames", []):
