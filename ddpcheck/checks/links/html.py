@@ -45,20 +45,54 @@ def slow_links(report: Report, rows: list[dict[str, Any]]) -> list[dict[str, Any
     return [r for r in rows if number(r.get("ratio")) < threshold or r.get("status") in ("FAIL", "WARN")]
 
 
-def charts(report: Report) -> list[Chart]:
-    grid = report.table("link_nodes")
-    if grid is not None and grid.rows:
-        return [_node_chart(report, grid)]
+def _link_rows(report: Report) -> list[dict[str, Any]]:
+    """The rows of `links` that name both ends."""
     table = report.table("links")
-    rows = [
+    return [
         r
         for r in (table.rows if table else [])
         if isinstance(r.get("src"), int) and isinstance(r.get("dst"), int)
     ]
+
+
+def _heat_map(fig: Any, ratio: Any, label: str) -> Any:
+    """The ratios as one image on a red-to-green scale, with its colour bar; the axes drawn on."""
+    from matplotlib.colors import Normalize
+
+    ax = fig.add_subplot()
+    ax.grid(False)
+    # An image, not one shape per cell: matplotlib resamples it to the figure's pixels, so a
+    # 64-rank matrix stays a few KB and 1,024 nodes weigh what 64 do.
+    image = ax.imshow(ratio, cmap="RdYlGn", norm=Normalize(0.0, 1.0), interpolation="nearest", origin="upper")
+    bar = fig.colorbar(image, ax=ax, shrink=0.8)
+    bar.set_label(label)
+    return ax
+
+
+def _slowest_table(rows: list[dict[str, Any]], title: str) -> Table:
+    """The MATRIX_RANKS slowest links; `title` formatted with {shown} and {total}."""
+    columns = {k: k.replace("_", " ") for k in ("src", "dst", "src_host", "dst_host", "gbps", "ratio")}
+    slowest = sorted(rows, key=lambda r: number(r.get("ratio")))[:MATRIX_RANKS]
+    return Table("chart_links", title.format(shown=len(slowest), total=len(rows)), columns, slowest)
+
+
+def _slow_notes(slow: list[dict[str, Any]]) -> list[str]:
+    """One note per slow link, slowest first, up to MATRIX_RANKS of them."""
+    slow = sorted(slow, key=lambda r: number(r.get("ratio")))
+    notes = [f"slow: {_describe(r)}" for r in slow[:MATRIX_RANKS]]
+    if len(slow) > MATRIX_RANKS:
+        notes.append(f"and {len(slow) - MATRIX_RANKS:,} more slow links (in the JSON report)")
+    return notes or ["no link is slower than the threshold"]
+
+
+def charts(report: Report) -> list[Chart]:
+    grid = report.table("link_nodes")
+    if grid is not None and grid.rows:
+        return [_node_chart(report, grid)]
+    rows = _link_rows(report)
     if not rows:
         return []
     import numpy as np
-    from matplotlib.colors import Normalize
     from matplotlib.patches import Rectangle
 
     n = max(max(r["src"], r["dst"]) for r in rows) + 1
@@ -70,14 +104,8 @@ def charts(report: Report) -> list[Chart]:
     titles: dict[str, str] = {}
     side = min(7.0, 3.0 + n * 0.12)
     with svg.figure(side + 1.2, side) as fig:
-        ax = fig.add_subplot()
-        ax.grid(False)
-        # An image, not one shape per cell: a 64-rank matrix stays a few KB.
-        image = ax.imshow(
-            ratio, cmap="RdYlGn", norm=Normalize(0.0, 1.0), interpolation="nearest", origin="upper"
-        )
-        bar = fig.colorbar(image, ax=ax, shrink=0.8)
-        bar.set_label("bandwidth ÷ median link")  # short: it runs along a bar as tall as a 3-rank map
+        # Short: the label runs along a bar as tall as a 3-rank map.
+        ax = _heat_map(fig, ratio, "bandwidth ÷ median link")
         ax.set_xlabel("destination rank")
         ax.set_ylabel("source rank")
         if n <= 32:
@@ -116,32 +144,19 @@ def charts(report: Report) -> list[Chart]:
         chart_svg = svg.to_svg(fig, titles)
     if n > MATRIX_RANKS:
         # A matrix of thousands of columns reads as nothing and weighs megabytes: the slowest links.
-        columns = {k: k.replace("_", " ") for k in ("src", "dst", "src_host", "dst_host", "gbps", "ratio")}
-        slowest = sorted(rows, key=lambda r: number(r.get("ratio")))[:MATRIX_RANKS]
-        table = Table(
-            "chart_links", f"The {len(slowest)} slowest of {len(rows):,} links (GB/s)", columns, slowest
-        )
+        table = _slowest_table(rows, "The {shown} slowest of {total:,} links (GB/s)")
     else:
         gbps = {(r["src"], r["dst"]): r.get("gbps") for r in rows}
         columns = {"src": "src \\ dst (GB/s)", **{str(d): str(d) for d in range(n)}}
         matrix = [{"src": s, **{str(d): gbps.get((s, d)) for d in range(n)}} for s in range(n)]
         table = Table("chart_links", "Bandwidth of every link (GB/s)", columns, matrix)
-    notes = [f"slow: {_describe(r)}" for r in sorted(slow, key=lambda r: number(r.get("ratio")))]
-    if len(notes) > MATRIX_RANKS:
-        notes = [
-            *notes[:MATRIX_RANKS],
-            f"and {len(notes) - MATRIX_RANKS:,} more slow links (in the JSON report)",
-        ]
-    if not notes:
-        notes = ["no link is slower than the threshold"]
     title = f"Link bandwidth, {n} × {n} ranks, as a fraction of the median"
-    return [Chart(title, chart_svg, table, notes)]
+    return [Chart(title, chart_svg, table, _slow_notes(slow))]
 
 
 def _node_chart(report: Report, grid: Table) -> Chart:
     """Node × node (or blocks of nodes): a slow host is a red row and column, a bad cable a red cell."""
     import numpy as np
-    from matplotlib.colors import Normalize
 
     labels = [str(r.get("label")) for r in grid.rows]
     n = len(labels)
@@ -151,23 +166,10 @@ def _node_chart(report: Report, grid: Table) -> Chart:
             for r in grid.rows
         ]
     )
-    table = report.table("links")
-    rows = [
-        r
-        for r in (table.rows if table else [])
-        if isinstance(r.get("src"), int) and isinstance(r.get("dst"), int)
-    ]
-    slow = sorted(slow_links(report, rows), key=lambda r: number(r.get("ratio")))
+    rows = _link_rows(report)
     blocks = any(number(r.get("nodes")) > 1 for r in grid.rows)
     with svg.figure(8.2, 7.0) as fig:
-        ax = fig.add_subplot()
-        ax.grid(False)
-        # An image: matplotlib resamples it to the figure's pixels, so 1,024 nodes weigh what 64 do.
-        image = ax.imshow(
-            ratio, cmap="RdYlGn", norm=Normalize(0.0, 1.0), interpolation="nearest", origin="upper"
-        )
-        bar = fig.colorbar(image, ax=ax, shrink=0.8)
-        bar.set_label("slowest rail ÷ median link")
+        ax = _heat_map(fig, ratio, "slowest rail ÷ median link")
         what = "block of nodes" if blocks else "node"
         ax.set_xlabel(f"destination {what}")
         ax.set_ylabel(f"source {what}")
@@ -175,19 +177,8 @@ def _node_chart(report: Report, grid: Table) -> Chart:
             ax.set_xticks(range(n), labels, rotation=90, fontsize=6)
             ax.set_yticks(range(n), labels, fontsize=6)
         chart_svg = svg.to_svg(fig, {})
-    worst = sorted(rows, key=lambda r: number(r.get("ratio")))[:MATRIX_RANKS]
-    columns = {k: k.replace("_", " ") for k in ("src", "dst", "src_host", "dst_host", "gbps", "ratio")}
-    chart_table = Table(
-        "chart_links",
-        f"The {len(worst)} slowest of the {len(rows):,} links in the report (GB/s)",
-        columns,
-        worst,
-    )
-    notes = [f"slow: {_describe(r)}" for r in slow[:MATRIX_RANKS]]
-    if len(slow) > MATRIX_RANKS:
-        notes.append(f"and {len(slow) - MATRIX_RANKS:,} more slow links (in the JSON report)")
-    if not notes:
-        notes = ["no link is slower than the threshold"]
+    chart_table = _slowest_table(rows, "The {shown} slowest of the {total:,} links in the report (GB/s)")
+    notes = _slow_notes(slow_links(report, rows))
     if blocks:
         per_block = int(number(grid.rows[0].get("nodes")))
         notes.append(f"each cell is a block of {per_block} consecutive nodes: its slowest rail")
