@@ -226,31 +226,29 @@ def service(request: pytest.FixtureRequest) -> Iterator[RasService]:
 
 
 def test_healthy_job(service: RasService) -> None:
-    status = query(service.address)  # 15 s: NCCL's own timeouts fit
+    status = query({"NCCL_RAS_ADDR": service.address})  # 15 s: NCCL's own timeouts fit
     assert status.outcome == Outcome.ANSWERED, status
     assert status.healthy is True
     assert service.commands == ["CLIENT PROTOCOL 2", "STATUS"]  # NCCL's default timeout: no TIMEOUT
-    assert status.server_protocol == 2 and status.notes == []
     answer = status.answer
     assert answer is not None and answer.complete
     assert answer.nccl_version == "2.27.3"
     assert (answer.nodes, answer.processes, answer.gpus) == (2, 16, 16)
-    assert answer.ranks == 16
-    assert [(c.id, c.ranks_expected, c.ranks_seen, c.status, c.errors) for c in answer.communicators] == [
-        ("#0-0", 16, 16, "RUNNING", []),
-        ("#1-0", 8, 8, "RUNNING", []),
-        ("#1-1", 8, 8, "RUNNING", []),
+    assert [(c.id, c.ranks_expected, c.ranks_missing, c.status, c.errors) for c in answer.communicators] == [
+        ("#0-0", 16, 0, "RUNNING", []),
+        ("#1-0", 8, 0, "RUNNING", []),
+        ("#1-1", 8, 0, "RUNNING", []),
     ]
     assert status.verdict == (
         "healthy: NCCL 2.27.3, 2 nodes, 16 processes, 16 GPUs, 3 communicators (RUNNING); "
         "no errors or warnings"
     )
-    assert status.raw == "".join(HEALTHY)
+    assert answer.raw == "".join(HEALTHY)
 
 
 @pytest.mark.parametrize("service", [{"pieces": PROBLEM}], indirect=True)
 def test_problem_job_names_the_dead_and_the_unresponsive(service: RasService) -> None:
-    status = query(service.address, timeout=5)
+    status = query({"NCCL_RAS_ADDR": service.address}, timeout=5)
     assert status.outcome == Outcome.ANSWERED and status.healthy is False
     answer = status.answer
     assert answer is not None
@@ -258,13 +256,14 @@ def test_problem_job_names_the_dead_and_the_unresponsive(service: RasService) ->
     assert [(p.pid, p.host, p.gpus) for p in answer.unresponsive] == [(52015, "10.0.0.2", "5")]
     assert (answer.dead_count, answer.unresponsive_count, answer.timeouts) == (1, 1, 1)
     world, node2, node1 = answer.communicators
-    assert (world.id, world.hash, world.ranks_expected, world.ranks_seen) == ("#0-0", f"{WORLD:016x}", 16, 14)
+    assert (world.id, world.hash, world.ranks_expected) == ("#0-0", f"{WORLD:016x}", 16)
+    assert world.ranks_missing == 2
     assert [(p.rank, p.pid, p.host) for p in world.missing] == [
         (11, 52013, "10.0.0.2"),
         (13, 52015, "10.0.0.2"),
     ]
-    assert (node2.hash, node2.ranks_seen, [p.rank for p in node2.missing]) == (f"{NODE2:016x}", 6, [3, 5])
-    assert (node1.hash, node1.errors, node1.ranks_seen) == (f"{NODE1:016x}", ["MISMATCH"], 8)
+    assert (node2.hash, node2.ranks_missing, [p.rank for p in node2.missing]) == (f"{NODE2:016x}", 2, [3, 5])
+    assert (node1.hash, node1.errors, node1.ranks_missing) == (f"{NODE1:016x}", ["MISMATCH"], 0)
     assert [f.kind for f in answer.errors] == ["INCOMPLETE", "DEAD", "INCOMPLETE", "INCOMPLETE"]
     assert [(f.kind, f.comm) for f in answer.warnings] == [("TIMEOUT", None), ("MISMATCH", "#2-0")]
     (behind,) = [p for p in answer.warnings[1].processes if p.rank is not None]
@@ -282,7 +281,7 @@ def test_connection_refused_is_no_service() -> None:
     with socket.create_server(("127.0.0.1", 0)) as probe:
         port = probe.getsockname()[1]  # closed again: nothing listens there
     started = time.monotonic()
-    status = query(f"127.0.0.1:{port}", timeout=5)
+    status = query({"NCCL_RAS_ADDR": f"127.0.0.1:{port}"}, timeout=5)
     assert time.monotonic() - started < 1
     assert status.outcome == Outcome.NO_SERVICE and status.healthy is None
     assert status.verdict == (
@@ -293,26 +292,27 @@ def test_connection_refused_is_no_service() -> None:
 @pytest.mark.parametrize("service", [{"silent": 1000}], indirect=True)
 def test_a_service_that_never_answers_is_bounded_by_the_timeout(service: RasService) -> None:
     started = time.monotonic()
-    status = query(service.address, timeout=2.5)
+    status = query({"NCCL_RAS_ADDR": service.address}, timeout=2.5)
     assert time.monotonic() - started < 2.5 + 1
     assert status.outcome == Outcome.TIMEOUT and status.healthy is None
-    assert status.attempts >= 2  # ncclras connects again after 1 s without an answer
-    assert "none answered the handshake" in status.message
+    assert service.connections >= 2  # ncclras connects again after 1 s without an answer
+    assert "did not answer in 2.5 s" in status.verdict
 
 
 @pytest.mark.parametrize("service", [{"silent": 1}], indirect=True)
 def test_a_silent_process_is_passed_over_for_one_that_answers(service: RasService) -> None:
     """Every process of a job on a host listens on the port (SO_REUSEPORT); a stopped one's socket
     still accepts. ncclras gives each handshake 1 s and connects again: so does this client."""
-    status = query(service.address, timeout=10)
+    started = time.monotonic()
+    status = query({"NCCL_RAS_ADDR": service.address}, timeout=10)
     assert status.outcome == Outcome.ANSWERED and status.healthy is True
-    assert status.attempts == 2 and 1 <= status.seconds < 3
+    assert service.connections == 2 and 1 <= time.monotonic() - started < 3
 
 
 @pytest.mark.parametrize("service", [{"pieces": HEALTHY[:2], "stall": True}], indirect=True)
 def test_a_service_stuck_mid_answer_is_bounded_and_keeps_what_came(service: RasService) -> None:
     started = time.monotonic()
-    status = query(service.address, timeout=2)
+    status = query({"NCCL_RAS_ADDR": service.address}, timeout=2)
     assert time.monotonic() - started < 2 + 1
     assert status.outcome == Outcome.TIMEOUT
     assert status.answer is not None and status.answer.nccl_version == "2.27.3"
@@ -321,25 +321,21 @@ def test_a_service_stuck_mid_answer_is_bounded_and_keeps_what_came(service: RasS
 
 @pytest.mark.parametrize("service", [{"pieces": HEALTHY[:3]}], indirect=True)
 def test_a_service_that_closes_mid_answer_is_a_protocol_error(service: RasService) -> None:
-    status = query(service.address, timeout=5)
+    status = query({"NCCL_RAS_ADDR": service.address}, timeout=5)
     assert status.outcome == Outcome.PROTOCOL_ERROR and status.healthy is None
     assert "mid-answer" in status.verdict
     assert status.answer is not None and status.answer.processes == 16  # what arrived, parsed
 
 
 @pytest.mark.parametrize("service", [{"handshake": "SERVER PROTOCOL 3\n"}], indirect=True)
-def test_another_protocol_version_is_noted_and_the_answer_read(service: RasService) -> None:
-    status = query(service.address, timeout=5)
+def test_another_protocol_version_is_carried_on_with_and_the_answer_read(service: RasService) -> None:
+    status = query({"NCCL_RAS_ADDR": service.address}, timeout=5)
     assert status.outcome == Outcome.ANSWERED and status.healthy is True
-    assert status.server_protocol == 3
-    assert status.notes == [
-        "protocol version mismatch (NCCL: 3; this client: 2): continuing, as NCCL's own client does"
-    ]
 
 
 @pytest.mark.parametrize("service", [{"handshake": "HTTP/1.0 400 Bad Request\n"}], indirect=True)
 def test_a_service_that_is_not_ras_is_a_protocol_error(service: RasService) -> None:
-    status = query(service.address, timeout=5)
+    status = query({"NCCL_RAS_ADDR": service.address}, timeout=5)
     assert status.outcome == Outcome.PROTOCOL_ERROR
     assert status.verdict == "protocol error: unexpected answer to the handshake: 'HTTP/1.0 400 Bad Request'"
     assert service.commands == ["CLIENT PROTOCOL 2"]
@@ -347,29 +343,29 @@ def test_a_service_that_is_not_ras_is_a_protocol_error(service: RasService) -> N
 
 @pytest.mark.parametrize("service", [{"handshake": ""}], indirect=True)
 def test_a_service_that_closes_during_the_handshake(service: RasService) -> None:
-    status = query(service.address, timeout=5)
+    status = query({"NCCL_RAS_ADDR": service.address}, timeout=5)
     assert status.outcome == Outcome.PROTOCOL_ERROR and "during the handshake" in status.verdict
 
 
 @pytest.mark.parametrize("service", [{"pieces": ["ERROR: Unknown command STATUS\n"]}], indirect=True)
 def test_an_error_reply_to_status_is_a_protocol_error(service: RasService) -> None:
-    status = query(service.address, timeout=5)
+    status = query({"NCCL_RAS_ADDR": service.address}, timeout=5)
     assert status.outcome == Outcome.PROTOCOL_ERROR
     assert status.verdict == "protocol error: NCCL refused STATUS: ERROR: Unknown command STATUS"
 
 
-def test_verbose_and_timeout_commands_and_the_address_from_the_environment(service: RasService) -> None:
-    status = query(timeout=30, verbose=True, nccl_timeout=3, environ={"NCCL_RAS_ADDR": service.address})
+def test_a_short_budget_sends_timeout_and_the_address_is_the_environment_s(service: RasService) -> None:
+    status = query({"NCCL_RAS_ADDR": service.address}, timeout=8)
     assert status.outcome == Outcome.ANSWERED and status.address == service.address
-    assert service.commands == ["CLIENT PROTOCOL 2", "TIMEOUT 3", "VERBOSE STATUS"]
+    assert service.commands == ["CLIENT PROTOCOL 2", "TIMEOUT 2", "STATUS"]
 
 
 @pytest.mark.parametrize("service", [{"pieces": ['{\n  "nccl_version": "2.29.2"\n}\n']}], indirect=True)
 def test_an_unknown_layout_is_unparsed_with_its_raw_text(service: RasService) -> None:
-    status = query(service.address, timeout=5)
+    status = query({"NCCL_RAS_ADDR": service.address}, timeout=5)
     assert status.outcome == Outcome.ANSWERED and status.healthy is None
     assert status.verdict.startswith("unparsed: ")
-    assert '"nccl_version": "2.29.2"' in status.raw
+    assert status.answer is not None and '"nccl_version": "2.29.2"' in status.answer.raw
 
 
 # --- Parsing alone -------------------------------------------------------------------------------
@@ -410,7 +406,7 @@ def test_nccl_2_24_layout_with_uneven_nodes_and_errors() -> None:
     (world,) = answer.communicators
     assert world.errors == ["INCOMPLETE", "ERROR", "MISMATCH"]
     assert [p.rank for p in world.missing] == [11, 13]
-    assert (world.ranks_missing, world.not_members, world.ranks_seen) == (2, 1, 13)
+    assert world.ranks_missing == 2
     verdict = judge(answer)
     assert "missing 2 of 16 ranks (ranks 11, 13)" in verdict
     assert "ERROR: rank 9 reported Remote process error" in verdict
@@ -426,7 +422,7 @@ def test_no_communicators_yet() -> None:
         + "\nErrors\n======\n\nWarnings\n========\n\n"
     )
     answer = parse_answer(text)
-    assert answer.healthy and answer.no_communicators and answer.ranks is None
+    assert answer.healthy and answer.communicators == []
     assert (
         judge(answer)
         == "healthy: NCCL 2.27.3, 1 node, 2 processes, 2 GPUs, no communicators; no errors or warnings"
@@ -446,30 +442,31 @@ def test_an_error_heading_this_client_does_not_know_is_still_a_problem() -> None
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("127.0.0.1:28029", ("127.0.0.1", 28029, 0)),
-        ("localhost:5000", ("localhost", 5000, 0)),
-        ("node1:7000,node2:7001", ("node1", 7000, 0)),
-        ("[::1]:28028", ("::1", 28028, 0)),
-        ("myhost", ("myhost", 65535, 0)),  # NCCL's port -1, as uint16_t
+        ("127.0.0.1:28029", ("127.0.0.1", 28029)),
+        ("localhost:5000", ("localhost", 5000)),
+        ("node1:7000,node2:7001", ("node1", 7000)),
+        ("[::1]:28028", ("::1", 28028)),
+        ("[fe80::1%lo]:7", ("fe80::1%lo", 7)),  # the interface kept for getaddrinfo's scope id
+        ("myhost", ("myhost", 65535)),  # NCCL's port -1, as uint16_t
     ],
 )
-def test_nccl_ras_addr_as_nccl_reads_it(value: str, expected: tuple[str, int, int]) -> None:
+def test_nccl_ras_addr_as_nccl_reads_it(value: str, expected: tuple[str, int]) -> None:
     where = parse_ras_addr(value)
-    assert (where.host, where.port, where.scope_id) == expected
+    assert (where.host, where.port) == expected
 
 
 @pytest.mark.parametrize("value", ["", "x", "[::1:28028", ":28028"])
 def test_nccl_ras_addr_nccl_refuses(value: str) -> None:
     with pytest.raises(ValueError):
         parse_ras_addr(value)
-    status = query(timeout=1, environ={"NCCL_RAS_ADDR": value})
+    status = query({"NCCL_RAS_ADDR": value}, timeout=1)
     assert status.outcome == Outcome.CONNECT_ERROR
 
 
 def test_default_address_and_leg_timeout() -> None:
     assert str(ras_address({})) == "localhost:28028"
     assert str(parse_ras_addr("[::1]:1")) == "[::1]:1"
-    assert leg_timeout(15, None) is None  # NCCL's own 5 s + 5 s fit
-    assert leg_timeout(8, None) == 2
-    assert leg_timeout(2, None) == 1  # never 0: that disables NCCL's timeout
-    assert leg_timeout(2, 0) == 0
+    assert str(parse_ras_addr("[fe80::1%lo]:1")) == "[fe80::1]:1"
+    assert leg_timeout(15) is None  # NCCL's own 5 s + 5 s fit
+    assert leg_timeout(8) == 2
+    assert leg_timeout(2) == 1  # never 0: that disables NCCL's timeout

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -14,25 +12,18 @@ DEFAULT_PORT = 28028  # NCCL_RAS_CLIENT_PORT
 
 @dataclass(frozen=True)
 class RasAddress:
-    host: str
+    host: str  # an IPv6 link-local address keeps its interface ("fe80::1%eth0"): getaddrinfo reads it
     port: int
-    scope_id: int = 0  # an IPv6 link-local address's interface ("[fe80::1%eth0]:28028")
 
     def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        host = self.host.partition("%")[0]
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
 
 def atoi(text: str) -> int:
     """C's atoi: leading blanks, a sign, digits; 0 when there are none."""
     match = re.match(r"\s*([+-]?\d+)", text)
     return int(match.group(1)) if match else 0
-
-
-def _scope(interface: str) -> int:
-    try:
-        return socket.if_nametoindex(interface)
-    except OSError:
-        return 0  # if_nametoindex's 0: no such interface
 
 
 def parse_ras_addr(value: str) -> RasAddress:
@@ -47,8 +38,7 @@ def parse_ras_addr(value: str) -> RasAddress:
         inside, close, after = value[1:].partition("]")
         if not close:
             raise ValueError(f"NCCL_RAS_ADDR={value!r}: no [IPv6]:port pair NCCL can read")
-        host, percent, interface = inside.partition("%")
-        return RasAddress(host, atoi(after[1:]) & 0xFFFF, _scope(interface) if percent else 0)
+        return RasAddress(inside, atoi(after[1:]) & 0xFFFF)
     # parseStringList: the first ','-separated entry with a name before its ':'.
     for entry in value.split(","):
         name, colon, rest = entry.partition(":")
@@ -58,7 +48,7 @@ def parse_ras_addr(value: str) -> RasAddress:
     raise ValueError(f"NCCL_RAS_ADDR={value!r}: no <IPv4_or_hostname>:<port> pair NCCL can read")
 
 
-def ras_address(environ: Mapping[str, str] | None = None) -> RasAddress:
+def ras_address(environ: Mapping[str, str]) -> RasAddress:
     """Where a job with this environment listens: NCCL_RAS_ADDR if set, else localhost:28028."""
-    value = (os.environ if environ is None else environ).get("NCCL_RAS_ADDR")
+    value = environ.get("NCCL_RAS_ADDR")
     return RasAddress(DEFAULT_HOST, DEFAULT_PORT) if value is None else parse_ras_addr(value)

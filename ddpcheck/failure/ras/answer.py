@@ -50,11 +50,6 @@ class RasCommunicator:
     hash: str | None = None  # named only in an Errors or Warnings entry
     ranks_missing: int = 0  # ranks NCCL got no data from
     missing: list[RasProcess] = field(default_factory=list)  # those it names
-    not_members: int = 0  # ranks that answered without this communicator (NOCOMM)
-
-    @property
-    def ranks_seen(self) -> int:
-        return max(0, self.ranks_expected - self.ranks_missing - self.not_members)
 
 
 @dataclass
@@ -77,7 +72,6 @@ class RasAnswer:
     nodes: int | None = None
     processes: int | None = None
     gpus: int | None = None
-    no_communicators: bool = False  # "No communicator data collected!"
     groups: list[RasCommGroup] = field(default_factory=list)
     communicators: list[RasCommunicator] = field(default_factory=list)
     errors: list[RasFinding] = field(default_factory=list)
@@ -87,12 +81,6 @@ class RasAnswer:
     unresponsive: list[RasProcess] = field(default_factory=list)  # processes that sent no data
     unresponsive_count: int = 0
     timeouts: int = 0  # RAS's own communication timeouts while gathering
-
-    @property
-    def ranks(self) -> int | None:
-        """The largest communicator's size: the job's world size, for a job with a world communicator."""
-        sizes = [g.ranks_per_comm for g in self.groups]
-        return max(sizes) if sizes else None
 
     @property
     def healthy(self) -> bool:

@@ -4,7 +4,7 @@ Protocol 2, from NCCL 2.24 to 2.30 (the service: src/ras/client_support.cc):
 
     client: CLIENT PROTOCOL 2            service: SERVER PROTOCOL 2
     client: TIMEOUT 3   (optional)       service: OK
-    client: STATUS  (or VERBOSE STATUS)  service: the report as text, then it closes the connection
+    client: STATUS                       service: the report as text, then it closes the connection
 
 The handshake has 1 s per try and is tried again on a timeout, as `ncclras` does: with
 SO_REUSEPORT every process of the job on this host listens on the port, and a stopped one's
@@ -16,13 +16,12 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from ddpcheck.failure.ras.address import atoi, parse_ras_addr, ras_address
+from ddpcheck.failure.ras.address import ras_address
 from ddpcheck.failure.ras.answer import RasAnswer
 from ddpcheck.failure.ras.link import Closed, Link, connect
 from ddpcheck.failure.ras.parse import parse_answer
 from ddpcheck.failure.ras.status import NO_SERVICE_VERDICT, Outcome, RasStatus
 from ddpcheck.failure.ras.verdict import judge
-from ddpcheck.report.naming import counted
 
 PROTOCOL = 2  # NCCL_RAS_CLIENT_PROTOCOL, unchanged from 2.24 to 2.30
 HANDSHAKE_TRY_S = 1.0  # ncclras's TIMEOUT_INCREMENT: a process that does not answer in 1 s is passed over
@@ -35,68 +34,47 @@ DEFAULT_TIMEOUT_S = 15.0  # NCCL's worst case (10 s), the handshake, and a margi
 ANSWER_MAX_BYTES = 8 << 20
 
 
-def leg_timeout(timeout: float, nccl_timeout: int | None) -> int | None:
+def leg_timeout(timeout: float) -> int | None:
     """The TIMEOUT to send, if any: NCCL's own (none sent) when the budget holds its worst case.
 
     NCCL gives up on its gathering after the leg timeout plus 5 s; with a shorter budget the
-    leg timeout is cut so that NCCL answers, with what it has, before this client gives up.
-    0 would disable NCCL's timeout, so it is sent only when asked for.
+    leg timeout is cut so that NCCL answers, with what it has, before this client gives up
+    (never to 0: that would disable NCCL's timeout).
     """
-    if nccl_timeout is not None:
-        return nccl_timeout
     if timeout >= HANDSHAKE_TRY_S + NCCL_LEG_TIMEOUT_S + NCCL_EXTRA_TIMEOUT_S:
         return None
     return max(1, int(timeout - HANDSHAKE_TRY_S - NCCL_EXTRA_TIMEOUT_S))
 
 
-def query(
-    address: str | None = None,
-    *,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    verbose: bool = False,
-    nccl_timeout: int | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> RasStatus:
-    """Ask NCCL's RAS service for the job's status; never raises for what the network or NCCL does.
+def query(environ: Mapping[str, str], *, timeout: float = DEFAULT_TIMEOUT_S) -> RasStatus:
+    """Ask NCCL's RAS service for the status of the job whose environment is `environ` (its
+    NCCL_RAS_ADDR, else localhost:28028); never raises for what the network or NCCL does.
 
-    address: "host:port" as NCCL_RAS_ADDR writes it; None: NCCL_RAS_ADDR of `environ` (this
-    process's environment by default, a job's from /proc/PID/environ), else localhost:28028.
-    timeout: the whole conversation's bound, in seconds. verbose: VERBOSE STATUS (more ranks
-    named). nccl_timeout: the TIMEOUT to send NCCL (see leg_timeout).
+    timeout: the whole conversation's bound, in seconds.
     """
-    started = time.monotonic()
-    deadline = started + max(0.0, timeout)
+    deadline = time.monotonic() + max(0.0, timeout)
     try:
-        where = parse_ras_addr(address) if address is not None else ras_address(environ)
+        where = ras_address(environ)
     except ValueError as error:
-        shown = address if address is not None else "NCCL_RAS_ADDR"
-        return RasStatus(
-            shown,
-            Outcome.CONNECT_ERROR,
-            f"no RAS address: {error}",
-            f"{error}: NCCL opens no RAS client socket",
-        )
+        return RasStatus("NCCL_RAS_ADDR", Outcome.CONNECT_ERROR, f"no RAS address: {error}")
     status = RasStatus(str(where), Outcome.TIMEOUT, "")
-    leg = leg_timeout(timeout, nccl_timeout)
+    leg = leg_timeout(timeout)
     silent = 0  # connections whose handshake got no answer in time
     while True:
-        status.attempts += 1
         try:
             sock = connect(where, deadline)
         except ConnectionRefusedError:
-            status.end(Outcome.NO_SERVICE, NO_SERVICE_VERDICT, f"connection refused at {where}")
+            status.end(Outcome.NO_SERVICE, NO_SERVICE_VERDICT)
             break
         except TimeoutError:
             _timed_out(status, timeout, silent)
             break
         except OSError as error:
-            status.end(
-                Outcome.CONNECT_ERROR, f"cannot reach NCCL's RAS service at {where}: {error}", str(error)
-            )
+            status.end(Outcome.CONNECT_ERROR, f"cannot reach NCCL's RAS service at {where}: {error}")
             break
         with sock:
             try:
-                if _converse(Link(sock), status, deadline, verbose, leg):
+                if _converse(Link(sock), status, deadline, leg):
                     break
             except TimeoutError:
                 silent += 1
@@ -104,21 +82,17 @@ def query(
                     continue  # ncclras connects again: another process of the job may answer
                 _timed_out(status, timeout, silent)
                 break
-    status.seconds = time.monotonic() - started
     return status
 
 
 def _timed_out(status: RasStatus, timeout: float, silent: int) -> None:
+    """Connections were accepted but none answered the handshake (a stopped or hung NCCL process,
+    or not NCCL on this port), or none was made."""
     if not silent:
-        status.end(
-            Outcome.TIMEOUT, f"timeout: could not connect to {status.address} in {timeout:g} s", "connect"
-        )
+        status.end(Outcome.TIMEOUT, f"timeout: could not connect to {status.address} in {timeout:g} s")
         return
     status.end(
-        Outcome.TIMEOUT,
-        f"timeout: NCCL's RAS service at {status.address} did not answer in {timeout:g} s",
-        f"{counted(silent, 'connection')} accepted, none answered the handshake in "
-        f"{HANDSHAKE_TRY_S:g} s: a stopped or hung NCCL process, or not NCCL on this port",
+        Outcome.TIMEOUT, f"timeout: NCCL's RAS service at {status.address} did not answer in {timeout:g} s"
     )
 
 
@@ -137,14 +111,7 @@ def _handshake(link: Link, status: RasStatus, deadline: float, leg: int | None) 
         return not status.protocol_error(f"unexpected answer to the handshake: {error}")
     if not line.upper().startswith("SERVER PROTOCOL "):
         return not status.protocol_error(f"unexpected answer to the handshake: {line[:200]!r}")
-    version_text = line[len("SERVER PROTOCOL ") :]
-    status.server_protocol = atoi(version_text)
-    mismatch = (
-        f"protocol version mismatch (NCCL: {version_text.strip()}; this client: {PROTOCOL}): "
-        "continuing, as NCCL's own client does"
-    )
-    if status.server_protocol != PROTOCOL and mismatch not in status.notes:
-        status.notes.append(mismatch)
+    # Another protocol version: carried on with, as NCCL's own client does.
     if leg is not None:
         try_until = min(deadline, time.monotonic() + HANDSHAKE_TRY_S)
         link.send(f"TIMEOUT {leg}\n", try_until)
@@ -159,7 +126,7 @@ def _handshake(link: Link, status: RasStatus, deadline: float, leg: int | None) 
     return True
 
 
-def _converse(link: Link, status: RasStatus, deadline: float, verbose: bool, leg: int | None) -> bool:
+def _converse(link: Link, status: RasStatus, deadline: float, leg: int | None) -> bool:
     """One connection's conversation; True when it settled the outcome. TimeoutError: try again."""
     try:
         if not _handshake(link, status, deadline, leg):
@@ -168,21 +135,18 @@ def _converse(link: Link, status: RasStatus, deadline: float, verbose: bool, leg
         raise
     except OSError as error:
         return status.protocol_error(f"the connection failed during the handshake: {error}")
-    command = "VERBOSE STATUS" if verbose else "STATUS"
     try:
-        link.send(f"{command}\n", deadline)
+        link.send("STATUS\n", deadline)
     except TimeoutError:
-        return status.end(
-            Outcome.TIMEOUT, f"timeout: could not send {command} to {status.address}", "send timed out"
-        )
+        return status.end(Outcome.TIMEOUT, f"timeout: could not send STATUS to {status.address}")
     except OSError as error:
-        return status.protocol_error(f"the connection failed sending {command}: {error}")
+        return status.protocol_error(f"the connection failed sending STATUS: {error}")
     data, end = link.read_to_end(deadline, ANSWER_MAX_BYTES)
     text = data.decode("utf-8", errors="replace")
     first = text.lstrip().splitlines()[0] if text.strip() else ""
     if first.upper().startswith("ERROR:"):
         status.answer = RasAnswer(raw=text)
-        return status.protocol_error(f"NCCL refused {command}: {first[:200]}")
+        return status.protocol_error(f"NCCL refused STATUS: {first[:200]}")
     status.answer = parse_answer(text)
     received = f"after {len(data)} bytes"
     if end == "timeout":
@@ -190,14 +154,13 @@ def _converse(link: Link, status: RasStatus, deadline: float, verbose: bool, leg
             Outcome.TIMEOUT,
             f"timeout: no complete answer from NCCL's RAS service at {status.address} "
             f"({received}; the partial answer is kept)",
-            f"the answer did not end before the deadline ({received})",
         )
     if end == "reset":
         return status.protocol_error(f"the connection was reset mid-answer ({received})")
     if end == "too long":
         return status.protocol_error(f"the answer exceeds {ANSWER_MAX_BYTES} bytes")
     if not text.strip():
-        return status.protocol_error(f"NCCL closed the connection without answering {command}")
+        return status.protocol_error("NCCL closed the connection without answering STATUS")
     if status.answer.recognised and not status.answer.complete:
         return status.protocol_error(
             f"NCCL closed the connection mid-answer ({received}, no Warnings section)"

@@ -103,8 +103,6 @@ def connect(where: RasAddress, until: float) -> socket.socket:
     """A connection to the first address that takes one, as ncclras tries each of getaddrinfo's."""
     failures: list[OSError] = []
     for family, kind, proto, _, sockaddr in _resolve(where, until):
-        if family == socket.AF_INET6 and where.scope_id:
-            sockaddr = (*sockaddr[:3], where.scope_id)
         sock = socket.socket(family, kind, proto)
         try:
             sock.settimeout(left(until))

@@ -126,9 +126,7 @@ def parse_answer(text: str) -> RasAnswer:
             communicators_at = i
     if communicators_at is not None:
         for line in lines[communicators_at:head_end]:
-            if line.strip() == "No communicator data collected!":
-                answer.no_communicators = True
-            elif (m := _TABLE_ROW.match(line)) and not _TABLE_HEADER.match(line):
+            if (m := _TABLE_ROW.match(line)) and not _TABLE_HEADER.match(line):
                 g = m.groups()
                 errors = [] if g[7] == "OK" else g[7].split(",")
                 answer.groups.append(RasCommGroup(int(g[0]), int(g[1]), int(g[4]), g[6], errors))
@@ -172,16 +170,3 @@ def _gather(answer: RasAnswer) -> None:
         if finding.kind == "INCOMPLETE":
             comm.missing = list(finding.processes)
             comm.ranks_missing = named
-        elif finding.kind == "MISMATCH":
-            counts = [
-                int(m.group(1))
-                for line in finding.lines
-                if (m := _RANKS_CONTEXT.match(line))
-                and m.group(2) in ("have status NOCOMM", "have status UNKNOWN")
-            ]
-            singles = [
-                p
-                for p in finding.processes
-                if p.state in ("has status NOCOMM", "has status UNKNOWN") and not _RANKS_CONTEXT.match(p.line)
-            ]
-            comm.not_members = sum(counts) or len(singles)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 from ddpcheck.failure.ras.answer import RasAnswer
@@ -31,11 +31,6 @@ class RasStatus:
     address: str
     outcome: Outcome
     verdict: str  # one line
-    message: str = ""  # what happened, for the outcomes other than answered
-    seconds: float = 0.0
-    attempts: int = 0  # connections made (a handshake that timed out is tried again)
-    server_protocol: int | None = None
-    notes: list[str] = field(default_factory=list)  # e.g. a protocol version mismatch
     answer: RasAnswer | None = None  # parsed, also from a partial answer
 
     @property
@@ -45,14 +40,10 @@ class RasStatus:
             return None
         return self.answer.healthy
 
-    @property
-    def raw(self) -> str:
-        return self.answer.raw if self.answer else ""
-
-    def end(self, outcome: Outcome, verdict: str, message: str = "") -> bool:
+    def end(self, outcome: Outcome, verdict: str) -> bool:
         """Settle the outcome; True, for a conversation's `return status.end(...)`."""
-        self.outcome, self.verdict, self.message = outcome, verdict, message
+        self.outcome, self.verdict = outcome, verdict
         return True
 
     def protocol_error(self, what: str) -> bool:
-        return self.end(Outcome.PROTOCOL_ERROR, f"protocol error: {what}", what)
+        return self.end(Outcome.PROTOCOL_ERROR, f"protocol error: {what}")
