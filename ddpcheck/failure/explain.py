@@ -188,12 +188,7 @@ def judge_stall(stall: Stall) -> Check:
     if not frozen and not behind and (finished or gave_up):
         behind = sorted(live)  # the others completed or gave up waiting and left; these never did
     culprits = sorted(set(frozen) | set(behind))
-    parts = []
-    for r in sorted(frozen):
-        s = statuses[r]
-        state = "stopped (SIGSTOP)" if s.get("proc_state") == "stopped" else "frozen"
-        silence = _silence({"heartbeat_age_s": 0, **s})
-        parts.append(f"{_who(r, s)} is {state}: {silence}, last seen at stage '{s['stage']}'")
+    parts = [_silent(r, statuses[r]) for r in sorted(frozen)]
     for r in sorted(behind):
         s = statuses[r]
         if s["stage"] in PRE_JOIN:
@@ -232,8 +227,7 @@ def judge_stall(stall: Stall) -> Check:
         )
     if finished:
         parts.append(f"{_named(sorted(finished))} finished")
-    hosts = list(dict.fromkeys(statuses[r]["host"] for r in culprits if r in statuses))
-    return Check("hang", Status.ERROR, "; ".join(parts), culprits, hosts)
+    return _finding("hang", parts, culprits, statuses)
 
 
 def stages_table(statuses: dict[int, SeenStatus], exits: dict[int, ExitInfo]) -> Table:
@@ -315,27 +309,17 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
             check.detail += f"; rank {me} lost a peer's connection, yet every heartbeat was fresh"
         return check
     parts = []
-    for r in dead:
+    for r in dead + silent:
         s = statuses[r]
         if s.get("arrived") is False:
             parts.append(_absent(r, s))
-            continue
-        parts.append(
-            f"{_who(r, s)} is lost: its process ended at stage '{s['stage']}' without an error "
-            f"(last heartbeat {s['heartbeat_age_s']:.0f} s ago)"
-        )
-    for r in silent:
-        s = statuses[r]
-        if s.get("arrived") is False:
-            parts.append(_absent(r, s))
-            continue
-        if s["proc_state"] == "stopped":
-            state = "stopped (SIGSTOP)"
-        elif lost:
-            state = "lost (its process died or its host is unreachable)"
+        elif r in dead:
+            parts.append(
+                f"{_who(r, s)} is lost: its process ended at stage '{s['stage']}' without an error "
+                f"(last heartbeat {s['heartbeat_age_s']:.0f} s ago)"
+            )
         else:
-            state = "frozen"
-        parts.append(f"{_who(r, s)} is {state}: {_silence(s)}, last seen at stage '{s['stage']}'")
+            parts.append(_silent(r, s, lost))
     # A rank that gave up waiting (its collective timed out) and has left was waiting for it too:
     # under torchrun the one that gave up first is gone when rank 0, stopped by SIGTERM, judges.
     waiting = sorted(
@@ -349,16 +333,14 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
             f"{_named(waiting)} "
             f"{'were' if len(waiting) > 1 else 'was'} waiting for it at {', '.join(repr(x) for x in stages)}"
         )
-    missing = [r for r in range(stall.world_size) if r not in statuses]
-    if missing:
-        parts.append(f"rank(s) {_ranks(missing)} never published a status")
+    if absent:
+        parts.append(f"rank(s) {_ranks(absent)} never published a status")
     name = (
         "rank lost"
         if dead or (lost and any(statuses[r]["proc_state"] != "stopped" for r in silent))
         else "hang"
     )
-    hosts = list(dict.fromkeys(statuses[r]["host"] for r in culprits))
-    return Check(name, Status.ERROR, "; ".join(parts), culprits, hosts)
+    return _finding(name, parts, culprits, statuses)
 
 
 def judge_early(statuses: dict[int, SeenStatus], world_size: int, me: int, single_host: bool) -> Check | None:
@@ -387,9 +369,9 @@ def judge_early(statuses: dict[int, SeenStatus], world_size: int, me: int, singl
             f"one of ranks {_ranks(missing)} ended first, before any of them said a word: no process of "
             "theirs is left on this host, and nothing here tells which one its launcher saw end first"
         )
-    hosts = list(dict.fromkeys(statuses[r]["host"] for r in culprits if r in statuses))
-    name = "hang" if stopped and not lost and not missing else "rank lost"
-    return Check(name, Status.ERROR, "; ".join(parts), culprits, hosts)
+    return _finding(
+        "hang" if stopped and not lost and not missing else "rank lost", parts, culprits, statuses
+    )
 
 
 def _store_evidence(message: str, absent: list[int]) -> str:
@@ -411,12 +393,25 @@ def _absent(rank: int, status: SeenStatus) -> str:
     return f"{_who(rank, status)} never arrived: alive, at stage '{status['stage']}' for {in_stage_s:.0f} s"
 
 
-def _silence(status: SeenStatus) -> str:
-    """'no heartbeat for N s', and what its peers did meanwhile when that was counted."""
-    said = f"no heartbeat for {status['heartbeat_age_s']:.0f} s"
+def _silent(rank: int, status: SeenStatus, lost: bool = False) -> str:
+    """A stopped or frozen rank (`lost`: a peer's connection dropped): 'no heartbeat for N s', what its
+    peers did meanwhile when that was counted, and its stage."""
+    if status.get("proc_state") == "stopped":
+        state = "stopped (SIGSTOP)"
+    elif lost:
+        state = "lost (its process died or its host is unreachable)"
+    else:
+        state = "frozen"
+    silence = f"no heartbeat for {status.get('heartbeat_age_s', 0):.0f} s"
     if status.get("missed_beats"):
-        said += f" (a peer beat {status['missed_beats']} times meanwhile)"
-    return said
+        silence += f" (a peer beat {status['missed_beats']} times meanwhile)"
+    return f"{_who(rank, status)} is {state}: {silence}, last seen at stage '{status['stage']}'"
+
+
+def _finding(name: str, parts: list[str], ranks: list[int], statuses: dict[int, SeenStatus]) -> Check:
+    """One hang or loss: its parts said in one line, and the hosts of its ranks that were seen."""
+    hosts = list(dict.fromkeys(statuses[r]["host"] for r in ranks if r in statuses))
+    return Check(name, Status.ERROR, "; ".join(parts), ranks, hosts)
 
 
 def inline_report(spec: RunSpec, stall: Stall, message: str) -> Report:
@@ -428,11 +423,9 @@ def inline_report(spec: RunSpec, stall: Stall, message: str) -> Report:
     else:
         after = "" if connection_dropped(message) else f" after {stall.waited_s:g} s"
         how = f"rank 0 gave up{after}: {_one_line(message)}"
-    report = Report(command=spec.command)
-    report.world = {"size": stall.world_size, "backend": spec.backend, "device": spec.device}
     check = judge_inline(stall, message, 0)
     check.detail += f"; {how}"
-    report.checks.append(check)
+    report = _inline_report(spec, stall.world_size, check)
     if (
         spec.launcher is not None
         and spec.launcher.kills_late
@@ -448,10 +441,14 @@ def inline_crash_report(
 ) -> Report:
     """Rank 0's report when rank 0 itself failed first-hand under torchrun, srun or mpirun (`check`:
     what it found, when not the crash of its own exception)."""
-    report = Report(command=spec.command)
-    report.world = {"size": world_size, "backend": spec.backend, "device": spec.device}
-    report.checks.append(check or describe_crash(record.get("rank", 0), {**record, "error": message}, {}))
-    return report
+    return _inline_report(
+        spec, world_size, check or describe_crash(record.get("rank", 0), {**record, "error": message}, {})
+    )
+
+
+def _inline_report(spec: RunSpec, world_size: int, check: Check) -> Report:
+    world = {"size": world_size, "backend": spec.backend, "device": spec.device}
+    return Report(command=spec.command, checks=[check], world=world)
 
 
 SRUN_WAITS = (
