@@ -25,7 +25,7 @@ from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, say
 from ddpcheck.failure import error_texts, explain
 from ddpcheck.failure.liveness import Stall
 from ddpcheck.failure.rank_env import Launcher
-from ddpcheck.rank import arrival, here, inline, interrupt, rundir
+from ddpcheck.rank import arrival, here, inline, interrupt, remover, rundir
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -148,7 +148,7 @@ def on_sigterm(
     arrival.stage(arrival.TERMINATED)  # a SIGKILL may follow: the peers must not take this rank for a culprit
     # Nothing in the run directory may outlive that SIGKILL: rank 0's report, if its main thread is
     # writing it now, is kept in this process too (rundir.write_rank0_report).
-    rundir.remove(run_dir)
+    remover.remove_now(run_dir)
     if not claimed:
         # This rank is already giving up: let it finish its report and line, within a bound.
         gave_up.wait(SIGTERM_GRACE_S)
@@ -163,7 +163,7 @@ def give_up(run: InlineRank, reason: Reason, message: str) -> None:
     try:
         if reason is not Reason.SIGTERM and run.rank != 0 and run.run_dir:
             # Nothing more to write here; a launcher's SIGKILL may come while this rank looks.
-            rundir.remove(run.run_dir)
+            remover.remove_now(run.run_dir)
         account = _account(run, reason, message)
         wrote = _files(run, account) if reason is Reason.SIGTERM else []  # what a SIGKILL would cost: first
         say(account.line)

@@ -16,7 +16,7 @@ from pathlib import Path
 from ddpcheck.errors import say
 from ddpcheck.failure import explain, stages
 from ddpcheck.failure.rank_env import launcher_of
-from ddpcheck.rank import arrival, assemble, giving_up, here, inline, interrupt, rundir
+from ddpcheck.rank import arrival, assemble, giving_up, here, inline, interrupt, remover, rundir
 from ddpcheck.rank.harness import run_rank
 from ddpcheck.rank.rundir import RunSpec
 from ddpcheck.report.model import Report, Verdict
@@ -64,7 +64,7 @@ def run(
         return shared[0]
     finally:
         interrupt.ignore_sigterm()  # this rank's account is complete: it exits with its verdict
-        rundir.remove(run_dir)
+        remover.remove_now(run_dir)
         interrupt.forget(run_dir)
 
 

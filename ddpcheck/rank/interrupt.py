@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, ClassVar, NoReturn
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED
 from ddpcheck.errors import say as say_line
 from ddpcheck.failure.rank_env import ranks_given
-from ddpcheck.rank import arrival
+from ddpcheck.rank import arrival, remover
 
 if TYPE_CHECKING:  # loaded before the Ctrl-C handler is in: subprocess is half of its import time
     import subprocess
@@ -149,21 +148,11 @@ def leave(code: int = EXIT_INTERRUPTED, say: bool = True) -> NoReturn:
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
     for path in _State.removals:
-        _remove(path)
+        remover.remove_now(path)
     arrival.leave()
     if _State.say and say:
         say_line(LINE)
     os._exit(code)
-
-
-def _remove(path: Path) -> None:
-    """Remove a directory that a thread of this process (an inline rank's heartbeat) may still be
-    writing a status file into: a file that appears mid-removal is taken by the next pass."""
-    for _ in range(50):
-        shutil.rmtree(path, ignore_errors=True)
-        if not path.exists():
-            return
-        time.sleep(0.01)
 
 
 def act_from_a_thread() -> None:

@@ -14,6 +14,8 @@ Standard library only: an inline rank starts its job directory's remover before 
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from pathlib import Path
 
 # The write ends of the pipes: held, never written, until this process ends (or release).
@@ -50,6 +52,16 @@ def release(handle: int | None) -> None:
     if handle is not None and handle in _held:
         _held.remove(handle)
         os.close(handle)
+
+
+def remove_now(path: str | Path) -> None:
+    """Remove a directory that a thread of this process (an inline rank's heartbeat) may still be
+    writing a status file into: a file that appears mid-removal is taken by the next pass."""
+    for _ in range(50):
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            return
+        time.sleep(0.01)
 
 
 def script(name: str, **variables: str) -> str:

@@ -26,7 +26,6 @@ import os
 import secrets
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,15 +166,6 @@ def _alive(pid: int) -> bool:
 def inline_dirs_of(pid: int) -> list[Path]:
     """The run directories an inline rank with this pid made (a stopped rank cannot remove its own)."""
     return list(Path(tempfile.gettempdir()).glob(f"{INLINE_PREFIX}{pid}-*"))
-
-
-def remove(path: str | Path) -> None:
-    """Remove a run directory that this rank's heartbeat may still be writing a status file into."""
-    for _ in range(50):
-        shutil.rmtree(path, ignore_errors=True)
-        if not os.path.exists(path):
-            return
-        time.sleep(0.01)  # a status file appeared mid-removal: the next pass takes it
 
 
 def compile_cache_env(run_dir: Path) -> dict[str, str]:
