@@ -72,13 +72,12 @@ def test_pickle_and_json_forms_read_alike(tmp_path: Path) -> None:
         assert (last.op, last.input_sizes, last.input_dtypes) == ("all_reduce", [[4, 8]], ["BFloat16"])
     assert str(from_pickle.collectives("0")[2].user_frame()) == "train.py:10 in step"
     assert from_json.collectives("0")[2].frames == []  # the JSON form has no frames
-    assert (from_pickle.form, from_json.form) == ("pickle", "json")
 
 
 def test_nccls_dump_layout_reads_its_members_and_states(tmp_path: Path) -> None:
     trace = read_dump(write_pickle(tmp_path / "nccl_trace_rank_5", nccl_dump(5, world=8, last=7)))
-    assert trace.pg_config["0"].ranks == list(range(8))
-    assert trace.pg_status["0"].last_completed == 6
+    assert trace.pg_config["0"] == list(range(8))
+    assert trace.pg_status["0"].last_started == 7
     assert [c.state for c in trace.collectives("0").values()][-2:] == ["completed", "started"]
 
 

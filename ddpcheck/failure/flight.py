@@ -54,13 +54,10 @@ class FrEntry:
     pg: str  # the process group's name, the same on every rank ("0" is the default group)
     pg_desc: str  # "default_pg", or what new_group(group_desc=...) said
     seq_id: int  # collective_seq_id: the n-th collective of this group on this rank
-    p2p_seq_id: int
     op: str  # "all_reduce": profiling_name without its backend ("gloo:all_reduce")
     backend: str  # "gloo", "nccl", ...
     input_sizes: list[list[int]]
     input_dtypes: list[str]  # torch's names: "Float", "Long", "BFloat16"
-    output_sizes: list[list[int]]
-    output_dtypes: list[str]
     state: str  # "scheduled", "started", "completed" (gloo leaves every entry "scheduled")
     is_p2p: bool = False
     time_created_ns: int | None = None
@@ -76,19 +73,11 @@ class FrEntry:
 
 
 @dataclass(frozen=True)
-class GroupConfig:
-    name: str
-    desc: str
-    ranks: list[int]  # global ranks; empty when the dump does not say (gloo's dumps never do)
-
-
-@dataclass(frozen=True)
 class GroupStatus:
     """A group's sequence ids on one rank when it dumped (-1: none yet)."""
 
     last_enqueued: int
     last_started: int
-    last_completed: int
 
 
 @dataclass
@@ -98,8 +87,7 @@ class RankTrace:
     rank: int
     path: str
     version: str
-    form: str  # "pickle" or "json"
-    pg_config: dict[str, GroupConfig]  # by group name
+    pg_config: dict[str, list[int]]  # each group's global ranks, by its name; [] when the dump does not say
     pg_status: dict[str, GroupStatus]  # by group name
     entries: list[FrEntry]
 
@@ -184,8 +172,8 @@ def read_dump(path: str | os.PathLike[str], rank: int | None = None) -> RankTrac
     rank = rank if rank is not None else rank_of(path)
     if rank is None:
         raise NotADump("its name does not end in a rank")
-    raw, form = read_raw(path)
-    return parse_trace(raw, rank=rank, path=path, form=form)
+    raw, _ = read_raw(path)
+    return parse_trace(raw, rank=rank, path=path)
 
 
 def read_raw(path: str | os.PathLike[str]) -> tuple[Any, str]:
@@ -208,7 +196,7 @@ def read_raw(path: str | os.PathLike[str]) -> tuple[Any, str]:
     return raw, form
 
 
-def parse_trace(raw: Any, *, rank: int, path: str = "", form: str = "pickle") -> RankTrace:
+def parse_trace(raw: Any, *, rank: int, path: str = "") -> RankTrace:
     """A dump's data (the unpickled or JSON-decoded dict) as a RankTrace. Raises NotADump."""
     if not isinstance(raw, dict) or "entries" not in raw or "version" not in raw:
         raise NotADump("not a flight-recorder dump (no 'version' and 'entries')")
@@ -216,23 +204,20 @@ def parse_trace(raw: Any, *, rank: int, path: str = "", form: str = "pickle") ->
         raise NotADump(f"flight-recorder format {raw['version']}, not 2.x")
     try:
         entries = [_collective(e) for e in raw["entries"]]
-        config = {
-            str(name): _group_config(str(name), info) for name, info in (raw.get("pg_config") or {}).items()
-        }
+        config = {str(name): _members(info) for name, info in (raw.get("pg_config") or {}).items()}
         # pg_status is keyed by the group's id on this rank; the entries say which name each id has.
         names = {str(e.get("pg_id")): _pg(e)[0] for e in raw["entries"] if "pg_id" in e}
         status = {
             names.get(str(pg_id), str(pg_id)): GroupStatus(
                 int(s["last_enqueued_collective"]),
                 int(s.get("last_started_collective", -1)),
-                int(s.get("last_completed_collective", -1)),
             )
             for pg_id, s in (raw.get("pg_status") or {}).items()
         }
     except (KeyError, TypeError, ValueError, AttributeError, SyntaxError) as exc:
         raise NotADump(f"a malformed flight-recorder dump ({type(exc).__name__}: {exc})") from None
-    config = {name: c for name, c in config.items() if name or c.ranks}  # gloo's placeholder entry
-    return RankTrace(rank, path, str(raw["version"]), form, config, status, entries)
+    config = {name: ranks for name, ranks in config.items() if name or ranks}  # gloo's placeholder entry
+    return RankTrace(rank, path, str(raw["version"]), config, status, entries)
 
 
 def find_dumps(directory: str | os.PathLike[str]) -> FoundDumps:
@@ -286,13 +271,10 @@ def _collective(entry: dict[str, Any]) -> FrEntry:
         pg=pg,
         pg_desc=desc,
         seq_id=int(entry.get("collective_seq_id", 0)),
-        p2p_seq_id=int(entry.get("p2p_seq_id", 0)),
         op=op,
         backend=backend,
         input_sizes=[list(map(int, s)) for s in entry.get("input_sizes", [])],
         input_dtypes=[str(d) for d in entry.get("input_dtypes", [])],
-        output_sizes=[list(map(int, s)) for s in entry.get("output_sizes", [])],
-        output_dtypes=[str(d) for d in entry.get("output_dtypes", [])],
         state=str(entry.get("state", "")),
         is_p2p=bool(entry.get("is_p2p", False)),
         time_created_ns=int(created) if created else None,
@@ -303,11 +285,11 @@ def _collective(entry: dict[str, Any]) -> FrEntry:
     )
 
 
-def _group_config(name: str, info: dict[str, Any]) -> GroupConfig:
+def _members(info: dict[str, Any]) -> list[int]:
     ranks = info.get("ranks", "[]")
     # The dumps write the ranks as text, "[0, 1, 2, 3]"; literal_eval runs no code.
     listed = ast.literal_eval(ranks) if isinstance(ranks, str) else ranks
-    return GroupConfig(str(info.get("name", name)), str(info.get("desc", "")), [int(r) for r in listed or []])
+    return [int(r) for r in listed or []]
 
 
 def dtype_name(torch_name: str) -> str:

@@ -63,9 +63,8 @@ def world_size_of(traces: dict[int, RankTrace], given: int | None = None) -> int
     """The job's world: as given, else the default group's members in a dump, else the highest rank seen."""
     sizes = [given or 0, max(traces, default=-1) + 1]
     for trace in traces.values():
-        config = trace.pg_config.get(DEFAULT_GROUP)
-        if config is not None:
-            sizes.append(len(config.ranks))
+        if DEFAULT_GROUP in trace.pg_config:
+            sizes.append(len(trace.pg_config[DEFAULT_GROUP]))
     return max(sizes)
 
 
@@ -73,9 +72,8 @@ def members(pg: str, traces: dict[int, RankTrace], world_size: int) -> list[int]
     """The group's ranks: from a dump's pg_config, or (gloo's dumps name none) the whole world for
     the default group and the ranks that dumped it for the others."""
     for trace in traces.values():
-        config = trace.pg_config.get(pg)
-        if config is not None and config.ranks:
-            return sorted(config.ranks)
+        if trace.pg_config.get(pg):
+            return sorted(trace.pg_config[pg])
     if pg == DEFAULT_GROUP:
         return list(range(world_size))
     return sorted(rank for rank, trace in traces.items() if pg in trace.groups())
