@@ -259,7 +259,6 @@ class FakeNvml:
     class NVMLError(Exception):
         pass
 
-    NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
     NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC = 0, 1
     NVML_TEMPERATURE_GPU, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, NVML_CLOCK_SM = 0, 1, 1
@@ -275,7 +274,6 @@ class FakeNvml:
             "nvmlDeviceGetName": "NVIDIA H100 80GB HBM3",
             "nvmlDeviceGetEccMode": (1, 1),
             "nvmlDeviceGetRemappedRows": (0, 0, 0, 0),
-            "nvmlDeviceGetRetiredPages": [],
             "nvmlDeviceGetMigMode": (0, 0),
             "nvmlDeviceGetCurrentClocksEventReasons": 0x40 | 0x1,
             "nvmlDeviceGetPowerUsage": 350_000,

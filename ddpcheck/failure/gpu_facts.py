@@ -5,7 +5,7 @@ preflight's, and watch's look at a slow rank's GPU read them the same way.
 ranks, and where they are missing `from_smi()` runs `nvidia-smi -q -x` (bounded) and
 `from_smi_xml()` reads what it printed; `from_nvml()` reads one handle. Facts (None where the GPU
 or the source does not say): index, uuid, pci_bus_id, name; ecc_enabled; ecc_volatile_uncorrected,
-ecc_aggregate_uncorrected; retired_pages_dbe, retired_pending; remap_pending, remap_failure;
+ecc_aggregate_uncorrected; retired_pending; remap_pending, remap_failure;
 pcie_gen, pcie_gen_max, pcie_width, pcie_width_max; nvlink_up, nvlink_links; persistence, mig,
 compute_mode; temperature_c, slowdown_c; power_w, power_limit_w; sm_clock_mhz, sm_clock_max_mhz;
 throttle (active reasons); xid (codes seen in the kernel log for this GPU); error (why nothing was
@@ -106,7 +106,8 @@ def _from_nvml_at(pynvml: Any, bus: str) -> dict[str, Any]:
     except pynvml.NVMLError as exc:
         return {"error": f"NVML could not read GPU {bus}: {exc}"}
     finally:
-        _quiet(pynvml.nvmlShutdown)
+        with contextlib.suppress(Exception):  # shutting NVML down after a failed read: nothing more to say
+            pynvml.nvmlShutdown()
     return facts
 
 
@@ -121,7 +122,6 @@ def from_nvml(nvml: Any, handle: Any) -> dict[str, Any]:
 
     ecc = ask("nvmlDeviceGetEccMode")
     remapped = ask("nvmlDeviceGetRemappedRows")  # (correctable, uncorrectable, pending, failure)
-    retired = ask("nvmlDeviceGetRetiredPages", nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
     mig = ask("nvmlDeviceGetMigMode")
     reasons = ask("nvmlDeviceGetCurrentClocksEventReasons")
     if reasons is None:
@@ -145,7 +145,6 @@ def from_nvml(nvml: Any, handle: Any) -> dict[str, Any]:
         "ecc_aggregate_uncorrected": ask(
             "nvmlDeviceGetTotalEccErrors", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC
         ),
-        "retired_pages_dbe": len(retired) if retired is not None else None,
         "retired_pending": _flag(ask("nvmlDeviceGetRetiredPagesPendingStatus")),
         "remap_pending": bool(remapped[2]) if remapped else None,
         "remap_failure": bool(remapped[3]) if remapped else None,
@@ -183,16 +182,9 @@ def from_smi_xml(text: str) -> list[dict[str, Any]]:
         def first(*paths: str) -> str | None:
             return next((v for v in map(get, paths) if v is not None), None)
 
-        reasons_node = gpu.find("clocks_event_reasons")
-        if reasons_node is None:
-            reasons_node = gpu.find("clocks_throttle_reasons")
-        throttle = []
-        if reasons_node is not None:
-            for child in reasons_node:
-                if (child.text or "").strip() == "Active":
-                    name = _smi_throttle_name(child.tag)
-                    if name:
-                        throttle.append(name)
+        reasons = gpu.findall("clocks_event_reasons/*") or gpu.findall("clocks_throttle_reasons/*")
+        active = [reason.tag for reason in reasons if (reason.text or "").strip() == "Active"]
+        throttle = [name for tag in active for suffix, name in _SMI_THROTTLE.items() if tag.endswith(suffix)]
         minor = get("minor_number")
         gpus.append(
             {
@@ -207,7 +199,6 @@ def from_smi_xml(text: str) -> list[dict[str, Any]]:
                 "ecc_aggregate_uncorrected": _int(
                     first("ecc_errors/aggregate/dram_uncorrectable", "ecc_errors/aggregate/double_bit/total")
                 ),
-                "retired_pages_dbe": _int(get("retired_pages/double_bit_retirement/retired_count")),
                 "retired_pending": _yes(
                     first("retired_pages/pending_retirement", "retired_pages/pending_blacklist")
                 ),
@@ -241,6 +232,7 @@ def from_smi_xml(text: str) -> list[dict[str, Any]]:
     return gpus
 
 
+# nvidia-smi's clock event (throttle) reasons, by the end of their tag, as THROTTLE_BITS names them.
 _SMI_THROTTLE = {
     "sw_power_cap": "power cap",
     "hw_slowdown": "hardware slowdown",
@@ -248,13 +240,6 @@ _SMI_THROTTLE = {
     "hw_thermal_slowdown": "thermal (hardware)",
     "hw_power_brake_slowdown": "power brake",
 }
-
-
-def _smi_throttle_name(tag: str) -> str | None:
-    for suffix, name in _SMI_THROTTLE.items():
-        if tag.endswith(suffix):
-            return name
-    return None
 
 
 def kernel_log() -> str:
@@ -271,16 +256,10 @@ _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 
 def xid_codes(log: str, pci_bus_id: str) -> list[int]:
     """The XID codes the driver logged for this GPU, in order ('NVRM: Xid (PCI:0000:3b:00): 79, ...')."""
-    wanted = _short_bus(pci_bus_id)
-    return [int(code) for bus, code in _XID.findall(log) if _short_bus(bus) == wanted]
-
-
-def _short_bus(bus: str) -> str:
-    """'00000000:3B:00.0' and '0000:3b:00' name one GPU: domain, bus and device, lower case."""
-    parts = bus.lower().split(":")
-    if len(parts) < 3:
-        return bus.lower()
-    return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2].split('.')[0]}"
+    wanted = (_bus_address(pci_bus_id) or ())[:3]  # the log names domain, bus and device, no function
+    return [
+        int(code) for bus, code in _XID.findall(log) if wanted and (_bus_address(bus) or ())[:3] == wanted
+    ]
 
 
 def _text(value: Any) -> str | None:
@@ -307,8 +286,3 @@ def _number(value: str | None) -> float | None:
         return None
     found = re.match(r"\s*([0-9.]+)", value)
     return float(found.group(1)) if found else None
-
-
-def _quiet(action: Any) -> None:
-    with contextlib.suppress(Exception):  # shutting NVML down after a failed read: nothing more to say
-        action()
