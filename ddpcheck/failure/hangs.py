@@ -8,6 +8,7 @@ the ranks waiting in a collective are listed as waiting. Shared by `watch` (a jo
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -192,32 +193,17 @@ def view_to_dict(view: RankView) -> dict:
     def stack(frames: Stack | None) -> list[dict] | None:
         return None if frames is None else [f.to_dict() for f in frames]
 
-    out = {"rank": view.rank, "host": view.host, "pid": view.pid, "state": view.state,
-           "stack": stack(view.stack), "unchanged_s": view.unchanged_s,
-           "samples": [stack(s) for s in view.samples], "exit": None}  # fmt: skip
-    if view.exit is not None:
-        e = view.exit
-        out["exit"] = {"time": e.time, "kind": e.kind, "code": e.code, "exception": e.exception,
-                       "traceback": e.traceback, "fatal": e.fatal, "stack": stack(e.stack)}  # fmt: skip
-    return out
+    exit = None if view.exit is None else {**dataclasses.asdict(view.exit), "stack": stack(view.exit.stack)}
+    return {"rank": view.rank, "host": view.host, "pid": view.pid, "state": view.state,
+            "stack": stack(view.stack), "unchanged_s": view.unchanged_s,
+            "samples": [stack(s) for s in view.samples], "exit": exit}  # fmt: skip
 
 
 def view_from_dict(data: dict) -> RankView:
     def stack(frames: list[dict] | None) -> Stack | None:
         return None if frames is None else tuple(Frame.from_dict(f) for f in frames)
 
-    exit = None
-    if data.get("exit"):
-        e = data["exit"]
-        exit = Exit(
-            e["time"],
-            e["kind"],
-            e["code"],
-            e["exception"],
-            e["traceback"],
-            e["fatal"],
-            stack(e["stack"]) or (),
-        )
+    exit = Exit(**{**data["exit"], "stack": stack(data["exit"]["stack"]) or ()}) if data.get("exit") else None
     samples = [s for s in (stack(x) for x in data["samples"]) if s]
     return RankView(data["rank"], data["host"], data["pid"], data["state"], stack(data["stack"]),
                     data["unchanged_s"], exit, samples)  # fmt: skip
