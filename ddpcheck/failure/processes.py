@@ -165,7 +165,8 @@ def is_launcher(argv: list[str]) -> bool:
     return any(name in words for name in LAUNCHERS)
 
 
-def _depth(pid: int, parents: dict[int, int], root: int) -> int:
+def _depth(pid: int, parents: dict[int, int], root: int | None = None) -> int:
+    """How many parents up `pid` is from `root`, or from the first whose parent `parents` does not hold."""
     depth = 0
     while pid != root and pid in parents and depth < 64:
         pid = parents[pid]
@@ -249,7 +250,7 @@ def _terminate_children_first(procs: list[psutil.Process], grace_s: float) -> li
     while a rank's chained faulthandler still writes watch's record of it ends the rank mid-record.
     """
     parent = _parents(procs)
-    depth = {proc.pid: _depth_among(proc.pid, parent) for proc in procs}
+    depth = {proc.pid: _depth(proc.pid, parent) for proc in procs}
     parents = [proc for proc in procs if proc.pid in parent.values()]
     try:
         _send(parents, signal.SIGSTOP)
@@ -271,13 +272,6 @@ def _parents(procs: list[psutil.Process]) -> dict[int, int]:
         with contextlib.suppress(psutil.Error):
             parent[proc.pid] = proc.ppid()
     return {pid: ppid for pid, ppid in parent.items() if ppid in pids}
-
-
-def _depth_among(pid: int, parent: dict[int, int]) -> int:
-    depth = 0
-    while pid in parent and depth < 64:
-        pid, depth = parent[pid], depth + 1
-    return depth
 
 
 def _send(procs: list[psutil.Process], *signals: signal.Signals) -> None:
