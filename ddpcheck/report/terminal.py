@@ -32,6 +32,8 @@ STATUS_STYLE = {
 # The verdict line's counts, always in this order: "2 pass, 1 fail, 1 warn, 1 skip".
 COUNT_ORDER = (Status.PASS, Status.FAIL, Status.WARN, Status.ERROR, Status.SKIP)
 VERDICT_STYLE = {Verdict.PASS: "bold green", Verdict.FAIL: "bold red", Verdict.ERROR: "bold magenta"}
+# A `stderr` table's row: each text it may hold, and its panel's title.
+TAILS = (("stderr_tail", "last lines of stderr"), ("stack", "Python stack (py-spy, before the kill)"))
 
 
 class _Console(Console):
@@ -179,24 +181,10 @@ def _checks_table(report: Report, width: int) -> RichTable:
 def _render_tails(table: Table, console: Console) -> None:
     for row in table.rows:
         where = f"rank {row['rank']}" + (f" on {row['host']}" if row.get("host") else "")
-        if row.get("stderr_tail"):
-            console.print(
-                Panel(
-                    Text(row["stderr_tail"]),
-                    title=Text(f"{where}: last lines of stderr"),
-                    title_align="left",
-                    border_style="red",
-                )
-            )
-        if row.get("stack"):
-            console.print(
-                Panel(
-                    Text(str(row["stack"])),
-                    title=Text(f"{where}: Python stack (py-spy, before the kill)"),
-                    title_align="left",
-                    border_style="red",
-                )
-            )
+        for key, what in TAILS:
+            if row.get(key):
+                title = Text(f"{where}: {what}")
+                console.print(Panel(Text(str(row[key])), title=title, title_align="left", border_style="red"))
 
 
 def bar_chart(title: str, bars: list[tuple[str, float, str, str]], top: float, width: int) -> RichTable:
