@@ -11,20 +11,21 @@ Already inside a launch (torchrun, srun, mpirun), `run_inline` runs the command 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import shutil
-import signal
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.failure import explain
+from ddpcheck.failure.exits import signal_name
 from ddpcheck.failure.statuses import ExitInfo, SeenStatus
 from ddpcheck.launcher.monitor import POLL_S, Monitor, ProgressCallback, annotate, kill_workers
 from ddpcheck.launcher.plan import LaunchPlan
@@ -435,10 +436,7 @@ def _exit_info(failure: ProcessFailure, killed: set[int]) -> ExitInfo:
         "killed_by_ddpcheck": failure.pid in killed,
     }
     if failure.exitcode is not None and failure.exitcode < 0:
-        try:
-            info["signal"] = signal.Signals(-failure.exitcode).name
-        except ValueError:
-            info["signal"] = f"signal {-failure.exitcode}"
+        info["signal"] = signal_name(-failure.exitcode)
     return info
 
 
@@ -466,18 +464,14 @@ def _silence_torch_logging() -> None:
         logger.propagate = False
 
 
-class _environment:
-    def __init__(self, values: dict[str, str]) -> None:
-        self.values = values
-        self.saved: dict[str, str | None] = {}
-
-    def __enter__(self) -> None:
-        for key, value in self.values.items():
-            self.saved[key] = os.environ.get(key)
-            os.environ[key] = value
-
-    def __exit__(self, *exc: object) -> None:
-        for key, value in self.saved.items():
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
