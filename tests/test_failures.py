@@ -553,17 +553,18 @@ def test_a_hang_keeps_its_logs_and_shows_the_stuck_ranks_stack(ddpcheck, scratch
 
 @pytest.mark.integration
 def test_python_stacks_skip_quietly_without_py_spy(monkeypatch) -> None:
-    statuses = {1: status(1, "measure", 3, pid=os.getpid(), proc_state="running")}
+    # Rank 1 is behind rank 0: the stall names it, and its stack is asked for.
+    statuses = {0: status(0, "measure", 4), 1: status(1, "measure", 3, pid=os.getpid(), proc_state="running")}
     monkeypatch.setattr(stacks.shutil, "which", lambda name: None)
-    assert monitor.python_stacks(statuses, [1]) == {}
+    assert monitor.stall_stacks(stall_of(statuses)) == {}
     # A stopped or exited rank cannot be read: not even tried.
     monkeypatch.setattr(stacks.shutil, "which", lambda name: "/bin/false")
-    assert monitor.python_stacks({1: {**statuses[1], "proc_state": "stopped"}}, [1]) == {}
-    assert monitor.python_stacks(statuses, [1]) == {}  # it failed: nothing, no error
+    assert monitor.stall_stacks(stall_of({**statuses, 1: {**statuses[1], "proc_state": "stopped"}})) == {}
+    assert monitor.stall_stacks(stall_of(statuses)) == {}  # it failed: nothing, no error
 
 
 def test_a_status_the_judge_cannot_read_costs_the_stacks_not_the_kill() -> None:
-    assert monitor._stacks_of(Stall({1: {"rank": 1}}, waited_s=5.0, world_size=2)) == {}
+    assert monitor.stall_stacks(Stall({1: {"rank": 1}}, waited_s=5.0, world_size=2)) == {}
 
 
 @pytest.mark.integration
@@ -573,8 +574,9 @@ def test_python_stacks_are_bounded_by_their_timeout(monkeypatch, tmp_path) -> No
     slow.chmod(0o755)
     monkeypatch.setattr(stacks.shutil, "which", lambda name: str(slow))
     began = time.monotonic()
-    statuses = {1: status(1, "measure", 3, pid=os.getpid(), proc_state="running")}
-    assert monitor.python_stacks(statuses, [1], timeout=0.5) == {}
+    statuses = {0: status(0, "measure", 4), 1: status(1, "measure", 3, pid=os.getpid(), proc_state="running")}
+    assert judge_stall(stall_of(statuses)).ranks == [1]  # the rank whose stack is asked for
+    assert monitor.stall_stacks(stall_of(statuses), timeout=0.5) == {}
     assert time.monotonic() - began < 5
 
 

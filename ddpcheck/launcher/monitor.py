@@ -120,7 +120,7 @@ class Monitor(threading.Thread):
                     elapsed_s=now - started,
                 )
                 self.flight = flight_dumps(self.run_dir, local)  # this node's ranks
-                self.stacks = _stacks_of(self.stall)
+                self.stacks = stall_stacks(self.stall)
                 self._give_up()
                 return
 
@@ -243,14 +243,6 @@ def kill_workers() -> set[int]:
 STALL_STACKS_TIMEOUT_S = 5.0
 
 
-def _stacks_of(stall: Stall) -> dict[int, str]:
-    """The stacks of the ranks the stall names; nothing may keep the monitor from its kill."""
-    try:
-        return python_stacks(stall.statuses, judge_stall(stall).ranks)
-    except Exception:  # a status the judge cannot read (another node's, half-written): no stacks
-        return {}
-
-
 def flight_dumps(
     run_dir: Path, statuses: dict[int, SeenStatus], wait_s: float = FLIGHT_WAIT_S
 ) -> dict[int, RankTrace]:
@@ -280,14 +272,18 @@ def flight_dumps(
         return {}
 
 
-def python_stacks(
-    statuses: dict[int, SeenStatus], ranks: list[int], timeout: float = STALL_STACKS_TIMEOUT_S
-) -> dict[int, str]:
-    """rank -> the Python stack of each of these ranks that runs on this host, by py-spy.
+def stall_stacks(stall: Stall, timeout: float = STALL_STACKS_TIMEOUT_S) -> dict[int, str]:
+    """rank -> the Python stack of each rank the stall names that runs on this host, by py-spy.
 
-    Taken while the ranks still live (before the monitor kills them), all at once and each
-    bounded by `timeout`; nothing when py-spy is not installed or cannot attach (no ptrace).
+    Taken while the ranks still live (before the monitor kills them), all at once and together
+    bounded by `timeout`; nothing when py-spy is not installed or cannot attach (no ptrace), and
+    nothing may keep the monitor from its kill.
     """
+    try:
+        ranks = judge_stall(stall).ranks
+    except Exception:  # a status the judge cannot read (another node's, half-written): no stacks
+        return {}
+    statuses = stall.statuses
     pids = {
         r: statuses[r]["pid"]
         for r in ranks
