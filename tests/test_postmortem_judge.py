@@ -51,7 +51,7 @@ def test_no_dumps_make_an_empty_world_and_no_finding() -> None:
     """No dump and no world given: a world of 0, not 1; a world given is kept."""
     assert world_size_of({}) == 0 and world_size_of({}, 3) == 3
     judged = judge({})
-    assert (judged.world_size, judged.checks, judged.table, judged.lost) == (0, [], None, [])
+    assert (judged.world_size, judged.checks, judged.table) == (0, [], None)
 
 
 def test_the_default_groups_members_give_a_world_beyond_the_highest_rank_that_dumped() -> None:
@@ -59,7 +59,7 @@ def test_the_default_groups_members_give_a_world_beyond_the_highest_rank_that_du
     said with how many there were, and only their host is named."""
     found = {r: parse_trace(nccl_dump(r, world=4, last=3), rank=r) for r in (0, 1)}
     judged = judge(found, hosts={0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b"})
-    assert judged.world_size == 4 and judged.lost == [2, 3]
+    assert judged.world_size == 4
     assert judged.checks[0] == Check(
         "every rank left a dump",
         Status.ERROR,

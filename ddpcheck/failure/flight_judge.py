@@ -56,7 +56,6 @@ class Judgement:
     checks: list[Check] = field(default_factory=list)
     table: Table | None = None
     world_size: int = 0
-    lost: list[int] = field(default_factory=list)
 
 
 def world_size_of(traces: dict[int, RankTrace], given: int | None = None) -> int:
@@ -89,7 +88,6 @@ def judge(
     if not traces:
         return judgement
     lost = sorted(set(range(world)) - set(traces))
-    judgement.lost = lost
     if lost:
         judgement.checks.append(
             Check(

@@ -56,7 +56,6 @@ class Kept:
     """One process's records."""
 
     pid: int
-    watch_dir: str
     start: Start | None
     exit: Exit
     rank: int | None  # from its start record, or the launcher's summary
@@ -151,7 +150,7 @@ def _read(watch_dir: str) -> list[Kept]:
         ended = (
             first[pid] if code is None else exit_of(watch_dir, pid, last_record_time(watch_dir, pid), code)
         )
-        found.append(Kept(pid, watch_dir, start, ended, rank, _alive(pid, start)))
+        found.append(Kept(pid, start, ended, rank, _alive(pid, start)))
     return found
 
 

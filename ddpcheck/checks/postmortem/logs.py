@@ -55,8 +55,6 @@ _TORCH_PREFIX = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
 _SRUN_LABEL = re.compile(r"^\s*(?P<rank>\d+): ")
 _NCCL_PREFIX = re.compile(r"^(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) ")
 _MISMATCH_BYTES = re.compile(r"(?P<got>\d+) vs (?P<expected>\d+)\. Received data size")
-_SEQ = re.compile(r"SeqNum=(?P<seq>\d+)")
-_OPTYPE = re.compile(r"OpType=(?P<op>\w+)")
 _WATCHDOG_RANK = re.compile(r"\[Rank (?P<rank>\d+)\]")
 
 
@@ -82,11 +80,6 @@ class LogFinding:
         """gloo's (received, expected) bytes of a collective mismatch."""
         found = _MISMATCH_BYTES.search(self.text)
         return (int(found["got"]), int(found["expected"])) if found else None
-
-    def watchdog(self) -> tuple[str | None, int | None]:
-        """The NCCL watchdog's timed-out collective: (OpType, SeqNum)."""
-        op, seq = _OPTYPE.search(self.text), _SEQ.search(self.text)
-        return (op["op"] if op else None, int(seq["seq"]) if seq else None)
 
 
 @dataclass(frozen=True)
