@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import threading
 import time
 
-from ddpcheck.failure.ras.address import DEFAULT_HOST, RasAddress
+from ddpcheck.failure.ras.address import RasAddress
 
 HANDSHAKE_LINE_MAX = 1024  # ncclras's buffer for the handshake's answers
 
@@ -68,19 +67,9 @@ class Link:
         return bytes(data), "too long"
 
 
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
 def _resolve(where: RasAddress, until: float) -> list[tuple]:
-    """getaddrinfo, bounded: a name lookup cannot take a timeout, so a slow one runs in a thread."""
+    """getaddrinfo, bounded: a name lookup cannot take a timeout, so it runs in a thread."""
     query = (where.host, where.port, socket.AF_UNSPEC, socket.SOCK_STREAM)
-    if _is_ip(where.host) or where.host == DEFAULT_HOST:
-        return socket.getaddrinfo(*query)
     found: list = []
 
     def lookup() -> None:

@@ -15,9 +15,6 @@ class Outcome(str, Enum):
     PROTOCOL_ERROR = "protocol_error"  # an unexpected reply, ERROR:, a connection closed or reset mid-answer
     CONNECT_ERROR = "connect_error"  # no address NCCL would listen at, or the network refused otherwise
 
-    def __str__(self) -> str:  # its value, in text as in JSON (a str Enum says its name)
-        return self.value
-
 
 NO_SERVICE_VERDICT = (
     "no RAS service: NCCL < 2.24, RAS disabled (NCCL_RAS_ENABLE=0), or no NCCL job on this host"
