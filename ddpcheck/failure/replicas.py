@@ -19,7 +19,7 @@ import hashlib
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ddpcheck.report.model import Check, Status, Table
@@ -152,13 +152,7 @@ def nonfinite_from_record(record: dict[str, Any]) -> NonFinite:
 
 
 def nonfinite_to_record(found: NonFinite) -> dict[str, Any]:
-    return {
-        "rank": found.rank,
-        "step": found.step,
-        "where": found.where,
-        "parameters": list(found.parameters),
-        "count": found.count,
-    }
+    return asdict(found)
 
 
 def judge(prints: Iterable[Fingerprint], nonfinite: Iterable[NonFinite] = ()) -> Judgement:

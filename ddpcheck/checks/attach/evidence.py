@@ -42,9 +42,8 @@ SAMPLE_EVERY_S = 0.05
 # A moving job's rounds at least, past --interval where they are slow (a busy machine): the shares of
 # MIN_SAMPLES samples or more (a rank may go unread in a round) are what a straggler is judged on.
 MIN_ROUNDS = MIN_SAMPLES + 8
-# A --nonblocking read of a running rank fails now and then (memory changing under py-spy: beside busy
-# cores, every read of a round, 3 rounds running, once): rounds go on past --interval until every live
-# rank has its samples, this long at most.
+# A --nonblocking read of a running rank fails now and then (memory changing under py-spy): rounds go on
+# past --interval until every live rank has its samples, this long at most.
 UNREAD_GRACE_S = 4.0
 RAS_TIMEOUT_S = 6.0  # runs beside the sampling; NCCL's own gathering is cut to fit (ras.leg_timeout)
 # Bytes every rank must read or write in the sampling window for the job to be moving: a healthy

@@ -29,9 +29,7 @@ from ddpcheck.failure.stragglers.why import Looks, Why, explain
 # every other now and then: a rank is named for the wait it causes beyond that). Its peers' wait for
 # it at a collective: from their median arrival to its own, where it arrived after them (its lag),
 # summed over all the group's collectives of the window, over the window's wall time.
-# The floor and the figures that chose it: docs/stragglers.md, "The rule and its thresholds" (on the
-# simulator, a healthy job's most waited-for rank costs at most 7.4% beyond its peers' median with
-# +-30% jitter; a rank 30% slower costs 18-24%; real gloo jobs of every shape in the table there).
+# The floor and the figures that chose it: docs/stragglers.md, "The rule and its thresholds".
 WAIT_SHARE = 0.1
 # The evidence beside it, per collective (not the gate): a rank is LATE at a collective when its work
 # before it is at least MARGIN x its peers' median (healthy ranks within +-9% of each other can never
@@ -193,9 +191,6 @@ class Judgement:
     @property
     def judged(self) -> list[GroupJudgement]:
         return [g for g in self.groups if g.skipped is None]
-
-    def heat_maps(self) -> list[HeatMap]:
-        return [g.heat for g in self.judged if g.heat is not None]
 
 
 def judge(samples: Sequence[Sample], thresholds: Thresholds = Thresholds()) -> Judgement:

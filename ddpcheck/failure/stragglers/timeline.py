@@ -60,7 +60,7 @@ def gather(samples: Sequence[Sample]) -> Gathered:
             for c in trace.entries:
                 if c.is_p2p or c.time_created_ns is None:
                     continue
-                duration = timed.get((c.pg, c.seq_id), getattr(c, "duration_ms", None))
+                duration = timed.get((c.pg, c.seq_id))
                 held = records.setdefault(c.pg, {}).setdefault(rank, {})
                 old = held.get(c.seq_id)
                 if duration is None and old is not None:

@@ -39,6 +39,7 @@ TABLE_COLUMNS = {
     "own_past": "vs own past",
     "named": "named",
 }
+ROUNDED = {"work_s": 6, "lag_s": 6, "wait_share": 4, "late_share": 4, "own_past": 3}  # the table's digits
 WHY_COLUMNS = {
     "rank": "rank",
     "where": "where (sampled stacks)",
@@ -228,17 +229,7 @@ def table(judgement: Judgement) -> Table | None:
     rows = rank_rows(judgement)
     if not rows:
         return None
-    shown = [
-        {
-            **row,
-            "work_s": round(row["work_s"], 6),
-            "lag_s": round(row["lag_s"], 6),
-            "wait_share": round(row["wait_share"], 4),
-            "late_share": round(row["late_share"], 4),
-            "own_past": None if row["own_past"] is None else round(row["own_past"], 3),
-        }
-        for row in rows
-    ]
+    shown = [{**row, **{name: _round(row[name], digits) for name, digits in ROUNDED.items()}} for row in rows]
     return Table(NAME, "Stragglers: {group}", dict(TABLE_COLUMNS), shown, group_by="group")
 
 
@@ -295,8 +286,8 @@ def slowdown_rows(judgement: Judgement) -> list[dict[str, Any]]:
     ]
 
 
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def heat_rows(judgement: Judgement) -> list[dict[str, Any]]:
