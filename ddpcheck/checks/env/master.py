@@ -8,7 +8,7 @@ import errno
 import ipaddress
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -18,6 +18,20 @@ def parse_port(text: str | None) -> int | None:
         return None
     port = int(text.strip())
     return port if 1 <= port <= 65535 else None
+
+
+def configured(environ: Mapping[str, str]) -> dict[str, Any]:
+    """MASTER_ADDR and MASTER_PORT as the environment sets them, the port parsed."""
+    port_text = environ.get("MASTER_PORT")
+    return {"addr": environ.get("MASTER_ADDR"), "port_text": port_text, "port": parse_port(port_text)}
+
+
+def resolved(environ: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
+    """configured(), and what MASTER_ADDR resolves to when it is set (bounded by `timeout_s`)."""
+    master = configured(environ)
+    if master["addr"]:
+        master["resolved"], master["resolve_error"] = resolve(master["addr"], timeout_s)
+    return master
 
 
 def resolve(host: str, timeout_s: float) -> tuple[list[str], str | None]:
@@ -75,29 +89,23 @@ def try_connect(address: str, port: int, timeout_s: float) -> str:
 
 
 def probe_master(
-    addr: str | None,
-    port_text: str | None,
+    environ: Mapping[str, str],
     is_local: Callable[[str], bool],
     resolve_timeout_s: float,
     port_timeout_s: float,
 ) -> dict[str, Any]:
     """Resolve MASTER_ADDR; then bind-test MASTER_PORT if the master is this host, else connect to it."""
     facts: dict[str, Any] = {
-        "addr": addr,
-        "port_text": port_text,
-        "port": parse_port(port_text),
         "resolved": [],
         "resolve_error": None,
         "local": None,
         "bind": None,
         "connect": None,
+        **resolved(environ, resolve_timeout_s),
     }
-    if not addr:
-        return facts
-    facts["resolved"], facts["resolve_error"] = resolve(addr, resolve_timeout_s)
     if not facts["resolved"]:
         return facts
-    facts["local"] = addr == socket.gethostname() or any(is_local(a) for a in facts["resolved"])
+    facts["local"] = facts["addr"] == socket.gethostname() or any(is_local(a) for a in facts["resolved"])
     port = facts["port"]
     if port is None:
         return facts

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ddpcheck.checks.env.bounded import Background, reap, spawn
-from ddpcheck.checks.env.master import is_loopback, parse_port, probe_master
-from ddpcheck.checks.env.variables import distributed_env, in_launch
+from ddpcheck.checks.env.master import configured, is_loopback, probe_master
+from ddpcheck.checks.env.variables import distributed_env
 from ddpcheck.rank.fingerprint import nccl_version, nvidia_driver_version, physical_gpus
 from ddpcheck.report.units import GIB, UNLIMITED
 
@@ -64,13 +64,7 @@ def probe(config: ProbeConfig | None = None) -> dict[str, Any]:
     interfaces = network_interfaces()
     is_local = _locality(config.local_addresses, interfaces)
     master_probe = Background(
-        lambda: probe_master(
-            environ.get("MASTER_ADDR"),
-            environ.get("MASTER_PORT"),
-            is_local,
-            config.resolve_timeout_s,
-            config.port_timeout_s,
-        )
+        lambda: probe_master(environ, is_local, config.resolve_timeout_s, config.port_timeout_s)
     )
     torch_info = torch_facts(problems)
     listed = reap(smi_list, config.smi_timeout_s, "nvidia-smi -L", problems)  # reap what was started
@@ -84,16 +78,10 @@ def probe(config: ProbeConfig | None = None) -> dict[str, Any]:
     if master is None:
         master = {"error": "the probe did not finish in time"}
     # Whatever became of the probe, the judge still sees what the user configured.
-    master = {
-        "addr": environ.get("MASTER_ADDR"),
-        "port_text": environ.get("MASTER_PORT"),
-        "port": parse_port(environ.get("MASTER_PORT")),
-        **master,
-    }
+    master = {**configured(environ), **master}
     return {
         "python": {
             "version": platform.python_version(),
-            "implementation": platform.python_implementation(),
             "executable": sys.executable,
         },
         "torch": torch_info,
@@ -104,7 +92,6 @@ def probe(config: ProbeConfig | None = None) -> dict[str, Any]:
         "interfaces": interfaces,
         "infiniband": infiniband_ports(Path(config.ib_root)),
         "env": env,
-        "in_launch": in_launch(env),
         "master": master,
         "problems": problems,
     }

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ddpcheck.checks.env.judge import judge_master, judge_socket_ifname
-from ddpcheck.checks.env.master import parse_port, resolve
+from ddpcheck.checks.env.master import resolved
 from ddpcheck.report.model import Check, Status
 
 # Which variable picks the interface of which backend's sockets.
@@ -49,15 +49,7 @@ def fatal_setting(environ: Mapping[str, str], backend: str, inline: bool) -> Che
         if check.status == Status.FAIL:
             return check
     if inline:
-        addr = environ.get("MASTER_ADDR")
-        master = {
-            "addr": addr,
-            "port_text": environ.get("MASTER_PORT"),
-            "port": parse_port(environ.get("MASTER_PORT")),
-        }
-        if addr:
-            master["resolved"], master["resolve_error"] = resolve(addr, RESOLVE_TIMEOUT_S)
-        for check in judge_master(master, environ):
+        for check in judge_master(resolved(environ, RESOLVE_TIMEOUT_S), environ):
             if check.status == Status.FAIL:
                 return check
     return None
@@ -68,14 +60,11 @@ def store_unreachable(environ: Mapping[str, str], waited_s: float) -> str:
     `ddpcheck env` finds wrong with them now, in one line. Bounded: one name lookup, one connect."""
     from ddpcheck.checks.env.master import try_connect
 
-    addr, port_text = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
-    master: dict[str, object] = {"addr": addr, "port_text": port_text, "port": parse_port(port_text)}
-    if addr:
-        master["resolved"], master["resolve_error"] = resolve(addr, RESOLVE_TIMEOUT_S)
+    master = resolved(environ, RESOLVE_TIMEOUT_S)
     if master.get("resolved") and master["port"] is not None:
         master["connect"] = try_connect(master["resolved"][0], master["port"], CONNECT_TIMEOUT_S)
     launched = {"RANK": "1", "WORLD_SIZE": "2", **environ}  # only a rank asks: judged as inside its launch
     found = [c.detail for c in judge_master(master, launched) if c.status in (Status.FAIL, Status.WARN)]
-    where = f"{addr}:{port_text}"
+    where = f"{master['addr']}:{master['port_text']}"
     said = "; ".join(found) if found else f"{where} answers now: rank 0 opened its store late, or it was busy"
     return f"could not reach rank 0's store at {where} within {waited_s:g} s: {said}"
