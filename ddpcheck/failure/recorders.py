@@ -7,9 +7,11 @@ only: the watch agent loads this file by its path inside the user's job.
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import pickle
+import stat
 from collections.abc import Callable
 from typing import Any
 
@@ -68,21 +70,28 @@ def _loaded(take: Callable[[], bytes]) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def poke(path: str) -> str | None:
+    """Ask the NCCL watchdog reading the debug-info pipe at `path` to dump its recorder (one byte
+    written, never blocking): it answers even while the rank's Python cannot run. None once taken;
+    else why not, "" where there is no such pipe; one with no reader (its rank gone, or NCCL not up)
+    is passed over, never waited on."""
+    try:
+        if not stat.S_ISFIFO(os.stat(path).st_mode):
+            return ""
+        pipe = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return ""
+    except OSError as error:
+        return "nobody reads it" if error.errno == errno.ENXIO else (error.strerror or str(error))
+    try:
+        os.write(pipe, b"1")
+    except OSError as error:
+        return error.strerror or str(error)
+    finally:
+        os.close(pipe)
+    return None
+
+
 def poke_debug_pipes(prefix: str) -> list[str]:
-    """Ask NCCL's watchdog of every rank whose debug-info pipe exists to dump its recorder (one byte
-    written to `<prefix><rank>.pipe`): it answers even while the rank's Python cannot run. The pipes
-    that took it; one with no reader (its rank gone, or NCCL not up) is passed over, never waited on."""
-    poked = []
-    for path in sorted(glob.glob(glob.escape(prefix) + "*" + PIPE_SUFFIX)):
-        try:
-            pipe = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            os.write(pipe, b"1")
-            poked.append(path)
-        except OSError:
-            pass
-        finally:
-            os.close(pipe)
-    return poked
+    """Every rank's debug-info pipe (`<prefix><rank>.pipe`) poked: those that took it."""
+    return [path for path in sorted(glob.glob(glob.escape(prefix) + "*" + PIPE_SUFFIX)) if poke(path) is None]

@@ -17,10 +17,8 @@ dumps are read at the end, with those the job had already written.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
-import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,6 +29,7 @@ from ddpcheck.failure.flight import NotADump, RankTrace, read_dump
 from ddpcheck.failure.hangs import RankView
 from ddpcheck.failure.processes import ProcState, maps_any, state_letter
 from ddpcheck.failure.rank_env import MPI_LOCAL_SIZE_VARIABLES, SIZE_VARIABLES
+from ddpcheck.failure.recorders import PIPE_SUFFIX, poke
 from ddpcheck.failure.stacks import Stack, py_spy, py_spy_dumps, stacks_of
 from ddpcheck.failure.stragglers import sampled
 from ddpcheck.failure.stragglers.sampled import MIN_SAMPLES
@@ -250,27 +249,14 @@ def _ask_pipes(job: Job, notes: list[str]) -> float | None:
     """Write to each rank's debug-info pipe (never blocking): NCCL's watchdog then dumps. When, or None."""
     asked = None
     for rank, environ in sorted(job.environ.items()):
-        prefix = environ.get(PIPE_VARIABLE)
-        if not prefix:
+        if not environ.get(PIPE_VARIABLE):
             continue
-        path = f"{prefix}{rank}.pipe"
-        try:
-            if not stat.S_ISFIFO(os.stat(path).st_mode):
-                continue
-            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-        except FileNotFoundError:
-            continue  # not made: NCCL makes it (a gloo job never does)
-        except OSError as error:
-            why = "nobody reads it" if error.errno == errno.ENXIO else (error.strerror or str(error))
-            notes.append(f"rank {rank}'s debug-info pipe {path}: {why}")
-            continue
-        try:
-            os.write(fd, b"1\n")
+        path = f"{environ[PIPE_VARIABLE]}{rank}{PIPE_SUFFIX}"
+        why = poke(path)
+        if why is None:
             asked = time.time()
-        except OSError as error:
-            notes.append(f"rank {rank}'s debug-info pipe {path}: {error.strerror or error}")
-        finally:
-            os.close(fd)
+        elif why:  # "": not made (NCCL makes it, a gloo job never does)
+            notes.append(f"rank {rank}'s debug-info pipe {path}: {why}")
     if asked is not None:
         notes.append("asked NCCL for flight-recorder dumps through the debug-info pipes")
     return asked
