@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Callable
 
 from ddpcheck.report.fleet import culprit_hosts
 from ddpcheck.report.model import Report, Verdict
@@ -22,8 +21,6 @@ PREFIX = "ddpcheck:"
 REASON_MAX = 256
 SCONTROL_TIMEOUT_S = 20  # a controller that does not answer in this long is as good as none
 
-Scontrol = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
-
 
 def scontrol(args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -33,22 +30,21 @@ def scontrol(args: list[str]) -> subprocess.CompletedProcess[str]:
 
 def act_on(report: Report) -> list[str]:
     """Drain or resume as the verdict says; one line per node acted on, or one saying why none was."""
-    run = scontrol
     if shutil.which("scontrol") is None:
         return ["--drain: could not drain: scontrol is not installed here (not a Slurm node)"]
     try:
-        ping = run(["ping"])
+        ping = scontrol(["ping"])
     except (OSError, subprocess.TimeoutExpired) as exc:
         return [f"--drain: could not drain: scontrol failed ({exc})"]
     if ping.returncode != 0:
         return [f"--drain: could not drain: no Slurm controller answers (scontrol ping: {_first_line(ping)})"]
     if report.verdict == Verdict.PASS:
-        return _resume(report, run)
+        return _resume(report)
     hosts = culprit_hosts(report)
     if not hosts:
         return ["--drain: the run failed without naming a host: no node drained"]
     try:
-        return [_drain(host, reason(report, host), run) for host in hosts]
+        return [_drain(host, reason(report, host)) for host in hosts]
     except (OSError, subprocess.TimeoutExpired) as exc:
         return [f"--drain: could not drain: scontrol failed ({exc})"]
 
@@ -63,9 +59,9 @@ def reason(report: Report, host: str) -> str:
     return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
 
 
-def node_state(host: str, run: Scontrol) -> dict[str, str] | None:
+def node_state(host: str) -> dict[str, str] | None:
     """`scontrol show node HOST` as a dict (State, Reason, ...), or None when HOST is not a Slurm node."""
-    shown = run(["show", "node", host, "--oneliner"])
+    shown = scontrol(["show", "node", host, "--oneliner"])
     if shown.returncode != 0 or f"NodeName={host} " not in shown.stdout + " ":
         return None
     fields: dict[str, str] = {}
@@ -83,22 +79,22 @@ def node_state(host: str, run: Scontrol) -> dict[str, str] | None:
     return fields
 
 
-def _drain(host: str, why: str, run: Scontrol) -> str:
-    if node_state(host, run) is None:
+def _drain(host: str, why: str) -> str:
+    if node_state(host) is None:
         return f"--drain: {host} is not a Slurm node here (scontrol show node failed): not drained"
-    done = run(["update", f"nodename={host}", "state=drain", f"reason={why}"])
+    done = scontrol(["update", f"nodename={host}", "state=drain", f"reason={why}"])
     if done.returncode != 0:
         return f"--drain: could not drain {host}: {_first_line(done)}"
     return f"drained Slurm node {host} (reason: {why})"
 
 
-def _resume(report: Report, run: Scontrol) -> list[str]:
+def _resume(report: Report) -> list[str]:
     """A pass: resume each host of the run that ddpcheck drained (its reason begins 'ddpcheck:')."""
     hosts = list(dict.fromkeys(r.get("host") for r in report.ranks if isinstance(r, dict) and r.get("host")))
     lines = []
     try:
         for host in hosts:
-            state = node_state(str(host), run)
+            state = node_state(str(host))
             if state is None:
                 continue
             if "DRAIN" not in state.get("State", "").upper():
@@ -108,7 +104,7 @@ def _resume(report: Report, run: Scontrol) -> list[str]:
                     f"--drain: {host} stays drained: an admin drained it ({state.get('Reason', 'no reason')})"
                 )
                 continue
-            done = run(["update", f"nodename={host}", "state=resume"])
+            done = scontrol(["update", f"nodename={host}", "state=resume"])
             lines.append(
                 f"resumed Slurm node {host} (ddpcheck had drained it; this run passed)"
                 if done.returncode == 0
