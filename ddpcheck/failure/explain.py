@@ -252,11 +252,7 @@ def stages_table(statuses: dict[int, SeenStatus], exits: dict[int, ExitInfo]) ->
         rows.append(
             {
                 "rank": rank,
-                "local_rank": s.get("local_rank"),
-                "host": s.get("host"),
-                "pid": s.get("pid"),
-                "stage": s.get("stage"),
-                "in_stage_s": s.get("in_stage_s"),
+                **{key: s.get(key) for key in ("local_rank", "host", "pid", "stage", "in_stage_s")},
                 "heartbeat_s": s.get("heartbeat_age_s"),
                 "state": state,
                 "error": s.get("error"),
