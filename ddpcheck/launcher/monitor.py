@@ -2,7 +2,7 @@
 
 A thread reads every rank's status file. It drives the progress display, declares a
 stall when no rank moved for the timeout (longer while ranks still start), gives up
-two seconds after a rank reported an error, and kills every worker it leaves behind.
+CRASH_GRACE_S after a rank reported an error, and kills every worker it leaves behind.
 In a multi-node run it shares this node's statuses through the rendezvous store.
 """
 
@@ -36,6 +36,8 @@ ProgressCallback = Callable[[SeenStatus], None]
 POLL_S = 0.1
 PUBLISH_EVERY_S = 0.5
 STARTUP_ALLOWANCE_S = 120.0
+# After a rank reported an error, how long the agent has to notice before the monitor ends the others.
+CRASH_GRACE_S = 2.0
 # After a stall was declared, how long the ranks of this node have to dump their flight recorders.
 FLIGHT_WAIT_S = 2.0
 # After a stall was declared and the workers killed, how long the agent may take to return.
@@ -69,9 +71,8 @@ class Monitor(threading.Thread):
         self.gave_up_at: float | None = None
         self.snapshot: dict[int, SeenStatus] | None = None  # statuses just before a crash kill
         self.stacks: dict[int, str] = {}  # rank -> its Python stack (py-spy), taken before a stall's kill
-        self.flight: dict[
-            int, RankTrace
-        ] = {}  # rank -> its flight-recorder dump, taken before a stall's kill
+        # rank -> its flight-recorder dump, taken before a stall's kill
+        self.flight: dict[int, RankTrace] = {}
         self.out_of_budget = False  # --budget ran out before rank 0 reported: this monitor ended the run
         self._stop_event = threading.Event()
         self.source = StatusFiles(run_dir)
@@ -99,7 +100,7 @@ class Monitor(threading.Thread):
                 if crash_seen_at is None:
                     crash_seen_at = now
                     self._publish()  # other nodes learn of it now, not at the next beat
-                if now - crash_seen_at > 2.0:
+                if now - crash_seen_at > CRASH_GRACE_S:
                     self.snapshot = self.world_statuses(self.source.seen())
                     self._give_up()
                     return
