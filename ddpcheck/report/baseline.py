@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -136,13 +136,8 @@ def setup_of(report: dict[str, Any]) -> dict[str, Any]:
     world, options = report.get("world", {}), report.get("options", {}) or {}
     command = COMMANDS.get(report.get("command", ""))
     ranks = report.get("ranks", []) or []
-    nodes: dict[tuple[Any, Any], int] = {}
-    for ident in ranks:
-        node = (ident.get("host"), ident.get("node"))
-        nodes[node] = nodes.get(node, 0) + 1
-    per_host: dict[Any, int] = defaultdict(int)
-    for ident in ranks:
-        per_host[ident.get("host")] += 1
+    nodes = Counter((ident.get("host"), ident.get("node")) for ident in ranks)
+    per_host = Counter(ident.get("host") for ident in ranks)
     names = sorted({str(r.get("device_name")) for r in ranks if r.get("device_name")})
     found: dict[str, Any] = {
         "family": command.family if command else None,
