@@ -10,7 +10,6 @@ blocked in native code, which only the run's own SigtermWatch thread can answer.
 from __future__ import annotations
 
 import signal
-from types import FrameType
 from typing import NoReturn
 
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, say
@@ -26,13 +25,9 @@ def answer_sigterm(noted: bool = False) -> None:
     Imported and installed before torch: a handler that had to import what it reads while the main
     thread is inside `import torch` could meet a half-loaded module, and say nothing."""
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        signal.signal(signal.SIGTERM, lambda signum, frame: on_sigterm())
     if noted:
         on_sigterm()
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    on_sigterm()
 
 
 def on_sigterm() -> NoReturn:

@@ -92,11 +92,6 @@ def claim() -> bool:
     return _claimed.acquire(blocking=False)
 
 
-def sigterm_look_s(launcher: Launcher | None) -> float:
-    """How long a rank stopped by `launcher`'s SIGTERM may look for the culprit before it must speak."""
-    return SRUN_SIGTERM_LOOK_S if launcher is Launcher.SRUN else SIGTERM_LOOK_S
-
-
 def after_failure(run: InlineRank, message: str) -> None:
     """run_rank's own collective or store raised `message` (already in its status)."""
     if not claim():
@@ -219,7 +214,7 @@ def _account(run: InlineRank, reason: Reason, message: str) -> Account:
 
 def _looked_in_time(run: InlineRank, opening: str) -> Account:
     """Stopped by SIGTERM: look for the culprit, bounded (mpirun's SIGKILL follows by a second)."""
-    look_s = sigterm_look_s(run.spec.launcher)
+    look_s = SRUN_SIGTERM_LOOK_S if run.spec.launcher is Launcher.SRUN else SIGTERM_LOOK_S
     found: list[Account] = []
 
     def look() -> None:

@@ -132,14 +132,6 @@ def _rendezvous_store(timeout: timedelta) -> Store:
     return store
 
 
-def connect_when_open(wait_s: float) -> Store:
-    """`connect`, waiting up to `wait_s` for the store to open (rank 0 may be still coming), then with
-    the usual bound on each operation."""
-    store = connect(max(wait_s, STORE_OP_TIMEOUT_S))
-    store.set_timeout(timedelta(seconds=STORE_OP_TIMEOUT_S))
-    return store
-
-
 def read_records(store: Store, world_size: int) -> dict[int, RankStatus]:
     """Every rank's last published record; stops at the first failure (the store is gone or frozen)."""
     records: dict[int, RankStatus] = {}
@@ -259,7 +251,11 @@ class Session:
             threading.Thread(target=self._connect_ahead, name="ddpcheck-store-connect", daemon=True).start()
 
     def _connect(self) -> Store:
-        return connect_when_open(self._wait_s)
+        """`connect`, waiting up to `wait_s` for the store to open (rank 0 may be still coming), then
+        with the usual bound on each operation."""
+        store = connect(max(self._wait_s, STORE_OP_TIMEOUT_S))
+        store.set_timeout(timedelta(seconds=STORE_OP_TIMEOUT_S))
+        return store
 
     def _connect_ahead(self) -> None:
         with contextlib.suppress(Exception):

@@ -259,8 +259,3 @@ def block_in_this_thread() -> None:
     handles them. Processes started from this thread inherit the mask (ranks unblock them).
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-
-
-def unblock() -> None:
-    """A rank started from a helper thread: take SIGINT and SIGTERM again."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
