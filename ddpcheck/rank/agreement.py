@@ -6,10 +6,12 @@ Pure: `judge_agreement()` and `fingerprint_table()` run on rank 0 over every ran
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddpcheck.report.model import Check, Status, Table
+from ddpcheck.report.naming import counted
 
 # (key, label, status when a host differs). torch, CUDA and NCCL must match for
 # collectives to interoperate (a mixed NCCL can hang or corrupt); a different
@@ -37,10 +39,7 @@ def judge_agreement(
     findings: list[str] = []
     status = Status.PASS
     culprits: set[int] = set()
-    hosts_all = list(dict.fromkeys(str(i["host"]) for i in identities))
-    ranks_on: dict[str, int] = {}
-    for identity in identities:
-        ranks_on[str(identity["host"])] = ranks_on.get(str(identity["host"]), 0) + 1
+    ranks_on = Counter(str(identity["host"]) for identity in identities)
     for key, label, severity in FINGERPRINT_FIELDS:
         values = [(fp or {}).get(key) for fp in fingerprints]
         # Each value's hosts, and their ranks holding it, in the order they come.
@@ -67,14 +66,13 @@ def judge_agreement(
             if named & majority_hosts.keys():  # a host holds both: its other ranks are in the majority
                 rest = "every other rank"
             else:
-                rest = f"the other {len(majority_hosts)} host{'s' if len(majority_hosts) != 1 else ''}"
+                rest = f"the other {counted(len(majority_hosts), 'host')}"
             findings.append(f"{label} differs: {'; '.join(parts)}, {rest} {_show(majority)}")
     if not findings:
         first = next((fp for fp in fingerprints if fp), {}) or {}
         summary = ", ".join(f"{label} {_show(first.get(key))}" for key, label, _ in FINGERPRINT_FIELDS)
-        n = len(hosts_all)
-        agree = "agrees" if n == 1 else "agree"
-        return Check(name, Status.PASS, f"{n} host{'s' if n != 1 else ''} {agree}: {summary}")
+        agree = "agrees" if len(ranks_on) == 1 else "agree"
+        return Check(name, Status.PASS, f"{counted(len(ranks_on), 'host')} {agree}: {summary}")
     fix = (
         "Fix: install the same torch wheel (and driver) on every node, e.g. from one container image."
         if status == Status.FAIL
