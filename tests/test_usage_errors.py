@@ -8,7 +8,7 @@ import pytest
 
 from ddpcheck.errors import UsageError
 from ddpcheck.launcher.options import parse_endpoint
-from ddpcheck.rank.faults import Fault, parse_fault, parse_faults
+from ddpcheck.rank.faults import Fault, check_ranks, parse_fault, parse_faults
 from ddpcheck.report.units import parse_size, parse_sizes
 from tests.conftest import assert_usage_error
 
@@ -146,7 +146,7 @@ def test_parse_fault() -> None:
         with pytest.raises(UsageError):
             parse_fault(bad, "allreduce")
     with pytest.raises(UsageError):
-        parse_fault("crash@4", "allreduce", world_size=4)
+        check_ranks([parse_fault("crash@4", "allreduce")], 4)
 
 
 def test_parse_faults_takes_comma_lists_and_repeats() -> None:
