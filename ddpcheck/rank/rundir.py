@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddpcheck.failure.processes import ProcState, state_of
 from ddpcheck.failure.rank_env import Launcher
 from ddpcheck.rank import remover
 from ddpcheck.rank.budget import Budget
@@ -147,20 +148,10 @@ def sweep_abandoned_inline() -> list[Path]:
     swept = []
     for path in Path(tempfile.gettempdir()).glob(f"{INLINE_PREFIX}*-*"):
         pid = path.name[len(INLINE_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and state_of(int(pid)) is ProcState.GONE:  # a zombie, or another user's, stays
             shutil.rmtree(path, ignore_errors=True)
             swept.append(path)
     return swept
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process: its directory is not ours to judge
-    return True
 
 
 def inline_dirs_of(pid: int) -> list[Path]:
