@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 import pickle
 import re
@@ -304,10 +305,7 @@ def nbytes(collective: FrEntry) -> int | None:
         size = _DTYPES.get(dtype, ("", 0))[1]
         if not size:
             return None
-        count = 1
-        for dim in shape:
-            count *= dim
-        total += count * size
+        total += math.prod(shape) * size
     return total
 
 

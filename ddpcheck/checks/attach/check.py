@@ -25,7 +25,7 @@ from ddpcheck.failure.processes import ProcState
 from ddpcheck.failure.stacks import Stack, in_collective
 from ddpcheck.failure.stragglers import sampled
 from ddpcheck.report.model import Check, Report, Status
-from ddpcheck.report.naming import span
+from ddpcheck.report.naming import counted, span
 
 
 def run(options: AttachOptions) -> Report:
@@ -71,9 +71,7 @@ def judge(seen: Seen, interval: float) -> Report:
             else f"every rank moved data (>= {IO_PROGRESS_BYTES // 1024} KiB) in {interval:g} s"
         )
         check = Check(
-            "job",
-            Status.PASS,
-            f"making progress: {how}; {len(views)} rank{'s' if len(views) != 1 else ''}, none stopped",
+            "job", Status.PASS, f"making progress: {how}; {counted(len(views), 'rank')}, none stopped"
         )
         report = ranks_report("attach", views, [check, stragglers_check(views, interval)], [])
         if absent:

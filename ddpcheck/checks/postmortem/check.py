@@ -17,6 +17,7 @@ from ddpcheck.errors import UsageError
 from ddpcheck.failure.flight import FoundDumps, find_dumps
 from ddpcheck.failure.flight_judge import judge
 from ddpcheck.report.model import Check, Report, Status
+from ddpcheck.report.naming import counted
 
 
 class NothingToRead(UsageError):
@@ -76,12 +77,10 @@ def _no_traces(directory: str, dumps: FoundDumps, logs: FoundLogs) -> str:
     """The one line for a directory that holds no job's traces (exit 2)."""
     what = "no flight-recorder dump, watch record, torchrun error file or job log"
     if not logs.files:
-        unreadable = len(dumps.skipped)
-        skipped = f" ({unreadable} unreadable dump{'s' if unreadable != 1 else ''})" if unreadable else ""
+        skipped = f" ({counted(len(dumps.skipped), 'unreadable dump')})" if dumps.skipped else ""
         return f"{directory}: no job's traces here: nothing to read ({what}){skipped}"
-    count = len(logs.files)
     return (
-        f"{directory}: no job's traces here: {what}; the {count} text file{'s' if count != 1 else ''} "
+        f"{directory}: no job's traces here: {what}; the {counted(len(logs.files), 'text file')} "
         "read hold no rank's lines, traceback or NCCL line"
     )
 
@@ -95,15 +94,14 @@ def _dumps_check(dumps: FoundDumps) -> Check:
     if not dumps.traces:
         detail = "none found: set TORCH_FR_BUFFER_SIZE in the job (docs/postmortem.md says how to make them)"
         return Check(name, Status.SKIP, detail)
+    ranks = sorted(dumps.traces)
     if not any(t.entries for t in dumps.traces.values()):
-        ranks = sorted(dumps.traces)
         detail = (
-            f"nothing recorded: the {len(ranks)} dump{'s' if len(ranks) != 1 else ''} (ranks "
+            f"nothing recorded: the {counted(len(ranks), 'dump')} (ranks "
             f"{', '.join(map(str, ranks))}) hold no collective: the recorder was off (TORCH_FR_BUFFER_SIZE "
             "unset or 0), the dump was of another backend's recorder, or no collective ran yet"
         )
         return Check(name, Status.SKIP, detail)
-    ranks = sorted(dumps.traces)
     versions = sorted({t.version for t in dumps.traces.values()})
     detail = f"{len(ranks)} read (ranks {', '.join(map(str, ranks))}; format {', '.join(versions)})"
     if dumps.skipped:

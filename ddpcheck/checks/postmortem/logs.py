@@ -34,7 +34,7 @@ from ddpcheck.failure.error_texts import (
 )
 from ddpcheck.failure.launchers import torchrun_summary
 from ddpcheck.report.model import Check, Status
-from ddpcheck.report.naming import hosts_known, span
+from ddpcheck.report.naming import counted, hosts_known, span
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
 _TAIL_BYTES = 4 * 1024 * 1024  # a log's last 4 MiB: where a dead job's last words are
@@ -306,7 +306,7 @@ def judge_logs(found: FoundLogs, mismatch_culprits: list[int] | None = None) -> 
             Check(
                 "no NCCL warnings",
                 Status.WARN,
-                f"{len(warnings)} NCCL WARN line{'s' if len(warnings) > 1 else ''}"
+                counted(len(warnings), "NCCL WARN line")
                 + (f" on {', '.join(where)}" if where else "")
                 + f", the first: {warnings[0].text}",
                 ranks=warned,

@@ -113,14 +113,11 @@ def parse_answer(text: str) -> RasAnswer:
             answer.recognised = True
         elif line.strip() == "Job summary":
             answer.recognised = True
-        elif _SUMMARY_FULL.match(line) and i + 1 < len(lines):
+        elif (table := _SUMMARY_FULL.match(line) or _SUMMARY_TOTALS.match(line)) and i + 1 < len(lines):
             numbers = [int(x) for x in re.findall(r"\d+", lines[i + 1])]
-            if len(numbers) == 5:  # nodes, processes per node, GPUs per process, processes, GPUs
-                answer.nodes, _, _, answer.processes, answer.gpus = numbers
-        elif _SUMMARY_TOTALS.match(line) and i + 1 < len(lines):
-            numbers = [int(x) for x in re.findall(r"\d+", lines[i + 1])]
-            if len(numbers) == 3:
-                answer.nodes, answer.processes, answer.gpus = numbers
+            # nodes, [processes per node, GPUs per process,] processes, GPUs
+            if len(numbers) == (5 if table.re is _SUMMARY_FULL else 3):
+                answer.nodes, answer.processes, answer.gpus = numbers[0], numbers[-2], numbers[-1]
         elif _COMMUNICATORS.match(line):
             answer.recognised = True
             communicators_at = i

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpcheck.failure.ras.answer import RasAnswer, RasCommunicator, RasFinding, RasProcess
+from ddpcheck.failure.ras.answer import RasAnswer, RasCommunicator, RasFinding
 from ddpcheck.report.naming import counted
 
 _NAMED = 3  # processes or ranks named one by one; the rest are counted
@@ -12,9 +12,9 @@ def processes(n: int) -> str:
     return f"{n} process{'' if n == 1 else 'es'}"
 
 
-def _names(found: list[RasProcess]) -> str:
-    named = [p.describe() for p in found[:_NAMED]]
-    return ", ".join(named + ([f"+{len(found) - _NAMED} more"] if len(found) > _NAMED else []))
+def _few(said: list[str]) -> str:
+    """The first _NAMED, the others counted."""
+    return ", ".join(said[:_NAMED] + ([f"+{len(said) - _NAMED} more"] if len(said) > _NAMED else []))
 
 
 def _comm_name(comm: RasCommunicator) -> str:
@@ -25,8 +25,7 @@ def _finding_detail(finding: RasFinding) -> str:
     """The ranks an entry singles out with what NCCL says of them, else its first line."""
     singled = [p for p in finding.processes if p.state and p.rank is not None]
     if singled:
-        shown = [f"rank {p.rank} {p.state}" for p in singled[:_NAMED]]
-        return ", ".join(shown + ([f"+{len(singled) - _NAMED} more"] if len(singled) > _NAMED else []))
+        return _few([f"rank {p.rank} {p.state}" for p in singled])
     return finding.lines[0].strip() if finding.lines else ""
 
 
@@ -38,10 +37,10 @@ def judge(answer: RasAnswer) -> str:
         return "healthy: " + ", ".join(_healthy_parts(answer)) + "; no errors or warnings"
     problems = []
     if answer.dead_count:
-        named = f" ({_names(answer.dead)})" if answer.dead else ""
+        named = f" ({_few([p.describe() for p in answer.dead])})" if answer.dead else ""
         problems.append(f"{processes(answer.dead_count)} dead{named}")
     if answer.unresponsive_count:
-        named = f" ({_names(answer.unresponsive)})" if answer.unresponsive else ""
+        named = f" ({_few([p.describe() for p in answer.unresponsive])})" if answer.unresponsive else ""
         problems.append(f"{processes(answer.unresponsive_count)} unresponsive{named}")
     problems += _communicator_problems(answer)
     if answer.timeouts:
