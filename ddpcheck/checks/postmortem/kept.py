@@ -88,7 +88,6 @@ class Kept:
 @dataclass
 class KeptRecords:
     processes: list[Kept] = field(default_factory=list)
-    directories: list[str] = field(default_factory=list)  # the watch directories found
 
     def ranks(self) -> dict[int, Kept]:
         """Each rank's own process: the topmost carrying the rank (its data-loader workers carry it too)."""
@@ -125,9 +124,7 @@ def find_records(directory: str | os.PathLike[str]) -> KeptRecords:
         dirs.sort()
         if os.path.basename(root) != PROCESSES or not any(is_record(n) for n in files):
             continue
-        watch_dir = os.path.dirname(root)
-        found.directories.append(watch_dir)
-        found.processes += _read(watch_dir)
+        found.processes += _read(os.path.dirname(root))
     return found
 
 
