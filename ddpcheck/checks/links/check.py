@@ -27,7 +27,7 @@ from ddpcheck.checks.links.schedule import INTER, INTRA, Round, link_plan, nodes
 from ddpcheck.checks.links.tables import link_tables
 from ddpcheck.rank.rankmap import judge_rank_map
 from ddpcheck.report.model import Check, Report, Status
-from ddpcheck.report.naming import counted, describe_ranks, node_label, node_of, span, where
+from ddpcheck.report.naming import counted, describe_ranks, hosts_of, node_label, node_of, span, where
 
 if TYPE_CHECKING:
     from ddpcheck.rank.context import RankContext
@@ -359,13 +359,12 @@ def _judge_data(links: LinkColumns, identities: list[dict[str, Any]]) -> Check:
         )
     text = ", ".join(f"{r['src']} → {r['dst']}: {r['wrong']:,} wrong bytes" for r in bad[:FINDINGS_SHOWN])
     ranks = sorted({x for r in bad for x in (r["src"], r["dst"])})
-    hosts = list(dict.fromkeys(identities[r]["host"] for r in ranks))
     return Check(
         "link data",
         Status.FAIL,
         f"bytes changed in transit ({text})",
         ranks,
-        hosts,
+        hosts_of(ranks, identities),
         [[r["src"], r["dst"]] for r in bad],
     )
 
@@ -398,8 +397,7 @@ def _judge_speed(
             f"; and {len(parts) - FINDINGS_SHOWN} more" if len(parts) > FINDINGS_SHOWN else ""
         )
         ranks = sorted(set(ranks))
-        hosts = list(dict.fromkeys(identities[r]["host"] for r in ranks))
-        return Check(name, Status.FAIL, shown, ranks, hosts, pairs)
+        return Check(name, Status.FAIL, shown, ranks, hosts_of(ranks, identities), pairs)
     summary = []
     for kind, found in findings.items():
         count = counts[kind]
@@ -505,6 +503,6 @@ def _judge_floor(links: LinkColumns, identities: list[dict[str, Any]], floor: fl
         Status.FAIL,
         f"{counted(len(below), 'link')} below --min-gbps {floor:g}: {text}{more} (touching {named})",
         ranks,
-        list(dict.fromkeys(identities[r]["host"] for r in ranks)),
+        hosts_of(ranks, identities),
         [[int(links.src[i]), int(links.dst[i])] for i in below],
     )

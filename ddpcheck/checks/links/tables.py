@@ -35,7 +35,7 @@ SLOWEST_SHOWN = 8
 REPORTED_NODES = 64
 REPORTED_LINKS = 256
 # Beyond this many ranks the report has `link_nodes`, for the page's node x node heat map; beyond
-# NODE_GRID_MAX nodes a cell is a block of consecutive nodes (a 1,024-node grid weighs 20 MB of JSON).
+# NODE_GRID_MAX nodes a cell is a block of consecutive nodes (its weight: docs/links.md).
 NODE_GRID_RANKS = 64
 NODE_GRID_MAX = 128
 
