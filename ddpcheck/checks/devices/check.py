@@ -13,12 +13,13 @@ the rank's topology follow. judge() on rank 0 (judge.py) compares plain numbers.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import math
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.checks.devices import DevicesOptions, runqueue, topology
@@ -129,29 +130,24 @@ def _matrices(size: int, dtype: str, device: torch.device) -> tuple[Any, Any]:
     return a.to(device, torch_dtype), b.to(device, torch_dtype)
 
 
-class _Precision:
+@contextlib.contextmanager
+def _precision(dtype: str) -> Iterator[None]:
     """fp32 products on TF32 tensor cores ("high"), as training runs them; float32 stays exact."""
+    import torch
 
-    def __init__(self, dtype: str) -> None:
-        self.dtype = dtype
-
-    def __enter__(self) -> None:
-        import torch
-
-        self.saved = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision("high" if self.dtype == "tf32" else "highest")
-
-    def __exit__(self, *exc: object) -> None:
-        import torch
-
-        torch.set_float32_matmul_precision(self.saved)
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if dtype == "tf32" else "highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved)
 
 
 def product_checksum(ctx: RankContext, a: Any, b: Any, dtype: str) -> dict[str, Any]:
     """A digest of A @ B's bytes, and its sum (the evidence when the digests differ)."""
     import torch
 
-    with _Precision(dtype):
+    with _precision(dtype):
         product = a @ b
     ctx.faults.sdc(product)
     host = product.cpu().contiguous()
@@ -167,7 +163,7 @@ def gemm_tflops(ctx: RankContext, a: Any, b: Any, dtype: str, iters: int) -> flo
     out = torch.empty_like(a)
     # --inject slowgpu: this rank computes every product SLOWGPU_FACTOR times and counts it once.
     repeats = ctx.faults.slowgpu_repeats()
-    with _Precision(dtype):
+    with _precision(dtype):
         for _ in range(2):
             torch.mm(a, b, out=out)
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ddpcheck.report.model import Check, Status, Table
-from ddpcheck.report.naming import counted, hosts_of
+from ddpcheck.report.naming import counted, hosts_of, where
 
 # Reasons that are a fault rather than a setting: the GPU slows itself to survive.
 HARMFUL_THROTTLE = {"hardware slowdown", "thermal (hardware)", "power brake"}
@@ -142,8 +142,7 @@ def judge(all_facts: list[dict[str, Any] | None], identities: list[dict[str, Any
                 status = Status.FAIL
             elif status == Status.PASS:
                 status = Status.WARN
-            host = identities[rank]["host"]
-            problems.append(f"rank {rank} on host {host}, {gpu_label(facts)}: {text}")
+            problems.append(f"{where(rank, identities)}, {gpu_label(facts)}: {text}")
     if unread:
         why = (all_facts[unread[0]] or {}).get("error")
         problems.append(f"not read on {', '.join(f'rank {r}' for r in unread)}: {why}")

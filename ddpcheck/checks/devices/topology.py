@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.report.model import Check, Status
-from ddpcheck.report.naming import hosts_of
+from ddpcheck.report.naming import hosts_of, where
 
 if TYPE_CHECKING:
     import torch
@@ -87,7 +87,6 @@ def judge(all_facts: list[dict[str, Any] | None], identities: list[dict[str, Any
     for rank, facts in enumerate(all_facts):
         if not facts:
             continue
-        host = identities[rank]["host"]
         affinity, node_cpus = set(facts.get("affinity") or []), set(facts.get("node_cpus") or [])
         if facts.get("nics"):
             notes.append(f"rank {rank}'s GPU shares its PCIe switch with {', '.join(facts['nics'])}")
@@ -99,7 +98,7 @@ def judge(all_facts: list[dict[str, Any] | None], identities: list[dict[str, Any
             warned.append(
                 (
                     rank,
-                    f"rank {rank} on host {host} runs on CPUs {_span(sorted(affinity))}, but its GPU "
+                    f"{where(rank, identities)} runs on CPUs {_span(sorted(affinity))}, but its GPU "
                     f"({facts['pci_bus_id']}) is on NUMA node {facts['numa_node']} (CPUs "
                     f"{_span(sorted(node_cpus))}); Fix: bind each rank to its GPU's node "
                     f"(numactl --cpunodebind={facts['numa_node']}, srun --cpu-bind=ldoms)",
