@@ -253,7 +253,7 @@ import os, signal, sys, time
 from pathlib import Path
 from ddpcheck.rank import interrupt
 interrupt.install()
-interrupt.leave_on_sigterm()  # as run_inline does, before its SIGTERM thread starts
+interrupt.leave_on_sigterm()  # as rank/inline_run does, before its SIGTERM thread starts
 interrupt.remove_on_leave(Path(sys.argv[1]))
 os.kill(os.getpid(), signal.SIGTERM)
 time.sleep(10)

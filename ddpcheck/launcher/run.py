@@ -183,13 +183,14 @@ def run_as_rank(
     output: OutputOptions,
     fleet: FleetOptions,
 ) -> Report | int:
-    """Under torchrun, srun or mpirun: run as this rank; rank 0 gets the report, the others an exit code."""
-    from ddpcheck.launcher import launch
+    """Under torchrun, srun or mpirun: run as this rank, spawn nothing (rank/inline_run.py); rank 0 gets
+    the report, the others an exit code."""
+    from ddpcheck.launcher.launch import as_given, make_spec
+    from ddpcheck.rank import inline_run
     from ddpcheck.report.model import Verdict
 
-    outcome = launch.run_inline(
-        command.name, options_to_dict(options), faults, plan, lambda r: written_lines(r, output, fleet)
-    )
+    spec = make_spec(command.name, options_to_dict(options), faults, plan)
+    outcome = inline_run.run(spec, as_given(faults), lambda r: written_lines(r, output, fleet))
     return outcome.exit_code if isinstance(outcome, Verdict) else outcome
 
 
