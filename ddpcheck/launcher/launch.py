@@ -5,8 +5,6 @@ Ranks are started through torch.distributed.run's programmatic API
 rank's output kept in a per-run log directory; the monitor (monitor.py) bounds
 every wait. Whatever the ranks did, `launch()` returns a Report: rank 0's, this
 node's share of a remote verdict, or failure/explain.py's account of a crash or hang.
-Already inside a launch (torchrun, srun, mpirun), `run_inline` runs the command as that rank
-(rank/inline_run.py).
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -100,7 +98,7 @@ def launch(
     interrupt.forget(run_dir)
     rundir.release_remover(remover)
     return assemble.after_launch(
-        report, time.monotonic() - started, options, str(kept) if kept else None, _as_given(faults)
+        report, time.monotonic() - started, options, str(kept) if kept else None, as_given(faults)
     )
 
 
@@ -234,7 +232,7 @@ def _furthest_stage(run_dir: Path) -> str:
     return f"'{furthest.stage}', rank {furthest.rank}"
 
 
-def _as_given(faults: list[Fault]) -> list[str]:
+def as_given(faults: list[Fault]) -> list[str]:
     """The --inject faults as the user wrote them, for the report."""
     return [f.spec.strip() or str(f) for f in faults]
 
@@ -476,20 +474,3 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def run_inline(
-    command: str,
-    options: dict[str, Any],
-    faults: list[Fault],
-    plan: LaunchPlan,
-    write_files: Callable[[Report], list[str]] | None = None,
-) -> Report | Verdict:
-    """Already launched by torchrun, srun or mpirun: run as this rank, spawn nothing (rank/inline_run.py).
-
-    Rank 0 returns the Report; every other rank returns the shared verdict. `write_files` writes
-    a report's files (--json, --junit, --html ...) and says where.
-    """
-    from ddpcheck.rank import inline_run
-
-    return inline_run.run(make_spec(command, options, faults, plan), _as_given(faults), write_files)
