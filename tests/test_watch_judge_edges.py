@@ -18,14 +18,13 @@ from ddpcheck.checks.watch.judge import (
     judge_crash,
     judge_hang,
     judge_success,
-    view_from_dict,
-    view_to_dict,
 )
 from ddpcheck.checks.watch.judge import (
     first_failed as first_failure,
 )
 from ddpcheck.failure.flight import parse_trace
 from ddpcheck.failure.flight_judge import with_flight_recorders
+from ddpcheck.failure.hangs import view_from_dict, view_to_dict
 from ddpcheck.failure.stacks import Frame, Stack
 from ddpcheck.report.model import Check, Status
 from tests.support.fr_dumps import dump, entry

@@ -44,19 +44,21 @@ DEBUG_PIPE_PREFIX = "nccl_pipe_rank_"  # NCCL's debug-info pipes: <prefix><rank>
 POLL_S = 0.5  # how often the dump thread looks for a request (two stat()s; nothing else)
 
 
-def _failure_module(name: str) -> ModuleType:
-    """failure/<name>.py, loaded by its path: the job's Python may not have ddpcheck installed."""
-    key = f"ddpcheck_watch_{name}"
+def _load(key: str, path: str) -> ModuleType:
+    """A module of ddpcheck's loaded by its path, once: the job's Python may not have ddpcheck installed."""
     module = sys.modules.get(key)
     if module is None:
-        path = os.path.join(
-            os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "failure", f"{name}.py"
-        )
         spec = importlib.util.spec_from_file_location(key, path)
         module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         sys.modules[key] = module
         spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
+
+
+def _failure_module(name: str) -> ModuleType:
+    """failure/<name>.py."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    return _load(f"ddpcheck_watch_{name}", os.path.join(here, "failure", f"{name}.py"))
 
 
 _rank_env = _failure_module("rank_env")
@@ -90,10 +92,7 @@ def _start_fingerprints(watch_dir: str) -> None:
     every = os.environ.get("DDPCHECK_FINGERPRINT_EVERY", "")  # fingerprints.EVERY_VARIABLE
     if every.isdigit() and int(every) > 0:
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fingerprints.py")
-        spec = importlib.util.spec_from_file_location("ddpcheck_watch_fingerprints", path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-        module.start(watch_dir, int(every))
+        _load("ddpcheck_watch_fingerprints", path).start(watch_dir, int(every))
 
 
 def _record_start(path: str) -> None:
@@ -174,10 +173,8 @@ def _learn_rank(watch_dir: str) -> None:
         return
     _learned.append(rank)
     path = _records.process_file(watch_dir, os.getpid(), "rank")
-    with contextlib.suppress(OSError), open(f"{path}.partial", "w") as out:
-        json.dump({"rank": rank, "world_size": world_size, "time": time.time()}, out)
     with contextlib.suppress(OSError):
-        os.replace(f"{path}.partial", path)
+        _write_whole(path, json.dumps({"rank": rank, "world_size": world_size, "time": time.time()}).encode())
 
 
 def _wait_for_dump_request(watch_dir: str) -> None:
@@ -242,10 +239,7 @@ def _write_where(path: str) -> None:
     while frame is not None and len(frames) < WHERE_DEPTH:
         frames.append([frame.f_code.co_filename, frame.f_code.co_name, frame.f_lineno])
         frame = frame.f_back
-    partial = f"{path}.partial"
-    with open(partial, "w") as out:
-        json.dump({"t": time.time(), "frames": frames}, out)
-    os.replace(partial, path)
+    _write_whole(path, json.dumps({"t": time.time(), "frames": frames}).encode())
 
 
 def dump_flight_recorder() -> None:
@@ -273,9 +267,13 @@ def _write_dump(path: str, stacks: tuple[bool, ...]) -> None:
             data = recorders.dump_every_recorder(native, nccl_stacks=with_stacks)
             if data is None:
                 return
-            partial = f"{path}.partial"
-            with open(partial, "wb") as out:
-                out.write(data)
-            os.replace(partial, path)
+            _write_whole(path, data)
     except Exception:
         pass
+
+
+def _write_whole(path: str, data: bytes) -> None:
+    """Written to a partial file, then renamed: a reader sees it whole or not at all."""
+    with open(f"{path}.partial", "wb") as out:
+        out.write(data)
+    os.replace(f"{path}.partial", path)

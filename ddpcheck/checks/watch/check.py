@@ -41,7 +41,7 @@ def run(options: WatchOptions) -> Report:
             raise KeyboardInterrupt
         if task is None:
             decision = watcher.watch()
-            report = watcher.verdict(decision, watcher.evidence(decision), watcher.pump.text())  # type: ignore[union-attr]
+            report = watcher.verdict(decision, watcher.evidence(decision), watcher.output())
         else:
             decision, found = team.run_team(watcher, task, store)
             report = found if found is not None else _follower_report(decision, task.index)

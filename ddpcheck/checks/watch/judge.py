@@ -14,8 +14,6 @@ from ddpcheck.failure.crashes import judge_ends, torn_down
 from ddpcheck.failure.error_texts import COLLECTIVE_MISMATCH, could_not_start
 from ddpcheck.failure.exits import Exit, ExitKind, first_sentence
 from ddpcheck.failure.hangs import RankView, frame_where, identity, place_of, rank_place, ranks_report
-from ddpcheck.failure.hangs import view_from_dict as view_from_dict  # team.py and the tests name these here
-from ddpcheck.failure.hangs import view_to_dict as view_to_dict
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import span
 

@@ -19,6 +19,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+import psutil
+
 from ddpcheck.failure.gpu_facts import from_nvml
 from ddpcheck.failure.stragglers.why import Frame, Gpu, Looks, Stack, Tick
 
@@ -174,15 +176,9 @@ def gpu_of_facts(facts: Mapping[str, Any], t: float) -> Gpu:
 def _device_of(pid: int) -> int | None:
     """The NVML index of the GPU a rank uses: its LOCAL_RANK's device among CUDA_VISIBLE_DEVICES."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as found:
-            env = dict(
-                item.split("=", 1)
-                for item in found.read().decode(errors="replace").split("\0")
-                if "=" in item
-            )
-    except OSError:
+        return device_index(psutil.Process(pid).environ())
+    except psutil.Error:
         return None
-    return device_index(env)
 
 
 def device_index(env: Mapping[str, str]) -> int | None:

@@ -42,8 +42,7 @@ DUMP_VERSION = "2.10"  # what a slim dump says it is (parse_trace wants a 2.x)
 OFFSETS_KEPT = 100  # a rank's latest clock offsets: their median is the one used
 # A verdict is said while the job runs once its window holds this much of the job: in a shorter one
 # the job's first steps (DDP's setup, a first iteration's lazy start) weigh as much as a straggler
-# (healthy srun jobs at load 11-18 said a line over 0.7 s, 3 runs of 14: docs/stragglers.md). The
-# report's verdict, over the whole run, is not held to it.
+# (docs/stragglers.md). The report's verdict, over the whole run, is not held to it.
 SPOKEN_WINDOW_S = 2.0
 
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
-from ddpcheck.checks.watch import clocks, judge
+from ddpcheck.checks.watch import clocks
 from ddpcheck.checks.watch.progress import Event
 from ddpcheck.checks.watch.sampling import Exchange, StoreExchange
+from ddpcheck.failure.hangs import RankView, view_from_dict, view_to_dict
 from ddpcheck.launcher import mpi, slurm, torchrun_nodes
 from ddpcheck.rank import interrupt
 from ddpcheck.rank.torch_logs import quiet_torch_cpp_logs
@@ -43,8 +44,8 @@ class Watching(Protocol):
     """What the team needs of this task's watcher (watcher.Watcher)."""
 
     def step(self) -> Event | None: ...
-    def evidence(self, decision: Event) -> list[judge.RankView]: ...
-    def verdict(self, decision: Event, views: list[judge.RankView], output: str) -> Report: ...
+    def evidence(self, decision: Event) -> list[RankView]: ...
+    def verdict(self, decision: Event, views: list[RankView], output: str) -> Report: ...
     def output(self) -> str: ...
     def job_code(self) -> int | None: ...
     def share_samples(self, exchange: Exchange, judging: bool) -> None: ...
@@ -151,7 +152,7 @@ def _run_team(watcher: Watching, task: Task, store) -> tuple[Event, Report | Non
             decision = Event(found["decision"]) if found else None
         time.sleep(0.1)
     views = watcher.evidence(decision)
-    evidence = {"views": [judge.view_to_dict(v) for v in views], "output": watcher.output()[-20000:]}
+    evidence = {"views": [view_to_dict(v) for v in views], "output": watcher.output()[-20000:]}
     evidence["replicas"] = watcher.share_replicas(task.index == 0)
     _set(store, f"watch/evidence/{task.index}", evidence)
     if task.index != 0:
@@ -171,7 +172,7 @@ def _run_team(watcher: Watching, task: Task, store) -> tuple[Event, Report | Non
         if found is None:
             missing.append(index)
             continue
-        gathered += [judge.view_from_dict(v) for v in found["views"]]
+        gathered += [view_from_dict(v) for v in found["views"]]
         if index != 0 and found.get("replicas"):
             watcher.take_replicas(found["replicas"])
         output += found["output"]
