@@ -31,7 +31,7 @@ from ddpcheck.failure.stragglers.judge import (
     StragglerVerdict,
     judge,
 )
-from ddpcheck.failure.stragglers.samples import Sample, durations_of, sample_from_dumps
+from ddpcheck.failure.stragglers.samples import Sample, sample_from_dumps
 from ddpcheck.failure.stragglers.timeline import Estimator, peer_medians
 from ddpcheck.failure.stragglers.words import check, label, rank_rows, stderr_line, table
 from ddpcheck.report.model import Status
@@ -467,12 +467,10 @@ def test_no_samples_no_collectives_a_world_of_one_and_too_few_are_skips() -> Non
 
 
 def test_the_real_h200_nccl_dump_a_world_of_one_is_skipped_and_its_durations_read() -> None:
-    import pickle
-
-    raw = pickle.loads(H200.read_bytes())  # a fixture of this repository's own
-    timed = durations_of(raw)
+    trace = read_dump(H200)  # a fixture of this repository's own
+    timed = {(e.pg, e.seq_id): e.duration_ms for e in trace.entries if e.duration_ms is not None}
     assert len(timed) == 15 and timed[("0", 1)] == pytest.approx(0.478, abs=1e-3)
-    judged = judge([Sample(1.0, {0: read_dump(H200)}, {0: "h200"}, {0: timed})])
+    judged = judge([Sample(1.0, {0: trace}, {0: "h200"})])
     assert check(judged).status is Status.SKIP
     assert check(judged).detail == "every process group has a single rank: nobody to compare with"
 

@@ -62,6 +62,7 @@ class FrEntry:
     state: str  # "scheduled", "started", "completed" (gloo leaves every entry "scheduled")
     is_p2p: bool = False
     time_created_ns: int | None = None
+    duration_ms: float | None = None  # its kernels' GPU time, once completed (NCCL with timing on)
     frames: list[Frame] = field(default_factory=list)
 
     def user_frame(self) -> Frame | None:
@@ -267,7 +268,7 @@ def _pg(entry: dict[str, Any]) -> tuple[str, str]:
 def _collective(entry: dict[str, Any]) -> FrEntry:
     backend, _, op = str(entry.get("profiling_name", "")).rpartition(":")
     pg, desc = _pg(entry)
-    created = entry.get("time_created_ns")
+    created, duration = entry.get("time_created_ns"), entry.get("duration_ms")
     return FrEntry(
         pg=pg,
         pg_desc=desc,
@@ -279,6 +280,7 @@ def _collective(entry: dict[str, Any]) -> FrEntry:
         state=str(entry.get("state", "")),
         is_p2p=bool(entry.get("is_p2p", False)),
         time_created_ns=int(created) if created else None,
+        duration_ms=None if duration is None else float(duration),
         frames=[
             Frame(str(f.get("name", "")), str(f.get("filename", "")), int(f.get("line", 0)))
             for f in entry.get("frames", [])

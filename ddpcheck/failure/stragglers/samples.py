@@ -13,8 +13,6 @@ from ddpcheck.failure.flight import RankTrace, parse_trace
 class Sample:
     """What every rank's flight recorder held when the watcher asked, at `wall_s` (the watcher's clock).
 
-    `durations_ms`: per rank, (group, seq_id) -> the entry's `duration_ms` (NCCL with timing on),
-    which RankTrace's FrEntry does not keep; `sample_from_dumps` fills it from the raw dumps.
     `clock_offsets_ns`: per rank, its clock minus the watcher's, where the caller measured it
     (absent: ranks of different hosts are not compared by enqueue time).
     """
@@ -22,20 +20,7 @@ class Sample:
     wall_s: float
     traces: Mapping[int, RankTrace]
     hosts: Mapping[int, str] = field(default_factory=dict)
-    durations_ms: Mapping[int, Mapping[tuple[str, int], float]] = field(default_factory=dict)
     clock_offsets_ns: Mapping[int, int] = field(default_factory=dict)
-
-
-def durations_of(raw: Mapping[str, Any]) -> dict[tuple[str, int], float]:
-    """A raw dump's (group, seq_id) -> duration_ms, for the collectives that have one (NCCL, timing on)."""
-    out: dict[tuple[str, int], float] = {}
-    for entry in raw.get("entries") or []:
-        duration = entry.get("duration_ms")
-        if duration is None or entry.get("is_p2p"):
-            continue
-        group = entry.get("process_group") or ("",)
-        out[(str(group[0]), int(entry.get("collective_seq_id", 0)))] = float(duration)
-    return out
 
 
 def sample_from_dumps(
@@ -49,6 +34,5 @@ def sample_from_dumps(
         wall_s=wall_s,
         traces={rank: parse_trace(raw, rank=rank) for rank, raw in dumps.items()},
         hosts=dict(hosts or {}),
-        durations_ms={rank: durations_of(raw) for rank, raw in dumps.items()},
         clock_offsets_ns=dict(clock_offsets_ns or {}),
     )

@@ -56,18 +56,15 @@ def gather(samples: Sequence[Sample]) -> Gathered:
         for rank, offset in sample.clock_offsets_ns.items():
             offsets.setdefault(rank, []).append(int(offset))
         for rank, trace in sample.traces.items():
-            timed = sample.durations_ms.get(rank, {})
             for c in trace.entries:
                 if c.is_p2p or c.time_created_ns is None:
                     continue
-                duration = timed.get((c.pg, c.seq_id))
+                duration = c.duration_ms
                 held = records.setdefault(c.pg, {}).setdefault(rank, {})
                 old = held.get(c.seq_id)
                 if duration is None and old is not None:
                     duration = old.duration_ms
-                held[c.seq_id] = Record(
-                    c.op, c.time_created_ns, None if duration is None else float(duration)
-                )
+                held[c.seq_id] = Record(c.op, c.time_created_ns, duration)
                 descs.setdefault(c.pg, c.pg_desc)
     # The median of each rank's measured offsets: one slow answer does not move it.
     medians = {rank: round(statistics.median(found)) for rank, found in offsets.items()}
