@@ -398,27 +398,21 @@ def _classify_agent_error(
         return {}, None, True
     where = plan.rdzv_endpoint or "localhost"
     if isinstance(exc, RendezvousTimeoutError):
-        return (
-            {},
-            (
-                f"rendezvous at {where} did not complete within {plan.timeout:g} s: "
-                f"{missing or f'{plan.nnodes} node(s) expected'}; are all nodes running with the "
-                "same --rdzv-endpoint and --nnodes?"
-            ),
-            False,
+        error = (
+            f"rendezvous at {where} did not complete within {plan.timeout:g} s: "
+            f"{missing or f'{plan.nnodes} node(s) expected'}; are all nodes running with the "
+            "same --rdzv-endpoint and --nnodes?"
         )
-    if isinstance(exc, (RendezvousError, StoreUnreachable)):
+    elif isinstance(exc, (RendezvousError, StoreUnreachable)):
         cause = exc.__cause__ or exc.__context__
         reason = f" ({_headline(cause)})" if cause else ""
-        return (
-            {},
-            (
-                f"could not reach the rendezvous store at {where}{reason}: is node 0 running, "
-                "and is that port free of other programs?"
-            ),
-            False,
+        error = (
+            f"could not reach the rendezvous store at {where}{reason}: is node 0 running, "
+            "and is that port free of other programs?"
         )
-    return {}, f"{type(exc).__name__}: {_headline(exc)}".strip(), False
+    else:
+        error = f"{type(exc).__name__}: {_headline(exc)}".strip()
+    return {}, error, False
 
 
 def _headline(exc: BaseException) -> str:
