@@ -156,14 +156,9 @@ def judge_broadcast(data: list[dict[str, Any]], identities: list[dict[str, Any]]
     )
 
 
-def _fmt_worst(values: list[float], names: list[str]) -> tuple[str, str]:
-    value, tensor = _worst(values, names)
-    return _fmt(value), tensor
-
-
 def _evidence(rank: int, values: list[float], names: list[str], identities: list[dict[str, Any]]) -> str:
-    value, tensor = _fmt_worst(values, names)
-    return f"{where(rank, identities)}: max |difference| {value} in {tensor}"
+    value, tensor = _worst(values, names)
+    return f"{where(rank, identities)}: max |difference| {_fmt(value)} in {tensor}"
 
 
 def judge_gradients(
@@ -236,8 +231,8 @@ def _grad_split_detail(
         diffs = data[right[0]]["steps"][step].get("grad_diff_from_rank0")
     evidence = ""
     if diffs:
-        value, tensor = _fmt_worst(diffs, names)
-        evidence = f"; max |difference| from rank 0 {value} in {tensor}.grad"
+        value, tensor = _worst(diffs, names)
+        evidence = f"; max |difference| from rank 0 {_fmt(value)} in {tensor}.grad"
     return (
         f"after backward() at step {step}, {_named(odd, identities)} "
         f"{'holds' if len(odd) == 1 else 'hold'} gradients that differ from the other "
@@ -356,10 +351,10 @@ def judge_weights(
     last = data[source]["steps"][-1].get("weight_diff_from_rank0")
     evidence = ""
     if first:
-        value, tensor = _fmt_worst(first, names)
-        evidence = f": max |difference| from rank 0 {value} in {tensor} after step {step}"
+        value, tensor = _worst(first, names)
+        evidence = f": max |difference| from rank 0 {_fmt(value)} in {tensor} after step {step}"
         if last and step != steps - 1:
-            evidence += f", {_fmt_worst(last, names)[0]} after step {steps - 1}"
+            evidence += f", {_fmt(_worst(last, names)[0])} after step {steps - 1}"
     verb = "differs" if len(odd) == 1 else "differ"
     others = (
         ("the other rank" if len(right) == 1 else f"the other {len(right)} ranks, which agree,")
