@@ -89,7 +89,6 @@ class ErrorFile:
     path: str
     rank: int | None
     message: str
-    traceback: str = ""
     timestamp: float | None = None  # seconds since the epoch
 
 
@@ -115,7 +114,7 @@ def rank_from_place(path: str) -> int | None:
 
 
 def parse_error_file(text: str, *, path: str = "", rank: int | None = None) -> ErrorFile:
-    """torchrun's error.json ({"message": {"message", "extraInfo": {"py_callstack", "timestamp"}}},
+    """torchrun's error.json ({"message": {"message", "extraInfo": {"timestamp", ...}}},
     or {"message": "..."} for an error torch wrote itself). Raises ValueError."""
     data = json.loads(text)
     if not isinstance(data, dict) or "message" not in data:
@@ -128,7 +127,6 @@ def parse_error_file(text: str, *, path: str = "", rank: int | None = None) -> E
             path,
             rank,
             str(message.get("message", "")).strip(),
-            str(extra.get("py_callstack", "")),
             float(stamp) if stamp not in (None, "") else None,
         )
     return ErrorFile(path, rank, str(message).strip())
