@@ -16,7 +16,7 @@ from ddpcheck.checks.profile import ProfileOptions
 from ddpcheck.checks.sweep.ops.all_reduce import bus_factor
 from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
-from ddpcheck.report.naming import hosts_of, where
+from ddpcheck.report.naming import counted, hosts_of, where
 
 # A rank whose compute time varies more than this (standard deviation / mean) over the
 # steady-state steps is unsteady: thermal throttling, a noisy neighbour, a swapping host.
@@ -67,17 +67,15 @@ def flops(opts: ProfileOptions) -> dict[str, float]:
 
 def step_times(rows: list[dict[str, float]]) -> list[dict[str, float]]:
     """Each timed step with the derived phases: exposed communication, wall step and own compute."""
-    out = []
-    for row in rows:
-        out.append(
-            {
-                **row,
-                "exposed_comm": row["backward"] - row["backward_compute"],
-                "step": row["forward"] + row["backward"] + row["update"],
-                "compute": row["forward"] + row["backward_compute"] + row["update"],
-            }
-        )
-    return out
+    return [
+        {
+            **row,
+            "exposed_comm": row["backward"] - row["backward_compute"],
+            "step": row["forward"] + row["backward"] + row["update"],
+            "compute": row["forward"] + row["backward_compute"] + row["update"],
+        }
+        for row in rows
+    ]
 
 
 def rank_medians(data: list[dict[str, Any]], warmup: int) -> list[dict[str, float]]:
@@ -134,12 +132,8 @@ def _median_without(ordered: list[float], value: float) -> float:
 
 
 def known_peak(device_name: str | None) -> float | None:
-    if not device_name:
-        return None
-    for fragment, tflops in PEAK_FP32_TFLOPS:
-        if fragment.lower() in device_name.lower():
-            return tflops
-    return None
+    name = (device_name or "").lower()
+    return next((tflops for fragment, tflops in PEAK_FP32_TFLOPS if fragment.lower() in name), None)
 
 
 def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: ProfileOptions) -> Report:
@@ -335,18 +329,17 @@ def judge_memory(data: list[dict[str, Any]], identities: list[dict[str, Any]]) -
 # ---------------------------------------------------------------- tables
 def rank0_table(data: dict[str, Any], warmup: int) -> Table:
     """The classic per-step printout of rank 0, warm-up steps marked."""
-    rows = []
-    for step, s in enumerate(step_times(data["steps"])):
-        rows.append(
-            {
-                "step": step,
-                "forward_ms": _ms(s["forward"]),
-                "backward_ms": _ms(s["backward"]),
-                "update_ms": _ms(s["update"]),
-                "exposed_comm_ms": _ms(s["exposed_comm"]),
-                "note": "warm-up" if step < warmup else "",
-            }
-        )
+    rows = [
+        {
+            "step": step,
+            "forward_ms": _ms(s["forward"]),
+            "backward_ms": _ms(s["backward"]),
+            "update_ms": _ms(s["update"]),
+            "exposed_comm_ms": _ms(s["exposed_comm"]),
+            "note": "warm-up" if step < warmup else "",
+        }
+        for step, s in enumerate(step_times(data["steps"]))
+    ]
     columns = {
         "step": "Step",
         "forward_ms": "forward",
@@ -386,7 +379,7 @@ def summary_table(
         "slowest_host": "host",
     }
     steady = opts.steps - opts.warmup
-    title = f"Across ranks (ms): each rank's median over {steady} steady step{'s' if steady != 1 else ''}"
+    title = f"Across ranks (ms): each rank's median over {counted(steady, 'steady step')}"
     return Table("summary", title, columns, rows)
 
 
@@ -399,22 +392,21 @@ def per_rank_table(
     opts: ProfileOptions,
 ) -> Table:
     work = flops(opts)["step"]
-    rows = []
-    for r, m in enumerate(medians):
-        rows.append(
-            {
-                "rank": r,
-                "host": identities[r]["host"],
-                "step_ms": _ms(m["step"]),
-                "compute_ms": _ms(m["compute"]),
-                "exposed_comm_ms": _ms(m["exposed_comm"]),
-                "ratio": round(ratios[r], 3),
-                "cv": round(cvs[r], 3),
-                "tflops": _sig(work / m["compute"] / 1e12) if m["compute"] > 0 else 0.0,
-                "peak_memory_mib": round(data[r]["peak_memory_bytes"] / 2**20, 1),
-                "status": "WARN" if ratios[r] >= opts.straggler_threshold or cvs[r] > CV_WARN else "PASS",
-            }
-        )
+    rows = [
+        {
+            "rank": r,
+            "host": identities[r]["host"],
+            "step_ms": _ms(m["step"]),
+            "compute_ms": _ms(m["compute"]),
+            "exposed_comm_ms": _ms(m["exposed_comm"]),
+            "ratio": round(ratios[r], 3),
+            "cv": round(cvs[r], 3),
+            "tflops": _sig(work / m["compute"] / 1e12) if m["compute"] > 0 else 0.0,
+            "peak_memory_mib": round(data[r]["peak_memory_bytes"] / 2**20, 1),
+            "status": "WARN" if ratios[r] >= opts.straggler_threshold or cvs[r] > CV_WARN else "PASS",
+        }
+        for r, m in enumerate(medians)
+    ]
     columns = {
         "rank": "rank",
         "step_ms": "step",
