@@ -64,16 +64,13 @@ class BeatTracker:
 
     def missed(self) -> dict[int, int]:
         """Per rank, the most beats any one peer made since the rank's own counters last moved."""
-        beats = self.beats()
+        beats = {rank: c[0] for rank, c in self._last.items()}
         return {
             rank: 0
             if rank in self._moved
             else missed_beats(rank, beats, self._peers_when_moved[rank], self._first_beats)
             for rank in self._last
         }
-
-    def beats(self) -> dict[int, int]:
-        return {rank: c[0] for rank, c in self._last.items()}
 
 
 def counters(records: Mapping[int, RankStatus]) -> dict[int, Counters]:
