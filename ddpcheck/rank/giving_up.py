@@ -254,17 +254,15 @@ def _observe(run: InlineRank, wait_s: float, **connect: float) -> tuple[dict[int
 
 def _after_the_line(run: InlineRank, reason: Reason, account: Account) -> None:
     """Rank 0's report where it goes; and under srun and mpirun, rank 0 leaves last."""
-    rank, session = run.rank, run.session
+    rank, session, sigterm = run.rank, run.session, reason is Reason.SIGTERM
     rank0_last = run.spec.launcher is not None and run.spec.launcher.rank0_hosts_store
-    if reason is Reason.SIGTERM:
-        if account.looked and session is not None and rank != 0:
-            quietly(session.said)
-        return
     if account.looked and session is not None and rank != 0:
         session.said()
-        if rank0_last:
+        if rank0_last and not sigterm:
             # The first task to exit starts the launcher's teardown: rank 0, which reports, leaves first.
             session.wait_for_rank0(RANK0_LEAVES_S)
+    if sigterm:
+        return
     if account.report is not None and run.run_dir:
         rundir.write_rank0_report(run.run_dir, account.report)
     if account.looked and session is not None and rank == 0 and rank0_last:
