@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpcheck.command import RANKED_COMMANDS  # the one declaration asked, loaded alone
-from ddpcheck.failure.rank_env import Launcher, launcher_of, rank_variable
+from ddpcheck.failure.rank_env import MPI_LOCAL_SIZE_VARIABLES, Launcher, launcher_of, rank_variable
 from ddpcheck.failure.stages import DONE, KILLED_AFTER_ITS_PART, LEFT, STARTING, TERMINATED, WRITING_REPORT
 from ddpcheck.failure.stages import IMPORTING_TORCH as IMPORTING_TORCH  # the entry point enters it here
 from ddpcheck.rank import remover
@@ -109,11 +109,7 @@ def identity(environ: dict[str, str] | os._Environ[str], argv: list[str]) -> Ide
 def _local_world(environ: dict[str, str] | os._Environ[str], launcher: Launcher, world: int) -> int:
     if launcher is Launcher.SRUN:
         return world if environ.get("SLURM_STEP_NUM_NODES", environ.get("SLURM_NNODES")) == "1" else 0
-    value = (
-        environ.get("LOCAL_WORLD_SIZE")
-        or environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
-        or environ.get("MPI_LOCALNRANKS", "")
-    )
+    value = next((environ[n] for n in ("LOCAL_WORLD_SIZE", *MPI_LOCAL_SIZE_VARIABLES) if environ.get(n)), "")
     return int(value) if value.isdigit() else 0
 
 
