@@ -301,7 +301,7 @@ class Session:
             return host.seen()
         began = time.monotonic()
         first = read_records(self.store, self.world_size)
-        if not first and not _answers(self.store):
+        if not first and _has(self.store, VIEW_KEY) is None:
             return host.seen()  # connected earlier, but its host has gone since: nothing to wait for
         store = StoreStatuses(self.store, self.world_size, self.watch, first)
         while True:
@@ -339,19 +339,12 @@ class Session:
             self.watch.stop()
 
 
-def _has(store: Store, key: str) -> bool:
+def _has(store: Store, key: str) -> bool | None:
+    """Whether the store holds `key`; None when it does not answer (its host is gone or frozen)."""
     try:
         return store_has(store, key)
     except Exception:
-        return False
-
-
-def _answers(store: Store) -> bool:
-    try:
-        store_has(store, VIEW_KEY)
-    except Exception:
-        return False
-    return True
+        return None
 
 
 def _read_view(store: Store) -> View | None:
