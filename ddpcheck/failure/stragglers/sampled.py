@@ -87,8 +87,7 @@ def place(straggler: Straggler) -> str:
     where = straggler.where
     if where is None:
         return ""
-    parts = [where.frame.text if where.frame else "", str(where.phase) if where.phase else ""]
-    return f"{', '.join(p for p in parts if p)}, in {where.there} of {straggler.samples} samples"
+    return f"{where.text}, in {where.there} of {straggler.samples} samples"
 
 
 def summary(history: Mapping[int, Sequence[Stack]]) -> str:

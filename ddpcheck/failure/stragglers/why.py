@@ -146,6 +146,11 @@ class Where:
     seen: int  # its stacks in the window outside a collective
     there: int  # ...of them here
 
+    @property
+    def text(self) -> str:
+        """`load_batch (train.py:42), data loading`: its frame and its phase, those known."""
+        return ", ".join(str(x) for x in (self.frame.text if self.frame else None, self.phase) if x)
+
 
 @dataclass(frozen=True)
 class Why:

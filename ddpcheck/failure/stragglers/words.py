@@ -104,11 +104,8 @@ def because(why: Why, say_rank: bool) -> str:
     5 samples; its process sleeping (CPU 3% of its time, its peers' 4%)`; "" when nothing was seen."""
     parts = []
     subject = f"rank {why.rank}" if say_rank else "it"
-    if why.where is not None:
-        w = why.where
-        place = ", ".join(str(x) for x in ((w.frame.text if w.frame else None), w.phase) if x)
-        if place:
-            parts.append(f"{subject} was in {place} at {w.there} of {counted(w.seen, 'sample')}")
+    if (w := why.where) is not None and w.text:
+        parts.append(f"{subject} was in {w.text} at {w.there} of {counted(w.seen, 'sample')}")
     if why.usage is not None:
         owner = "its process" if parts else f"{subject} was"
         parts.append(f"{owner} {_activity(why.usage, why.peers)}")
@@ -239,12 +236,11 @@ def why_rows(judgement: Judgement) -> list[dict[str, Any]]:
     for v in judgement.verdicts:
         for why in v.why:
             u, w, g, pg = why.usage, why.where, why.gpu, why.peers_gpu
-            place = ", ".join(str(x) for x in ((w.frame.text if w and w.frame else None), w and w.phase) if x)
             rows.append(
                 {
                     "group": group_name(v.group, v.group_desc),
                     "rank": why.rank,
-                    "where": place or None,
+                    "where": (w.text if w else "") or None,
                     "where_samples": f"{w.there}/{w.seen}" if w else None,
                     "activity": str(u.activity) if u else None,
                     "cpu_share": _round(u.cpu_share if u else None),
