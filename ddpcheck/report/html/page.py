@@ -16,6 +16,7 @@ from ddpcheck.report.html.chart import Chart
 from ddpcheck.report.model import Report, Table
 from ddpcheck.report.naming import counted
 from ddpcheck.report.rows import left_out_line, shown_rows
+from ddpcheck.report.terminal import TAILS
 
 FOLDED_ROWS = 200  # a longer table starts folded: the charts stay at the top of the page
 # Rows a table shows at most (the rest in the JSON report): the page of a 1,000-node run stays small.
@@ -86,13 +87,12 @@ def table_html(table: Table) -> str:
 
 
 def _checks(report: Report) -> str:
-    rows = []
-    for c in report.checks:
-        rows.append(
-            f'<tr><td>{_e(c.name)}</td><td class="{c.status.value}">{c.status.value}</td>'
-            f"<td>{_e(', '.join(map(str, c.ranks)) or '-')}</td><td>{_e(', '.join(c.hosts) or '-')}</td>"
-            f"<td>{_e(c.detail)}</td></tr>"
-        )
+    rows = [
+        f'<tr><td>{_e(c.name)}</td><td class="{c.status.value}">{c.status.value}</td>'
+        f"<td>{_e(', '.join(map(str, c.ranks)) or '-')}</td><td>{_e(', '.join(c.hosts) or '-')}</td>"
+        f"<td>{_e(c.detail)}</td></tr>"
+        for c in report.checks
+    ]
     head = "<tr><th>check</th><th>status</th><th>ranks</th><th>hosts</th><th>detail</th></tr>"
     return f'<h2>Checks</h2><table id="checks"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
 
@@ -112,12 +112,9 @@ def _tables(report: Report) -> str:
             for row in table.rows:
                 where = f" on {row['host']}" if row.get("host") else ""
                 who = f"rank {_e(row.get('rank'))}{_e(where)}"
-                if row.get("stderr_tail"):
-                    parts.append(f"<h2>{who}: last lines of stderr</h2>")
-                    parts.append(f"<pre>{_e(row.get('stderr_tail', ''))}</pre>")
-                if row.get("stack"):
-                    parts.append(f"<h2>{who}: Python stack (py-spy, before the kill)</h2>")
-                    parts.append(f"<pre>{_e(row.get('stack'))}</pre>")
+                parts += [
+                    f"<h2>{who}: {what}</h2><pre>{_e(row[key])}</pre>" for key, what in TAILS if row.get(key)
+                ]
         elif table.columns:  # as on the terminal: a table without columns is for the JSON only
             parts.append(f'<h2 id="table-{_e(table.name)}">{_e(table.title)}</h2>{table_html(table)}')
     return "".join(parts)
