@@ -102,10 +102,7 @@ def env_tables(facts: Mapping[str, Any]) -> list[Table]:
 
 
 def _topology_columns(rows: Sequence[Mapping[str, str]]) -> dict[str, str]:
-    columns: dict[str, str] = {}
-    for row in rows:
-        columns.update({k: k for k in row if k not in columns})
-    return columns
+    return {key: key for row in rows for key in row}  # every row's columns, in the order they first come
 
 
 def _software_rows(facts: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -95,7 +95,7 @@ def judge_cuda_build(
         status = Status.WARN if said else Status.PASS
         detail = f"{counted(visible, 'GPU')} visible to torch (CUDA {build}): {', '.join(models)}"
         return Check(name, status, detail + said)
-    if build and cuda_visible is not None and _hides_everything(cuda_visible) and has_driver:
+    if build and cuda_visible is not None and not parse_visible_devices(cuda_visible)[0] and has_driver:
         return Check(
             name,
             Status.WARN,
@@ -130,11 +130,6 @@ def judge_cuda_build(
             "GPU(s): every rank will run on CPU over gloo. Fix: install a CUDA build from pytorch.org.",
         )
     return Check(name, Status.PASS, "CPU-only torch on a host without GPUs: CPU ranks over gloo")
-
-
-def _hides_everything(value: str) -> bool:
-    entries, _ = parse_visible_devices(value)
-    return not entries
 
 
 def parse_visible_devices(value: str) -> tuple[list[str], str | None]:
@@ -291,14 +286,12 @@ def _usable(info: Mapping[str, Any]) -> bool:
 
 
 def _describe(names: Sequence[str], interfaces: Mapping[str, Mapping[str, Any]]) -> str:
-    parts = []
-    for n in names:
-        info = interfaces[n]
-        state = "up" if info["up"] else "down"
-        if info["up"] and not info["addresses"]:
-            state = "up, no address"
-        parts.append(f"{n} ({state})")
-    return ", ".join(parts) or "none"
+    """'eth0 (up), ib0 (up, no address), eno1 (down)', or 'none'."""
+    return ", ".join(f"{n} ({_state(interfaces[n])})" for n in names) or "none"
+
+
+def _state(info: Mapping[str, Any]) -> str:
+    return ("up" if info["addresses"] else "up, no address") if info["up"] else "down"
 
 
 def judge_socket_ifname(var: str, value: str | None, interfaces: Mapping[str, Mapping[str, Any]]) -> Check:

@@ -194,10 +194,8 @@ def parse_nvidia_smi_list(text: str | None) -> list[dict[str, Any]] | None:
     """`nvidia-smi -L` lines 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)' -> GPUs."""
     if text is None:
         return None
-    gpus = []
-    for match in re.finditer(r"^GPU \d+: (?P<model>.+?) \(UUID: (?P<uuid>[^)]+)\)", text, re.M):
-        gpus.append({"model": match["model"], "uuid": match["uuid"], "bus": None})
-    return gpus
+    found = re.finditer(r"^GPU \d+: (?P<model>.+?) \(UUID: (?P<uuid>[^)]+)\)", text, re.M)
+    return [{"model": match["model"], "uuid": match["uuid"], "bus": None} for match in found]
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
