@@ -220,15 +220,8 @@ def _difference(a: FrEntry, b: FrEntry) -> str:
 
 
 def _label(pg: str, traces: dict[int, RankTrace]) -> str:
-    desc = next(
-        (
-            e.pg_desc
-            for t in traces.values()
-            for e in t.entries
-            if e.pg == pg and e.pg_desc not in ("", "undefined")
-        ),
-        "",
-    )
+    descs = (e.pg_desc for t in traces.values() for e in t.entries if e.pg == pg)
+    desc = next((d for d in descs if d not in ("", "undefined")), "")
     return f"group {pg} ({desc})" if desc else f"group {pg}"
 
 
