@@ -161,14 +161,11 @@ def _slow_ranks(
             # One reference for all: count every rank's links and slow links at once, and look
             # closer only at the ranks whose counts name them.
             below = value < threshold * shared.median
-            if not everyone:
-                below &= alive
-                src, dst = src[alive], dst[alive]
             if everyone:
                 n_out, n_in = links.out_counts, links.in_counts
             else:
-                n_out, n_in = np.bincount(src, minlength=size), np.bincount(dst, minlength=size)
-            src, dst = links.src, links.dst
+                below &= alive
+                n_out, n_in = np.bincount(src[alive], minlength=size), np.bincount(dst[alive], minlength=size)
             s_out, s_in = np.bincount(src[below], minlength=size), np.bincount(dst[below], minlength=size)
             named_now = (2 * (s_out + s_in) > n_out + n_in) | ((n_out >= 2) & (s_out == n_out))
             named_now |= (n_in >= 2) & (s_in == n_in)
