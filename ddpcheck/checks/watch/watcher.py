@@ -377,10 +377,11 @@ class Watcher:
         return self.proc.returncode if self.proc is not None else None
 
     def verdict(self, decision: Event, views: list[RankView], output: str) -> Report:
-        return self._with_replicas(self._with_stragglers(self._judged(decision, views, output)))
-
-    def _with_replicas(self, report: Report) -> Report:
-        """The replicas' checks and table (docs/diverges.md), whatever the job's end."""
+        """The hang, crash or success judged; then, whatever the job's end, the straggler check and
+        tables over the whole watched run, and the replicas' checks and table (docs/diverges.md)."""
+        report = self._judged(decision, views, output)
+        judging = self.sampler is not None and self.sampler.judging
+        report = _added(report, self.sampler if judging else None, "the stragglers could not be judged")
         speaks = self.replicas is not None and self.replicas.speaking
         return _added(report, self.replicas if speaks else None, "the replicas could not be compared")
 
@@ -406,11 +407,6 @@ class Watcher:
         if decision is Event.ENDED and code == 0:
             return judge.judge_success(views, time.monotonic() - self.began)
         return judge.judge_crash(views, output, code)
-
-    def _with_stragglers(self, report: Report) -> Report:
-        """The straggler check and tables, over the whole watched run (a hang's and a crash's too)."""
-        judging = self.sampler is not None and self.sampler.judging
-        return _added(report, self.sampler if judging else None, "the stragglers could not be judged")
 
     def end(self) -> int:
         """SIGTERM every process of the job, then SIGKILL (processes.end); how many there were."""
