@@ -147,11 +147,7 @@ def scan_text(text: str, *, path: str = "", rank: int | None = None) -> list[Log
         if line.startswith(_TRACEBACK_START):
             in_traceback.add(line_rank)
             continue
-        kind = None
-        for name, pattern in _KINDS:
-            if pattern.search(line):
-                kind = name
-                break
+        kind = next((name for name, pattern in _KINDS if pattern.search(line)), None)
         if kind == "watchdog_timeout" and line_rank is None:
             said = _WATCHDOG_RANK.search(line)
             line_rank = int(said["rank"]) if said else None
@@ -236,10 +232,10 @@ def is_job_log(path: str, text: str) -> bool:
         return True
     if _TRACEBACK_START in text:
         return True
-    for line in text.splitlines():
-        if _TORCH_PREFIX.match(line) or (_NCCL_PREFIX.match(line) and "NCCL" in line):
-            return True
-    return False
+    return any(
+        _TORCH_PREFIX.match(line) or (_NCCL_PREFIX.match(line) and "NCCL" in line)
+        for line in text.splitlines()
+    )
 
 
 def _tail(path: str) -> str:
