@@ -46,9 +46,8 @@ def charts(report: Report) -> list[Chart]:
     if not rows:
         return []
     medians = _medians(rows)
-    stragglers = {
-        r for c in report.checks if c.name == "stragglers" and c.status != Status.PASS for r in c.ranks
-    }
+    named = [c for c in report.checks if c.name == "stragglers" and c.status != Status.PASS]
+    stragglers = {r for c in named for r in c.ranks}
     size = report.world.get("size") if isinstance(report.world, dict) else None
     total = size if isinstance(size, int) and size > len(medians) else len(medians)
     shown = worst_ranks(
@@ -94,12 +93,10 @@ def charts(report: Report) -> list[Chart]:
         "rank": "rank",
         "host": "host",
         **{f"{p}_ms": f"{label} (ms)" for p, (label, _) in PARTS.items()},
+        "straggler": "straggler",
     }
     data = [{**m, "straggler": m["rank"] in stragglers} for m in medians.values()]
-    columns["straggler"] = "straggler"
-    notes = [
-        c.detail for c in report.checks if c.name == "stragglers" and c.status != Status.PASS and c.detail
-    ]
+    notes = [c.detail for c in named if c.detail]
     title = "Where each rank's step goes" + of_ranks(len(ranks), total, "slowest or named")
     return [
         Chart(
