@@ -83,7 +83,8 @@ def parse_cpulist(text: str | None) -> list[int]:
 
 
 def judge(all_facts: list[dict[str, Any] | None], identities: list[dict[str, Any]]) -> Check:
-    warned, notes, unbound = [], [], []
+    warned: dict[int, str] = {}  # rank -> what is wrong
+    notes, unbound = [], []
     for rank, facts in enumerate(all_facts):
         if not facts:
             continue
@@ -95,24 +96,17 @@ def judge(all_facts: list[dict[str, Any] | None], identities: list[dict[str, Any
         if len(affinity) >= facts.get("cpus", 0):
             unbound.append(rank)
         elif not affinity & node_cpus:
-            warned.append(
-                (
-                    rank,
-                    f"{where(rank, identities)} runs on CPUs {_span(sorted(affinity))}, but its GPU "
-                    f"({facts['pci_bus_id']}) is on NUMA node {facts['numa_node']} (CPUs "
-                    f"{_span(sorted(node_cpus))}); Fix: bind each rank to its GPU's node "
-                    f"(numactl --cpunodebind={facts['numa_node']}, srun --cpu-bind=ldoms)",
-                )
+            warned[rank] = (
+                f"{where(rank, identities)} runs on CPUs {_span(sorted(affinity))}, but its GPU "
+                f"({facts['pci_bus_id']}) is on NUMA node {facts['numa_node']} (CPUs "
+                f"{_span(sorted(node_cpus))}); Fix: bind each rank to its GPU's node "
+                f"(numactl --cpunodebind={facts['numa_node']}, srun --cpu-bind=ldoms)"
             )
     tail = "".join(f"; {n}" for n in notes)
     if warned:
-        ranks = [r for r, _ in warned]
+        ranks = list(warned)
         return Check(
-            "topology",
-            Status.WARN,
-            "; ".join(t for _, t in warned) + tail,
-            ranks,
-            hosts_of(ranks, identities),
+            "topology", Status.WARN, "; ".join(warned.values()) + tail, ranks, hosts_of(ranks, identities)
         )
     bound = len([f for f in all_facts if f]) - len(unbound)
     detail = f"{bound} rank(s) bound near their GPU's NUMA node"
