@@ -27,7 +27,7 @@ from ddpcheck.commands import COMMANDS
 from ddpcheck.failure import stages
 from ddpcheck.failure.recorders import dump_every_recorder
 from ddpcheck.rank import arrival, assemble, giving_up, inline, rundir
-from ddpcheck.rank.context import NullStatus, RankContext
+from ddpcheck.rank.context import RankContext
 from ddpcheck.rank.faults import Faults
 from ddpcheck.rank.fingerprint import rank_fingerprint
 from ddpcheck.rank.network import route_address
@@ -73,9 +73,7 @@ def device_identity(device: torch.device) -> dict[str, Any]:
     }
 
 
-def run_rank(
-    spec: RunSpec, run_dir: str | None, write_report: Callable[[Report], list[str]] | None = None
-) -> int:
+def run_rank(spec: RunSpec, run_dir: str, write_report: Callable[[Report], list[str]] | None = None) -> int:
     """Run one rank of the command in `spec`; returns this process's exit code.
 
     The exit code says whether this rank completed (0) or crashed (1); the
@@ -93,23 +91,23 @@ def run_rank(
         device = _bind_device(spec, identity["local_rank"], status, faults)
         fingerprint = rank_fingerprint()  # after binding: the GPU model is this rank's own
         _stage(status, faults, stages.JOIN)
-        if spec.inline and status:
+        if spec.inline:
             # Before the rendezvous: a peer that never arrives is named from what this rank publishes.
             session = _inline_session(identity["rank"], world_size, status, spec.collective_timeout)
-        _join_guarded(giving_up.InlineRank(spec, run_dir, world_size, session, status, write_report), device)
+        _join_guarded(
+            giving_up.InlineRank(spec, run_dir, world_size, session, status, write_report), status, device
+        )
         shared = _run_command(spec, identity, world_size, device, fingerprint, status, faults, run_dir)
         # Every node learns the verdict before teardown, so all of them exit with it.
         dist.broadcast_object_list(shared, src=0)
-        if run_dir:
-            rundir.write_verdict(run_dir, **shared[0])
+        rundir.write_verdict(run_dir, **shared[0])
         _stage(status, faults, stages.DONE)
         return 0
     except BaseException as exc:
         message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         if isinstance(exc, inline.StoreNotReached):
             message = str(exc)  # ddpcheck's own finding, whole: no exception type before it
-        if status:
-            status.error(message)
+        status.error(message)
         if spec.inline:
             giving_up.after_failure(giving_up.InlineRank(spec, run_dir, world_size, session, status), message)
         else:
@@ -119,31 +117,30 @@ def run_rank(
         # Where teardown can deadlock, main()'s os._exit ends the process group with the process.
         if dist.is_initialized() and not teardown_may_deadlock():
             dist.destroy_process_group()
-        if status:
-            status.close()
+        status.close()
         if session:
             session.close()
 
 
-def _status_writer(spec: RunSpec, run_dir: str | None, identity: dict[str, Any]) -> StatusWriter | None:
+def _status_writer(spec: RunSpec, run_dir: str, identity: dict[str, Any]) -> StatusWriter:
     """This rank's status channel: the run directory's file, and inline the host's job directory."""
-    status = StatusWriter(run_dir, identity) if run_dir else None
+    status = StatusWriter(run_dir, identity)
     giving_up.status_of_this_rank = status  # for the SIGTERM thread: was this rank itself stopped?
-    if status and spec.inline:
+    if spec.inline:
         status.add_transport(arrival.StageTransport())  # the host's job directory, for peers before the store
     return status
 
 
-def _join_guarded(run: giving_up.InlineRank, device: torch.device) -> None:
+def _join_guarded(run: giving_up.InlineRank, status: StatusWriter, device: torch.device) -> None:
     """Join the process group; inline, a join that outlives its timeout is given up from a thread."""
-    spec, status = run.spec, run.status
+    spec = run.spec
     joined = giving_up.guard_join(run) if spec.inline else None
     _join(spec, device, status)
     if joined is not None:
         joined.set()
-    if run.run_dir and not spec.inline:
+    if not spec.inline:
         _answer_flight_requests(run.run_dir, int(os.environ["RANK"]))
-    if run.session is not None and status:
+    if run.session is not None:
         status.stage(stages.JOINED)
 
 
@@ -153,9 +150,9 @@ def _run_command(
     world_size: int,
     device: torch.device,
     fingerprint: dict[str, Any],
-    status: StatusWriter | None,
+    status: StatusWriter,
     faults: Faults,
-    run_dir: str | None,
+    run_dir: str,
 ) -> list[Any]:
     """The check's measure() on every rank, gathered to rank 0, which judges it and writes the report;
     returns what rank 0 shares with every rank (its verdict and host; None elsewhere)."""
@@ -170,13 +167,14 @@ def _run_command(
         device=device,
         host=identity["host"],
         faults=faults,
-        status=status or NullStatus(),
+        status=status,
         budget=spec.budget,
     )
     _stage(status, faults, stages.MEASURE)
     data = check.measure(ctx, options)
     _stage(status, faults, stages.GATHER)
-    _substage(status, stages.GATHER_WAIT)
+    # A substage, no fault point: a rank stuck at GATHER's stays one stage behind the peers waiting here.
+    status.stage(stages.GATHER_WAIT)
     gathered = ctx.gather_to_rank0(
         {**identity, **device_identity(device), "fingerprint": fingerprint, "data": data}
     )
@@ -185,8 +183,7 @@ def _run_command(
     fingerprints = [g.pop("fingerprint") for g in gathered]
     judged = check.judge([g.pop("data") for g in gathered], gathered, options)
     report = assemble.from_ranks(judged, gathered, fingerprints, _world(spec, gathered, device), spec.options)
-    if run_dir:
-        rundir.write_rank0_report(run_dir, report)
+    rundir.write_rank0_report(run_dir, report)
     return [{"verdict": report.verdict.value, "host": identity["host"]}]
 
 
@@ -207,7 +204,7 @@ def _inline_session(rank: int, world_size: int, status: StatusWriter, wait_s: fl
     return session
 
 
-def _bind_device(spec: RunSpec, local_rank: int, status: StatusWriter | None, faults: Faults) -> torch.device:
+def _bind_device(spec: RunSpec, local_rank: int, status: StatusWriter, faults: Faults) -> torch.device:
     import torch
 
     _stage(status, faults, stages.DEVICE)
@@ -219,7 +216,7 @@ def _bind_device(spec: RunSpec, local_rank: int, status: StatusWriter | None, fa
     return torch.device("cpu")
 
 
-def _join(spec: RunSpec, device: torch.device, status: StatusWriter | None) -> None:
+def _join(spec: RunSpec, device: torch.device, status: StatusWriter) -> None:
     import torch.distributed as dist
 
     if not spec.inline:
@@ -231,10 +228,10 @@ def _join(spec: RunSpec, device: torch.device, status: StatusWriter | None) -> N
         kwargs["device_id"] = device  # eager NCCL init: a bad GPU fails here, not mid-check
     if spec.inline:
         # The rendezvous apart from the join: a peer stuck in one is named at that stage.
-        _substage(status, stages.RENDEZVOUS)
+        status.stage(stages.RENDEZVOUS)
         kwargs.update(store=inline.rendezvous_store(timeout), rank=int(os.environ["RANK"]))
         kwargs["world_size"] = int(os.environ["WORLD_SIZE"])
-    _substage(status, stages.JOIN_WAIT)
+    status.stage(stages.JOIN_WAIT)
     dist.init_process_group(**kwargs)
 
 
@@ -270,17 +267,10 @@ def _answer_flight_requests(run_dir: str, rank: int) -> None:
     threading.Thread(target=giving_up.quietly, args=(watch,), name="ddpcheck-flight", daemon=True).start()
 
 
-def _stage(status: StatusWriter | None, faults: Faults, name: str) -> None:
+def _stage(status: StatusWriter, faults: Faults, name: str) -> None:
     """Enter a harness stage; an injected fault fires here, before the stage's work begins."""
-    if status:
-        status.stage(name)
+    status.stage(name)
     faults.at_stage(name)
-
-
-def _substage(status: StatusWriter | None, name: str) -> None:
-    # A rank stuck at the fault point stays one stage behind the peers that went on to wait here.
-    if status:
-        status.stage(name)
 
 
 def _die_with_parent() -> None:
