@@ -74,9 +74,8 @@ def probe(config: ProbeConfig | None = None) -> dict[str, Any]:
     topology_text = reap(topo, config.smi_timeout_s, "nvidia-smi topo -m", problems)
     if smi_bin is None and physical:
         problems.append("nvidia-smi not found: no GPU topology")
-    master = master_probe.result(config.resolve_timeout_s + config.port_timeout_s + 1.0)
-    if master is None:
-        master = {"error": "the probe did not finish in time"}
+    late = {"error": "the probe did not finish in time"}
+    master = master_probe.result(config.resolve_timeout_s + config.port_timeout_s + 1.0) or late
     # Whatever became of the probe, the judge still sees what the user configured.
     master = {**configured(environ), **master}
     return {
@@ -111,7 +110,6 @@ def torch_facts(problems: list[str]) -> dict[str, Any]:
         "nccl": nccl_version(torch),
         "driver_cuda": None,
         "backends": _backends(),
-        "cuda_available": False,
         "gpus": [],
         "cuda_warnings": [],
     }
@@ -120,8 +118,7 @@ def torch_facts(problems: list[str]) -> dict[str, Any]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            facts["cuda_available"] = bool(torch.cuda.is_available())
-            if facts["cuda_available"]:
+            if torch.cuda.is_available():
                 facts["gpus"] = _torch_gpus(torch)
             if torch.backends.cudnn.is_available():
                 facts["cudnn"] = torch.backends.cudnn.version()
