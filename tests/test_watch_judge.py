@@ -136,7 +136,7 @@ def test_progress_is_output_or_a_changed_stack_and_a_first_sample_is_not() -> No
     assert progress.silent_for(6.0) == 6.0
     progress.sample(0, BACKWARD, now=5.0)
     assert progress.silent_for(6.0) == 1.0
-    progress.output(5.5)
+    progress.progressed(5.5)
     assert progress.silent_for(6.0) == 0.5
 
 

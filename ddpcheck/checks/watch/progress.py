@@ -41,12 +41,9 @@ class Progress:
     last: float  # when the job last made progress (time.monotonic())
     stacks: dict[int, Stack] = field(default_factory=dict)
     changed: dict[int, float] = field(default_factory=dict)  # rank -> when its stack last changed
-    history: dict[int, list[Stack]] = field(default_factory=dict)
 
-    def output(self, now: float) -> None:
-        self.last = max(self.last, now)
-
-    def ranks_changed(self, now: float) -> None:
+    def progressed(self, now: float) -> None:
+        """A byte of the job's output, or a rank started or ended."""
         self.last = max(self.last, now)
 
     def sample(self, rank: int, stack: Stack, now: float) -> None:
@@ -55,8 +52,6 @@ class Progress:
                 self.last = max(self.last, now)
             self.stacks[rank] = stack
             self.changed[rank] = now
-            self.history.setdefault(rank, []).append(stack)
-            del self.history[rank][:-4]
 
     def forget(self, rank: int) -> None:
         self.stacks.pop(rank, None)

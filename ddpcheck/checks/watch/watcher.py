@@ -141,7 +141,7 @@ class Watcher:
         if not processes.is_launcher(self.options.command):
             rank = rank_of(env) or 0
             self.ranks[rank] = Watched(processes.RankProcess(rank, self.proc.pid, self.tree.host))
-        self.pump = OutputPump(self.proc, lambda: self.progress.output(time.monotonic()))
+        self.pump = OutputPump(self.proc, lambda: self.progress.progressed(time.monotonic()))
 
     # ------------------------------------------------------------ the loop
     def watch(self) -> Event:
@@ -251,7 +251,7 @@ class Watcher:
                 and (known.gone_at is not None or self.tree.guessed(known.process.pid))
             ):
                 self.ranks[rank] = Watched(found)
-                self.progress.ranks_changed(time.monotonic())
+                self.progress.progressed(time.monotonic())
                 if self.tree.guessed(found.pid):
                     self.guesses.add(rank)
         # A guess that a later scan found under its own rank goes too.
@@ -280,7 +280,7 @@ class Watcher:
             if state_of(watched.process.pid).ended:
                 watched.gone_at = time.time()
                 newly = True
-                self.progress.ranks_changed(time.monotonic())
+                self.progress.progressed(time.monotonic())
         return newly
 
     def _a_rank_failed(self) -> bool:
