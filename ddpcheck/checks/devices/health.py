@@ -126,7 +126,7 @@ def judge(all_facts: list[dict[str, Any] | None], identities: list[dict[str, Any
         why = next((f["error"] for f in all_facts if f and f.get("error")), "no GPU facts")
         return Check("health", Status.SKIP, f"could not read GPU health: {why}")
     problems: list[str] = []
-    status = Status.PASS
+    severities: set[Status] = set()
     ranks: set[int] = set()
     seen: set[str] = set()
     for rank, facts in enumerate(all_facts):
@@ -138,20 +138,18 @@ def judge(all_facts: list[dict[str, Any] | None], identities: list[dict[str, Any
         seen.add(key)
         for severity, text in findings(facts):
             ranks.add(rank)
-            if severity == Status.FAIL:
-                status = Status.FAIL
-            elif status == Status.PASS:
-                status = Status.WARN
+            severities.add(severity)
             problems.append(f"{where(rank, identities)}, {gpu_label(facts)}: {text}")
     if unread:
         why = (all_facts[unread[0]] or {}).get("error")
         problems.append(f"not read on {', '.join(f'rank {r}' for r in unread)}: {why}")
-    if status == Status.PASS:
+    if not severities:
         detail = f"{counted(len(seen), 'GPU')}: no ECC, remap, XID, PCIe, NVLink, clock or mode problem"
         if unread:
             detail += "; " + problems[-1]
         return Check("health", Status.PASS, detail)
     ordered = sorted(ranks)
+    status = Status.FAIL if Status.FAIL in severities else Status.WARN
     return Check("health", status, "; ".join(problems), ordered, hosts_of(ordered, identities))
 
 

@@ -26,11 +26,12 @@ from ddpcheck.report.naming import counted, describe_ranks, hosts_of, where
 # The products whose checksums every rank compares: the dtypes training uses on each device.
 DTYPES = {"cpu": ("float32",), "cuda": ("bfloat16", "tf32")}
 COPIES = {"cpu": ("memcpy",), "cuda": ("h2d", "d2h", "d2d")}
-COPY_LABELS = {
-    "memcpy": "memcpy",
-    "h2d": "host to device",
-    "d2h": "device to host",
-    "d2d": "device to device",
+# Each copy: its figure's key in a device's row (a CPU's memcpy and a GPU's d2d share one) and its label.
+COPY_FIGURES = {
+    "memcpy": ("copy_gbps", "memcpy"),
+    "h2d": ("h2d_gbps", "host to device"),
+    "d2h": ("d2h_gbps", "device to host"),
+    "d2d": ("copy_gbps", "device to device"),
 }
 
 
@@ -88,7 +89,7 @@ def device_rows(
             row[key + "_passes"] = [_sig(p["gemm"][dtype]) for p in passes]
             row[key] = max(row[key + "_passes"])
         for copy in COPIES[kind]:
-            key = "copy_gbps" if copy in ("memcpy", "d2d") else f"{copy}_gbps"
+            key = COPY_FIGURES[copy][0]
             row[key + "_passes"] = [_sig(p["copy"][copy]) for p in passes]
             row[key] = max(row[key + "_passes"])
         waits = [p["cpu_wait"] for p in passes if "cpu_wait" in p]
@@ -248,10 +249,7 @@ def judge_compute(
 def judge_memory(
     rows: list[dict[str, Any]], identities: list[dict[str, Any]], threshold: float, kind: str
 ) -> Check:
-    figures = [
-        ("copy_gbps" if copy in ("memcpy", "d2d") else f"{copy}_gbps", COPY_LABELS[copy] + " copies", "GB/s")
-        for copy in COPIES[kind]
-    ]
+    figures = [(COPY_FIGURES[copy][0], COPY_FIGURES[copy][1] + " copies", "GB/s") for copy in COPIES[kind]]
     return _peer_check("memory", figures, rows, identities, threshold, expectations.copy_warning)
 
 
