@@ -429,7 +429,7 @@ def test_a_launcher_killed_outright_leaves_nothing(scratch) -> None:
 BEFORE_THE_SIGNAL_THREADS = """
 import os, sys, tempfile
 scratch = sys.argv[2]
-from ddpcheck.rank import inline
+from ddpcheck.rank import interrupt
 
 class Stop:  # in place of the SIGTERM thread: the moment a signal starts being answered off this thread
     def __init__(self, *args, **kwargs):
@@ -438,7 +438,7 @@ class Stop:  # in place of the SIGTERM thread: the moment a signal starts being 
         print("torch._dynamo" in sys.modules, made, flush=True)
         os._exit(0)
 
-inline.SigtermWatch = Stop
+interrupt.act_from_a_thread = Stop
 tempfile.tempdir = scratch
 sys.argv = ["ddpcheck", sys.argv[1]]
 from ddpcheck.__main__ import main

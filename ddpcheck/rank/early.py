@@ -4,7 +4,7 @@ torchrun, srun and mpirun end every rank once one died. A rank still importing t
 rendezvous, has no store to read yet: its host's job directory (rank/arrival.py) is what it can
 read, and it names the peer whose process stopped or ended there, in one line, then exits 3.
 Runs as the main thread's signal handler: the main thread is in Python then (imports), not
-blocked in native code, which only the run's own SigtermWatch thread can answer.
+blocked in native code, which only the run's own signal thread can answer.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ddpcheck.rank.here import HostDir
 
 
 def answer_sigterm(noted: bool = False) -> None:
-    """From this rank's first moment, until the run answers SIGTERM itself (inline.SigtermWatch);
+    """From this rank's first moment, until the run answers SIGTERM itself (interrupt.act_from_a_thread);
     `noted`: one came while ddpcheck's first modules loaded (the entry point noted it): answered now.
 
     Imported and installed before torch: a handler that had to import what it reads while the main

@@ -2,7 +2,7 @@
 
 One flow, entered three ways (`Reason`): the rank's own collective or store failed (run_rank),
 its join outlived its own timeout (`guard_join`'s thread), or its launcher stopped it (`on_sigterm`,
-on inline.SigtermWatch's thread, while the main thread may be blocked in a collective). Whichever
+on interrupt.act_from_a_thread's thread, while the main thread may be blocked in a collective). Whichever
 comes first speaks for the rank, once (`claim`). It reads what its peers published (observe),
 judges who stopped beating (explain.judge_inline), ends a stopped peer its launcher cannot reach
 (inline.reap), says one line (this is the user's terminal, not a log file), and on rank 0 writes

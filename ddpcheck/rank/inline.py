@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import threading
 import time
@@ -413,33 +412,3 @@ def reap(statuses: dict[int, SeenStatus], end_stopped: bool, store: Store | None
         for path in rundir.inline_dirs_of(status["pid"]):
             shutil.rmtree(path, ignore_errors=True)
     return ended
-
-
-class SigtermWatch(threading.Thread):
-    """Acts on SIGTERM at once, even while the main thread is blocked in a collective.
-
-    torchrun and srun stop every rank with SIGTERM once one failed; Python would run its
-    handler only when the collective returns, after the timeout. The C-level handler writes
-    to a wakeup pipe right away: this thread reads it and calls `on_sigterm`.
-    """
-
-    def __init__(self, on_sigterm: Callable[[], None]) -> None:
-        super().__init__(name="ddpcheck-sigterm", daemon=True)
-        self._read, write = os.pipe()
-        os.set_blocking(write, False)
-        self._write = write
-        self._on_sigterm = on_sigterm
-        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-        signal.signal(signal.SIGTERM, lambda signum, frame: None)
-
-    def run(self) -> None:
-        while True:
-            try:
-                data = os.read(self._read, 64)
-            except OSError:
-                return
-            if not data:
-                return
-            if signal.SIGTERM in data:
-                self._on_sigterm()
-                return

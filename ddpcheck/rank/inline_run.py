@@ -2,7 +2,7 @@
 
 No ddpcheck launcher watches: the ranks' own timeout is the bound (RunSpec.collective_timeout), a
 rank that gives up names who stopped beating (rank/giving_up.py), and the launcher's SIGTERM, which
-ends every rank once one failed, is answered at once, even mid-collective (inline.SigtermWatch).
+ends every rank once one failed, is answered at once, even mid-collective (interrupt.act_from_a_thread).
 Rank 0 returns the Report; every other rank the verdict rank 0 shared.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from ddpcheck.errors import say
 from ddpcheck.failure import explain, stages
 from ddpcheck.failure.rank_env import launcher_of
-from ddpcheck.rank import arrival, assemble, giving_up, here, inline, interrupt, remover, rundir
+from ddpcheck.rank import arrival, assemble, giving_up, here, interrupt, remover, rundir
 from ddpcheck.rank.harness import run_rank
 from ddpcheck.rank.rundir import RunSpec
 from ddpcheck.report.model import Report, Verdict
@@ -42,9 +42,8 @@ def run(
 
     os.environ.update(rundir.compile_cache_env(run_dir))
     import_what_ddp_imports(spec.command)
-    sigterm = inline.SigtermWatch(lambda: giving_up.on_sigterm(spec, run_dir, write_stopped))
-    sigterm.start()
-    interrupt.act_from_a_thread()  # and on SIGINT (torchrun passes Ctrl-C on so), after it
+    # SIGTERM, and SIGINT (torchrun passes Ctrl-C on so), answered at once from here on.
+    interrupt.act_from_a_thread(lambda: giving_up.on_sigterm(spec, run_dir, write_stopped))
     try:
         code = run_rank(spec, str(run_dir), write_stopped)
         # A peer here stopped after the last collective blocks no one: no one else would name it.

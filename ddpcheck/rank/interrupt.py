@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from enum import Enum
 from pathlib import Path
 from types import FrameType
@@ -88,7 +88,7 @@ def install(noted_before: list[int] | None = None, parent: int | None = None) ->
 def leave_on_sigterm() -> None:
     """An inline rank about to make its run directory: a launcher's SIGTERM (another rank failed;
     mpirun on a Ctrl-C) now leaves the same clean way, until the run answers it itself
-    (inline.SigtermWatch); by default the rank would die there, its run directory left."""
+    (act_from_a_thread); by default the rank would die there, its run directory left."""
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_signal)
 
@@ -155,24 +155,27 @@ def leave(code: int = EXIT_INTERRUPTED, say: bool = True) -> NoReturn:
     os._exit(code)
 
 
-def act_from_a_thread() -> None:
-    """A rank under torchrun, srun or mpirun: act on SIGINT even while the main thread waits in
-    native code (joining the process group, a collective whose peers are gone).
+def act_from_a_thread(on_sigterm: Callable[[], None]) -> None:
+    """A rank under torchrun, srun or mpirun: act on SIGINT and SIGTERM even while the main thread
+    waits in native code (joining the process group, a collective whose peers are gone).
 
-    No Python handler runs there until that wait returns, and torchrun kills a rank that took
-    30 s (its run directory left behind). The C-level handler writes each signal to the wakeup
-    pipe at once: a thread reads it and leaves. Chained: the bytes go on to the pipe that was
-    set before (inline.SigtermWatch's, which acts on SIGTERM the same way).
+    No Python handler runs there until that wait returns: torchrun kills a rank that took 30 s
+    over a Ctrl-C (its run directory left behind), and torchrun, srun and mpirun stop every rank
+    with SIGTERM once one failed, answered only after the collective's timeout. The C-level
+    handler writes each signal to the wakeup pipe at once: a thread reads it, leaves on SIGINT,
+    and on the first SIGTERM calls `on_sigterm` on a thread of its own (a Ctrl-C still leaves).
     """
     read, write = os.pipe()
     os.set_blocking(write, False)
-    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
 
     def watch() -> None:
+        answered = False
         while data := os.read(read, 64):
-            if previous != -1:
-                with contextlib.suppress(OSError):
-                    os.write(previous, data)
+            if signal.SIGTERM in data and not answered:
+                answered = True
+                threading.Thread(target=on_sigterm, name="ddpcheck-sigterm", daemon=True).start()
             if signal.SIGINT in data and signal.getsignal(signal.SIGINT) is _on_signal:
                 _State.stopped.set()
                 leave()
