@@ -44,12 +44,7 @@ def nccl_version(torch: Any) -> str | None:
         version = torch.cuda.nccl.version()
     except Exception:  # CPU builds lack the binding altogether
         return None
-    if isinstance(version, tuple):
-        return ".".join(map(str, version))
-    # Old torch: one integer, major*1000 + minor*100 + patch (or *10000 from 2.9).
-    major, rest = divmod(int(version), 10000 if version >= 20900 else 1000)
-    minor, patch = divmod(rest, 100)
-    return f"{major}.{minor}.{patch}"
+    return ".".join(map(str, version))  # a tuple since torch 1.10, (major, minor, patch[, suffix])
 
 
 def nvidia_driver_version(nvidia_proc: Path = Path("/proc/driver/nvidia")) -> str | None:
