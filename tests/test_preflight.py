@@ -28,7 +28,7 @@ import pytest
 
 import ddpcheck
 from ddpcheck.preflight import options
-from ddpcheck.preflight.arrival import Arrival, arrive
+from ddpcheck.preflight.attendance import Attendance, arrive
 from ddpcheck.preflight.failed import PreflightFailed
 from ddpcheck.preflight.options import PreflightUsageError
 from ddpcheck.report.model import Check, Report, Status
@@ -76,7 +76,7 @@ def test_the_package_is_the_function() -> None:
 
 
 def _arrive_in_threads(store, world: int, absent: set[int], late: dict[int, float], wait_s: float):
-    results: dict[int, tuple[Arrival, float]] = {}
+    results: dict[int, tuple[Attendance, float]] = {}
 
     def one(rank: int) -> None:
         time.sleep(late.get(rank, 0.0))
@@ -118,7 +118,7 @@ def test_a_rank_that_comes_after_the_others_gave_up_is_told_so() -> None:
 
 def test_host_of_says_nothing_when_the_layout_is_not_torchruns() -> None:
     present = {0: {"host": "a", "node": 0, "local_world": 2}, 2: {"host": "b", "node": 0, "local_world": 2}}
-    assert Arrival(4, [1, 3], present).host_of(1) is None
+    assert Attendance(4, [1, 3], present).host_of(1) is None
 
 
 def test_the_exception_is_one_line_naming_ranks_and_hosts() -> None:

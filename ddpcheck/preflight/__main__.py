@@ -103,8 +103,7 @@ def _run(opts: PreflightOptions, backend: str) -> int:
     import torch
     import torch.distributed as dist
 
-    from ddpcheck.preflight import arrival as arrivals
-    from ddpcheck.preflight import judge, measure, run
+    from ddpcheck.preflight import attendance, judge, measure, run
     from ddpcheck.rank import inline
 
     started = time.time()  # Python's and torch's start are not counted: seconds on a busy host
@@ -119,7 +118,7 @@ def _run(opts: PreflightOptions, backend: str) -> int:
     budget_s = opts.budget_for(device)
     store = inline.rendezvous_store(timedelta(seconds=max(budget_s, MIN_STORE_WAIT_S)))
     # Before the group exists: gloo's join would wait for a missing rank as long as its timeout.
-    came = arrivals.arrive(
+    came = attendance.arrive(
         store,
         rank,
         world_size,

@@ -1,5 +1,5 @@
 """preflight's verdicts, on rank 0: pure over what every rank measured (measure.py) or what the store
-said (arrival.py), with the judges `ddpcheck allreduce` and every command use.
+said (attendance.py), with the judges `ddpcheck allreduce` and every command use.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 from ddpcheck.checks.sweep.fit import budget_findings
 from ddpcheck.checks.sweep.judge import bandwidth_rows, bandwidth_table, judge_bandwidth, judge_data
 from ddpcheck.preflight import health
-from ddpcheck.preflight.arrival import Arrival
+from ddpcheck.preflight.attendance import Attendance
 from ddpcheck.preflight.options import PreflightOptions
 from ddpcheck.rank import assemble
 from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
@@ -21,28 +21,28 @@ ALL_REDUCE = "all_reduce"
 DTYPE = "float32"
 
 
-def arrival_check(arrival: Arrival, wait_s: float) -> Check:
-    n = arrival.world_size
-    if not arrival.missing:
-        return Check("arrival", Status.PASS, f"{counted(n, 'rank')} arrived in {arrival.waited_s:.2f} s")
-    hosts = {r: arrival.host_of(r) for r in arrival.missing}
-    named = ", ".join(f"rank {r}" + (f" (host {hosts[r]})" if hosts[r] else "") for r in arrival.missing[:16])
-    more = f" and {len(arrival.missing) - 16} more" if len(arrival.missing) > 16 else ""
-    came = f"{len(arrival.present)} of {n} ranks came"
-    detail = f"{named}{more} did not arrive within {wait_s:.1f} s ({came}): no collective was run"
+def arrival_check(came: Attendance, wait_s: float) -> Check:
+    n = came.world_size
+    if not came.missing:
+        return Check("arrival", Status.PASS, f"{counted(n, 'rank')} arrived in {came.waited_s:.2f} s")
+    hosts = {r: came.host_of(r) for r in came.missing}
+    named = ", ".join(f"rank {r}" + (f" (host {hosts[r]})" if hosts[r] else "") for r in came.missing[:16])
+    more = f" and {len(came.missing) - 16} more" if len(came.missing) > 16 else ""
+    tally = f"{len(came.present)} of {n} ranks came"
+    detail = f"{named}{more} did not arrive within {wait_s:.1f} s ({tally}): no collective was run"
     return Check(
         "arrival",
         Status.ERROR,
         detail,
-        list(arrival.missing),
+        list(came.missing),
         sorted({h for h in hosts.values() if h}),
     )
 
 
-def judge_missing(arrival: Arrival, wait_s: float, world: dict[str, Any], opts: PreflightOptions) -> Report:
+def judge_missing(came: Attendance, wait_s: float, world: dict[str, Any], opts: PreflightOptions) -> Report:
     """The report when a rank never came: the arrival alone (nothing else could run)."""
-    report = Report(command=COMMAND, checks=[arrival_check(arrival, wait_s)], world=world)
-    report.ranks = [arrival.present[r] for r in sorted(arrival.present)]
+    report = Report(command=COMMAND, checks=[arrival_check(came, wait_s)], world=world)
+    report.ranks = [came.present[r] for r in sorted(came.present)]
     report.options = _options(opts)
     report.injected = opts.injected()
     return report
@@ -50,14 +50,14 @@ def judge_missing(arrival: Arrival, wait_s: float, world: dict[str, Any], opts: 
 
 def judge(
     gathered: list[dict[str, Any]],
-    arrival: Arrival,
+    came: Attendance,
     wait_s: float,
     world: dict[str, Any],
     opts: PreflightOptions,
 ) -> Report:
     """Every rank's measurements -> the Report: arrival, the sum, bandwidth, versions, health, rank map."""
     identities = [g["identity"] for g in gathered]
-    report = Report(command=COMMAND, checks=[arrival_check(arrival, wait_s)])
+    report = Report(command=COMMAND, checks=[arrival_check(came, wait_s)])
     sweeps = [g["sweep"] for g in gathered]
     if sweeps[0] is not None:
         _judge_sweep(report, sweeps, identities, opts)

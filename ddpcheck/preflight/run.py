@@ -10,8 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ddpcheck.preflight import arrival as arrivals
-from ddpcheck.preflight import judge, measure
+from ddpcheck.preflight import attendance, judge, measure
 from ddpcheck.preflight.failed import PreflightFailed
 from ddpcheck.preflight.group import checked
 from ddpcheck.preflight.options import PreflightOptions
@@ -37,13 +36,13 @@ def run(opts: PreflightOptions, group: Any, started: float) -> Report:
     budget_s = opts.budget_for(device.type)
     wait_s = max(0.0, budget_s * ARRIVAL_SHARE - (time.time() - started))
     store = dist.distributed_c10d._get_default_store()  # torch's own since 1.x; every rank shares it
-    came = arrivals.arrive(
+    came = attendance.arrive(
         store,
         rank,
         world_size,
         measure.where_i_run(rank),
         wait_s,
-        arrivals.next_call(),
+        attendance.next_call(),
         absent=("absent", rank) in opts.faults,
     )
     if came.missing:
@@ -61,7 +60,7 @@ def _measured(
     world_size: int,
     backend: str,
     device: Any,
-    came: arrivals.Arrival,
+    came: attendance.Attendance,
     end: float,
     budget_s: float,
 ) -> Report:

@@ -24,7 +24,7 @@ _calls = itertools.count()  # this process's calls: ranks that call preflight al
 
 
 @dataclass(frozen=True)
-class Arrival:
+class Attendance:
     """What the store said: every rank came (missing == []), or who did by the end of the wait."""
 
     world_size: int
@@ -57,7 +57,7 @@ def arrive(
     wait_s: float,
     call: int,
     absent: bool = False,
-) -> Arrival:
+) -> Attendance:
     """Announce this rank (unless `absent`: a planted fault) and wait at most `wait_s` for the rest."""
     # A torchrun restart keeps its agent's store: each attempt's keys apart from the last one's.
     key = f"{PREFIX}{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{call}/"
@@ -80,9 +80,9 @@ def arrive(
         time.sleep(POLL_S)
     waited = time.monotonic() - began
     if decided == OPEN:
-        return Arrival(world_size, [], {}, waited)
+        return Attendance(world_size, [], {}, waited)
     came = {int(r): p for r, p in json.loads(decided).items()}
-    return Arrival(world_size, [r for r in range(world_size) if r not in came], came, waited)
+    return Attendance(world_size, [r for r in range(world_size) if r not in came], came, waited)
 
 
 def _decide(store: Any, key: str, value: str) -> str:
