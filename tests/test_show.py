@@ -118,7 +118,7 @@ def test_not_a_report_is_one_line_and_exit_2(
     # Each kind of bad file through the loader, in this process: one line naming the file.
     for path in paths:
         with pytest.raises(UsageError) as raised:
-            showing.load(str(path))
+            showing.run(showing.ShowOptions(report_path=str(path)))
         message = str(raised.value)
         assert message.startswith(f"{path}: ") and "\n" not in message, message
     # And through the command, as users meet it: exit 2, one line, no traceback.

@@ -24,18 +24,14 @@ class ShowOptions:
         pass
 
 
-def load(path: str) -> Report:
-    """The saved report at `path`; a file that is not one is a usage error (one line, exit 2)."""
+def run(options: ShowOptions) -> Report:
+    """The saved report; a file that is not one is a usage error (one line, exit 2)."""
     from ddpcheck.report.model import NotAReport, read_report  # not on --help's path
 
     try:
-        return read_report(path)
+        return read_report(options.report_path)
     except NotAReport as exc:
-        raise UsageError(f"{path}: {exc}") from None
-
-
-def run(options: ShowOptions) -> Report:
-    return load(options.report_path)
+        raise UsageError(f"{options.report_path}: {exc}") from None
 
 
 COMMAND = Command(
