@@ -55,20 +55,6 @@ def _link_rows(report: Report) -> list[dict[str, Any]]:
     ]
 
 
-def _heat_map(fig: Any, ratio: Any, label: str) -> Any:
-    """The ratios as one image on a red-to-green scale, with its colour bar; the axes drawn on."""
-    from matplotlib.colors import Normalize
-
-    ax = fig.add_subplot()
-    ax.grid(False)
-    # An image, not one shape per cell: matplotlib resamples it to the figure's pixels, so a
-    # 64-rank matrix stays a few KB and 1,024 nodes weigh what 64 do.
-    image = ax.imshow(ratio, cmap="RdYlGn", norm=Normalize(0.0, 1.0), interpolation="nearest", origin="upper")
-    bar = fig.colorbar(image, ax=ax, shrink=0.8)
-    bar.set_label(label)
-    return ax
-
-
 def _slowest_table(rows: list[dict[str, Any]], title: str) -> Table:
     """The MATRIX_RANKS slowest links; `title` formatted with {shown} and {total}."""
     columns = {k: k.replace("_", " ") for k in ("src", "dst", "src_host", "dst_host", "gbps", "ratio")}
@@ -105,7 +91,7 @@ def charts(report: Report) -> list[Chart]:
     side = min(7.0, 3.0 + n * 0.12)
     with svg.figure(side + 1.2, side) as fig:
         # Short: the label runs along a bar as tall as a 3-rank map.
-        ax = _heat_map(fig, ratio, "bandwidth ÷ median link")
+        ax = svg.heat_map(fig, ratio, "RdYlGn", 1.0, "bandwidth ÷ median link")
         ax.set_xlabel("destination rank")
         ax.set_ylabel("source rank")
         if n <= 32:
@@ -169,7 +155,7 @@ def _node_chart(report: Report, grid: Table) -> Chart:
     rows = _link_rows(report)
     blocks = any(number(r.get("nodes")) > 1 for r in grid.rows)
     with svg.figure(8.2, 7.0) as fig:
-        ax = _heat_map(fig, ratio, "slowest rail ÷ median link")
+        ax = svg.heat_map(fig, ratio, "RdYlGn", 1.0, "slowest rail ÷ median link")
         what = "block of nodes" if blocks else "node"
         ax.set_xlabel(f"destination {what}")
         ax.set_ylabel(f"source {what}")

@@ -37,7 +37,6 @@ def _label(row: dict[str, Any]) -> str:
 
 def _chart(report: Report, group: str, rows: list[dict[str, Any]]) -> Chart:
     import numpy as np
-    from matplotlib.colors import Normalize
     from matplotlib.patches import Rectangle
 
     rows = sorted(rows, key=lambda r: r["rank"])
@@ -50,19 +49,8 @@ def _chart(report: Report, group: str, rows: list[dict[str, Any]]) -> Chart:
     top = np.nanmax(lag_ms) if np.isfinite(lag_ms).any() else 0.0
     titles: dict[str, str] = {}
     with svg.figure(7.5, min(7.0, 1.6 + len(rows) * 0.3)) as fig:
-        ax = fig.add_subplot()
-        ax.grid(False)
-        # An image, as the links matrix: white (no lag) to red (the most lag), a gap left blank.
-        image = ax.imshow(
-            lag_ms,
-            cmap="Reds",
-            norm=Normalize(0.0, max(top, 1e-3)),
-            interpolation="nearest",
-            origin="upper",
-            aspect="auto",
-        )
-        bar = fig.colorbar(image, ax=ax, shrink=0.8)
-        bar.set_label("lag behind peers (ms)")
+        # As the links matrix: white (no lag) to red (the most lag), a gap left blank.
+        ax = svg.heat_map(fig, lag_ms, "Reds", max(top, 1e-3), "lag behind peers (ms)", aspect="auto")
         seconds = f" ({_seconds(bucket_s)} each)" if math.isfinite(bucket_s) else ""
         ax.set_xlabel(f"time in the watched run, buckets{seconds}")
         ax.set_ylabel("rank")

@@ -15,6 +15,7 @@ from typing import Any
 
 import matplotlib
 from matplotlib.backends.backend_svg import FigureCanvasSVG
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 # Text stays text (not paths): far smaller, selectable, and the browser's own sans-serif draws
@@ -68,6 +69,20 @@ def to_svg(fig: Figure, titles: dict[str, str] | None = None) -> str:
         )
     # Scale with the page instead of a fixed size in points.
     return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1 class="chart"', text, count=1)
+
+
+def heat_map(fig: Figure, values: Any, cmap: str, top: float, label: str, aspect: str | None = None) -> Any:
+    """`values` (rows x columns) as one image from 0 to `top` with its colour bar; the axes, to draw on.
+
+    An image, not one shape per cell: matplotlib resamples it to the figure's pixels, so a
+    64-rank matrix stays a few KB and 1,024 nodes weigh what 64 do.
+    """
+    ax = fig.add_subplot()
+    ax.grid(False)
+    norm = Normalize(0.0, top)
+    image = ax.imshow(values, cmap=cmap, norm=norm, interpolation="nearest", origin="upper", aspect=aspect)
+    fig.colorbar(image, ax=ax, shrink=0.8).set_label(label)
+    return ax
 
 
 def size_label(n: float) -> str:
