@@ -438,10 +438,7 @@ def judge_big_batch(
 
 def _upstream_culprits(checks: list[Check]) -> Check | None:
     """The first failing training check that named ranks: later consequences name the same ranks."""
-    for check in checks:
-        if check.status == Status.FAIL and check.ranks and check.name != "rank map":
-            return check
-    return None
+    return next((c for c in checks if c.status == Status.FAIL and c.ranks and c.name != "rank map"), None)
 
 
 # ---------------------------------------------------------------- tables
