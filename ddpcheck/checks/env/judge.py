@@ -389,10 +389,8 @@ def _judge_gloo_ifname(
 
 def _suggest(interfaces: Mapping[str, Mapping[str, Any]]) -> str:
     """The first usable non-loopback interface, as an example for a fix."""
-    for name, info in interfaces.items():
-        if _usable(info) and not all(is_loopback(a) for a in info["addresses"]):
-            return name
-    return "eth0"
+    found = (n for n, i in interfaces.items() if _usable(i) and not all(map(is_loopback, i["addresses"])))
+    return next(found, "eth0")
 
 
 def judge_master(master: Mapping[str, Any], env: Mapping[str, str]) -> list[Check]:
