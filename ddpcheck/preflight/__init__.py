@@ -61,18 +61,15 @@ def preflight(
     from ddpcheck.preflight import options
 
     opts = options.build(checks, budget_s, min_busbw, quiet, json_path, inject)
-    if not isinstance(raise_on_failure, bool):
-        raise PreflightUsageError(f"raise_on_failure must be True or False, got {raise_on_failure!r}")
+    options.flag("raise_on_failure", raise_on_failure)
     from ddpcheck.preflight.group import checked
 
-    checked(opts, group)  # before the work's imports (a second on a busy host), and before any collective
+    # Before the work's imports (a second on a busy host), and before any collective.
+    rank, world_size = checked(opts, group)
     from ddpcheck.preflight import run
 
-    rank = _rank()
     try:
-        report = run.run(opts, group, started)
-    except PreflightUsageError:
-        raise
+        report = run.run(opts, rank, world_size, started)
     except Exception as exc:  # the checks themselves broke on this rank: a report that says so
         report = run.could_not_complete(opts, rank, exc, started)
         run.show(report, opts, 0)  # every rank that broke says so: rank 0 may be the one that did not
@@ -80,13 +77,9 @@ def preflight(
             raise PreflightFailed(report) from exc
         return report
     run.show(report, opts, rank)
-    return run.outcome(report, raise_on_failure)
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    if raise_on_failure and report.failing():
+        raise PreflightFailed(report)
+    return report
 
 
 class _CallableModule(types.ModuleType):

@@ -16,6 +16,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import NoReturn
 
@@ -103,7 +104,7 @@ def _run(opts: PreflightOptions, backend: str) -> int:
     import torch
     import torch.distributed as dist
 
-    from ddpcheck.preflight import attendance, judge, measure, run
+    from ddpcheck.preflight import run
     from ddpcheck.rank import inline
 
     started = time.time()  # Python's and torch's start are not counted: seconds on a busy host
@@ -114,22 +115,13 @@ def _run(opts: PreflightOptions, backend: str) -> int:
         if not torch.cuda.is_available():
             raise UsageError("--backend nccl needs a CUDA GPU, and this rank sees none")
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-    device = "cuda" if backend == "nccl" else "cpu"
-    budget_s = opts.budget_for(device)
+    device = torch.device("cuda" if backend == "nccl" else "cpu")
+    budget_s = opts.budget_for(device.type)
     store = inline.rendezvous_store(timedelta(seconds=max(budget_s, MIN_STORE_WAIT_S)))
     # Before the group exists: gloo's join would wait for a missing rank as long as its timeout.
-    came = attendance.arrive(
-        store,
-        rank,
-        world_size,
-        measure.where_i_run(rank),
-        budget_s * run.ARRIVAL_SHARE,
-        call=-1,
-        absent=("absent", rank) in opts.faults,
-    )
-    if came.missing:
-        world = run._world(backend, torch.device(device), world_size, list(came.present.values()))
-        report = judge.judge_missing(came, budget_s * run.ARRIVAL_SHARE, world, opts)
+    wait_s = budget_s * run.ARRIVAL_SHARE
+    _, report = run.arrive(store, rank, world_size, backend, device, opts, wait_s, call=-1)
+    if report is not None:
         report.elapsed_s = time.time() - started
         run.show(report, opts, rank)
         return report.verdict.exit_code
@@ -138,8 +130,7 @@ def _run(opts: PreflightOptions, backend: str) -> int:
         backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=max(left_s, 30.0))
     )
     try:
-        opts_left = PreflightOptions(**{**opts.__dict__, "budget_s": budget_s})
-        report = run.run(opts_left, None, started)
+        report = run.run(replace(opts, budget_s=budget_s), rank, world_size, started)
         run.show(report, opts, rank)
         return report.verdict.exit_code
     finally:

@@ -20,7 +20,7 @@ from typing import Any
 PREFIX = "ddpcheck/preflight/"
 POLL_S = 0.02
 OPEN = "open"
-_calls = itertools.count()  # this process's calls: ranks that call preflight alike share each call's keys
+calls = itertools.count()  # this process's calls: ranks that call preflight alike share each call's keys
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,6 @@ class Attendance:
         if any(p.get("node") != r // size for r, p in self.present.items()):
             return None
         return next((p["host"] for r, p in self.present.items() if r // size == rank // size), None)
-
-
-def next_call() -> int:
-    return next(_calls)
 
 
 def arrive(
@@ -72,9 +68,9 @@ def arrive(
             if int(store.add(f"{key}count", 0)) >= world_size:
                 decided = _decide(store, f"{key}verdict", OPEN)
             elif time.monotonic() >= deadline:
-                present = {r: _where(store, f"{key}rank/{r}") for r in range(world_size)}
-                came = {r: p for r, p in present.items() if p is not None}
-                decided = _decide(store, f"{key}verdict", json.dumps({str(r): p for r, p in came.items()}))
+                present = {r: _read(store, f"{key}rank/{r}") for r in range(world_size)}
+                came = {str(r): json.loads(p) for r, p in present.items() if p is not None}
+                decided = _decide(store, f"{key}verdict", json.dumps(came))
         if decided is not None:
             break
         time.sleep(POLL_S)
@@ -92,10 +88,6 @@ def _decide(store: Any, key: str, value: str) -> str:
 
 def _read(store: Any, key: str) -> str | None:
     return _text(store.get(key)) if store.check([key]) else None
-
-
-def _where(store: Any, key: str) -> dict[str, Any] | None:
-    return json.loads(_text(store.get(key))) if store.check([key]) else None
 
 
 def _text(value: bytes | str) -> str:

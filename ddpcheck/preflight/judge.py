@@ -21,27 +21,21 @@ ALL_REDUCE = "all_reduce"
 DTYPE = "float32"
 
 
-def arrival_check(came: Attendance, wait_s: float) -> Check:
-    n = came.world_size
-    if not came.missing:
-        return Check("arrival", Status.PASS, f"{counted(n, 'rank')} arrived in {came.waited_s:.2f} s")
+def judge_missing(came: Attendance, wait_s: float, world: dict[str, Any], opts: PreflightOptions) -> Report:
+    """The report when a rank never came: the arrival alone (nothing else could run)."""
     hosts = {r: came.host_of(r) for r in came.missing}
     named = ", ".join(f"rank {r}" + (f" (host {hosts[r]})" if hosts[r] else "") for r in came.missing[:16])
     more = f" and {len(came.missing) - 16} more" if len(came.missing) > 16 else ""
-    tally = f"{len(came.present)} of {n} ranks came"
+    tally = f"{len(came.present)} of {came.world_size} ranks came"
     detail = f"{named}{more} did not arrive within {wait_s:.1f} s ({tally}): no collective was run"
-    return Check(
+    check = Check(
         "arrival",
         Status.ERROR,
         detail,
         list(came.missing),
         sorted({h for h in hosts.values() if h}),
     )
-
-
-def judge_missing(came: Attendance, wait_s: float, world: dict[str, Any], opts: PreflightOptions) -> Report:
-    """The report when a rank never came: the arrival alone (nothing else could run)."""
-    report = Report(command=COMMAND, checks=[arrival_check(came, wait_s)], world=world)
+    report = Report(command=COMMAND, checks=[check], world=world)
     report.ranks = [came.present[r] for r in sorted(came.present)]
     report.options = _options(opts)
     report.injected = opts.injected()
@@ -51,13 +45,13 @@ def judge_missing(came: Attendance, wait_s: float, world: dict[str, Any], opts: 
 def judge(
     gathered: list[dict[str, Any]],
     came: Attendance,
-    wait_s: float,
     world: dict[str, Any],
     opts: PreflightOptions,
 ) -> Report:
     """Every rank's measurements -> the Report: arrival, the sum, bandwidth, versions, health, rank map."""
     identities = [g["identity"] for g in gathered]
-    report = Report(command=COMMAND, checks=[arrival_check(came, wait_s)])
+    arrived = f"{counted(came.world_size, 'rank')} arrived in {came.waited_s:.2f} s"
+    report = Report(command=COMMAND, checks=[Check("arrival", Status.PASS, arrived)])
     sweeps = [g["sweep"] for g in gathered]
     if sweeps[0] is not None:
         _judge_sweep(report, sweeps, identities, opts)

@@ -60,7 +60,7 @@ def build(
         checks=_checks(checks),
         budget_s=_number("budget_s", budget_s, MIN_BUDGET_S, MAX_BUDGET_S),
         min_busbw=_number("min_busbw", min_busbw, 0.0, math.inf),
-        quiet=_flag("quiet", quiet),
+        quiet=flag("quiet", quiet),
         json_path=_path(json_path),
         faults=_faults(inject),
     )
@@ -92,7 +92,7 @@ def _number(name: str, value: object, low: float, high: float) -> float | None:
     return float(value)
 
 
-def _flag(name: str, value: object) -> bool:
+def flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise PreflightUsageError(f"{name} must be True or False, got {value!r}")
     return value

@@ -1,5 +1,5 @@
-"""preflight() on one rank: validate, wait for every rank (bounded), measure, judge on rank 0, share
-the Report with every rank, print it on rank 0, and raise everywhere when the job should not start.
+"""preflight() on one rank: wait for every rank (bounded), measure, judge on rank 0, share the Report
+with every rank, and print it on rank 0.
 
 The report side is imported with this module, before the clock matters: printing at the end costs
 no first import inside the budget's tail.
@@ -10,9 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ddpcheck.errors import say
 from ddpcheck.preflight import attendance, judge, measure
-from ddpcheck.preflight.failed import PreflightFailed
-from ddpcheck.preflight.group import checked
 from ddpcheck.preflight.options import PreflightOptions
 from ddpcheck.report.formats import json as json_format
 from ddpcheck.report.model import Check, Report, Status
@@ -26,55 +25,46 @@ ARRIVAL_SHARE = 0.5
 TAIL_S = {"cpu": 1.0, "cuda": 2.0}
 
 
-def run(opts: PreflightOptions, group: Any, started: float) -> Report:
-    """The Report, the same on every rank; PreflightUsageError before any collective on a bad call."""
+def run(opts: PreflightOptions, rank: int, world_size: int, started: float) -> Report:
+    """The Report of a checked group (group.py), the same on every rank."""
     import torch.distributed as dist
 
-    rank, world_size = checked(opts, group)
     backend = str(dist.get_backend())
     device = measure.job_device(backend)
     budget_s = opts.budget_for(device.type)
     wait_s = max(0.0, budget_s * ARRIVAL_SHARE - (time.time() - started))
     store = dist.distributed_c10d._get_default_store()  # torch's own since 1.x; every rank shares it
-    came = attendance.arrive(
-        store,
-        rank,
-        world_size,
-        measure.where_i_run(rank),
-        wait_s,
-        attendance.next_call(),
-        absent=("absent", rank) in opts.faults,
-    )
-    if came.missing:
-        world = _world(backend, device, world_size, list(came.present.values()))
-        report = judge.judge_missing(came, budget_s * ARRIVAL_SHARE, world, opts)
-    else:
-        report = _measured(opts, rank, world_size, backend, device, came, started + budget_s, budget_s)
+    came, report = arrive(store, rank, world_size, backend, device, opts, wait_s, next(attendance.calls))
+    if report is None:
+        ctx = measure.context(rank, world_size, device, opts, started + budget_s - TAIL_S[device.type])
+        gathered = ctx.gather_to_rank0(measure.measure(ctx, opts))
+        shared: list[Any] = [None]
+        if gathered is not None:
+            world = _world(backend, device, world_size, [g["identity"] for g in gathered])
+            shared = [judge.judge(gathered, came, world, opts).to_transport()]
+        dist.broadcast_object_list(shared, src=0)  # every rank returns, or raises, the same verdict
+        report = Report.from_transport(shared[0])
     report.elapsed_s = time.time() - started
     return report
 
 
-def _measured(
-    opts: PreflightOptions,
+def arrive(
+    store: Any,
     rank: int,
     world_size: int,
     backend: str,
     device: Any,
-    came: attendance.Attendance,
-    end: float,
-    budget_s: float,
-) -> Report:
-    import torch.distributed as dist
-
-    ctx = measure.context(rank, world_size, device, opts, end - TAIL_S[device.type])
-    data = measure.measure(ctx, opts)
-    gathered = ctx.gather_to_rank0(data)
-    shared: list[Any] = [None]
-    if gathered is not None:
-        world = _world(backend, device, world_size, [g["identity"] for g in gathered])
-        shared = [judge.judge(gathered, came, budget_s * ARRIVAL_SHARE, world, opts).to_transport()]
-    dist.broadcast_object_list(shared, src=0)  # every rank returns, or raises, the same verdict
-    return Report.from_transport(shared[0])
+    opts: PreflightOptions,
+    wait_s: float,
+    call: int,
+) -> tuple[attendance.Attendance, Report | None]:
+    """Who came within `wait_s`, and the report when a rank did not (nothing else could run)."""
+    absent = ("absent", rank) in opts.faults
+    came = attendance.arrive(store, rank, world_size, measure.where_i_run(rank), wait_s, call, absent)
+    if not came.missing:
+        return came, None
+    world = _world(backend, device, world_size, list(came.present.values()))
+    return came, judge.judge_missing(came, opts.budget_for(device.type) * ARRIVAL_SHARE, world, opts)
 
 
 def _world(backend: str, device: Any, size: int, identities: list[dict[str, Any]]) -> dict[str, Any]:
@@ -110,14 +100,5 @@ def show(report: Report, opts: PreflightOptions, rank: int) -> None:
     if opts.json_path:
         files.write("JSON report", opts.json_path, lambda: json_format.write(report, opts.json_path))
     render_report(report, make_console(stderr=opts.json_path == "-"), quiet=opts.quiet, wrote=files.wrote)
-    if files.lost:
-        from ddpcheck.errors import say
-
-        for line in files.lost:
-            say(line)
-
-
-def outcome(report: Report, raise_on_failure: bool) -> Report:
-    if raise_on_failure and report.failing():
-        raise PreflightFailed(report)
-    return report
+    for line in files.lost:
+        say(line)
