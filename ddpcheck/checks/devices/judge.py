@@ -84,13 +84,9 @@ def device_rows(
             "model": d["model"],
             "gemm_dtype": primary,
         }
-        for dtype in DTYPES[kind]:
-            key = "gemm_tflops" if dtype == primary else f"{dtype}_tflops"
-            row[key + "_passes"] = [_sig(p["gemm"][dtype]) for p in passes]
-            row[key] = max(row[key + "_passes"])
-        for copy in COPIES[kind]:
-            key = COPY_FIGURES[copy][0]
-            row[key + "_passes"] = [_sig(p["copy"][copy]) for p in passes]
+        products = [("gemm_tflops" if d == primary else f"{d}_tflops", "gemm", d) for d in DTYPES[kind]]
+        for key, part, figure in products + [(COPY_FIGURES[c][0], "copy", c) for c in COPIES[kind]]:
+            row[key + "_passes"] = [_sig(p[part][figure]) for p in passes]
             row[key] = max(row[key + "_passes"])
         waits = [p["cpu_wait"] for p in passes if "cpu_wait" in p]
         if waits:
