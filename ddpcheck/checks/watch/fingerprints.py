@@ -392,19 +392,12 @@ def _outermost(modules: list[Any]) -> list[Any]:
     return [m for m in modules if id(m) not in inner]
 
 
-def _name_of(module: Any) -> str:
-    """The user's class: fully_shard makes the module's class FSDP<Class>, a subclass of both."""
-    fully_shard = getattr(sys.modules.get(FSDP_PACKAGE), "FSDPModule", None)
-    for cls in type(module).__mro__:
-        if fully_shard is None or not issubclass(cls, fully_shard):
-            return cls.__name__
-    return type(module).__name__
-
-
 def _unsharded_name(module: Any) -> str:
-    """The user's class of an FSDP2 module, or of the module inside an FSDP1 wrapper."""
-    _, fsdp1 = _fsdp_classes()
-    return _name_of(module.module if isinstance(module, fsdp1) else module)
+    """The user's class of an FSDP2 module (fully_shard makes its class FSDP<Class>, a subclass of
+    both), or of the module inside an FSDP1 wrapper."""
+    fully_shard, fsdp1 = _fsdp_classes()
+    inner = module.module if isinstance(module, fsdp1) else module
+    return next(cls.__name__ for cls in type(inner).__mro__ if not issubclass(cls, fully_shard))
 
 
 def _how_sharded(module: Any) -> str:
