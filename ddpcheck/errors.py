@@ -17,9 +17,8 @@ def say(line: str) -> None:
     """One line on stderr, in one write.
 
     Ranks under torchrun, srun or mpirun share their launcher's stderr, and print() writes the
-    text and its newline apart: another rank's line got in between (rank 1's "failed" line ran
-    into the end of rank 0's, so no line began with it: 1 torchrun run in 20 beside a bursty
-    load). One write of a line up to PIPE_BUF (4 KiB) to a pipe is never split.
+    text and its newline apart: another rank's line can get in between (docs/failures.md). One
+    write of a line up to PIPE_BUF (4 KiB) to a pipe is never split.
     """
     with contextlib.suppress(Exception):  # what this process printed before goes first
         sys.stderr.flush()
