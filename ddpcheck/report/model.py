@@ -152,6 +152,11 @@ class Report:
     def table(self, name: str) -> Table | None:
         return next((t for t in self.tables if t.name == name), None)
 
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        """The rows of the table of that name; none when the report has no such table."""
+        found = self.table(name)
+        return found.rows if found else []
+
     def failing(self) -> list[Check]:
         return [c for c in self.checks if c.status in (Status.FAIL, Status.ERROR)]
 

@@ -47,11 +47,8 @@ def slow_links(report: Report, rows: list[dict[str, Any]]) -> list[dict[str, Any
 
 def _link_rows(report: Report) -> list[dict[str, Any]]:
     """The rows of `links` that name both ends."""
-    table = report.table("links")
     return [
-        r
-        for r in (table.rows if table else [])
-        if isinstance(r.get("src"), int) and isinstance(r.get("dst"), int)
+        r for r in report.rows("links") if isinstance(r.get("src"), int) and isinstance(r.get("dst"), int)
     ]
 
 

@@ -22,9 +22,8 @@ def _op(row: dict[str, Any]) -> str:
 
 def _baseline_rows(report: Report) -> dict[tuple[str, float], float]:
     """(op, size in bytes) -> the baseline's busbw, from the rows of `baseline` that are busbw figures."""
-    table = report.table("baseline")
     found: dict[tuple[str, float], float] = {}
-    for row in table.rows if table else []:
+    for row in report.rows("baseline"):
         metric = str(row.get("metric") or "busbw")
         size = number(row.get("size_bytes"))
         if "busbw" not in metric or math.isnan(size) or math.isnan(number(row.get("then"))):
@@ -34,8 +33,7 @@ def _baseline_rows(report: Report) -> dict[tuple[str, float], float]:
 
 
 def charts(report: Report) -> list[Chart]:
-    table = report.table("bandwidth")
-    rows = [r for r in (table.rows if table else []) if not math.isnan(number(r.get("size_bytes")))]
+    rows = [r for r in report.rows("bandwidth") if not math.isnan(number(r.get("size_bytes")))]
     if not rows:
         return []
     ops: dict[str, list[dict[str, Any]]] = {}

@@ -83,7 +83,7 @@ def _stderr_tails(report: Report) -> dict[Any, str]:
         row.get("rank"): "\n\n".join(
             x for x in (row.get("stderr_tail"), row.get("stack") and f"Python stack:\n{row['stack']}") if x
         )
-        for row in _rows(report, "stderr")
+        for row in report.rows("stderr")
     }
 
 
@@ -134,11 +134,6 @@ def _installed_version(package: str) -> str | None:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _rows(report: Report, table: str) -> list[dict[str, Any]]:
-    found = report.table(table)
-    return found.rows if found else []
 
 
 # Rank logs can hold terminal escapes, NULs or undecodable bytes (surrogates): XML 1.0
