@@ -63,7 +63,6 @@ class Identity:
 
     rank: int
     world_size: int
-    local_rank: int
     launcher: Launcher
     job: str  # the same for every rank of one launch, on every host
     rank_variable: str  # where the launcher put the rank: how a peer's process is known by its rank
@@ -96,14 +95,11 @@ def identity(environ: dict[str, str] | os._Environ[str], argv: list[str]) -> Ide
     launcher = launcher_of(environ)
     if launcher is Launcher.NONE:
         return None
-    rank, world, local, job = _launcher_variables(environ, launcher)
+    rank, world, job = _launcher_variables(environ, launcher)
     if not (rank.isdigit() and world.isdigit()):
         return None
     here = _local_world(environ, launcher, int(world))
-    variable = rank_variable(environ) or ""
-    return Identity(
-        int(rank), int(world), int(local) if local.isdigit() else 0, launcher, _safe(job), variable, here
-    )
+    return Identity(int(rank), int(world), launcher, _safe(job), rank_variable(environ) or "", here)
 
 
 def _local_world(environ: dict[str, str] | os._Environ[str], launcher: Launcher, world: int) -> int:
@@ -115,25 +111,24 @@ def _local_world(environ: dict[str, str] | os._Environ[str], launcher: Launcher,
 
 def _launcher_variables(
     environ: dict[str, str] | os._Environ[str], launcher: Launcher
-) -> tuple[str, str, str, str]:
-    """(rank, world size, local rank, job) as `launcher` gives them."""
+) -> tuple[str, str, str]:
+    """(rank, world size, job) as `launcher` gives them."""
     get = environ.get
     if launcher is Launcher.TORCHRUN:
         # --rdzv-id defaults to "none": the agent's store port tells two launches on one host apart.
         job = (
             f"t{get('TORCHELASTIC_RUN_ID')}-{get('MASTER_PORT', '')}-{get('TORCHELASTIC_RESTART_COUNT', '0')}"
         )
-        return get("RANK", ""), get("WORLD_SIZE", ""), get("LOCAL_RANK", ""), job
+        return get("RANK", ""), get("WORLD_SIZE", ""), job
     if launcher is Launcher.MPIRUN and "OMPI_COMM_WORLD_RANK" in environ:
         job = get("OMPI_MCA_ess_base_jobid") or get("PMIX_NAMESPACE") or str(os.getppid())
-        local = get("OMPI_COMM_WORLD_LOCAL_RANK", "")
-        return get("OMPI_COMM_WORLD_RANK", ""), get("OMPI_COMM_WORLD_SIZE", ""), local, f"m{job}"
+        return get("OMPI_COMM_WORLD_RANK", ""), get("OMPI_COMM_WORLD_SIZE", ""), f"m{job}"
     if launcher is Launcher.MPIRUN:
         job = get("PMI_JOBID") or get("PMIX_NAMESPACE") or str(os.getppid())
-        return get("PMI_RANK", ""), get("PMI_SIZE", ""), get("MPI_LOCALRANKID", ""), f"p{job}"
+        return get("PMI_RANK", ""), get("PMI_SIZE", ""), f"p{job}"
     step = get("SLURM_STEP_ID") or get("SLURM_STEPID", "")
     world = get("SLURM_STEP_NUM_TASKS") or get("SLURM_NTASKS", "")
-    return get("SLURM_PROCID", ""), world, get("SLURM_LOCALID", ""), f"s{get('SLURM_JOB_ID')}.{step}"
+    return get("SLURM_PROCID", ""), world, f"s{get('SLURM_JOB_ID')}.{step}"
 
 
 def _safe(job: str) -> str:
