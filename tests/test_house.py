@@ -167,7 +167,7 @@ NAMES_ALLOWED = {
     ("ddpcheck/report/model.py", "links"),
     ("ddpcheck/launcher/drain.py", "show"),
     # preflight() reads each GPU's health with `devices`' NVML reader and judge (docs/preflight.md).
-    ("ddpcheck/preflight/health.py", "devices"),
+    ("ddpcheck/preflight/judge.py", "devices"),
 }
 
 

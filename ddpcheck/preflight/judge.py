@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# Each GPU's facts judged as `ddpcheck devices` judges them (the one reach into a command's folder).
+from ddpcheck.checks.devices import health
 from ddpcheck.checks.sweep.fit import budget_findings
 from ddpcheck.checks.sweep.judge import bandwidth_rows, bandwidth_table, judge_bandwidth, judge_data
-from ddpcheck.preflight import health
 from ddpcheck.preflight.attendance import Attendance
 from ddpcheck.preflight.options import PreflightOptions
 from ddpcheck.rank import assemble
@@ -56,10 +57,13 @@ def judge(
     if sweeps[0] is not None:
         _judge_sweep(report, sweeps, identities, opts)
     if "health" in opts.checks:
-        check, table = health.judge([g["health"] for g in gathered], identities)
-        report.checks.append(check)
-        if table is not None and check.status != Status.PASS:
-            report.tables.append(table)
+        facts = [g["health"] for g in gathered]
+        if all(f is None for f in facts):
+            report.checks.append(Check("health", Status.SKIP, "CPU ranks: no GPU to read"))
+        else:
+            report.checks.append(health.judge(facts, identities))
+            if report.checks[-1].status != Status.PASS:
+                report.tables.append(health.table(facts, identities))
     if "rankmap" in opts.checks:
         report.checks.append(judge_rank_map(identities))
         if report.checks[-1].status != Status.PASS:

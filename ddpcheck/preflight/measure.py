@@ -15,7 +15,7 @@ from ddpcheck.checks.sweep import sweep
 from ddpcheck.checks.sweep.faults import SweepFaults
 from ddpcheck.checks.sweep.ops import OPS
 from ddpcheck.checks.sweep.pattern import sweep_sizes
-from ddpcheck.preflight import health
+from ddpcheck.failure import gpu_facts
 from ddpcheck.preflight.options import PreflightOptions
 from ddpcheck.rank.budget import TAIL_S, Budget
 from ddpcheck.rank.context import NullStatus, RankContext
@@ -97,10 +97,11 @@ def measure(ctx: RankContext, opts: PreflightOptions) -> dict[str, Any]:
     fingerprint = rank_fingerprint()
     if ("torch", ctx.rank) in opts.faults:
         fingerprint["torch"] = f"{fingerprint['torch']}{INJECTED_TORCH}"
+    on_gpu = ctx.device.type == "cuda"
     out: dict[str, Any] = {
         "identity": identity(ctx.rank, ctx.device),
         "fingerprint": fingerprint,
-        "health": health.read(ctx.device) if "health" in opts.checks else None,
+        "health": gpu_facts.read(ctx.device) if on_gpu and "health" in opts.checks else None,
         "sweep": None,
     }
     if "sum" in opts.checks or "bandwidth" in opts.checks:
