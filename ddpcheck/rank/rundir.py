@@ -166,7 +166,7 @@ def compile_cache_env(run_dir: Path) -> dict[str, str]:
     """
     if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
         return {}
-    return {"TORCHINDUCTOR_CACHE_DIR": str(inductor_dir(run_dir))}
+    return {"TORCHINDUCTOR_CACHE_DIR": str(run_dir / INDUCTOR_DIR)}
 
 
 def write_spec(run_dir: str | Path, spec: RunSpec) -> None:
@@ -183,10 +183,6 @@ def status_dir(run_dir: str | Path) -> Path:
 
 def logs_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / LOGS_DIR
-
-
-def inductor_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / INDUCTOR_DIR
 
 
 def flight_dir(run_dir: str | Path) -> Path:
