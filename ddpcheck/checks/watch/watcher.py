@@ -284,7 +284,7 @@ class Watcher:
         return newly
 
     def _a_rank_failed(self) -> bool:
-        views = self.views(with_exits=True)
+        views = self.views()
         first, _ = judge.first_failed(views)
         return first is not None and first.exit is not None and not first.exit.secondary
 
@@ -300,14 +300,14 @@ class Watcher:
                 self.progress.forget(rank)  # unreadable now (ending, starting): no evidence either way
 
     # ------------------------------------------------------------ what was seen
-    def views(self, with_exits: bool) -> list[RankView]:
-        launcher_said = launcher_exit_codes(self.pump.text()) if self.pump and with_exits else {}
+    def views(self) -> list[RankView]:
+        launcher_said = launcher_exit_codes(self.pump.text()) if self.pump else {}
         now = time.monotonic()
         found = []
         for rank, watched in sorted(self.ranks.items()):
             pid = watched.process.pid
             exit = None
-            if with_exits and watched.gone_at is not None:
+            if watched.gone_at is not None:
                 code = self.proc.returncode if self.proc is not None and pid == self.proc.pid else None
                 exit = exit_of(
                     self.dir, pid, watched.gone_at, code if code is not None else launcher_said.get(rank)
@@ -348,7 +348,7 @@ class Watcher:
         flight-recorder dump, then the job ended unless --keep; on a crash, the job ended, every exit read."""
         if decision is Event.HANG:
             self._sample(blocking=True)
-            views = self.views(with_exits=True)
+            views = self.views()
             dumps = self.request_dumps()
             if dumps:
                 self.notes.append(
@@ -366,7 +366,7 @@ class Watcher:
         self._note_gone()
         if self.pump is not None:
             self.pump.join(processes.GRACE_S)
-        return self.views(with_exits=True)
+        return self.views()
 
     def output(self) -> str:
         """The end of the job's output (launchers' summaries are read from it)."""
