@@ -21,6 +21,7 @@ import time
 import types
 from typing import TYPE_CHECKING, Any
 
+from ddpcheck.preflight import options
 from ddpcheck.preflight.failed import PreflightFailed
 from ddpcheck.preflight.options import CHECKS, PreflightUsageError
 
@@ -58,14 +59,10 @@ def preflight(
     collective) on a bad argument or without an initialised process group.
     """
     started = time.time()  # the budget counts from here: the first call's imports too
-    from ddpcheck.preflight import options
-
     opts = options.build(checks, budget_s, min_busbw, quiet, json_path, inject)
     options.flag("raise_on_failure", raise_on_failure)
-    from ddpcheck.preflight.group import checked
-
     # Before the work's imports (a second on a busy host), and before any collective.
-    rank, world_size = checked(opts, group)
+    rank, world_size = _checked(opts, group)
     from ddpcheck.preflight import run
 
     try:
@@ -80,6 +77,37 @@ def preflight(
     if raise_on_failure and report.failing():
         raise PreflightFailed(report)
     return report
+
+
+def _checked(opts: options.PreflightOptions, group: Any) -> tuple[int, int]:
+    """(this rank, the world size) of the group to check, or PreflightUsageError in one line: it
+    exists and spans every rank. torch.distributed only (the job has loaded it): no store touched."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise PreflightUsageError(
+            "ddpcheck.preflight() needs a process group: call torch.distributed.init_process_group() "
+            "first (or run `python -m ddpcheck.preflight` under torchrun or srun)"
+        )
+    world_size, rank = dist.get_world_size(), dist.get_rank()
+    if group is not None and group is not dist.group.WORLD:
+        try:
+            size = dist.get_world_size(group)
+        except Exception as exc:
+            raise PreflightUsageError(
+                f"group= is not a process group: {' '.join(str(exc).split())}"
+            ) from None
+        if size < 1:
+            raise PreflightUsageError(
+                f"group= does not hold this rank (rank {rank}): call preflight on its members"
+            )
+        if size != world_size:
+            raise PreflightUsageError(
+                f"group= has {size} of the {world_size} ranks: preflight checks a group that spans "
+                "every rank (pass the default group, or none)"
+            )
+    options.check_world(opts, world_size)
+    return rank, world_size
 
 
 class _CallableModule(types.ModuleType):

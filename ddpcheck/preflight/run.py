@@ -26,7 +26,7 @@ TAIL_S = {"cpu": 1.0, "cuda": 2.0}
 
 
 def run(opts: PreflightOptions, rank: int, world_size: int, started: float) -> Report:
-    """The Report of a checked group (group.py), the same on every rank."""
+    """The Report of a group preflight() checked, the same on every rank."""
     import torch.distributed as dist
 
     backend = str(dist.get_backend())
