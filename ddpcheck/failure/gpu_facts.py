@@ -81,10 +81,8 @@ def from_smi(bus: str, binary: str) -> dict[str, Any]:
         gpus = from_smi_xml(out)
     except ET.ParseError as exc:
         return {"error": f"{missing}, and {binary} -q -x printed no XML it could read: {exc}"}
-    for gpu in gpus:
-        if _bus_address(str(gpu.get("pci_bus_id") or "")) == _bus_address(bus):
-            return gpu
-    return {"error": f"{missing}, and {binary} -q -x lists no GPU at {bus}"}
+    found = (gpu for gpu in gpus if _bus_address(str(gpu.get("pci_bus_id") or "")) == _bus_address(bus))
+    return next(found, {"error": f"{missing}, and {binary} -q -x lists no GPU at {bus}"})
 
 
 def _bus_address(bus: str) -> tuple[int, ...] | None:

@@ -154,13 +154,8 @@ def _host_rows(host: Mapping[str, Any]) -> list[dict[str, Any]]:
         ("ulimit -l (locked memory)", _limit(memlock.get("soft")), memlock.get("soft")),
         ("ulimit -n (open files)", _limit(nofile.get("soft"), as_bytes=False), nofile.get("soft")),
     ]
-    out = []
-    for item, value, raw in rows:
-        row: dict[str, Any] = {"item": item, "value": value}
-        if raw is not None:
-            row["raw"] = raw  # the number behind the text, for JSON readers
-        out.append(row)
-    return out
+    # "raw": the number behind the text, for JSON readers.
+    return [{"item": k, "value": v, **({"raw": raw} if raw is not None else {})} for k, v, raw in rows]
 
 
 def _limit(value: Any, as_bytes: bool = True) -> str | None:
