@@ -273,14 +273,10 @@ def _yes(value: str | None, word: str = "Yes") -> bool | None:
 
 
 def _int(value: str | None) -> int | None:
-    if value is None:
-        return None
-    digits = re.match(r"\s*(\d+)", value)
+    digits = re.match(r"\s*(\d+)", value or "")
     return int(digits.group(1)) if digits else None
 
 
 def _number(value: str | None) -> float | None:
-    if value is None:
-        return None
-    found = re.match(r"\s*([0-9.]+)", value)
+    found = re.match(r"\s*([0-9.]+)", value or "")
     return float(found.group(1)) if found else None
