@@ -83,12 +83,8 @@ def arrive(
 
 def _decide(store: Any, key: str, value: str) -> str:
     """Set `key` to `value` unless a rank set it first; what it holds now, either way."""
-    return _text(store.compare_set(key, "", value))
+    return store.compare_set(key, "", value).decode()
 
 
 def _read(store: Any, key: str) -> str | None:
-    return _text(store.get(key)) if store.check([key]) else None
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return store.get(key).decode() if store.check([key]) else None
