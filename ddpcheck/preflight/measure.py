@@ -16,6 +16,7 @@ from ddpcheck.checks.sweep.faults import SweepFaults
 from ddpcheck.checks.sweep.ops import OPS
 from ddpcheck.checks.sweep.pattern import sweep_sizes
 from ddpcheck.failure import gpu_facts
+from ddpcheck.preflight.judge import ALL_REDUCE, DTYPE
 from ddpcheck.preflight.options import PreflightOptions
 from ddpcheck.rank.budget import TAIL_S, Budget
 from ddpcheck.rank.context import NullStatus, RankContext
@@ -26,8 +27,6 @@ from ddpcheck.rank.harness import device_identity
 if TYPE_CHECKING:
     import torch
 
-ALL_REDUCE = OPS["all_reduce"]
-DTYPE = "float32"
 # The bandwidth sample: three sizes MIN:MAX (x16 each), warm-up and iterations, cut further to the
 # budget; the smallest is the data check's when bandwidth is not asked for.
 SAMPLE = {
@@ -110,5 +109,5 @@ def measure(ctx: RankContext, opts: PreflightOptions) -> dict[str, Any]:
         if "bandwidth" not in opts.checks:
             sizes = sizes[:1]  # the data check alone: one size, one timed call
         warmup, iters = (sample["warmup"], sample["iters"]) if "bandwidth" in opts.checks else (0, 1)
-        out["sweep"] = sweep.measure_op(ctx, ALL_REDUCE, sizes, DTYPE, warmup, iters, ctx.budget)
+        out["sweep"] = sweep.measure_op(ctx, OPS[ALL_REDUCE], sizes, DTYPE, warmup, iters, ctx.budget)
     return out

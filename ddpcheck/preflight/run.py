@@ -70,13 +70,12 @@ def arrive(
 def _world(backend: str, device: Any, size: int, identities: list[dict[str, Any]]) -> dict[str, Any]:
     import torch
 
-    hosts = list(dict.fromkeys(str(i.get("host")) for i in identities))
     return {
         "size": size,
         "backend": "nccl" if device.type == "cuda" else "gloo",
         "device": device.type,
         "nodes": len({(i.get("host"), i.get("node")) for i in identities}),
-        "hosts": hosts,
+        "hosts": list(dict.fromkeys(str(i.get("host")) for i in identities)),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "process_group": backend,
