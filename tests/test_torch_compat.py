@@ -99,7 +99,7 @@ class WaitOnlyStore:
     """A store as 2.2 binds it: wait, but no check."""
 
     def __init__(self, store) -> None:
-        self.wait = store.wait
+        self.wait, self.get, self.set, self.delete_key = store.wait, store.get, store.set, store.delete_key
 
 
 def test_a_key_is_looked_up_with_or_without_check() -> None:
@@ -113,6 +113,28 @@ def test_a_key_is_looked_up_with_or_without_check() -> None:
     store.set("present", "1")
     for view in (store, WaitOnlyStore(store)):
         assert store_has(view, "present")
+
+
+def test_a_watch_team_reads_its_store_on_a_torch_without_check() -> None:
+    """team.py and sampling.py look keys up through store_has: on 2.2 they read, not raise."""
+    import json
+    import time
+
+    from torch.distributed import HashStore
+
+    from ddpcheck.checks.watch import team
+    from ddpcheck.checks.watch.sampling import StoreExchange
+
+    store = WaitOnlyStore(HashStore())
+    assert team._get(store, "watch/decision") is None
+    store.set("watch/decision", json.dumps({"decision": "hang"}))
+    assert team._get(store, "watch/decision") == {"decision": "hang"}
+    store.delete_key("watch/decision")  # on 2.2 the store gone reads as the key unset
+    started = time.monotonic()
+    team._wait_for_leader(store)
+    assert time.monotonic() - started < 5
+    StoreExchange(store, 1, 2).publish({2: []}, {2: "b"})
+    assert StoreExchange(store, 0, 2).others().hosts == {2: "b"}
 
 
 def test_the_node_of_rank_0_advertises_its_route_address_where_torch_would_not(monkeypatch) -> None:

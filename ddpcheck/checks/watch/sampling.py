@@ -32,6 +32,7 @@ from ddpcheck.failure.stragglers import words
 from ddpcheck.failure.stragglers.judge import Judgement, Unjudged, explained, judge
 from ddpcheck.failure.stragglers.samples import Sample, sample_from_dumps
 from ddpcheck.report.model import Report, Table
+from ddpcheck.torch_compat import store_has
 
 ANSWER_S = 2.0  # how long the ranks have to answer one request (the agent looks twice a second)
 KEPT_PER_GROUP = 10_000  # a rank's collectives of one group kept for the report (the oldest go)
@@ -346,7 +347,7 @@ class StoreExchange:
             while True:
                 key = f"watch/samples/{task}/{self.read[task] + 1}"
                 try:
-                    if not self.store.check([key]):
+                    if not store_has(self.store, key):
                         break
                     body = json.loads(self.store.get(key))
                     self.store.delete_key(key)

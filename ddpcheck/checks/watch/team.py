@@ -31,6 +31,7 @@ from ddpcheck.launcher import mpi, slurm, torchrun_nodes
 from ddpcheck.rank import interrupt
 from ddpcheck.rank.torch_logs import quiet_torch_cpp_logs
 from ddpcheck.report.model import Check, Report, Status
+from ddpcheck.torch_compat import store_has
 
 PUBLISH_S = 0.5
 PORT_OFFSET = 7  # ddpcheck's own inline runs of the same job use the derived port itself
@@ -98,7 +99,7 @@ def connect(task: Task):
 
 def _get(store, key: str) -> dict | None:
     try:
-        if not store.check([key]):
+        if not store_has(store, key):
             return None
         return json.loads(store.get(key))
     except (RuntimeError, ValueError):
@@ -201,7 +202,8 @@ def _wait_for_leader(store) -> None:
     deadline = time.monotonic() + EVIDENCE_S + 30
     while time.monotonic() < deadline:
         try:
-            store.check(["watch/decision"])
+            if not store_has(store, "watch/decision"):
+                return  # set before this task left its loop: on 2.2 a store gone reads as the key unset
         except RuntimeError:
             return
         time.sleep(0.2)
