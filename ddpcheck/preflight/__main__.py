@@ -60,10 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         opts = build(args.checks, args.budget, args.min_busbw, args.quiet, args.json_path, args.inject)
-        if opts.json_path and opts.json_path != "-":
-            from ddpcheck.report.outputs import check_writable
+        from ddpcheck.report.outputs import check_writable
 
-            check_writable(opts.json_path, "--json")
+        check_writable(opts.json_path, "--json")  # None and "-" (stdout) pass
         _launcher_environment()
         check_world(opts, int(os.environ["WORLD_SIZE"]))
     except UsageError as exc:
