@@ -12,10 +12,10 @@ from dataclasses import replace
 import pytest
 
 from ddpcheck.checks.watch.looks import Seen, device_index, gpu_of_facts, read_tick
+from ddpcheck.failure.stacks import Frame
 from ddpcheck.failure.stragglers.judge import Judgement, Slowdown, explained, judge
 from ddpcheck.failure.stragglers.why import (
     Activity,
-    Frame,
     Gpu,
     Looks,
     Phase,
@@ -32,11 +32,11 @@ from tests.test_stragglers import samples, simulate, steady, works
 
 TRAIN = "/home/me/train.py"
 TORCH = "/venv/lib/python3.11/site-packages/torch"
-IN_LOADER = (Frame(TRAIN, "load_batch", 42), Frame(TRAIN, "main", 80))
+IN_LOADER = (Frame("load_batch", TRAIN, 42), Frame("main", TRAIN, 80))
 IN_ALL_REDUCE = (
-    Frame(f"{TORCH}/distributed/distributed_c10d.py", "all_reduce", 2500),
-    Frame(f"{TORCH}/distributed/c10d_logger.py", "wrapper", 80),
-    Frame(TRAIN, "main", 85),
+    Frame("all_reduce", f"{TORCH}/distributed/distributed_c10d.py", 2500),
+    Frame("wrapper", f"{TORCH}/distributed/c10d_logger.py", 80),
+    Frame("main", TRAIN, 85),
 )
 
 
@@ -54,11 +54,10 @@ def ticks(
 
 # ---------------------------------------------------------------- where
 def test_the_innermost_frame_of_the_users_code_outside_a_collective_is_where_it_is() -> None:
-    stacks = [Stack(t, IN_LOADER) for t in range(4)] + [Stack(4, IN_ALL_REDUCE)]
-    where = where_of(stacks)
+    where = where_of([IN_LOADER] * 4 + [IN_ALL_REDUCE])
     assert where is not None and where.frame == IN_LOADER[0] and (where.there, where.seen) == (4, 4)
-    assert where.frame.text == "load_batch (train.py:42)"
-    assert where_of([Stack(0, IN_ALL_REDUCE)]) is None  # only waiting, as its peers: nowhere to say
+    assert where.text == "load_batch (train.py:42)"  # no phase: the user's own code
+    assert where_of([IN_ALL_REDUCE]) is None  # only waiting, as its peers: nowhere to say
 
 
 @pytest.mark.parametrize(("file", "function", "phase"), [
@@ -74,7 +73,7 @@ def test_the_innermost_frame_of_the_users_code_outside_a_collective_is_where_it_
 def test_the_phase_is_what_the_frames_under_the_users_say(
     file: str, function: str, phase: Phase | None
 ) -> None:
-    assert phase_of([Frame(file, function, 1), Frame(TRAIN, "main", 9)]) is phase
+    assert phase_of([Frame(function, file, 1), Frame("main", TRAIN, 9)]) is phase
 
 
 # ---------------------------------------------------------------- what its process did
@@ -146,7 +145,7 @@ def test_a_rank_stopped_from_outside_is_said_stopped() -> None:
 
 
 def test_a_rank_computing_more_is_said_busy() -> None:
-    stacks = [Stack(t, (Frame(TRAIN, "augment", 12), *IN_LOADER)) for t in range(3)]
+    stacks = [Stack(t, (Frame("augment", TRAIN, 12), *IN_LOADER)) for t in range(3)]
     line = named_job(r0=Looks(ticks(5, 0.6)), r1=Looks(ticks(5, 0.97), stacks), r2=Looks(ticks(5, 0.6)))
     said = "it was in augment (train.py:12) at 3 of 3 samples; its process busy computing, runnable 97% of"
     assert said in line, line

@@ -307,17 +307,18 @@ def test_a_tasks_looks_of_its_ranks_reach_task_0_for_why_a_rank_is_slow(tmp_path
     """Task 1 reads its own ranks' /proc and stacks (on its host) and publishes them with their
     collectives; task 0 explains a rank of task 1 from them."""
     from ddpcheck.checks.watch.looks import Seen
-    from ddpcheck.failure.stragglers.why import Frame, Stack, Tick
+    from ddpcheck.failure.stacks import Frame
+    from ddpcheck.failure.stragglers.why import Stack, Tick
 
     store = _Store()
     seen = Seen()
     for i in range(11):
         seen.tick(2, Tick(100 + i / 10, "T" if i % 2 else "S", i / 100, 0.0))
-    seen.stack(2, Stack(100.5, (Frame("/home/me/train.py", "load_batch", 42),)))
+    seen.stack(2, Stack(100.5, (Frame("load_batch", "/home/me/train.py", 42),)))
     StoreExchange(store, 1, 2).publish({2: [slim(dump([entry(1)]))[0]]}, {2: "b"}, seen.unpublished())
     task_0 = Sampler(tmp_path, 1.0, speak=lambda line: None)
     task_0.exchange = StoreExchange(store, 0, 2)
     task_0._take_others()
     looks = task_0.seen.looks()[2]
     assert [t.state for t in looks.ticks] == ["S", "T"] * 5 + ["S"]
-    assert looks.stacks == [Stack(100.5, (Frame("/home/me/train.py", "load_batch", 42),))]
+    assert looks.stacks == [Stack(100.5, (Frame("load_batch", "/home/me/train.py", 42),))]

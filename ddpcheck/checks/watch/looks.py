@@ -22,7 +22,8 @@ from typing import Any
 import psutil
 
 from ddpcheck.failure.gpu_facts import from_nvml
-from ddpcheck.failure.stragglers.why import Frame, Gpu, Looks, Stack, Tick
+from ddpcheck.failure.stacks import Frame
+from ddpcheck.failure.stragglers.why import Gpu, Looks, Stack, Tick
 
 TICKS_KEPT = 1_200  # a rank's latest /proc looks: two minutes of 0.1-s ticks, past the judge's window
 STACKS_KEPT = 200  # ...its latest stacks and GPU readings, one a sample
@@ -57,7 +58,7 @@ def read_stack(path: str) -> Stack | None:
 
 
 def stack_of(raw: Mapping[str, Any]) -> Stack:
-    return Stack(float(raw["t"]), tuple(Frame(str(f), str(fn), int(line)) for f, fn, line in raw["frames"]))
+    return Stack(float(raw["t"]), tuple(Frame(str(fn), str(f), int(line)) for f, fn, line in raw["frames"]))
 
 
 def raw_stack(stack: Stack) -> dict[str, Any]:

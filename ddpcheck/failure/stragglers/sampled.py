@@ -68,7 +68,7 @@ def judge(history: Mapping[int, Sequence[Stack]], gap: float = GAP) -> list[Stra
     for rank in seen:
         peers = statistics.median(v for r, v in share.items() if r != rank)
         if peers >= PEERS_WAIT and share[rank] <= peers - gap + 1e-9:
-            where = why.where_of([_why_stack(s) for s in history[rank] if not waiting(s)])
+            where = why.where_of([s for s in history[rank] if not waiting(s)])
             named.append(Straggler(rank, share[rank], peers, seen[rank].samples, where))
     return sorted(named, key=lambda s: s.share)
 
@@ -76,10 +76,6 @@ def judge(history: Mapping[int, Sequence[Stack]], gap: float = GAP) -> list[Stra
 def suspected(history: Mapping[int, Sequence[Stack]]) -> bool:
     """A rank its peers may wait for: worth as many samples again before judging."""
     return bool(judge(history, SUSPECT_GAP))
-
-
-def _why_stack(stack: Stack) -> why.Stack:
-    return why.Stack(0.0, tuple(why.Frame(f.file, f.function, f.line) for f in stack))
 
 
 def place(straggler: Straggler) -> str:

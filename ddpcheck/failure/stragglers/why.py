@@ -16,12 +16,16 @@ Pure: each rank's looks in (what the watcher saw of it: checks/watch/looks.py), 
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
+
+from ddpcheck.failure.stacks import Frame
+from ddpcheck.failure.stacks import Stack as Frames
 
 # A process seen stopped (state T) at this share of the window's looks is stopped from outside: a
 # healthy rank is never in T.
@@ -74,18 +78,6 @@ class Phase(str, Enum):
 
 
 @dataclass(frozen=True)
-class Frame:
-    file: str
-    function: str
-    line: int
-
-    @property
-    def text(self) -> str:
-        """`load_batch (train.py:42)`."""
-        return f"{self.function} ({self.file.rsplit('/', 1)[-1]}:{self.line})"
-
-
-@dataclass(frozen=True)
 class Tick:
     """One look at a rank's process (/proc/<pid>/stat and schedstat), at `t` (its host's wall clock)."""
 
@@ -100,7 +92,7 @@ class Stack:
     """The rank's main thread's Python stack when it answered a sample request: innermost frame first."""
 
     t: float
-    frames: tuple[Frame, ...]
+    frames: Frames
 
 
 @dataclass(frozen=True)
@@ -149,7 +141,9 @@ class Where:
     @property
     def text(self) -> str:
         """`load_batch (train.py:42), data loading`: its frame and its phase, those known."""
-        return ", ".join(str(x) for x in (self.frame.text if self.frame else None, self.phase) if x)
+        f = self.frame
+        frame = f"{f.function} ({os.path.basename(f.file)}:{f.line})" if f else None
+        return ", ".join(str(x) for x in (frame, self.phase) if x)
 
 
 @dataclass(frozen=True)
@@ -189,14 +183,14 @@ def phase_of(frames: Sequence[Frame]) -> Phase | None:
     return None
 
 
-def where_of(stacks: Sequence[Stack]) -> Where | None:
+def where_of(stacks: Sequence[Frames]) -> Where | None:
     """The commonest (innermost user frame, phase) of `stacks` outside a collective."""
     places = Counter[tuple[Frame | None, Phase | None]]()
-    for stack in stacks:
-        phase = phase_of(stack.frames)
-        if phase is Phase.COLLECTIVE or not stack.frames:
+    for frames in stacks:
+        phase = phase_of(frames)
+        if phase is Phase.COLLECTIVE or not frames:
             continue
-        places[(next((f for f in stack.frames if is_user_code(f)), None), phase)] += 1
+        places[(next((f for f in frames if is_user_code(f)), None), phase)] += 1
     if not places:
         return None
     (frame, phase), there = places.most_common(1)[0]
@@ -296,7 +290,7 @@ def explain(
     peers_gpu = gpu_of(peer_gpus)  # the median of the peers' medians
     return Why(
         rank=rank,
-        where=where_of(mine.stacks),
+        where=where_of([s.frames for s in mine.stacks]),
         usage=None if usage is None else replace(usage, activity=activity(usage, peers)),
         peers=peers,
         gpu=gpu,
