@@ -152,7 +152,7 @@ def test_a_rank_computing_more_is_said_busy() -> None:
 
 
 def gpu(clock: float, power: float = 690, temp: float = 70, throttle: tuple[str, ...] = ()) -> list[Gpu]:
-    return [Gpu(t, clock, 1980, power, 700, temp, throttle) for t in range(5)]
+    return [Gpu(t, clock, 1980, power, temp, throttle) for t in range(5)]
 
 
 def test_a_rank_whose_gpu_clocks_lower_than_its_peers_says_so_with_made_up_nvml_readings() -> None:
@@ -207,7 +207,7 @@ def test_another_tasks_looks_travel_as_json_and_come_back_the_same() -> None:
     here, there = Seen(), Seen()
     here.tick(2, Tick(1.0, "T", 0.5, 0.1))
     here.stack(2, Stack(1.5, IN_LOADER))
-    here.gpu(2, Gpu(1.5, 1110, 1980, 700, 700, 88, ("power cap",)))
+    here.gpu(2, Gpu(1.5, 1110, 1980, 700, 88, ("power cap",)))
     there.take({int(r): v for r, v in json.loads(json.dumps(here.unpublished())).items()})
     assert there.looks()[2] == here.looks()[2]
     assert here.unpublished() == {}

@@ -168,7 +168,6 @@ def gpu_of_facts(facts: Mapping[str, Any], t: float) -> Gpu:
         sm_clock_mhz=facts.get("sm_clock_mhz"),
         sm_clock_max_mhz=facts.get("sm_clock_max_mhz"),
         power_w=facts.get("power_w"),
-        power_limit_w=facts.get("power_limit_w"),
         temperature_c=facts.get("temperature_c"),
         throttle=tuple(facts.get("throttle") or ()),
     )

@@ -103,7 +103,6 @@ class Gpu:
     sm_clock_mhz: float | None = None
     sm_clock_max_mhz: float | None = None
     power_w: float | None = None
-    power_limit_w: float | None = None
     temperature_c: float | None = None
     throttle: tuple[str, ...] = ()
 
@@ -264,7 +263,6 @@ def gpu_of(readings: Sequence[Gpu]) -> Gpu | None:
         sm_clock_mhz=median("sm_clock_mhz"),
         sm_clock_max_mhz=median("sm_clock_max_mhz"),
         power_w=median("power_w"),
-        power_limit_w=median("power_limit_w"),
         temperature_c=median("temperature_c"),
         throttle=tuple(dict.fromkeys(reason for r in readings for reason in r.throttle)),
     )
