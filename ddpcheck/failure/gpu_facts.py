@@ -20,7 +20,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Any
 
-from ddpcheck.failure.processes import output_within
+from ddpcheck.failure.processes import output_within, started
 
 if TYPE_CHECKING:
     import torch
@@ -62,14 +62,7 @@ def from_smi(bus: str, binary: str) -> dict[str, Any]:
     """The GPU at PCI `bus` as `binary -q -x` describes it (a hung driver is killed at SMI_TIMEOUT_S)."""
     missing = f"nvidia-ml-py is not installed ({INSTALL_HINT})"
     try:
-        proc = subprocess.Popen(
-            [binary, "-q", "-x"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,  # so a late one is killed with anything it started
-        )
+        proc = started([binary, "-q", "-x"])
     except OSError as exc:
         return {"error": f"{missing}, and {binary} could not run: {exc.strerror}"}
     out = output_within(proc, SMI_TIMEOUT_S)

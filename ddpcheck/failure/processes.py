@@ -291,6 +291,19 @@ def _running_after(procs: list[psutil.Process], seconds: float) -> list[psutil.P
     return left
 
 
+def started(argv: list[str]) -> subprocess.Popen[str]:
+    """`argv` started for its output (text), in a session of its own: a timeout then kills it with
+    anything it started (output_within). Raises OSError when it cannot start."""
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def output_within(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
     """The output of a command started in a session of its own; None when it ran past `timeout_s`,
     and then it is killed with whatever it started (its process group)."""

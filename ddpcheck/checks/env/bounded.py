@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ddpcheck.failure.processes import output_within
+from ddpcheck.failure.processes import output_within, started
 from ddpcheck.rank import interrupt
 
 
@@ -20,15 +20,7 @@ def spawn(binary: str | None, args: list[str]) -> subprocess.Popen[str] | None:
     if binary is None:
         return None
     try:
-        # Its own session, so a timeout can kill it with anything it started.
-        proc = subprocess.Popen(
-            [binary, *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
+        proc = started([binary, *args])
     except OSError:
         return None
     interrupt.kill_on_leave(proc)  # and so a Ctrl-C does not reach it: leaving kills it
