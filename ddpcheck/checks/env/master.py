@@ -7,9 +7,10 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from ddpcheck.failure.ras.link import lookup_within
 
 
 def parse_port(text: str | None) -> int | None:
@@ -35,22 +36,13 @@ def resolved(environ: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
 
 
 def resolve(host: str, timeout_s: float) -> tuple[list[str], str | None]:
-    """getaddrinfo has no timeout of its own: run it in a daemon thread and stop waiting."""
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-            box["addrs"] = list(dict.fromkeys(str(info[4][0]) for info in infos))
-        except Exception as exc:  # OSError mostly; whatever it is, it is a finding, not a crash
-            box["error"] = str(exc) or type(exc).__name__
-
-    thread = threading.Thread(target=work, name="ddpcheck-resolve", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
+    """The addresses `host` resolves to, or why none: getaddrinfo has no timeout of its own."""
+    found = lookup_within(host, None, timeout_s)
+    if found is None:
         return [], f"timeout: the resolver did not answer within {timeout_s:g} s"
-    return box.get("addrs", []), box.get("error")
+    if isinstance(found, Exception):  # OSError mostly; whatever it is, it is a finding, not a crash
+        return [], str(found) or type(found).__name__
+    return list(dict.fromkeys(str(info[4][0]) for info in found)), None
 
 
 def try_bind(address: str, port: int) -> str:

@@ -67,25 +67,30 @@ class Link:
         return bytes(data), "too long"
 
 
-def _resolve(where: RasAddress, until: float) -> list[tuple]:
-    """getaddrinfo, bounded: a name lookup cannot take a timeout, so it runs in a thread."""
-    query = (where.host, where.port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+def lookup_within(host: str, port: int | None, timeout_s: float) -> list[tuple] | Exception | None:
+    """socket.getaddrinfo(host, port) for a stream socket, bounded: a name lookup cannot take a timeout,
+    so it runs in a daemon thread. Its addresses, the exception it raised, or None past `timeout_s`."""
     found: list = []
 
     def lookup() -> None:
         try:
-            found.append(socket.getaddrinfo(*query))
-        except OSError as error:
+            found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except Exception as error:  # the caller's to judge: each takes what it can
             found.append(error)
 
-    worker = threading.Thread(target=lookup, name="ras-resolve", daemon=True)
+    worker = threading.Thread(target=lookup, name="ddpcheck-resolve", daemon=True)
     worker.start()
-    worker.join(max(0.0, until - time.monotonic()))
-    if not found:
+    worker.join(timeout_s)
+    return found[0] if found else None
+
+
+def _resolve(where: RasAddress, until: float) -> list[tuple]:
+    found = lookup_within(where.host, where.port, max(0.0, until - time.monotonic()))
+    if isinstance(found, OSError):
+        raise found
+    if not isinstance(found, list):  # no answer in time, or an error no OSError
         raise TimeoutError(f"resolving {where.host}")
-    if isinstance(found[0], OSError):
-        raise found[0]
-    return found[0]
+    return found
 
 
 def connect(where: RasAddress, until: float) -> socket.socket:
