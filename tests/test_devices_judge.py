@@ -16,6 +16,7 @@ from ddpcheck.checks.devices import DevicesOptions
 from ddpcheck.checks.devices import judge as devices
 from ddpcheck.checks.reference import EXACT_UP_TO
 from ddpcheck.report.model import Check, Status
+from ddpcheck.report.units import significant
 from tests.test_devices import rank_data
 
 CPU_OPTS = DevicesOptions(size=64, iters=2, threshold=0.7, memory_threshold=0.4)
@@ -172,7 +173,7 @@ def test_the_budget_account_is_rank_0s_and_adds_its_check_and_table() -> None:
     assert "budget" not in [c.name for c in plain.checks]
 
 
-# ---------------------------------------------------------------- device_rows and _sig
+# ---------------------------------------------------------------- device_rows and significant
 def test_a_cpu_row_keeps_each_figures_best_pass_and_its_identity() -> None:
     """One row per rank: identity, model, the best pass of products and memcpy, rank's own digest."""
     data = [cpu_rank(), cpu_rank(2.0, 20.0, digest="cc", model="other")]
@@ -231,7 +232,7 @@ def test_rows_keep_four_significant_digits() -> None:
     """Figures are rounded to 4 significant digits, not 5 (nor 3)."""
     (row,) = devices.device_rows([cpu_rank(1.234567, 98.76543)], cpu_ids(1), "cpu")
     assert row["gemm_tflops"] == 1.235 and row["copy_gbps"] == 98.77
-    assert devices._sig(0.000123456) == 0.0001235
+    assert significant(0.000123456) == 0.0001235
 
 
 # ---------------------------------------------------------------- slow_ranks

@@ -17,6 +17,7 @@ import pytest
 from ddpcheck.checks.profile import ProfileOptions
 from ddpcheck.checks.profile import judge as profile
 from ddpcheck.report.model import Check, Status
+from ddpcheck.report.units import significant
 
 OPTS = ProfileOptions(hidden=64, batch=8, steps=4, warmup=1)
 MS = 1e-3
@@ -156,11 +157,11 @@ def test_the_peak_is_found_by_fragment_in_any_case_most_specific_first() -> None
     assert profile.known_peak("") is None and profile.known_peak(None) is None
 
 
-# ---------------------------------------------------------------- _ms and _sig
+# ---------------------------------------------------------------- _ms and significant
 def test_milliseconds_keep_three_decimals_and_figures_four_significant_digits() -> None:
-    """_ms: seconds to ms, 3 decimals; _sig: 4 significant digits."""
+    """_ms: seconds to ms, 3 decimals; significant: 4 significant digits."""
     assert profile._ms(0.00123456) == 1.235
-    assert profile._sig(123456.0) == 123500.0 and profile._sig(0.000987654) == 0.0009877
+    assert significant(123456.0) == 123500.0 and significant(0.000987654) == 0.0009877
 
 
 # ---------------------------------------------------------------- figures_of
@@ -179,14 +180,14 @@ def test_the_figures_word_for_word() -> None:
         "grad_bytes": 3 * 2**20,
         "bus_bytes_per_step": int(bus),
         "allreduce_ms": 2.0,
-        "busbw_gbps": profile._sig(bus / 2e-3 / 1e9),
+        "busbw_gbps": significant(bus / 2e-3 / 1e9),
         "exposed_comm_ms": 0.5,
         "hidden_comm_pct": 75.0,
         "forward_gflop": forward / 1e9,
         "backward_gflop": 2 * forward / 1e9,
-        "forward_tflops": profile._sig(forward / 1e-3 / 1e12),
-        "backward_tflops": profile._sig(2 * forward / 1.5e-3 / 1e12),
-        "step_tflops": profile._sig(3 * forward / 3e-3 / 1e12),
+        "forward_tflops": significant(forward / 1e-3 / 1e12),
+        "backward_tflops": significant(2 * forward / 1.5e-3 / 1e12),
+        "step_tflops": significant(3 * forward / 3e-3 / 1e12),
         "peak_tflops": None,
         "peak_source": None,
         "peak_fraction": None,
@@ -214,7 +215,7 @@ def test_two_ranks_have_a_bus_bandwidth() -> None:
     """Two ranks (the fewest that send anything): busbw is bus bytes over the all-reduce's time."""
     data = [rank_data(steady(), allreduce_ms=2.0) for _ in range(2)]
     figures = profile.figures_of(data, ids(2), OPTS, profile.rank_medians(data, 1))
-    assert figures["busbw_gbps"] == profile._sig(3 * 2**20 / 2e-3 / 1e9)  # 2(n-1)/n = 1
+    assert figures["busbw_gbps"] == significant(3 * 2**20 / 2e-3 / 1e9)  # 2(n-1)/n = 1
 
 
 def test_one_rank_or_an_instant_all_reduce_has_no_bandwidth_nor_hidden_share() -> None:
@@ -244,7 +245,7 @@ def test_a_known_gpus_peak_only_for_fp32_products_on_a_gpu() -> None:
     """Rank 0's GPU at the 'highest' precision: its FP32 peak; TF32 ('high'), CPU ranks or no device: none."""
     peak, source, fraction = _peak([ident(0, device="cuda:0", name="NVIDIA A100-SXM4-40GB")])
     assert (peak, source) == (19.5, "NVIDIA A100-SXM4-40GB FP32")
-    assert fraction == profile._sig(3 * 2 * 8 * 64**2 / 3e-3 / 1e12 / 19.5)
+    assert fraction == significant(3 * 2 * 8 * 64**2 / 3e-3 / 1e12 / 19.5)
     assert _peak([ident(0, device="cuda:0", name="NVIDIA A100")], precision="high") == (None, None, None)
     assert _peak([ident(0, device="cpu", name="NVIDIA A100")]) == (None, None, None)
     nameless = {k: v for k, v in ident(0, name="NVIDIA A100").items() if k != "device"}
@@ -256,7 +257,7 @@ def test_peak_tflops_given_wins_over_the_known_gpu() -> None:
     """--peak-tflops: its value and source, even on a GPU whose peak is known."""
     opts = ProfileOptions(hidden=64, batch=8, steps=4, warmup=1, peak_tflops=2.0)
     peak, source, fraction = _peak([ident(0, device="cuda:0", name="NVIDIA H200")], opts=opts)
-    assert (peak, source) == (2.0, "--peak-tflops") and fraction == profile._sig(
+    assert (peak, source) == (2.0, "--peak-tflops") and fraction == significant(
         3 * 2 * 8 * 64**2 / 3e-3 / 1e12 / 2
     )
 
@@ -567,7 +568,7 @@ def test_a_per_rank_row_word_for_word_and_its_status() -> None:
         "exposed_comm_ms": 0.5,
         "ratio": 1.0,
         "cv": 0.123,
-        "tflops": profile._sig(6 * 8 * 64**2 / 3e-3 / 1e12),
+        "tflops": significant(6 * 8 * 64**2 / 3e-3 / 1e12),
         "peak_memory_mib": 10.2,
         "status": "PASS",
     }

@@ -1,4 +1,5 @@
-"""Bytes as people write them and read them: one parser for options, one formatter for reports."""
+"""Bytes as people write them and read them: one parser for options, one formatter for reports;
+figures rounded to significant digits."""
 
 from __future__ import annotations
 
@@ -40,6 +41,11 @@ def human_bytes(size: int | None, *, exact: bool = False, amount: bool = False) 
         return f"{size}B"
     # From 1000K on, in M: 1048572B (1M split into 3 blocks, rounded down) reads '1.0M' beside '1M'.
     return f"{size / MIB:.1f}M" if size < 1000 * MIB else f"{size / GIB:.1f}G"
+
+
+def significant(value: float, digits: int = 4) -> float:
+    """Rounded to significant digits: CPU ranks reach thousandths of a TFLOP/s, GPUs hundreds."""
+    return float(f"{value:.{digits}g}")
 
 
 def parse_size(text: str) -> int:

@@ -22,6 +22,7 @@ from ddpcheck.checks.reference import EXACT_UP_TO, median_of, reference_of
 from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import counted, describe_ranks, hosts_of, where
+from ddpcheck.report.units import significant
 
 # The products whose checksums every rank compares: the dtypes training uses on each device.
 DTYPES = {"cpu": ("float32",), "cuda": ("bfloat16", "tf32")}
@@ -86,7 +87,7 @@ def device_rows(
         }
         products = [("gemm_tflops" if d == primary else f"{d}_tflops", "gemm", d) for d in DTYPES[kind]]
         for key, part, figure in products + [(COPY_FIGURES[c][0], "copy", c) for c in COPIES[kind]]:
-            row[key + "_passes"] = [_sig(p[part][figure]) for p in passes]
+            row[key + "_passes"] = [significant(p[part][figure]) for p in passes]
             row[key] = max(row[key + "_passes"])
         waits = [p["cpu_wait"] for p in passes if "cpu_wait" in p]
         if waits:
@@ -114,10 +115,6 @@ def busy_host_note(rows: list[dict[str, Any]]) -> str | None:
         f"{waits[rank]}% of rank {rank}'s passes; their rates leave that time out "
         "(the wait % column), so a busy host does not make a healthy rank look slow"
     )
-
-
-def _sig(value: float, digits: int = 4) -> float:
-    return float(f"{value:.{digits}g}")
 
 
 def slow_ranks(values: dict[int, float], threshold: float) -> dict[int, float]:

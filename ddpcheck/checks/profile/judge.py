@@ -17,6 +17,7 @@ from ddpcheck.checks.sweep.ops.all_reduce import bus_factor
 from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import counted, hosts_of, where
+from ddpcheck.report.units import significant
 
 # A rank whose compute time varies more than this (standard deviation / mean) over the
 # steady-state steps is unsteady: thermal throttling, a noisy neighbour, a swapping host.
@@ -168,11 +169,6 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1e3, 3)
 
 
-def _sig(value: float, digits: int = 4) -> float:
-    """Rounded to significant digits: CPU ranks reach thousandths of a TFLOP/s, GPUs hundreds."""
-    return float(f"{value:.{digits}g}")
-
-
 def _median_across(medians: list[dict[str, float]], phase: str) -> float:
     return statistics.median(m[phase] for m in medians)
 
@@ -208,19 +204,19 @@ def figures_of(
         "grad_bytes": grad_bytes,
         "bus_bytes_per_step": int(bus_bytes),
         "allreduce_ms": _ms(allreduce_s),
-        "busbw_gbps": _sig(bus_bytes / allreduce_s / 1e9) if allreduce_s > 0 and n > 1 else 0.0,
+        "busbw_gbps": significant(bus_bytes / allreduce_s / 1e9) if allreduce_s > 0 and n > 1 else 0.0,
         "exposed_comm_ms": _ms(exposed_s),
         "hidden_comm_pct": (
             round(100 * max(0.0, 1 - exposed_s / allreduce_s), 1) if allreduce_s > 0 and n > 1 else None
         ),
         "forward_gflop": work["forward"] / 1e9,
         "backward_gflop": work["backward"] / 1e9,
-        "forward_tflops": _sig(work["forward"] / forward_s / 1e12) if forward_s > 0 else 0.0,
-        "backward_tflops": _sig(work["backward"] / backward_s / 1e12) if backward_s > 0 else 0.0,
-        "step_tflops": _sig(step_tflops),
+        "forward_tflops": significant(work["forward"] / forward_s / 1e12) if forward_s > 0 else 0.0,
+        "backward_tflops": significant(work["backward"] / backward_s / 1e12) if backward_s > 0 else 0.0,
+        "step_tflops": significant(step_tflops),
         "peak_tflops": peak,
         "peak_source": peak_source,
-        "peak_fraction": _sig(step_tflops / peak) if peak else None,
+        "peak_fraction": significant(step_tflops / peak) if peak else None,
     }
 
 
@@ -401,7 +397,7 @@ def per_rank_table(
             "exposed_comm_ms": _ms(m["exposed_comm"]),
             "ratio": round(ratios[r], 3),
             "cv": round(cvs[r], 3),
-            "tflops": _sig(work / m["compute"] / 1e12) if m["compute"] > 0 else 0.0,
+            "tflops": significant(work / m["compute"] / 1e12) if m["compute"] > 0 else 0.0,
             "peak_memory_mib": round(data[r]["peak_memory_bytes"] / 2**20, 1),
             "status": "WARN" if ratios[r] >= opts.straggler_threshold or cvs[r] > CV_WARN else "PASS",
         }
