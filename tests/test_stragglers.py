@@ -144,7 +144,7 @@ def samples(
                 for e in data["entries"]:
                     e["duration_ms"] = None
         measured = {r: ns(clock[r]) for r in job} if offsets else None
-        out.append(sample_from_dumps(t, dumps, hosts, measured))
+        out.append(sample_from_dumps(dumps, hosts, measured))
     return out
 
 
@@ -400,7 +400,7 @@ def test_a_rank_missing_from_a_sample_is_judged_on_what_the_other_samples_held()
     last = max(r.release for r in job[0])
     taken = samples(job, [3.0, last + 1], ring=40)
     first = taken[0]
-    taken[0] = Sample(first.wall_s, {r: t for r, t in first.traces.items() if r != 3}, first.hosts)
+    taken[0] = Sample({r: t for r, t in first.traces.items() if r != 3}, first.hosts)
     found = verdict(judge(taken))
     assert found is not None and found.ranks == (3,) and found.collectives == 39
 
@@ -449,10 +449,10 @@ def test_a_ring_too_small_leaves_gaps_and_only_whole_pairs_are_judged() -> None:
 # ---------------------------------------------------------------- nothing to judge
 def test_no_samples_no_collectives_a_world_of_one_and_too_few_are_skips() -> None:
     assert check(judge([])).detail == "no flight-recorder sample was taken"
-    empty = [sample_from_dumps(1.0, {0: dump([]), 1: dump([])})]
+    empty = [sample_from_dumps({0: dump([]), 1: dump([])})]
     assert check(judge(empty)).status is Status.SKIP
     assert check(judge(empty)).detail.startswith("the job ran no collectives")
-    p2p = [sample_from_dumps(1.0, {0: dump([entry(1, op="send", is_p2p=True)]), 1: dump([])})]
+    p2p = [sample_from_dumps({0: dump([entry(1, op="send", is_p2p=True)]), 1: dump([])})]
     assert check(judge(p2p)).detail.startswith("the job ran no collectives")
     one = judge(samples(simulate(works(50, 1))))
     assert check(one).status is Status.SKIP
@@ -470,7 +470,7 @@ def test_the_real_h200_nccl_dump_a_world_of_one_is_skipped_and_its_durations_rea
     trace = read_dump(H200)  # a fixture of this repository's own
     timed = {(e.pg, e.seq_id): e.duration_ms for e in trace.entries if e.duration_ms is not None}
     assert len(timed) == 15 and timed[("0", 1)] == pytest.approx(0.478, abs=1e-3)
-    judged = judge([Sample(1.0, {0: trace}, {0: "h200"})])
+    judged = judge([Sample({0: trace}, {0: "h200"})])
     assert check(judged).status is Status.SKIP
     assert check(judged).detail == "every process group has a single rank: nobody to compare with"
 
@@ -480,7 +480,7 @@ def test_real_gloo_dumps_a_rank_sleeping_30_percent_longer_is_named_and_a_health
     job: str, named: tuple[int, ...]
 ) -> None:
     traces = {r: read_dump(GLOO / job / f"fr{r}") for r in range(4)}
-    judged = judge([Sample(10.0, traces, dict.fromkeys(range(4), "h"))])
+    judged = judge([Sample(traces, dict.fromkeys(range(4), "h"))])
     assert tuple(r for v in judged.verdicts for r in v.ranks) == named
     assert judged.judged[0].collectives == 59
     if named:

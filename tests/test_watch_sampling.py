@@ -299,7 +299,7 @@ def test_a_tasks_clock_offset_reaches_task_0_with_its_ranks_and_is_used_by_the_j
     task_0.history.add(0, [slim(dump([entry(1)]))[0]], "a")
     task_0.history.offset(0, 0)
     task_0._take_others()
-    sample = task_0.history.sample(0.0)
+    sample = task_0.history.sample()
     assert sample.clock_offsets_ns == {0: 0, 2: 2_000} and sample.hosts == {0: "a", 2: "b"}
 
 

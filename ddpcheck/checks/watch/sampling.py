@@ -116,7 +116,7 @@ class History:
                 held.popitem(last=False)
         return fresh
 
-    def sample(self, wall_s: float, last: int | None = None) -> Sample:
+    def sample(self, last: int | None = None) -> Sample:
         """One Sample of what is kept: of each rank's groups, the `last` collectives (all: None)."""
         dumps = {
             rank: {
@@ -126,7 +126,7 @@ class History:
             for rank, groups in self.entries.items()
         }
         offsets = {rank: round(statistics.median(found)) for rank, found in self.offsets_ns.items()}
-        return sample_from_dumps(wall_s, dumps, hosts=self.hosts, clock_offsets_ns=offsets)
+        return sample_from_dumps(dumps, hosts=self.hosts, clock_offsets_ns=offsets)
 
 
 @dataclass
@@ -227,7 +227,7 @@ class Sampler:
                     self.history.offset(rank, 0)
         self._take_others()
         if self.judging and self.history.entries:
-            judged = judge([self.history.sample(self.clock(), RECENT_PER_GROUP)])
+            judged = judge([self.history.sample(RECENT_PER_GROUP)])
             self._say_changes(explained(judged, self.seen.looks()))
 
     def _take_others(self) -> None:
@@ -280,7 +280,7 @@ class Sampler:
         self.gpus.close()
         if not self.history.entries:
             return Judgement(unjudged=Unjudged.NO_SAMPLE, requests=self.number)
-        return explained(judge([self.history.sample(self.clock())]), self.seen.looks())
+        return explained(judge([self.history.sample()]), self.seen.looks())
 
     def add_to(self, report: Report) -> Report:
         """The `stragglers` check, its per-rank table and the heat map's rows, added to `report`."""

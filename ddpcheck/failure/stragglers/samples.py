@@ -11,27 +11,24 @@ from ddpcheck.failure.flight import RankTrace, parse_trace
 
 @dataclass(frozen=True)
 class Sample:
-    """What every rank's flight recorder held when the watcher asked, at `wall_s` (the watcher's clock).
+    """What every rank's flight recorder held when the watcher asked.
 
     `clock_offsets_ns`: per rank, its clock minus the watcher's, where the caller measured it
     (absent: ranks of different hosts are not compared by enqueue time).
     """
 
-    wall_s: float
     traces: Mapping[int, RankTrace]
     hosts: Mapping[int, str] = field(default_factory=dict)
     clock_offsets_ns: Mapping[int, int] = field(default_factory=dict)
 
 
 def sample_from_dumps(
-    wall_s: float,
     dumps: Mapping[int, Mapping[str, Any]],
     hosts: Mapping[int, str] | None = None,
     clock_offsets_ns: Mapping[int, int] | None = None,
 ) -> Sample:
     """A Sample from each rank's raw dump (the unpickled dict). Raises NotADump as parse_trace does."""
     return Sample(
-        wall_s=wall_s,
         traces={rank: parse_trace(raw, rank=rank) for rank, raw in dumps.items()},
         hosts=dict(hosts or {}),
         clock_offsets_ns=dict(clock_offsets_ns or {}),
