@@ -174,13 +174,11 @@ def read_dump(path: str | os.PathLike[str], rank: int | None = None) -> RankTrac
     rank = rank if rank is not None else rank_of(path)
     if rank is None:
         raise NotADump("its name does not end in a rank")
-    raw, _ = read_raw(path)
-    return parse_trace(raw, rank=rank, path=path)
+    return parse_trace(read_raw(path), rank=rank, path=path)
 
 
-def read_raw(path: str | os.PathLike[str]) -> tuple[Any, str]:
-    """(a dump file's data, undecoded into a RankTrace, and its form), read without running code.
-    Raises NotADump."""
+def read_raw(path: str | os.PathLike[str]) -> Any:
+    """A dump file's data, undecoded into a RankTrace, read without running code. Raises NotADump."""
     try:
         form = sniff(path)
         if form == "":
@@ -195,7 +193,7 @@ def read_raw(path: str | os.PathLike[str]) -> tuple[Any, str]:
         raise NotADump(
             f"unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         ) from None
-    return raw, form
+    return raw
 
 
 def parse_trace(raw: Any, *, rank: int, path: str = "") -> RankTrace:

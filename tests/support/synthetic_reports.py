@@ -151,8 +151,7 @@ def watch_report(job: str = "rank2_slower", host: str = "vm") -> Report:
         GLOO_STRAGGLERS / job, every_s=1.0, speak=lambda line: None
     )  # never asks: nothing written
     for rank in range(4):
-        raw, _ = read_raw(str(GLOO_STRAGGLERS / job / f"fr{rank}"))
-        sampler.history.add(rank, slim(raw), host)
+        sampler.history.add(rank, slim(read_raw(str(GLOO_STRAGGLERS / job / f"fr{rank}"))), host)
     job_check = Check("job", Status.PASS, "the job ran to completion: 4 ranks, exit 0, 5.2 s")
     report = Report(command="watch", checks=[job_check], world={"size": 4, "nodes": 1})
     return sampler.add_to(report)

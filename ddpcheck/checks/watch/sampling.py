@@ -204,8 +204,7 @@ class Sampler:
             if stack is not None:
                 self.seen.stack(rank, stack)
             try:
-                raw, _ = read_raw(path)
-                new[rank] = slim(raw)
+                new[rank] = slim(read_raw(path))
             except NotADump:
                 continue
         self._sweep(pending.number)
