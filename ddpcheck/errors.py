@@ -13,6 +13,12 @@ class UsageError(Exception):
     """Bad usage or input: exit code 2, one line, nothing spawned."""
 
 
+def check_between(flag: str, value: int | None, low: int, high: int) -> None:
+    """A UsageError unless `value` (None: not given) is within low..high, both included."""
+    if value is not None and not low <= value <= high:
+        raise UsageError(f"{flag} must be between {low} and {high}, got {value}")
+
+
 def say(line: str) -> None:
     """One line on stderr, in one write.
 

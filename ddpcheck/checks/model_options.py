@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ddpcheck.command import option
-from ddpcheck.errors import UsageError
+from ddpcheck.errors import UsageError, check_between
 
 MAX_HIDDEN = 65_536  # a 16 GiB float32 matrix; beyond that the check itself is the problem
 MAX_STEPS = 100_000
@@ -19,12 +19,9 @@ def bucket_option() -> float:
 
 
 def check_model_size(hidden: int, batch: int, steps: int) -> None:
-    if not 1 <= hidden <= MAX_HIDDEN:
-        raise UsageError(f"--hidden must be between 1 and {MAX_HIDDEN}, got {hidden}")
-    if not 1 <= batch <= MAX_BATCH:
-        raise UsageError(f"--batch must be between 1 and {MAX_BATCH}, got {batch}")
-    if not 1 <= steps <= MAX_STEPS:
-        raise UsageError(f"--steps must be between 1 and {MAX_STEPS}, got {steps}")
+    check_between("--hidden", hidden, 1, MAX_HIDDEN)
+    check_between("--batch", batch, 1, MAX_BATCH)
+    check_between("--steps", steps, 1, MAX_STEPS)
 
 
 def check_bucket(bucket_cap_mb: float) -> None:

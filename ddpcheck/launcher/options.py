@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddpcheck.command import option
-from ddpcheck.errors import UsageError
+from ddpcheck.errors import UsageError, check_between
 
 BACKENDS = ("auto", "nccl", "gloo")
 MAX_RANKS_PER_NODE = 256
@@ -48,12 +48,10 @@ class LaunchOptions:
         if self.gpus is not None and self.nproc is not None:
             raise UsageError("give --gpus or --nproc, not both")
         for name, value in (("--gpus", self.gpus), ("--nproc", self.nproc)):
-            if value is not None and not 1 <= value <= MAX_RANKS_PER_NODE:
-                raise UsageError(f"{name} must be between 1 and {MAX_RANKS_PER_NODE}, got {value}")
+            check_between(name, value, 1, MAX_RANKS_PER_NODE)
         if self.backend not in BACKENDS:
             raise UsageError(f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
-        if not 1 <= self.nnodes <= MAX_NODES:
-            raise UsageError(f"--nnodes must be between 1 and {MAX_NODES}, got {self.nnodes}")
+        check_between("--nnodes", self.nnodes, 1, MAX_NODES)
         if not 0 <= self.node_rank < self.nnodes:
             raise UsageError(
                 f"--node-rank must be in 0..{self.nnodes - 1} for --nnodes {self.nnodes}, "

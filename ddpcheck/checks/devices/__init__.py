@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ddpcheck.command import HARNESS_FAULTS, Command, Setup, option
-from ddpcheck.errors import UsageError
+from ddpcheck.errors import UsageError, check_between
 
 MAX_SIZE = 32_768  # a 4 GiB float32 matrix, three of them: beyond that the check is the problem
 
@@ -43,10 +43,8 @@ class DevicesOptions:
     passes: ClassVar[int] = 5  # each figure keeps its best pass: noise only ever slows one down
 
     def validate(self) -> None:
-        if self.size is not None and not 16 <= self.size <= MAX_SIZE:
-            raise UsageError(f"--size must be between 16 and {MAX_SIZE}, got {self.size}")
-        if self.iters is not None and not 1 <= self.iters <= 100_000:
-            raise UsageError(f"--iters must be between 1 and 100000, got {self.iters}")
+        check_between("--size", self.size, 16, MAX_SIZE)
+        check_between("--iters", self.iters, 1, 100_000)
         for flag, value in (("--threshold", self.threshold), ("--memory-threshold", self.memory_threshold)):
             if value is not None and not 0 < value < 1:
                 raise UsageError(f"{flag} must be in (0, 1), a fraction of the peers' median, got {value:g}")

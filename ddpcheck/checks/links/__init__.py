@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ddpcheck.command import HARNESS_FAULTS, Command, Setup, option
-from ddpcheck.errors import UsageError
+from ddpcheck.errors import UsageError, check_between
 from ddpcheck.report.units import parse_size
 
 MAX_LINK_BYTES = 4 * 1024**3
@@ -49,10 +49,8 @@ class LinksOptions:
     def validate(self) -> None:
         if self.size is not None and not 1 <= self.size <= MAX_LINK_BYTES:
             raise UsageError(f"--size must be between 1 byte and 4G, got {self.size}")
-        if self.iters is not None and not 1 <= self.iters <= 100_000:
-            raise UsageError(f"--iters must be between 1 and 100000, got {self.iters}")
-        if self.warmup is not None and not 0 <= self.warmup <= 100_000:
-            raise UsageError(f"--warmup must be between 0 and 100000, got {self.warmup}")
+        check_between("--iters", self.iters, 1, 100_000)
+        check_between("--warmup", self.warmup, 0, 100_000)
         if self.threshold is not None and not 0 < self.threshold < 1:
             raise UsageError(
                 f"--threshold must be in (0, 1), a fraction of the median link, got {self.threshold:g}"

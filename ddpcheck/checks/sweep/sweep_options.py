@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ddpcheck.command import option
-from ddpcheck.errors import UsageError
+from ddpcheck.errors import UsageError, check_between
 from ddpcheck.report.units import parse_sizes
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32")
@@ -47,10 +47,8 @@ class SweepOptions:
     def validate(self) -> None:
         if self.dtype not in DTYPES:
             raise UsageError(f"unknown dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
-        if self.iters is not None and not 1 <= self.iters <= 100_000:
-            raise UsageError(f"--iters must be between 1 and 100000, got {self.iters}")
-        if self.warmup is not None and not 0 <= self.warmup <= 100_000:
-            raise UsageError(f"--warmup must be between 0 and 100000, got {self.warmup}")
+        check_between("--iters", self.iters, 1, 100_000)
+        check_between("--warmup", self.warmup, 0, 100_000)
         if not 1 < self.step_factor <= MAX_STEP_FACTOR:
             raise UsageError(
                 f"--step-factor must be above 1 and at most {MAX_STEP_FACTOR}, got {self.step_factor:g}"

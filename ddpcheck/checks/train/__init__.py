@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ddpcheck.checks.model_options import bucket_option, check_bucket, check_model_size, hidden_option
 from ddpcheck.command import HARNESS_FAULTS, SLOW_FAULT, Command, option
-from ddpcheck.errors import UsageError
+from ddpcheck.errors import UsageError, check_between
 
 OPTIMIZERS = ("adam", "sgd")
 MAX_SEED = 2**32 - 1
@@ -31,8 +31,7 @@ class TrainOptions:
             raise UsageError(f"--lr must be a positive number, got {self.lr:g}")
         if self.optimizer not in OPTIMIZERS:
             raise UsageError(f"unknown optimizer {self.optimizer!r}: choose one of {', '.join(OPTIMIZERS)}")
-        if not 0 <= self.seed <= MAX_SEED:
-            raise UsageError(f"--seed must be between 0 and {MAX_SEED}, got {self.seed}")
+        check_between("--seed", self.seed, 0, MAX_SEED)
         check_bucket(self.bucket_cap_mb)
 
 
