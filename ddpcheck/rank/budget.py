@@ -10,11 +10,13 @@ the end whatever the ranks are doing (launcher/monitor.py).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ddpcheck.rank.context import RankContext
     from ddpcheck.report.model import Check, Table
 
 # What a run needs after its last measurement (gather, judge, teardown, report), with a margin
@@ -38,6 +40,14 @@ class Budget:
     def measure_left(self, now: float | None = None) -> float:
         """Seconds this rank may still spend measuring (negative once past)."""
         return self.measure_end - (time.time() if now is None else now)
+
+    def agreed(self, ctx: RankContext, seconds: list[float]) -> tuple[list[float], float]:
+        """Every rank's slowest of each of `seconds` (up to the microsecond) and the least measuring
+        time left (down to the millisecond): one all_reduce, so that every rank fits its work alike."""
+        *slowest, least_left = ctx.agree_max(
+            [*(math.ceil(s * 1e6) for s in seconds), -math.floor(self.measure_left() * 1e3)]
+        )
+        return [us / 1e6 for us in slowest], -least_left / 1e3
 
     def share(self, parts: int, now: float | None = None) -> Budget:
         """The next of `parts` equal shares of the measuring time left (one collective of several)."""

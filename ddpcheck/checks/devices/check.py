@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import math
 import platform
 import time
 from collections.abc import Callable, Iterator
@@ -59,12 +58,10 @@ def measure(ctx: RankContext, opts: DevicesOptions) -> dict[str, Any]:
     iters = iters_asked
     turns = 1 if kind == "cuda" else ctx.world_size
     if ctx.budget:
-        slowest, least_left = ctx.agree_max(
-            [math.ceil(call_s * 1e6), -math.floor(ctx.budget.measure_left() * 1e3)]
-        )
+        (slowest_s,), left_s = ctx.budget.agreed(ctx, [call_s])
         figures = len(DTYPES[kind]) + len(COPIES[kind])
         floor_s = 0.0 if kind == "cuda" else CPU_PASS_S
-        iters = fit_iters(slowest / 1e6, figures, turns, floor_s, iters, passes_asked, -least_left / 1e3)
+        iters = fit_iters(slowest_s, figures, turns, floor_s, iters, passes_asked, left_s)
         opts = dataclasses.replace(opts, iters=iters)
     ctx.stage("measure: compute and copy rates")
     number, planned = 0, passes_asked
@@ -82,10 +79,8 @@ def measure(ctx: RankContext, opts: DevicesOptions) -> dict[str, Any]:
         ctx.progress(number, planned, "devices: passes")
         if ctx.budget and number < planned:
             # Every rank must stop after the same pass: the slowest pass, the least time left.
-            pass_us, least_left = ctx.agree_max(
-                [math.ceil((time.perf_counter() - began) * 1e6), -math.floor(ctx.budget.measure_left() * 1e3)]
-            )
-            planned = number + fit_passes(pass_us / 1e6, planned - number, -least_left / 1e3)
+            (pass_s,), left_s = ctx.budget.agreed(ctx, [time.perf_counter() - began])
+            planned = number + fit_passes(pass_s, planned - number, left_s)
     ctx.barrier()
     account = ctx.budget and {
         "budget_s": ctx.budget.seconds,

@@ -108,17 +108,10 @@ class Pacer:
         # between links inside a node and links between nodes.
         exchange_s = max(exchange_s, self.exchange_s)
         trip_s = exchange_s if self.trip_s is None else self.trip_s
-        agreed = self.ctx.agree_max(
-            [
-                math.ceil(exchange_s * 1e6),
-                math.ceil(trip_s * 1e6),
-                math.ceil(self.fixed_s * 1e6),
-                -math.floor(self.ctx.budget.measure_left() * 1e3),
-            ]
-        )
-        cost = StepCost(agreed[0] / 1e6, agreed[1] / 1e6, agreed[2] / 1e6)
+        slowest, left_s = self.ctx.budget.agreed(self.ctx, [exchange_s, trip_s, self.fixed_s])
+        cost = StepCost(*slowest)
         warmup, iters, trips = self.asked
-        left = -agreed[3] / 1e3 * BUDGET_SPENT
+        left = left_s * BUDGET_SPENT
         fit = fit_step(steps_left, cost, warmup, iters, trips, left)
         self.warmups_run.append(self.warmup)
         self.warmup = fit.warmup

@@ -256,10 +256,8 @@ def agreed_fit(
     Every rank must take the same decision, or one would wait for a collective the others
     skipped: one all_reduce of three integers, then the same pure function everywhere.
     """
-    slowest_check, slowest_call, least_left = ctx.agree_max(
-        [math.ceil(check_s * 1e6), math.ceil(call_s * 1e6), -math.floor(budget.measure_left() * 1e3)]
-    )
-    return fit_sweep(sizes_left, slowest_check / 1e6, slowest_call / 1e6, warmup, iters, -least_left / 1e3)
+    (slowest_check, slowest_call), left_s = budget.agreed(ctx, [check_s, call_s])
+    return fit_sweep(sizes_left, slowest_check, slowest_call, warmup, iters, left_s)
 
 
 # How backends refuse a collective or a dtype they lack (gloo: "... is not supported"), as
