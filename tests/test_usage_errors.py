@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,7 @@ from ddpcheck.errors import UsageError
 from ddpcheck.launcher.options import parse_endpoint
 from ddpcheck.rank.faults import Fault, check_ranks, parse_fault, parse_faults
 from ddpcheck.report.units import parse_size, parse_sizes
-from tests.conftest import assert_usage_error
+from tests.conftest import Run, assert_usage_error
 
 BAD_INVOCATIONS = {
     "zero ranks": ["--nproc", "0"],
@@ -207,3 +210,53 @@ def test_help_names_values_and_inject_kinds(ddpcheck) -> None:
     text = ddpcheck("allreduce", "--help").stdout
     for shown in ("--sizes MIN:MAX", "--inject KIND@RANK[:STAGE]", "--json PATH", "--timeout SECONDS"):
         assert shown in text
+
+
+MALFORMED_LAUNCHER_ENVIRONMENTS = {
+    "rank not a number": {"RANK": "abc", "WORLD_SIZE": "2"},
+    "world size not a number": {"RANK": "0", "WORLD_SIZE": "two"},
+    "rank outside the world": {"RANK": "3", "WORLD_SIZE": "2"},
+    "local rank not a number": {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "-1"},
+}
+
+
+@pytest.mark.parametrize(
+    "environ", MALFORMED_LAUNCHER_ENVIRONMENTS.values(), ids=MALFORMED_LAUNCHER_ENVIRONMENTS
+)
+@pytest.mark.parametrize("entry", ["ddpcheck", "ddpcheck.preflight"])
+def test_a_malformed_launcher_environment_is_one_line_and_exit_2(
+    ddpcheck, scratch, entry: str, environ: dict[str, str]
+) -> None:
+    """A rank's variables that are not a rank's (a wrapper script's typo): refused before any join."""
+    env = {"LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29577", **environ}
+    if entry == "ddpcheck":
+        run = ddpcheck("allreduce", env=env)
+    else:
+        full = {**os.environ, "TMPDIR": str(scratch), **env}
+        proc = subprocess.run(
+            [sys.executable, "-m", entry], capture_output=True, text=True, env=full, timeout=120
+        )
+        run = Run(proc.returncode, proc.stdout, proc.stderr, None, 0.0)
+    assert_usage_error(run, scratch)
+    assert "the launcher's environment is not a rank's" in run.stderr
+
+
+def test_mpirun_inside_a_slurm_allocation_is_read_as_mpirun() -> None:
+    """An mpirun inside an allocation starts its ranks through an srun step of its daemons: the
+    daemon's SLURM_PROCID (one per host) is not the rank; OMPI's is (preflight read srun's first)."""
+    from ddpcheck.launcher.plan import launcher_environment
+
+    environ = {
+        "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+        "MASTER_ADDR": "node1", "MASTER_PORT": "29500",
+        "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_NTASKS": "2",
+        "SLURM_JOB_NODELIST": "node[1-2]",
+    }  # fmt: skip
+    mapped = launcher_environment(environ)
+    assert mapped is not None and (mapped["RANK"], mapped["WORLD_SIZE"], mapped["LOCAL_RANK"]) == (
+        "3",
+        "4",
+        "1",
+    )
+    assert launcher_environment({}) is None

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ddpcheck.errors import UsageError
 from ddpcheck.launcher import mpi, slurm
 from ddpcheck.launcher.options import LaunchOptions
 from ddpcheck.rank.budget import Budget
+
+# torch's rank variables that hold a number, as torchrun sets them (or srun's and mpirun's, mapped).
+NUMBERED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_PORT")
 
 
 @dataclass
@@ -125,12 +129,40 @@ def detect_inline(opts: LaunchOptions) -> bool:
     allocation starts its ranks through an srun step of its own daemons.
     """
     if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")):
+        check_rank_variables(os.environ)
         return True
     explicit = opts.gpus is not None or opts.nproc is not None or opts.nnodes > 1
-    if mpi.under_mpirun(os.environ) and not explicit:
-        os.environ.update(mpi.torch_environment(os.environ, opts.rdzv_endpoint))
-        return True
-    if slurm.under_srun(os.environ) and not explicit:
-        os.environ.update(slurm.torch_environment(os.environ))
-        return True
-    return False
+    mapped = None if explicit else launcher_environment(os.environ, opts.rdzv_endpoint)
+    if mapped is not None:
+        os.environ.update(mapped)
+    return mapped is not None
+
+
+def launcher_environment(
+    environ: Mapping[str, str], rdzv_endpoint: str | None = None
+) -> dict[str, str] | None:
+    """torch's rank variables that this mpirun rank or srun task stands for; None under neither.
+    mpirun comes before srun: an mpirun inside a Slurm allocation starts its ranks through an srun
+    step of its own daemons (their SLURM_PROCID is the daemon's, not the rank's)."""
+    if mpi.under_mpirun(environ):
+        mapped = mpi.torch_environment(environ, rdzv_endpoint)
+    elif slurm.under_srun(environ):
+        mapped = slurm.torch_environment(environ)
+    else:
+        return None
+    check_rank_variables(mapped)
+    return mapped
+
+
+def check_rank_variables(environ: Mapping[str, str]) -> None:
+    """torch's rank variables as a launcher set them: whole numbers, the rank inside its world (exit 2)."""
+    bad = [
+        f"{name}={environ[name]!r}" for name in NUMBERED if name in environ and not environ[name].isdigit()
+    ]
+    if bad:
+        raise UsageError(
+            f"the launcher's environment is not a rank's: {', '.join(bad)} (whole numbers expected)"
+        )
+    rank, world = int(environ.get("RANK", "0")), int(environ.get("WORLD_SIZE", "1"))
+    if not 0 <= rank < world:
+        raise UsageError(f"the launcher's environment is not a rank's: RANK={rank} of WORLD_SIZE={world}")

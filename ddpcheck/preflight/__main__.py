@@ -83,20 +83,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _launcher_environment() -> None:
-    """torchrun's variables, or srun's and mpirun's mapped onto them; none: exit 2, nothing joined."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return
-    from ddpcheck.launcher import mpi, slurm
+    """torchrun's variables, or srun's and mpirun's mapped onto them; none or malformed: exit 2."""
+    from ddpcheck.launcher.plan import check_rank_variables, launcher_environment
 
-    if slurm.under_srun(os.environ):
-        os.environ.update(slurm.torch_environment(os.environ))
-    elif mpi.under_mpirun(os.environ):
-        os.environ.update(mpi.torch_environment(os.environ))
-    else:
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        check_rank_variables(os.environ)
+        return
+    mapped = launcher_environment(os.environ)
+    if mapped is None:
         raise UsageError(
             "not started by a launcher (no RANK, no srun or mpirun task): run it as "
             "`torchrun --nproc-per-node N -m ddpcheck.preflight` or under srun"
         )
+    os.environ.update(mapped)
 
 
 def _run(opts: PreflightOptions, backend: str) -> int:
