@@ -128,10 +128,6 @@ def _flagged(options: type) -> list[dataclasses.Field]:
     return flagged
 
 
-def options_to_dict(options: Any) -> dict[str, Any]:
-    return dataclasses.asdict(options)
-
-
 def options_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in data.items() if k in names})

@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ddpcheck.command import Command, options_to_dict
+from ddpcheck.command import Command
 from ddpcheck.errors import UsageError
 from ddpcheck.launcher.finish import console_for, finish, written_lines
 from ddpcheck.rank import arrival, interrupt
@@ -170,7 +170,7 @@ def check_baseline_setup(
     from ddpcheck.report.baseline import check_setup, planned_setup
 
     planned = planned_setup(
-        command.name, plan.world_size, plan.backend, plan.device, options_to_dict(options)
+        command.name, plan.world_size, plan.backend, plan.device, dataclasses.asdict(options)
     )
     check_setup(known_good, command.name, planned, str(baseline.path))
 
@@ -189,7 +189,7 @@ def run_as_rank(
     from ddpcheck.rank import inline_run
     from ddpcheck.report.model import Verdict
 
-    spec = make_spec(command.name, options_to_dict(options), faults, plan)
+    spec = make_spec(command.name, dataclasses.asdict(options), faults, plan)
     outcome = inline_run.run(spec, as_given(faults), lambda r: written_lines(r, output, fleet))
     return outcome.exit_code if isinstance(outcome, Verdict) else outcome
 
@@ -217,7 +217,7 @@ def launch_ranks(
             # On stderr: `ddpcheck allreduce | tee log` still shows it; the report goes down the pipe.
             progress_console = render.make_console(stderr=True)
             with LaunchProgress(progress_console, enabled=not output.quiet, ranks=plan.nproc) as progress:
-                return launch.launch(command.name, options_to_dict(options), faults, plan, progress.update)
+                return launch.launch(command.name, dataclasses.asdict(options), faults, plan, progress.update)
     except KeyboardInterrupt:
         interrupt.leave()
 
