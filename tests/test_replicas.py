@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from dataclasses import asdict
 from pathlib import Path
 
 from ddpcheck.failure import replicas
@@ -147,7 +148,7 @@ def test_records_round_trip() -> None:
     (first, *_) = prints()
     assert fingerprint_from_record(to_record(first, whole=True)) == first
     nan = NonFinite(1, 5, "gradient", ("w",), 1)
-    assert replicas.nonfinite_from_record(replicas.nonfinite_to_record(nan)) == nan
+    assert replicas.nonfinite_from_record(asdict(nan)) == nan
 
 
 def test_one_flipped_bit_anywhere_changes_the_exact_fingerprint() -> None:

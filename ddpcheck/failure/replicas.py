@@ -19,7 +19,7 @@ import hashlib
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from ddpcheck.report.model import Check, Status, Table
@@ -149,10 +149,6 @@ def nonfinite_from_record(record: dict[str, Any]) -> NonFinite:
         tuple(record.get("parameters") or ()),
         int(record.get("count", 1)),
     )
-
-
-def nonfinite_to_record(found: NonFinite) -> dict[str, Any]:
-    return asdict(found)
 
 
 def judge(prints: Iterable[Fingerprint], nonfinite: Iterable[NonFinite] = ()) -> Judgement:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,7 @@ class Replicas:
         }
         return {
             "prints": [replicas.to_record(p, key in whole) for key, p in sorted(self.prints.items())],
-            "nonfinite": [replicas.nonfinite_to_record(n) for n in self.nonfinite.values()],
+            "nonfinite": [asdict(n) for n in self.nonfinite.values()],
             "failures": {str(r): e for r, e in self.failures.items()},
             "unreplicated": sorted(self.unreplicated),
         }
