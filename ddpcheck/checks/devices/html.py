@@ -15,8 +15,7 @@ from ddpcheck.report.model import Report, Status, Table
 
 
 def charts(report: Report) -> list[Chart]:
-    table = report.table("devices")
-    rows = [r for r in (table.rows if table else []) if isinstance(r.get("rank"), int)]
+    rows = [r for r in report.rows("devices") if isinstance(r.get("rank"), int)]
     rates = [number(r.get("gemm_tflops")) for r in rows]
     if not rows or all(math.isnan(v) for v in rates):
         return []

@@ -41,8 +41,7 @@ def _medians(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 
 def charts(report: Report) -> list[Chart]:
-    table = report.table("steps")
-    rows = [r for r in (table.rows if table else []) if isinstance(r.get("rank"), int)]
+    rows = [r for r in report.rows("steps") if isinstance(r.get("rank"), int)]
     if not rows:
         return []
     medians = _medians(rows)

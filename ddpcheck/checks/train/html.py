@@ -17,8 +17,7 @@ RANK_KEY = re.compile(r"loss_rank(\d+)$")
 
 
 def charts(report: Report) -> list[Chart]:
-    table = report.table("loss")
-    rows = table.rows if table else []
+    rows = report.rows("loss")
     ranks = sorted({int(m.group(1)) for row in rows for k in row if (m := RANK_KEY.match(k))})
     if not rows or not ranks:
         return []
