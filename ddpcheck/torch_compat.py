@@ -8,6 +8,7 @@ behaviour it smooths over; tests/compat/run.sh runs the suite on an older releas
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import signal
 import socket
@@ -104,13 +105,6 @@ def allow_agent_off_main_thread() -> None:
         api.signal = _MainThreadSignals()
 
 
-def _shared_port_tcp_store(*args: Any, **kwargs: Any) -> Any:
-    from torch.distributed import TCPStore
-
-    kwargs.setdefault("multi_tenant", True)
-    return TCPStore(*args, **kwargs)
-
-
 def share_rendezvous_port() -> None:
     """Let the c10d rendezvous open its store on the port that presence.py's store already holds.
 
@@ -118,9 +112,10 @@ def share_rendezvous_port() -> None:
     the rendezvous backend opens its TCPStore with multi_tenant=True, sharing the
     server; before, it binds the port anew and fails with "Address already in use".
     """
+    from torch.distributed import TCPStore
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
 
-    backend.TCPStore = _shared_port_tcp_store  # type: ignore[attr-defined]
+    backend.TCPStore = functools.partial(TCPStore, multi_tenant=True)  # type: ignore[attr-defined]
 
 
 class _AdvertisedSocket:
