@@ -84,7 +84,7 @@ def judge_success(views: list[RankView], elapsed_s: float) -> Report:
 
 
 def _traceback_table(view: RankView, failure: Exit) -> Table:
-    rows = [{"function": f.function, "file": f.file, "line": f.line} for f in failure.stack]
+    rows = [f.to_dict() for f in failure.stack]
     return Table(
         "traceback",
         f"Where rank {view.rank} failed (innermost first)",
