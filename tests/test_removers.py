@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpcheck.rank import arrival, rundir
+from ddpcheck.rank import arrival, remover, rundir
 from tests.conftest import removers_of
 
 
@@ -55,6 +55,6 @@ def test_the_run_directory_remover_is_one_until_the_directory_is_gone(tmp_path: 
     _many_files(directory)
     handle = rundir.remove_once_this_process_is_gone(directory)
     assert handle is not None
-    rundir.release_remover(handle)  # as if this process had ended
+    remover.release(handle)  # as if this process had ended
     assert _seen_without_a_remover(tmp_path, directory) == []
     assert not list(tmp_path.iterdir())

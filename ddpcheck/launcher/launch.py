@@ -31,6 +31,7 @@ from ddpcheck.launcher.presence import Presence, StoreUnreachable
 from ddpcheck.launcher.rendezvous import advertised_address, check_rendezvous_port, hosts_store
 from ddpcheck.rank import assemble, interrupt, rundir
 from ddpcheck.rank.faults import Fault
+from ddpcheck.rank.remover import release as release_remover
 from ddpcheck.rank.rundir import RunSpec
 from ddpcheck.rank.status_channel import read_statuses
 from ddpcheck.rank.torch_logs import USER_CPP_LOG_LEVEL
@@ -89,14 +90,14 @@ def launch(
     if interrupted:
         shutil.rmtree(run_dir, ignore_errors=True)
         interrupt.forget(run_dir)
-        rundir.release_remover(remover)
+        release_remover(remover)
         raise KeyboardInterrupt
     report = _report_of(command, plan, run_dir, agent, monitor, failures, launch_error)
     kept = rundir.keep_logs(run_dir) if report.verdict == Verdict.ERROR else None
     if kept is None:
         shutil.rmtree(run_dir, ignore_errors=True)
     interrupt.forget(run_dir)
-    rundir.release_remover(remover)
+    release_remover(remover)
     return assemble.after_launch(
         report, time.monotonic() - started, options, str(kept) if kept else None, as_given(faults)
     )

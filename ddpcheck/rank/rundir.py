@@ -135,12 +135,9 @@ def remove_once_this_process_is_gone(path: Path, unless_logs_kept: bool = False)
     """Have `path` removed when this process ends, even if it is killed outright (SIGKILL): by a
     remover (rank/remover.py). `unless_logs_kept`: a launcher's run directory, left where keep_logs
     kept it (the launcher killed outright leaves it whole: removed). Returns the handle that
-    release_remover takes once the directory's fate is settled (None: no remover could start)."""
+    remover.release takes once the directory's fate is settled (None: no remover could start)."""
     script = _LAUNCHER_REMOVER_SCRIPT if unless_logs_kept else _REMOVER_SCRIPT
     return remover.start(script, ["ddpcheck-remover", str(path)])
-
-
-release_remover = remover.release
 
 
 def sweep_abandoned_inline() -> list[Path]:
