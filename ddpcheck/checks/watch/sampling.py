@@ -294,15 +294,13 @@ class Sampler:
         found = words.table(judgement)
         if found is not None:
             report.tables.append(found)
-        why = words.why_rows(judgement)
-        if why:
-            report.tables.append(Table(words.WHY, "Why the named rank is slow", dict(words.WHY_COLUMNS), why))
-        slowed = words.slowdown_rows(judgement)
-        if slowed:
-            report.tables.append(Table(words.SLOWDOWN, "The job slowed", {}, slowed))
-        rows = words.heat_rows(judgement)
-        if rows:
-            report.tables.append(Table(words.HEAT, "Lag behind peers over time", {}, rows))
+        for name, title, columns, rows in (
+            (words.WHY, "Why the named rank is slow", dict(words.WHY_COLUMNS), words.why_rows(judgement)),
+            (words.SLOWDOWN, "The job slowed", {}, words.slowdown_rows(judgement)),
+            (words.HEAT, "Lag behind peers over time", {}, words.heat_rows(judgement)),
+        ):
+            if rows:
+                report.tables.append(Table(name, title, columns, rows))
         report.notes += [f"while the job ran: {line.removeprefix('ddpcheck watch: ')}" for line in self.lines]
         return report
 
