@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from ddpcheck.checks.env import EnvOptions
@@ -59,7 +59,7 @@ def env_tables(facts: Mapping[str, Any]) -> list[Table]:
         Table(
             "topology",
             "GPU topology (nvidia-smi topo -m)",
-            _topology_columns(facts["topology"]),
+            {key: key for row in facts["topology"] for key in row},  # every row's columns, as they first come
             facts["topology"],
         ),
         Table("host", "Host", KV_COLUMNS, _host_rows(facts["host"])),
@@ -99,10 +99,6 @@ def env_tables(facts: Mapping[str, Any]) -> list[Table]:
     ]
     # An empty table says nothing in the terminal; JSON readers default to [].
     return [t for t in tables if t.rows]
-
-
-def _topology_columns(rows: Sequence[Mapping[str, str]]) -> dict[str, str]:
-    return {key: key for row in rows for key in row}  # every row's columns, in the order they first come
 
 
 def _software_rows(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
