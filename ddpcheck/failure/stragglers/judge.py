@@ -239,7 +239,6 @@ def _judge_group(pg: str, gathered: Gathered, thresholds: Thresholds) -> list[Gr
         ends = {r: held[r][found[-1].seq].created_ns / 1e9 for r in ranks} if found else {}
         return _judge_unit(
             GroupJudgement(pg, desc, host, ranks, estimator, ends_s=ends),
-            estimator,
             found,
             gathered.hosts,
             thresholds,
@@ -268,7 +267,6 @@ def _judge_group(pg: str, gathered: Gathered, thresholds: Thresholds) -> list[Gr
 
 def _judge_unit(
     unit: GroupJudgement,
-    estimator: Estimator,
     found: list[Arrivals],
     hosts: Mapping[int, str],
     thresholds: Thresholds,
@@ -300,7 +298,7 @@ def _judge_unit(
         )
         for rank in ranks
     )
-    verdict = _verdict(unit, estimator, named, window, window_s, hosts, thresholds) if named else None
+    verdict = _verdict(unit, named, window, window_s, hosts, thresholds) if named else None
     return replace(
         unit,
         collectives=len(window),
@@ -352,7 +350,6 @@ def _slowdown(found: list[Arrivals], thresholds: Thresholds) -> Slowdown | None:
 
 def _verdict(
     unit: GroupJudgement,
-    estimator: Estimator,
     named: tuple[int, ...],
     window: list[Arrivals],
     window_s: float,
@@ -382,7 +379,7 @@ def _verdict(
         peers_wait_share=_share(sum(waits.values()), window_s),
         window_s=window_s,
         collectives=len(window),
-        estimator=estimator,
+        estimator=unit.estimator,  # type: ignore[arg-type]  # every unit judged has one
     )
 
 
