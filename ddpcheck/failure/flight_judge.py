@@ -60,11 +60,10 @@ class Judgement:
 
 def world_size_of(traces: dict[int, RankTrace], given: int | None = None) -> int:
     """The job's world: as given, else the default group's members in a dump, else the highest rank seen."""
-    sizes = [given or 0, max(traces, default=-1) + 1]
-    for trace in traces.values():
-        if DEFAULT_GROUP in trace.pg_config:
-            sizes.append(len(trace.pg_config[DEFAULT_GROUP]))
-    return max(sizes)
+    dumped = (
+        len(trace.pg_config[DEFAULT_GROUP]) for trace in traces.values() if DEFAULT_GROUP in trace.pg_config
+    )
+    return max(given or 0, max(traces, default=-1) + 1, *dumped)
 
 
 def members(pg: str, traces: dict[int, RankTrace], world_size: int) -> list[int]:

@@ -310,20 +310,17 @@ def infiniband_ports(root: Path) -> list[dict[str, Any]]:
     """One row per port of each device under /sys/class/infiniband (IB and RoCE alike)."""
     if not root.is_dir():
         return []
-    ports = []
-    for device in sorted(root.iterdir()):
-        port_dir = device / "ports"
-        for port in sorted(port_dir.iterdir()) if port_dir.is_dir() else []:
-            ports.append(
-                {
-                    "device": device.name,
-                    "port": port.name,
-                    "state": _read(port / "state"),
-                    "rate": _read(port / "rate"),
-                    "link_layer": _read(port / "link_layer"),
-                }
-            )
-    return ports
+    return [
+        {
+            "device": device.name,
+            "port": port.name,
+            "state": _read(port / "state"),
+            "rate": _read(port / "rate"),
+            "link_layer": _read(port / "link_layer"),
+        }
+        for device in sorted(root.iterdir())
+        for port in (sorted((device / "ports").iterdir()) if (device / "ports").is_dir() else [])
+    ]
 
 
 def _read(path: Path) -> str | None:
