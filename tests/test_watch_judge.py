@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from ddpcheck.checks.watch.judge import (
+    COMMAND,
     Exit,
     RankView,
     judge_crash,
-    judge_hang,
 )
 from ddpcheck.checks.watch.judge import (
     first_failed as first_failure,
 )
 from ddpcheck.checks.watch.progress import Progress
+from ddpcheck.failure import hangs
 from ddpcheck.failure.flight import parse_trace
 from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.launchers import launcher_exit_codes
@@ -33,6 +34,11 @@ BACKWARD = (
     Frame("main", TRAIN, 79),
 )
 SLEEPING = (Frame("load_batch", TRAIN, 42), Frame("main", TRAIN, 78))
+
+
+def judge_hang(views: list[RankView], silent_s: float, hang_after: float):
+    """watch's hang verdict as watcher.py asks it: failure/hangs.py's judge, in watch's report."""
+    return hangs.judge_hang(views, silent_s, hang_after, command=COMMAND)
 
 
 def view(rank: int, stack=ALL_REDUCE, state: str = "S", exit: Exit | None = None) -> RankView:

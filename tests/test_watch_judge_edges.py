@@ -16,7 +16,6 @@ from ddpcheck.checks.watch.judge import (
     Exit,
     RankView,
     judge_crash,
-    judge_hang,
     judge_success,
 )
 from ddpcheck.checks.watch.judge import (
@@ -28,7 +27,7 @@ from ddpcheck.failure.hangs import view_from_dict, view_to_dict
 from ddpcheck.failure.stacks import Frame, Stack
 from ddpcheck.report.model import Check, Status
 from tests.support.fr_dumps import dump, entry
-from tests.test_watch_judge import ALL_REDUCE, BACKWARD, SLEEPING, TORCH, TRAIN
+from tests.test_watch_judge import ALL_REDUCE, BACKWARD, SLEEPING, TORCH, TRAIN, judge_hang
 
 C10D = f"{TORCH}/distributed/distributed_c10d.py"
 CHECKPOINT = (Frame("save_checkpoint", TRAIN, 90), Frame("main", TRAIN, 80))

@@ -1,6 +1,6 @@
 """Pure: what the watcher saw of every rank -> the verdict, as a Report. No process is touched here.
 
-- Hang: failure/hangs.py's judge (shared with `attach`), in watch's report.
+- Hang: failure/hangs.py's judge (shared with `attach`), which watcher.py asks for watch's report.
 - Crash: the first rank to fail by time (failure/crashes.py, shared with `postmortem`) is named,
   with its exception, traceback or signal; the ranks that failed only because a peer was gone (a
   closed connection), or that the launcher ended (SIGTERM), are not blamed. A collective whose
@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-from ddpcheck.failure import hangs
 from ddpcheck.failure.crashes import judge_ends, torn_down
 from ddpcheck.failure.error_texts import COLLECTIVE_MISMATCH, could_not_start
 from ddpcheck.failure.exits import Exit, ExitKind, first_sentence
@@ -18,11 +17,6 @@ from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import span
 
 COMMAND = "watch"
-
-
-def judge_hang(views: list[RankView], silent_s: float, hang_after: float) -> Report:
-    """No rank made progress for `silent_s`: failure/hangs.py's verdict, watch's report."""
-    return hangs.judge_hang(views, silent_s, hang_after, command=COMMAND)
 
 
 def first_failed(views: list[RankView]) -> tuple[RankView | None, list[RankView]]:

@@ -27,7 +27,7 @@ from ddpcheck.checks.watch.judge import RankView
 from ddpcheck.checks.watch.progress import Event, Progress, sample_interval
 from ddpcheck.checks.watch.replicas import Replicas
 from ddpcheck.checks.watch.sampling import Exchange, Sampler
-from ddpcheck.failure import processes, stacks
+from ddpcheck.failure import hangs, processes, stacks
 from ddpcheck.failure.exits import ExitKind, declared_rank, exit_of
 from ddpcheck.failure.flight import find_dumps
 from ddpcheck.failure.flight_judge import with_flight_recorders
@@ -400,7 +400,7 @@ class Watcher:
 
     def _judged(self, decision: Event, views: list[RankView], output: str) -> Report:
         if decision is Event.HANG:
-            report = judge.judge_hang(views, self.silent_s, self.options.hang_after)
+            report = hangs.judge_hang(views, self.silent_s, self.options.hang_after, command=judge.COMMAND)
             traces = find_dumps(self.dir).traces
             return with_flight_recorders(report, traces, {v.rank: v.host for v in views}, len(views))
         code = self.proc.returncode if self.proc is not None else None
