@@ -34,8 +34,7 @@ class ClockServer:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("0.0.0.0", 0))
         self.port: int = self.sock.getsockname()[1]
-        self._thread = threading.Thread(target=self._answer, name="ddpcheck-clock", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._answer, name="ddpcheck-clock", daemon=True).start()
 
     def _answer(self) -> None:
         while True:
