@@ -131,7 +131,10 @@ class GpuReader:
         if nvml is None:
             return None
         if pid not in self.index:
-            self.index[pid] = _device_of(pid)
+            try:
+                self.index[pid] = device_index(psutil.Process(pid).environ())
+            except psutil.Error:
+                self.index[pid] = None
         index = self.index[pid]
         if index is None:
             return None
@@ -173,15 +176,8 @@ def gpu_of_facts(facts: Mapping[str, Any], t: float) -> Gpu:
     )
 
 
-def _device_of(pid: int) -> int | None:
-    """The NVML index of the GPU a rank uses: its LOCAL_RANK's device among CUDA_VISIBLE_DEVICES."""
-    try:
-        return device_index(psutil.Process(pid).environ())
-    except psutil.Error:
-        return None
-
-
 def device_index(env: Mapping[str, str]) -> int | None:
+    """The NVML index of the GPU a rank uses: its LOCAL_RANK's device among CUDA_VISIBLE_DEVICES."""
     local = env.get("LOCAL_RANK", "0")
     if not local.isdigit():
         return None
