@@ -100,6 +100,7 @@ class WaitOnlyStore:
 
     def __init__(self, store) -> None:
         self.wait, self.get, self.set, self.delete_key = store.wait, store.get, store.set, store.delete_key
+        self.add, self.compare_set = store.add, store.compare_set
 
 
 def test_a_key_is_looked_up_with_or_without_check() -> None:
@@ -135,6 +136,24 @@ def test_a_watch_team_reads_its_store_on_a_torch_without_check() -> None:
     assert time.monotonic() - started < 5
     StoreExchange(store, 1, 2).publish({2: []}, {2: "b"})
     assert StoreExchange(store, 0, 2).others().hosts == {2: "b"}
+
+
+def test_preflight_and_an_inline_rank_read_their_store_on_a_torch_without_check() -> None:
+    """preflight's attendance and an inline rank's wait for rank 0 look keys up through store_has."""
+    import time
+    from types import SimpleNamespace
+
+    from torch.distributed import HashStore
+
+    from ddpcheck.preflight.attendance import arrive
+    from ddpcheck.rank.inline import Session
+
+    store = WaitOnlyStore(HashStore())
+    assert arrive(store, 0, 1, {"host": "a"}, wait_s=5, call=0).missing == []
+    assert arrive(store, 0, 2, {"host": "a"}, wait_s=0.2, call=1).missing == [1]
+    started = time.monotonic()  # its key unset: on 2.2 the store gone reads so, and the rank leaves
+    Session.wait_for_rank0(SimpleNamespace(store=store, rank=1), bound_s=10)
+    assert time.monotonic() - started < 5
 
 
 def test_the_node_of_rank_0_advertises_its_route_address_where_torch_would_not(monkeypatch) -> None:

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpcheck.torch_compat import store_has
+
 PREFIX = "ddpcheck/preflight/"
 POLL_S = 0.02
 OPEN = "open"
@@ -87,4 +89,4 @@ def _decide(store: Any, key: str, value: str) -> str:
 
 
 def _read(store: Any, key: str) -> str | None:
-    return store.get(key).decode() if store.check([key]) else None
+    return store.get(key).decode() if store_has(store, key) else None

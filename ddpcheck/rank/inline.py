@@ -328,7 +328,8 @@ class Session:
         deadline = time.monotonic() + bound_s
         while time.monotonic() < deadline:
             try:
-                store_has(self.store, f"{SAID_KEY}{self.rank}")
+                if not store_has(self.store, f"{SAID_KEY}{self.rank}"):
+                    return  # said() set it: torch 2.2 (no Store.check) answers a store gone so
             except Exception:
                 return  # the store is gone: rank 0 has left
             time.sleep(HEARTBEAT_INTERVAL_S / 2)
