@@ -1,4 +1,4 @@
-"""The house keeps its plan: four sides, one declaration per command, no import circle, no arrow up."""
+"""The house keeps its plan: six sides, one declaration per command, no import circle, no arrow up."""
 
 from __future__ import annotations
 
@@ -225,3 +225,24 @@ def test_the_naming_finder_finds_a_command() -> None:
     assert _commands_named("from ddpcheck.checks import watch", names) == {"watch"}
     assert _commands_named('chart = "ddpcheck.checks.links.terminal:render"', names) == {"links"}
     assert _commands_named('a = "linksys"; from ddpcheck.checks.watcher import x', names) == set()
+
+
+# Loaded by their paths inside the user's job (watch's agent), whose Python may lack ddpcheck and torch.
+LOADED_BY_PATH = (
+    "failure/rank_env.py",
+    "failure/process_records.py",
+    "failure/recorders.py",
+    "checks/watch/fingerprints.py",
+)
+
+
+@pytest.mark.parametrize("module", LOADED_BY_PATH)
+def test_a_module_loaded_by_path_in_the_users_job_imports_only_the_standard_library(module: str) -> None:
+    tree = ast.parse((PACKAGE / module).read_text())
+    top = set()
+    for node in tree.body:  # imports inside functions are the job's own (torch, when it has it)
+        if isinstance(node, ast.Import):
+            top |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            top.add(node.module.split(".")[0])
+    assert top <= set(sys.stdlib_module_names) | {"__future__"}, top - set(sys.stdlib_module_names)

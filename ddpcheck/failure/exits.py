@@ -15,12 +15,12 @@ import os
 import re
 import signal
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
 from ddpcheck.failure.error_texts import WATCHED_PEER_GONE
 from ddpcheck.failure.process_records import KINDS, PROCESSES, process_file
 from ddpcheck.failure.stacks import Frame, Stack, parse_faulthandler
+from ddpcheck.failure.text_enum import TextEnum
 
 _RECORD = re.compile(rf"^(?P<pid>\d+)\.(?P<kind>{'|'.join(KINDS)})$")
 # A message's first sentence: up to a full stop followed by white space, or the first line.
@@ -29,15 +29,12 @@ SHORT_MESSAGE = 120  # characters: a message up to this long is said whole
 LONGEST_SENTENCE = 200  # a first sentence longer than this is cut
 
 
-class ExitKind(str, Enum):
+class ExitKind(TextEnum):
     EXCEPTION = "exception"
     FATAL = "fatal"  # a fatal signal: faulthandler's trace
     TERMINATED = "terminated"  # SIGTERM
     EXITED = "exited"  # the interpreter's normal end
     ENDED = "ended"  # none of these: SIGKILL, os._exit
-
-    def __str__(self) -> str:  # its value, in text as in JSON (a str Enum says its name)
-        return self.value
 
 
 @dataclass(frozen=True)

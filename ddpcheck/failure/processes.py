@@ -14,11 +14,11 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from enum import Enum
 
 import psutil
 
 from ddpcheck.failure.rank_env import RANK_VARIABLES, has_rank, is_python_helper, single_node_rank
+from ddpcheck.failure.text_enum import TextEnum
 
 # How long a process has to end after SIGTERM, and again after SIGKILL, before it is given up on.
 GRACE_S = 5.0
@@ -174,7 +174,7 @@ def _depth(pid: int, parents: dict[int, int], root: int | None = None) -> int:
     return depth
 
 
-class ProcState(str, Enum):
+class ProcState(TextEnum):
     """What /proc says of a process. psutil's words map so: stopped and tracing-stop are STOPPED,
     zombie is ZOMBIE, dead (and no such process) is GONE, every other (sleeping, disk-sleep, ...) RUNNING."""
 
@@ -182,9 +182,6 @@ class ProcState(str, Enum):
     STOPPED = "stopped"  # SIGSTOP, or a debugger's stop
     ZOMBIE = "zombie"  # ended, not yet reaped by its parent
     GONE = "gone"
-
-    def __str__(self) -> str:  # its value, in text as in JSON (a str Enum says its name)
-        return self.value
 
     @classmethod
     def of_letter(cls, letter: str) -> ProcState:

@@ -12,24 +12,21 @@ prints is never looked into.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 
 from ddpcheck.failure.stacks import Stack
+from ddpcheck.failure.text_enum import TextEnum
 
 SAMPLES_PER_WINDOW = 5  # stack samples within one --hang-after
 MIN_SAMPLE_INTERVAL_S = 0.5
 
 
-class Event(str, Enum):
+class Event(TextEnum):
     """What a look at the job found; HANG, CRASH and ENDED are also the decisions a verdict is judged on."""
 
     ENDED = "ended"  # the job ended
     FAILED = "failed"  # a rank failed and the job goes on (its launcher may still end it)
     CRASH = "crash"  # a rank failed and the job went on past its launcher's grace
     HANG = "hang"
-
-    def __str__(self) -> str:  # its value, in text as in JSON (a str Enum says its name)
-        return self.value
 
 
 def sample_interval(hang_after: float) -> float:

@@ -11,20 +11,17 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 from ddpcheck.failure.stragglers.samples import Sample
+from ddpcheck.failure.text_enum import TextEnum
 
 
-class Estimator(str, Enum):
+class Estimator(TextEnum):
     """Where a rank's arrival at a collective is read from."""
 
     GPU = "gpu"  # NCCL's per-collective GPU duration
     ENQUEUE = "enqueue"  # the enqueue time, on one clock
     ALIGNED = "aligned"  # ...on several hosts' clocks, aligned by their measured offsets
-
-    def __str__(self) -> str:  # its value, in text as in JSON (a str Enum says its name)
-        return self.value
 
 
 @dataclass(frozen=True)

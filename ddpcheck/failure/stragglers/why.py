@@ -22,10 +22,10 @@ import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from enum import Enum
 
 from ddpcheck.failure.stacks import Frame
 from ddpcheck.failure.stacks import Stack as Frames
+from ddpcheck.failure.text_enum import TextEnum
 
 # A process seen stopped (state T) at this share of the window's looks is stopped from outside: a
 # healthy rank is never in T.
@@ -50,7 +50,7 @@ _LIBRARY = re.compile(r"site-packages|dist-packages|/lib/python\d|^<frozen|/ddpc
 _IO_FILES = ("socket.py", "ssl.py", "selectors.py", "subprocess.py", "shutil.py", "_pyio.py", "tempfile.py")
 
 
-class Activity(str, Enum):
+class Activity(TextEnum):
     """What a rank's process did over the window, from /proc."""
 
     STOPPED = "stopped"
@@ -59,11 +59,8 @@ class Activity(str, Enum):
     IO = "waiting on I/O"
     SLEEPING = "sleeping"
 
-    def __str__(self) -> str:  # its value, in text as in JSON (a str Enum says its name)
-        return self.value
 
-
-class Phase(str, Enum):
+class Phase(TextEnum):
     """Which part of a training step a stack is in, by the frames of torch and the standard library."""
 
     DATA = "data loading"
@@ -72,9 +69,6 @@ class Phase(str, Enum):
     OPTIMIZER = "optimizer"
     COLLECTIVE = "a collective"
     IO = "I/O"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
