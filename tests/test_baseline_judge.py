@@ -126,7 +126,11 @@ def test_a_row_holds_the_figure_its_ratio_and_its_speed(figs: None) -> None:
              "speed": 0.429, "status": "PASS"},
         ],
     )  # fmt: skip
-    assert result.differences == {}
+    # The same setup: no note of what differs, and nothing left out.
+    assert result.check.detail == (
+        "2 figures compared, none worse than monday.json by more than 90%: the median figure at 0.55x its "
+        "speed (slower than, within tolerance of it; from 0.43x to 0.67x)"
+    )
 
 
 # ------------------------------------------------------------------ the verdict's wording
@@ -234,7 +238,10 @@ def test_a_kind_depending_on_what_differs_is_left_out_with_why(figs: None) -> No
     now = run([fig("bw", 0.1), fig("l", 0.1, LINK), fig("t", 9.0, STEP, higher=False)], size=4, dtype="bf16")
     found = baseline.compare(then, now, 0.2)
     assert [r["figure"] for r in found.table.rows] == ["l"]
-    assert found.differences == {"world_size": (2, 4), "dtype": ("float32", "bf16")}
+    assert baseline.differences(baseline.setup_of(then), baseline.setup_of(now)) == {
+        "world_size": (2, 4),
+        "dtype": ("float32", "bf16"),
+    }
     assert found.check.detail == (
         "1 of 1 figure worse than the baseline by more than 20%: l 0.10x; not compared: busbw per size "
         "(world size 2 -> 4, dtype float32 -> bf16); not compared: step times (world size 2 -> 4)"
@@ -250,12 +257,13 @@ def test_kinds_left_out_for_the_same_reason_share_a_note(figs: None) -> None:
 
 
 def test_setups_that_differ_in_what_no_kind_needs_are_compared_and_said(figs: None) -> None:
-    found = baseline.compare(run([fig("l", 1.0, LINK)]), run([fig("l", 1.0, LINK)], dtype="bf16"), 0.2).check
-    assert found.detail.endswith(
+    then, now = run([fig("l", 1.0, LINK)]), run([fig("l", 1.0, LINK)], dtype="bf16")
+    assert baseline.compare(then, now, 0.2).check.detail.endswith(
         "; setups differ (dtype float32 -> bf16); compared what does not depend on it"
     )
-    differing = baseline.compare(run([fig("l", 1.0, LINK)]), run([fig("l", 1.0, LINK)], dtype="bf16"), 0.2)
-    assert differing.differences == {"dtype": ("float32", "bf16")}
+    assert baseline.differences(baseline.setup_of(then), baseline.setup_of(now)) == {
+        "dtype": ("float32", "bf16")
+    }
 
 
 def test_a_coarser_kind_stands_in_only_when_the_finer_cannot_be_compared(figs: None) -> None:

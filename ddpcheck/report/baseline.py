@@ -18,7 +18,7 @@ import json
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck import __version__
@@ -56,7 +56,6 @@ SETUP_NAMES = {
 class Comparison:
     check: Check
     table: Table
-    differences: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- loading
@@ -232,7 +231,7 @@ def compare(
     rows = [score(then, now, tolerance) for then, now in chosen.pairs]
     table = _comparison_table(rows, source, tolerance)
     notes = _notes(chosen, diff, _found(chosen, rows, "better"))
-    return Comparison(_verdict(chosen, rows, notes, source, tolerance), table, diff)
+    return Comparison(_verdict(chosen, rows, notes, source, tolerance), table)
 
 
 def _same_family_differences(
