@@ -87,17 +87,16 @@ def launch(
         monitor = Monitor(run_dir, plan, on_progress, presence=lambda: agent.presence)
         _run_until_done(agent, monitor, stop)
     failures, launch_error, interrupted = _how_it_ended(agent, monitor, plan, run_dir, stop.is_set())
-    if interrupted:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        interrupt.forget(run_dir)
-        release_remover(remover)
-        raise KeyboardInterrupt
-    report = _report_of(command, plan, run_dir, agent, monitor, failures, launch_error)
-    kept = rundir.keep_logs(run_dir) if report.verdict == Verdict.ERROR else None
+    report = (
+        None if interrupted else _report_of(command, plan, run_dir, agent, monitor, failures, launch_error)
+    )
+    kept = rundir.keep_logs(run_dir) if report is not None and report.verdict == Verdict.ERROR else None
     if kept is None:
         shutil.rmtree(run_dir, ignore_errors=True)
     interrupt.forget(run_dir)
     release_remover(remover)
+    if report is None:
+        raise KeyboardInterrupt
     return assemble.after_launch(
         report, time.monotonic() - started, options, str(kept) if kept else None, as_given(faults)
     )
