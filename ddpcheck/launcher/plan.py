@@ -10,6 +10,7 @@ from ddpcheck.errors import UsageError
 from ddpcheck.launcher import mpi, slurm
 from ddpcheck.launcher.options import LaunchOptions
 from ddpcheck.rank.budget import Budget
+from ddpcheck.report.naming import counted
 
 # torch's rank variables that hold a number, as torchrun sets them (or srun's and mpirun's, mapped).
 NUMBERED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_PORT")
@@ -53,16 +54,14 @@ def plan_launch(opts: LaunchOptions) -> LaunchPlan:
         raise UsageError("--backend nccl: this torch build has no NCCL; use gloo")
     if opts.gpus is not None:
         if opts.gpus > gpus:
-            raise UsageError(
-                f"--gpus {opts.gpus}: this machine has {gpus} visible GPU{'s' if gpus != 1 else ''}"
-            )
+            raise UsageError(f"--gpus {opts.gpus}: this machine has {counted(gpus, 'visible GPU')}")
         nproc, device = opts.gpus, "cuda"
     elif opts.nproc is not None:
         nproc = opts.nproc
         device = "cuda" if gpus and nproc <= gpus and backend != "gloo" else "cpu"
         if gpus and device == "cpu" and backend == "auto":
             notes.append(
-                f"--nproc {nproc} is more ranks than this machine's {gpus} GPU{'s' if gpus != 1 else ''} "
+                f"--nproc {nproc} is more ranks than this machine's {counted(gpus, 'GPU')} "
                 f"(NCCL refuses two ranks on one GPU): running {nproc} CPU ranks over gloo"
             )
         if backend == "nccl" and nproc > gpus:
