@@ -34,16 +34,15 @@ def act_on(report: Report) -> list[str]:
         return ["--drain: could not drain: scontrol is not installed here (not a Slurm node)"]
     try:
         ping = scontrol(["ping"])
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [f"--drain: could not drain: scontrol failed ({exc})"]
-    if ping.returncode != 0:
-        return [f"--drain: could not drain: no Slurm controller answers (scontrol ping: {_first_line(ping)})"]
-    if report.verdict == Verdict.PASS:
-        return _resume(report)
-    hosts = culprit_hosts(report)
-    if not hosts:
-        return ["--drain: the run failed without naming a host: no node drained"]
-    try:
+        if ping.returncode != 0:
+            return [
+                f"--drain: could not drain: no Slurm controller answers (scontrol ping: {_first_line(ping)})"
+            ]
+        if report.verdict == Verdict.PASS:
+            return _resume(report)  # which says itself what scontrol failed to do
+        hosts = culprit_hosts(report)
+        if not hosts:
+            return ["--drain: the run failed without naming a host: no node drained"]
         return [_drain(host, reason(report, host)) for host in hosts]
     except (OSError, subprocess.TimeoutExpired) as exc:
         return [f"--drain: could not drain: scontrol failed ({exc})"]
