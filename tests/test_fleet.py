@@ -281,6 +281,25 @@ def test_drain_without_scontrol_or_a_controller_says_so_in_one_line(monkeypatch,
     assert act_on(failing) == ["--drain: could not drain: scontrol is not installed here (not a Slurm node)"]
 
 
+@pytest.mark.parametrize("failing_call", ["ping", "update"])
+def test_drain_whose_scontrol_fails_says_so_in_one_line(monkeypatch, failing_call: str) -> None:
+    """scontrol that cannot run (or times out) on the ping or on a drain: one line, nothing raised."""
+    from ddpcheck.launcher import drain
+
+    def scontrol(args: list[str]) -> subprocess.CompletedProcess[str]:
+        if args[0] == failing_call:
+            raise subprocess.TimeoutExpired(["scontrol", *args], 20)
+        return subprocess.CompletedProcess(args, 0, stdout="NodeName=n1 State=IDLE", stderr="")
+
+    monkeypatch.setattr(drain.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(drain, "scontrol", scontrol)
+    failing = Report("allreduce", checks=[Check("hang", Status.ERROR, "rank 1 stopped", [1], ["n1"])])
+    command = "'['scontrol', 'ping']'" if failing_call == "ping" else "'['scontrol', 'update', 'nodename=n1'"
+    (line,) = act_on(failing)
+    assert line.startswith(f"--drain: could not drain: scontrol failed (Command {command}")
+    assert line.endswith("timed out after 20 seconds)")
+
+
 def _log_dir(text: str) -> str | None:
     marker = "rank logs kept in "
     # A path longer than the rest of its line stands whole on the next (report/fold.py).
