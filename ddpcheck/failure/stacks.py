@@ -11,14 +11,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sysconfig
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ddpcheck.failure.processes import output_within
+from ddpcheck.failure.processes import output_within, started
 
 Key = TypeVar("Key", bound=Hashable)
 
@@ -105,14 +104,7 @@ def py_spy_dumps(
     running = {}
     for key, pid in pids.items():
         with contextlib.suppress(OSError):
-            running[key] = subprocess.Popen(
-                [exe, "dump", "--pid", str(pid), *options],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                start_new_session=True,  # its own group: a timeout ends it and anything it started
-            )
+            running[key] = started([exe, "dump", "--pid", str(pid), *options])
     deadline = time.monotonic() + timeout
     dumps = {}
     for key, proc in running.items():
