@@ -34,11 +34,9 @@ def write(report: Report, path: str) -> None:
 
 def text_of(report: Report) -> str:
     """The metrics as the textfile holds them (what write writes)."""
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import generate_latest
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_ReportCollector(report))
-    return generate_latest(registry).decode()
+    return generate_latest(_ReportCollector(report)).decode()  # a collector is all it reads
 
 
 class _ReportCollector:
