@@ -25,8 +25,6 @@ def number(value: Any) -> float:
     """A table cell as a float: JSON reports carry NaN and infinities as strings, a gap as null."""
     if isinstance(value, bool) or value is None:
         return math.nan
-    if isinstance(value, (int, float)):
-        return float(value)
     try:
         return float(value)
     except (TypeError, ValueError):
