@@ -107,10 +107,7 @@ class ProcessTree:
     def _is_helper(self, proc: psutil.Process) -> bool:
         if proc.pid in self._helpers:
             return True
-        try:
-            helper = is_python_helper(proc.cmdline())
-        except psutil.Error:
-            return False
+        helper = is_python_helper(argv_of(proc))
         if helper:
             self._helpers.add(proc.pid)
         return helper
@@ -150,13 +147,26 @@ class ProcessTree:
         and kept so, that rank would never be seen (docs/watch.md)."""
         if proc.pid in self._environ:
             return self._environ[proc.pid]
-        try:
-            environ = proc.environ()
-        except psutil.Error:
-            return {}
+        environ = environ_of(proc)
         if has_rank(environ):
             self._environ[proc.pid] = environ
         return environ
+
+
+def argv_of(proc: psutil.Process) -> list[str]:
+    """Its command line, empty when it cannot be read (gone, another user's)."""
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
+
+
+def environ_of(proc: psutil.Process) -> dict[str, str]:
+    """Its environment, empty when it cannot be read (gone, another user's)."""
+    try:
+        return proc.environ()
+    except psutil.Error:
+        return {}
 
 
 def is_launcher(argv: list[str]) -> bool:

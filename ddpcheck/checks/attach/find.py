@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from ddpcheck.errors import UsageError
-from ddpcheck.failure.processes import ProcessTree, RankProcess, is_launcher, maps_any
+from ddpcheck.failure.processes import ProcessTree, RankProcess, argv_of, environ_of, is_launcher, maps_any
 from ddpcheck.failure.rank_env import has_rank
 
 # Above the ranks but none of them: the launchers watch knows, and what starts ranks for them.
@@ -41,29 +41,15 @@ def _name(proc: psutil.Process) -> str:
         return "?"
 
 
-def _cmdline(proc: psutil.Process) -> list[str]:
-    try:
-        return proc.cmdline()
-    except psutil.Error:
-        return []
-
-
-def _environ(proc: psutil.Process) -> dict[str, str]:
-    try:
-        return proc.environ()
-    except psutil.Error:
-        return {}
-
-
 def is_python(proc: psutil.Process) -> bool:
-    argv = _cmdline(proc)
+    argv = argv_of(proc)
     words = [os.path.basename(argv[0]) if argv else "", _name(proc)]
     return any(w.startswith("python") for w in words)
 
 
 def is_starter(proc: psutil.Process) -> bool:
     """A launcher, or what starts ranks for one (slurmstepd, Open MPI's daemons)."""
-    argv = _cmdline(proc)
+    argv = argv_of(proc)
     return is_launcher(argv) or _name(proc) in HELPERS or any(h in " ".join(argv[:2]) for h in HELPERS)
 
 
@@ -97,7 +83,7 @@ def root_of(proc: psutil.Process) -> psutil.Process:
             return root
         if _name(parent) == "slurmstepd":
             return parent  # the step's tasks on this node are its children
-        if not (is_starter(parent) or has_rank(_environ(parent))):
+        if not (is_starter(parent) or has_rank(environ_of(parent))):
             return root
         root = parent
 
@@ -111,7 +97,7 @@ def from_pid(pid: int) -> Job:
             f"PID {pid} ({_name(proc)}) is no job: neither a python process nor a launcher "
             f"({', '.join(('torchrun', 'srun', 'mpirun'))})"
         )
-    if _name(proc) == "srun" or os.path.basename((_cmdline(proc) or [""])[0]) == "srun":
+    if _name(proc) == "srun" or os.path.basename((argv_of(proc) or [""])[0]) == "srun":
         roots = _srun_steps(proc)
     else:
         roots = [root_of(proc).pid]
@@ -128,7 +114,7 @@ def _srun_steps(srun: psutil.Process) -> list[int]:
     for proc in psutil.process_iter(["name"]):
         if proc.info["name"] in ("slurmstepd", "srun") or proc.pid == os.getpid():
             continue
-        environ = _environ(proc)
+        environ = environ_of(proc)
         if ports and environ.get("SLURM_SRUN_COMM_PORT") in ports and has_rank(environ):
             root = root_of(proc)
             if root.pid not in roots:
@@ -150,8 +136,8 @@ def from_all() -> Job:
     for proc in psutil.process_iter(["name"]):
         if proc.pid in mine or not is_python(proc) or is_starter(proc):
             continue
-        environ = _environ(proc)
-        if not has_rank(environ) or "ddpcheck" in " ".join(_cmdline(proc)[:3]):
+        environ = environ_of(proc)
+        if not has_rank(environ) or "ddpcheck" in " ".join(argv_of(proc)[:3]):
             continue
         if slurm_job and environ.get("SLURM_JOB_ID") != slurm_job:
             continue
@@ -168,7 +154,7 @@ def from_all() -> Job:
         within = f" of Slurm job {slurm_job}" if slurm_job else ""
         raise NoJob(f"--all: no rank process{within} on this node (no python with RANK, SLURM_PROCID, ...)")
     if len(roots) > 1 and not slurm_job:
-        shown = ", ".join(f"{pid} ({' '.join(_cmdline(psutil.Process(pid))[:3])[:40]})" for pid in roots)
+        shown = ", ".join(f"{pid} ({' '.join(argv_of(psutil.Process(pid))[:3])[:40]})" for pid in roots)
         raise NoJob(f"--all: {len(roots)} jobs on this node, under pids {shown}: attach one by its pid")
     return _job(roots)
 
@@ -187,7 +173,7 @@ def _job(roots: list[int]) -> Job:
             )
         ranks.update(found)
         for rank, process in found.items():
-            environ[rank] = _environ(psutil.Process(process.pid)) if psutil.pid_exists(process.pid) else {}
+            environ[rank] = environ_of(psutil.Process(process.pid)) if psutil.pid_exists(process.pid) else {}
     if not ranks:
         raise NoJob(f"PID {roots[0]}: no rank process under it (the job ended, or has not started its ranks)")
     started = []
