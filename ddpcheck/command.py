@@ -86,10 +86,8 @@ def parameters(options: type) -> list[Parameter]:
     """
     hints = typing.get_type_hints(options)
     found = []
-    for f in dataclasses.fields(options):
-        flag = f.metadata.get("flag")
-        if flag is None:
-            continue
+    for f in _flagged(options):
+        flag = f.metadata["flag"]
         if flag.cli_default is not _UNSET:
             default = flag.cli_default
         elif f.default is not dataclasses.MISSING:
@@ -99,9 +97,6 @@ def parameters(options: type) -> list[Parameter]:
         else:
             default = ...  # required (a positional argument)
         found.append(Parameter(flag.name or f.name, flag.cli_type or hints[f.name], default, flag))
-    order = getattr(options, "CLI_ORDER", None)
-    if order:
-        found.sort(key=lambda p: order.index(p.name))
     return found
 
 
@@ -121,6 +116,7 @@ def build_options(options: type, values: Mapping[str, Any]) -> Any:
 
 
 def _flagged(options: type) -> list[dataclasses.Field]:
+    """The fields that are command-line parameters, in CLI_ORDER where the class sets one."""
     flagged = [f for f in dataclasses.fields(options) if "flag" in f.metadata]
     order = getattr(options, "CLI_ORDER", None)
     if order:
