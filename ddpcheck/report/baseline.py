@@ -35,18 +35,14 @@ if TYPE_CHECKING:
 # and below what a GPU fault costs (docs/compare.md, "The tolerance, and how it was chosen").
 DEFAULT_TOLERANCE = {"cpu": 0.95, "cuda": 0.2}
 
-# What every report's figures may depend on, whatever its command: the world and its ranks.
-WORLD_SETUP = {
+# The setup's names, in the order a difference is told: the world and its ranks (what every report's
+# figures may depend on), every command's declared options (Command.setup), then how many ranks shared a host.
+SETUP_NAMES = {
     "world_size": "world size",
     "layout": "ranks per node",
     "backend": "backend",
     "device": "device type",
     "device_name": "device model",
-}
-# The setup's names, in the order a difference is told: the world, every command's declared
-# options (Command.setup), then how many ranks shared a host.
-SETUP_NAMES = {
-    **WORLD_SETUP,
     **{setup.key: setup.label for command in COMMANDS.values() for setup in command.setup},
     "ranks_per_host": "ranks per host",
 }
