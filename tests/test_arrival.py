@@ -24,6 +24,7 @@ import pytest
 from ddpcheck.checks.env.refusals import store_unreachable
 from ddpcheck.failure import explain, stages
 from ddpcheck.failure.error_texts import store_waited_for
+from ddpcheck.failure.proc import state_of
 from ddpcheck.rank import arrival
 from ddpcheck.report.formats.text import write_text
 from tests.conftest import removed_in_time, removers_of
@@ -167,7 +168,7 @@ def test_a_peer_reads_where_a_stopped_or_killed_rank_was_and_the_last_one_cleans
         _ready(killed)
         os.kill(stopped.pid, signal.SIGSTOP)
         deadline = time.monotonic() + 5  # a signal is delivered, not obeyed, when kill() returns
-        while arrival.process_state(stopped.pid) != "stopped" and time.monotonic() < deadline:
+        while state_of(stopped.pid) != "stopped" and time.monotonic() < deadline:
             time.sleep(0.01)
         killed.kill()
         killed.wait()

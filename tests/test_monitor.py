@@ -476,7 +476,7 @@ def test_annotate_adds_the_process_state_and_ages(children, monkeypatch: pytest.
     }
     annotated = annotate(statuses)
     assert {r: s["proc_state"] for r, s in annotated.items()} == {
-        0: "running",  # ProcState's word for psutil's sleeping (failure/processes.py)
+        0: "running",  # ProcState's word for psutil's sleeping (failure/proc.py)
         1: psutil.STATUS_STOPPED,
         2: "exited",
         3: "exited",

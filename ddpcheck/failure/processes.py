@@ -1,5 +1,5 @@
-"""Other processes, read and ended: a process's state, the job's rank processes (a launcher's
-descendants, each with the rank its environment gives), and ending a group of them.
+"""Other processes, read and ended: the job's rank processes (a launcher's descendants, each with the
+rank its environment gives), and ending a group of them. A process's state by its pid: failure/proc.py.
 
 Shared by `watch` (the job it started), `attach` (a job it finds), the launcher's monitor and the ranks.
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from ddpcheck.failure.proc import state_of
 from ddpcheck.failure.rank_env import RANK_VARIABLES, has_rank, is_python_helper, single_node_rank
-from ddpcheck.failure.text_enum import TextEnum
 
 # How long a process has to end after SIGTERM, and again after SIGKILL, before it is given up on.
 GRACE_S = 5.0
@@ -182,51 +182,6 @@ def _depth(pid: int, parents: dict[int, int], root: int | None = None) -> int:
         pid = parents[pid]
         depth += 1
     return depth
-
-
-class ProcState(TextEnum):
-    """What /proc says of a process. psutil's words map so: stopped and tracing-stop are STOPPED,
-    zombie is ZOMBIE, dead (and no such process) is GONE, every other (sleeping, disk-sleep, ...) RUNNING."""
-
-    RUNNING = "running"
-    STOPPED = "stopped"  # SIGSTOP, or a debugger's stop
-    ZOMBIE = "zombie"  # ended, not yet reaped by its parent
-    GONE = "gone"
-
-    @classmethod
-    def of_letter(cls, letter: str) -> ProcState:
-        """From /proc's state letter (R, S, D, T stopped, t traced, Z zombie, X dead) or 'gone'."""
-        if letter in ("T", "t"):
-            return cls.STOPPED
-        if letter == "Z":
-            return cls.ZOMBIE
-        return cls.GONE if letter in ("X", "x", "gone") else cls.RUNNING
-
-    @property
-    def ended(self) -> bool:
-        return self in (ProcState.ZOMBIE, ProcState.GONE)
-
-
-def state_letter(pid: int) -> str:
-    """The process's state letter from /proc (R, S, D, T stopped, t traced, Z zombie), or 'gone'."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return "gone"
-
-
-def state_of(pid: int) -> ProcState:
-    return ProcState.of_letter(state_letter(pid))
-
-
-def maps_any(pid: int, *libraries: str) -> bool:
-    """Whether the process has mapped a file whose path holds one of `libraries` (False: unreadable)."""
-    try:
-        with open(f"/proc/{pid}/maps") as maps:
-            return any(library in line for line in maps for library in libraries)
-    except OSError:
-        return False
 
 
 def end(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, cast
 from ddpcheck.failure import stages
 
 if TYPE_CHECKING:
-    from ddpcheck.failure.processes import ProcState
+    from ddpcheck.failure.proc import ProcState
 
 
 class StepProgress(TypedDict):

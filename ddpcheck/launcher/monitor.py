@@ -21,7 +21,8 @@ from ddpcheck.failure import stages
 from ddpcheck.failure.explain import judge_stall
 from ddpcheck.failure.flight import RankTrace, find_dumps
 from ddpcheck.failure.liveness import FROZEN_AFTER_S, BeatTracker, Stall, counters
-from ddpcheck.failure.processes import ProcState, end, state_of
+from ddpcheck.failure.proc import ProcState, state_of
+from ddpcheck.failure.processes import end
 from ddpcheck.failure.stacks import py_spy_dumps
 from ddpcheck.failure.statuses import ExitInfo, RankStatus, SeenStatus, seen
 from ddpcheck.rank import interrupt, rundir

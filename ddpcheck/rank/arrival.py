@@ -30,16 +30,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ddpcheck.command import RANKED_COMMANDS  # the one declaration asked, loaded alone
+from ddpcheck.failure.proc import ProcState, cmdline, state_of
 from ddpcheck.failure.rank_env import MPI_LOCAL_SIZE_VARIABLES, Launcher, launcher_of, rank_variable
 from ddpcheck.failure.stages import DONE, KILLED_AFTER_ITS_PART, LEFT, STARTING, TERMINATED, WRITING_REPORT
 from ddpcheck.failure.stages import IMPORTING_TORCH as IMPORTING_TORCH  # the entry point enters it here
 from ddpcheck.rank import remover
-
-if TYPE_CHECKING:
-    from ddpcheck.failure.processes import ProcState
 
 JOB_PREFIX = "ddpcheck-job-"
 REMOVER_NAME = "ddpcheck-job-remover"  # the remover shell's $0: how it is told from a rank
@@ -213,7 +210,7 @@ def unannounced_siblings(rank_variable: str, announced: set[int], launcher: int)
     write one. Their peers' files must stay, or such a rank, continued later, would find none and take
     its peers for never arrived."""
     found = siblings(rank_variable, launcher)
-    return [pid for pid in found if pid not in announced and not process_state(pid).ended]
+    return [pid for pid in found if pid not in announced and not state_of(pid).ended]
 
 
 def siblings(rank_variable: str, launcher: int) -> dict[int, str]:
@@ -252,15 +249,6 @@ def _is_remover(pid: int) -> bool:
     return REMOVER_NAME.encode() in cmdline(pid).split(b"\0")
 
 
-def cmdline(pid: int) -> bytes:
-    """A process's command line as /proc holds it (its arguments NUL-separated); empty when unreadable."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as arguments:
-            return arguments.read()
-    except OSError:
-        return b""
-
-
 def _write(directory: Path, rank: int, pid: int, stage: str, since: float) -> None:
     path = directory / f"rank-{rank}-{pid}.json"
     # os.uname().nodename is socket.gethostname(), without loading socket before Typer (--help).
@@ -288,7 +276,7 @@ def read(directory: Path) -> dict[int, RankFile]:
                 host=str(record["host"]),
                 stage=str(record["stage"]),
                 since=float(record["since"]),
-                state=process_state(int(record["pid"])),
+                state=state_of(int(record["pid"])),
             )
         except (OSError, ValueError, KeyError, TypeError):
             continue  # being replaced, or half-written by a rank killed mid-write
@@ -300,13 +288,6 @@ def read(directory: Path) -> dict[int, RankFile]:
         ):
             found[presence.rank] = presence
     return found
-
-
-def process_state(pid: int) -> ProcState:
-    """From /proc (failure/processes.py, loaded only now: the entry point loads this module first)."""
-    from ddpcheck.failure.processes import state_of
-
-    return state_of(pid)
 
 
 def _start_remover(directory: Path, rank_variable: str) -> None:

@@ -18,7 +18,7 @@ import psutil
 
 from ddpcheck.failure import stages
 from ddpcheck.failure.liveness import STOPPED_AFTER_BEATS
-from ddpcheck.failure.processes import ProcState
+from ddpcheck.failure.proc import ProcState, state_of
 from ddpcheck.failure.statuses import SeenStatus, seen
 from ddpcheck.rank import arrival
 
@@ -81,7 +81,7 @@ def launcher_view(me: arrival.Arrival) -> dict[int, arrival.RankFile]:
             if rank.isdigit():
                 since = psutil.Process(pid).create_time()
                 found[int(rank)] = arrival.RankFile(
-                    int(rank), pid, host, arrival.STARTING, since, arrival.process_state(pid)
+                    int(rank), pid, host, arrival.STARTING, since, state_of(pid)
                 )
     return found
 

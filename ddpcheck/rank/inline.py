@@ -37,7 +37,8 @@ from ddpcheck.failure.liveness import (
     BeatTracker,
     counters,
 )
-from ddpcheck.failure.processes import ProcState, end, state_of
+from ddpcheck.failure.proc import ProcState, cmdline, state_of
+from ddpcheck.failure.processes import end
 from ddpcheck.failure.statuses import RankStatus, SeenStatus, seen
 from ddpcheck.rank import arrival, rundir
 from ddpcheck.rank.here import HostDir, mark_stopped_by_launcher
@@ -383,7 +384,7 @@ def annotate(
 def process_state(pid: int) -> ProcState:
     """A ddpcheck rank's process on this host; another process with its pid is a pid reused: GONE."""
     state = state_of(pid)
-    if not state.ended and b"ddpcheck" not in arrival.cmdline(pid):
+    if not state.ended and b"ddpcheck" not in cmdline(pid):
         return ProcState.GONE
     return state
 

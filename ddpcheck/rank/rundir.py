@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpcheck.failure.processes import ProcState, state_of
+from ddpcheck.failure.proc import ProcState, state_of
 from ddpcheck.failure.rank_env import Launcher
 from ddpcheck.rank import remover
 from ddpcheck.rank.budget import Budget

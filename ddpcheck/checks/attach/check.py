@@ -21,7 +21,7 @@ from ddpcheck.checks.attach.evidence import IO_PROGRESS_BYTES, Seen
 from ddpcheck.failure import processes, ras
 from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.hangs import RankView, call_at, identity, judge_hang, ranks_report
-from ddpcheck.failure.processes import ProcState
+from ddpcheck.failure.proc import ProcState
 from ddpcheck.failure.stacks import Stack, in_collective
 from ddpcheck.failure.stragglers import sampled
 from ddpcheck.report.model import Check, Report, Status

@@ -27,7 +27,7 @@ from ddpcheck.checks.attach.find import Job
 from ddpcheck.failure import ras
 from ddpcheck.failure.flight import NotADump, RankTrace, read_dump
 from ddpcheck.failure.hangs import RankView
-from ddpcheck.failure.processes import ProcState, maps_any, state_letter
+from ddpcheck.failure.proc import ProcState, maps_any, state_letter
 from ddpcheck.failure.rank_env import MPI_LOCAL_SIZE_VARIABLES, SIZE_VARIABLES
 from ddpcheck.failure.recorders import PIPE_SUFFIX, poke
 from ddpcheck.failure.stacks import Stack, py_spy, py_spy_dumps, stacks_of

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import psutil
 
 from ddpcheck.errors import UsageError
-from ddpcheck.failure.processes import ProcessTree, RankProcess, argv_of, environ_of, is_launcher, maps_any
+from ddpcheck.failure.proc import maps_any
+from ddpcheck.failure.processes import ProcessTree, RankProcess, argv_of, environ_of, is_launcher
 from ddpcheck.failure.rank_env import has_rank
 
 # Above the ranks but none of them: the launchers watch knows, and what starts ranks for them.

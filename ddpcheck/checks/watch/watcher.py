@@ -32,8 +32,8 @@ from ddpcheck.failure.exits import ExitKind, declared_rank, exit_of
 from ddpcheck.failure.flight import find_dumps
 from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.launchers import launcher_exit_codes
+from ddpcheck.failure.proc import ProcState, state_letter, state_of
 from ddpcheck.failure.process_records import process_file
-from ddpcheck.failure.processes import ProcState, state_letter, state_of
 from ddpcheck.failure.rank_env import rank_of
 from ddpcheck.failure.recorders import poke_debug_pipes
 from ddpcheck.report.model import Report
