@@ -54,12 +54,13 @@ def test_whole_number_figures_are_a_reference_too() -> None:
     assert reference_of([1, 2, 3, 4, 5], 0.5) == Reference(3.0, MAD_TO_SIGMA * 1.0)
 
 
-def test_is_slow_is_strictly_below_the_threshold_and_also_needs_the_noise() -> None:
+def test_is_below_is_strict_and_is_slow_also_needs_the_noise() -> None:
     ref = Reference(median=1.0, sigma=0.1)  # noise bound: 1.0 - 2 x 0.1 = 0.8
     assert SPREAD_K == 2.0
-    assert not ref.is_slow(0.5, 0.5)  # at the threshold: not below (and beyond the noise)
+    assert not ref.is_below(0.5, 0.5)  # at the threshold: not below
+    assert ref.is_below(0.4999, 0.5)
     assert ref.is_slow(0.4999, 0.5)
-    assert not ref.is_slow(0.81, 0.9)  # below 0.9 x median, within the noise
+    assert ref.is_below(0.79, 0.9) and not ref.is_slow(0.81, 0.9)  # below 0.9 x median, within the noise
     assert ref.is_slow(0.79, 0.9)  # below both
     assert not ref.is_slow(0.85, 0.8)  # within neither
 

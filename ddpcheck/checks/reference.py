@@ -30,7 +30,11 @@ class Reference:
 
     def is_slow(self, value: float, threshold: float) -> bool:
         """One link on its own: below threshold x the median, and further below than the noise."""
-        return value < threshold * self.median and value < self.median - SPREAD_K * self.sigma
+        return self.is_below(value, threshold) and value < self.median - SPREAD_K * self.sigma
+
+    def is_below(self, value: float, threshold: float) -> bool:
+        """One of many links that agree (a rank's): below threshold x the median is enough."""
+        return value < threshold * self.median
 
 
 def reference_of(values: Sequence[float] | np.ndarray, threshold: float) -> Reference | None:
