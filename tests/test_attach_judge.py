@@ -17,6 +17,7 @@ from ddpcheck.checks.attach.find import Job
 from ddpcheck.errors import UsageError
 from ddpcheck.failure import processes, ras
 from ddpcheck.failure.hangs import RankView
+from ddpcheck.failure.rank_env import node_count
 from ddpcheck.failure.ras.status import NO_SERVICE_VERDICT
 from ddpcheck.report.model import Status
 from tests.support.fr_dumps import dump, entry, write_pickle
@@ -104,8 +105,8 @@ def test_a_node_that_never_writes_is_named_missing(tmp_path: Path, monkeypatch: 
 
 def test_the_step_folder_and_node_count_come_from_srun() -> None:
     env = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "3", "SLURM_STEP_NUM_NODES": "4"}
-    assert nodes.step_dir("/d", env) == "/d/7.3" and nodes.node_count(env) == 4
-    assert nodes.step_dir("/d", {}) == "/d" and nodes.node_count({}) == 1
+    assert nodes.step_dir("/d", env) == "/d/7.3" and node_count(env) == 4
+    assert nodes.step_dir("/d", {}) == "/d" and node_count({}) == 1
 
 
 def _job(environ: dict[str, str], started: float = 0.0) -> Job:

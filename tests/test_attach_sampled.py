@@ -98,6 +98,9 @@ def test_the_ranks_a_node_should_hold_come_from_its_ranks_environment() -> None:
     assert evidence.expected_here(node, {}) == [4, 5, 6, 7]
     # srun or mpirun across nodes: which ranks are this node's, unknown (never a crash)
     assert evidence.expected_here(job({"SLURM_NTASKS": "4", "SLURM_STEP_NUM_NODES": "2"}), {}) == []
+    # an srun step on one node of a two-node allocation: one node's, all of its world here
+    step = {"SLURM_NTASKS": "2", "SLURM_STEP_NUM_NODES": "1", "SLURM_NNODES": "1", "SLURM_JOB_NUM_NODES": "2"}
+    assert evidence.expected_here(job(step), {}) == [0, 1]
     assert (
         evidence.expected_here(job({"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}), {})
         == []

@@ -21,6 +21,9 @@ RANK_VARIABLES = ("RANK", *(family[1] for family in MPI_FAMILIES), "SLURM_PROCID
 # ...and the world's size, likewise; an MPI family's ranks on this node.
 SIZE_VARIABLES = ("WORLD_SIZE", *(family[2] for family in MPI_FAMILIES), "SLURM_NTASKS")
 MPI_LOCAL_SIZE_VARIABLES = tuple(family[4] for family in MPI_FAMILIES)
+# An srun step's nodes (the older name second); then the allocation's, which a step may use only part of.
+STEP_NODE_VARIABLES = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES")
+NODE_VARIABLES = (*STEP_NODE_VARIABLES, "SLURM_JOB_NUM_NODES")
 # An srun step's id (the older name second); a batch script's own step is "batch", no srun step.
 STEP_VARIABLES = ("SLURM_STEP_ID", "SLURM_STEPID")
 BATCH_STEP = "batch"
@@ -56,6 +59,11 @@ def srun_step(environ: Mapping[str, str]) -> str | None:
     """The id of the srun step this process is a task of; None outside one (a batch script's own step)."""
     step = next((environ[name] for name in STEP_VARIABLES if name in environ), None)
     return None if step == BATCH_STEP else step
+
+
+def node_count(environ: Mapping[str, str], names: tuple[str, ...] = NODE_VARIABLES) -> int:
+    """The nodes a launch spans: the first of `names` that holds a number, else 1."""
+    return next((int(environ[name]) for name in names if environ.get(name, "").isdigit()), 1)
 
 
 def launcher_of(environ: Mapping[str, str]) -> Launcher:

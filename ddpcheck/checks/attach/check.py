@@ -22,6 +22,7 @@ from ddpcheck.failure import processes, ras
 from ddpcheck.failure.flight_judge import with_flight_recorders
 from ddpcheck.failure.hangs import RankView, call_at, identity, judge_hang, ranks_report
 from ddpcheck.failure.proc import ProcState
+from ddpcheck.failure.rank_env import node_count
 from ddpcheck.failure.stacks import Stack, in_collective
 from ddpcheck.failure.stragglers import sampled
 from ddpcheck.report.model import Check, Report, Status
@@ -34,7 +35,7 @@ def run(options: AttachOptions) -> Report:
     seen = evidence.read(job, options.interval)
     missing: list[str] = []
     if options.dir is not None:
-        count = options.nodes or nodes.node_count(os.environ)
+        count = options.nodes or node_count(os.environ)
         seen, missing = nodes.agree(seen, nodes.step_dir(options.dir, os.environ), count)
         if missing:
             seen.expected = []  # a node that gave nothing is no rank that died

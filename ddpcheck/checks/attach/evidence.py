@@ -28,7 +28,12 @@ from ddpcheck.failure import ras
 from ddpcheck.failure.flight import NotADump, RankTrace, read_dump
 from ddpcheck.failure.hangs import RankView
 from ddpcheck.failure.proc import ProcState, maps_any, state_letter
-from ddpcheck.failure.rank_env import MPI_LOCAL_SIZE_VARIABLES, SIZE_VARIABLES
+from ddpcheck.failure.rank_env import (
+    MPI_LOCAL_SIZE_VARIABLES,
+    SIZE_VARIABLES,
+    STEP_NODE_VARIABLES,
+    node_count,
+)
 from ddpcheck.failure.recorders import PIPE_SUFFIX, poke
 from ddpcheck.failure.stacks import Stack, py_spy, py_spy_dumps, stacks_of
 from ddpcheck.failure.stragglers import sampled
@@ -164,9 +169,6 @@ def _sample_once(pids: dict[int, int], history: dict[int, list[Stack]]) -> None:
         history[rank].append(stack)
 
 
-SPREAD_VARIABLES = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES")  # an srun step's nodes
-
-
 def expected_here(job: Job, history: dict[int, list[Stack]]) -> list[int]:
     """The ranks this node should hold: all of the world's on one node; torchrun's block of them where
     its local world is smaller (ranks are numbered node by node). [] where unknown: no world size, or
@@ -180,7 +182,7 @@ def expected_here(job: Job, history: dict[int, list[Stack]]) -> list[int]:
             return (
                 [] if local_rank is None else list(range(rank - local_rank, rank - local_rank + local_size))
             )
-        if (_number(environ, SPREAD_VARIABLES) or 1) > 1:
+        if node_count(environ, STEP_NODE_VARIABLES) > 1:  # not the allocation's: a step may use one node
             return []
         if (_number(environ, MPI_LOCAL_SIZE_VARIABLES) or world) < world:
             return []

@@ -20,13 +20,6 @@ from ddpcheck.failure.hangs import view_from_dict, view_to_dict
 WAIT_S = 30.0  # how long the other nodes' evidence is waited for
 
 
-def node_count(environ: dict[str, str] | os._Environ[str]) -> int:
-    for name in ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"):
-        if environ.get(name, "").isdigit():
-            return int(environ[name])
-    return 1
-
-
 def step_dir(directory: str, environ: dict[str, str] | os._Environ[str]) -> str:
     job = environ.get("SLURM_JOB_ID", "")
     step = environ.get("SLURM_STEP_ID", "")
