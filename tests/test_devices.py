@@ -177,7 +177,7 @@ def test_a_healthy_h100_node_reads_and_passes() -> None:
         16,
     )
     assert first["ecc_volatile_uncorrected"] == 0 and first["remap_pending"] is False
-    assert first["temperature_c"] == 33 and first["slowdown_c"] == 87 and first["power_limit_w"] == 700
+    assert first["temperature_c"] == 33 and first["slowdown_c"] == 87
     check = health.judge(facts, [ident(0, device="cuda:0"), ident(1, device="cuda:1")])
     assert check.status == Status.PASS, check.detail
 
@@ -277,7 +277,6 @@ class FakeNvml:
             "nvmlDeviceGetMigMode": (0, 0),
             "nvmlDeviceGetCurrentClocksEventReasons": 0x40 | 0x1,
             "nvmlDeviceGetPowerUsage": 350_000,
-            "nvmlDeviceGetEnforcedPowerLimit": 700_000,
             "nvmlDeviceGetCurrPcieLinkGeneration": 5,
             "nvmlDeviceGetGpuMaxPcieLinkGeneration": 5,
             "nvmlDeviceGetCurrPcieLinkWidth": 16,

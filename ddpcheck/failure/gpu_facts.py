@@ -7,7 +7,7 @@ ranks, and where they are missing `from_smi()` runs `nvidia-smi -q -x` (bounded)
 or the source does not say): index, uuid, pci_bus_id, name; ecc_enabled; ecc_volatile_uncorrected,
 ecc_aggregate_uncorrected; retired_pending; remap_pending, remap_failure;
 pcie_gen, pcie_gen_max, pcie_width, pcie_width_max; nvlink_up, nvlink_links; persistence, mig,
-compute_mode; temperature_c, slowdown_c; power_w, power_limit_w; sm_clock_mhz, sm_clock_max_mhz;
+compute_mode; temperature_c, slowdown_c; power_w; sm_clock_mhz, sm_clock_max_mhz;
 throttle (active reasons); xid (codes seen in the kernel log for this GPU); error (why nothing was
 read). Judged in checks/devices/health.py.
 """
@@ -122,7 +122,7 @@ def from_nvml(nvml: Any, handle: Any) -> dict[str, Any]:
         state = ask("nvmlDeviceGetNvLinkState", link)
         if state is not None:
             links.append(state)
-    power, limit = ask("nvmlDeviceGetPowerUsage"), ask("nvmlDeviceGetEnforcedPowerLimit")
+    power = ask("nvmlDeviceGetPowerUsage")
     pci = ask("nvmlDeviceGetPciInfo")
     return {
         "index": ask("nvmlDeviceGetIndex"),
@@ -152,7 +152,6 @@ def from_nvml(nvml: Any, handle: Any) -> dict[str, Any]:
         "temperature_c": ask("nvmlDeviceGetTemperature", nvml.NVML_TEMPERATURE_GPU),
         "slowdown_c": ask("nvmlDeviceGetTemperatureThreshold", nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
         "power_w": power / 1000 if power is not None else None,
-        "power_limit_w": limit / 1000 if limit is not None else None,
         "sm_clock_mhz": ask("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM),
         "sm_clock_max_mhz": ask("nvmlDeviceGetMaxClockInfo", nvml.NVML_CLOCK_SM),
         "throttle": [name for bit, name in THROTTLE_BITS.items() if reasons and reasons & bit],
@@ -207,13 +206,6 @@ def from_smi_xml(text: str) -> list[dict[str, Any]]:
                 "temperature_c": _number(get("temperature/gpu_temp")),
                 "slowdown_c": _number(get("temperature/gpu_temp_slow_threshold")),
                 "power_w": _number(first("gpu_power_readings/power_draw", "power_readings/power_draw")),
-                "power_limit_w": _number(
-                    first(
-                        "gpu_power_readings/current_power_limit",
-                        "power_readings/enforced_power_limit",
-                        "power_readings/power_limit",
-                    )
-                ),
                 "sm_clock_mhz": _number(get("clocks/sm_clock")),
                 "sm_clock_max_mhz": _number(get("max_clocks/sm_clock")),
                 "throttle": throttle,
