@@ -212,6 +212,7 @@ def _joining(stack: Stack) -> bool:
 
 def _world_from_locals(pid: int) -> int | None:
     """`world_size` in a torch.distributed frame of the process's stack (py-spy --locals, not pausing it)."""
+    # py-spy exits nonzero when any one thread cannot be read, and --json then writes nothing: none lost.
     text = py_spy_dumps({0: pid}, as_json=True, blocking=False, with_locals=True).get(0, "[]")
     try:
         threads = json.loads(text)
