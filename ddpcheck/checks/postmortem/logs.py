@@ -2,8 +2,8 @@
 NCCL's debug files. Pure parsers over text (and the few file reads that find it).
 
 - torchrun's error file (`error.json` in `--log-dir`'s `attempt_N/<local rank>/`, written by a
-  rank whose entry point is decorated with `@record`): the exception, its traceback and a time
-  in seconds; the earliest is the first rank that failed *as it saw it*.
+  rank whose entry point is decorated with `@record`): the exception's message and a time in
+  seconds (its traceback is not read); the earliest is the first rank that failed *as it saw it*.
 - per-rank `stderr.log`/`stdout.log` (torchrun `--log-dir`, `-r 3`), Slurm's `slurm-*.out`,
   any `*.log`, `*.out`, `*.err`, `*.txt`: "Fatal Python error" (faulthandler), the last line of a
   Python traceback, gloo's "Received data size doesn't match expected size", NCCL's `NCCL WARN`
