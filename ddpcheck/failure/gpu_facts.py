@@ -117,11 +117,8 @@ def from_nvml(nvml: Any, handle: Any) -> dict[str, Any]:
     reasons = ask("nvmlDeviceGetCurrentClocksEventReasons")
     if reasons is None:
         reasons = ask("nvmlDeviceGetCurrentClocksThrottleReasons")
-    links = []
-    for link in range(NVLINK_MAX_LINKS):
-        state = ask("nvmlDeviceGetNvLinkState", link)
-        if state is not None:
-            links.append(state)
+    states = (ask("nvmlDeviceGetNvLinkState", link) for link in range(NVLINK_MAX_LINKS))
+    links = [state for state in states if state is not None]
     power = ask("nvmlDeviceGetPowerUsage")
     pci = ask("nvmlDeviceGetPciInfo")
     return {
