@@ -8,6 +8,7 @@ A rank bound to no CPU set at all (every CPU) is the launcher's default: said, n
 from __future__ import annotations
 
 import os
+from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,15 +33,12 @@ def facts_of(bus: str, affinity: list[int], cpus: int, sys_root: Path = SYS) -> 
     """What sysfs says about the GPU at PCI address `bus`, and the rank's CPUs."""
     pci = sys_root / "bus/pci/devices" / bus
     numa = _read_int(pci / "numa_node")
-    node_cpus = (
-        parse_cpulist(_read(sys_root / f"devices/system/node/node{numa}/cpulist"))
-        if numa is not None and numa >= 0
-        else []
-    )
+    numa = numa if numa is not None and numa >= 0 else None  # -1: the kernel knows no node for it
+    node = sys_root / f"devices/system/node/node{numa}/cpulist"
     return {
         "pci_bus_id": bus,
-        "numa_node": numa if numa is not None and numa >= 0 else None,
-        "node_cpus": node_cpus,
+        "numa_node": numa,
+        "node_cpus": parse_cpulist(_read(node)) if numa is not None else [],
         "affinity": affinity,
         "cpus": cpus,
         "nics": nics_near(pci, sys_root),
@@ -53,20 +51,15 @@ def nics_near(gpu: Path, sys_root: Path = SYS) -> list[str]:
         gpu_path = gpu.resolve().parts
     except OSError:
         return []
+    root = next((i for i, part in enumerate(gpu_path) if part.startswith("pci")), None)
+    # .../pci0000:00/<root port>/<switch upstream>/...: sharing more than the root port is a switch.
+    switch = gpu_path[: root + 3] if root is not None and len(gpu_path) >= root + 3 else None
+    if switch is None:
+        return []
     near = []
     for net in sorted((sys_root / "class/net").glob("*")):
         device = net / "device"
-        if not device.exists():
-            continue
-        nic_path = device.resolve().parts
-        shared = 0
-        for a, b in zip(gpu_path, nic_path, strict=False):
-            if a != b:
-                break
-            shared += 1
-        # .../pci0000:00/<root port>/<switch upstream>/...: sharing more than the root port is a switch.
-        root = next((i for i, part in enumerate(gpu_path) if part.startswith("pci")), None)
-        if root is not None and shared > root + 2:
+        if device.exists() and device.resolve().parts[: len(switch)] == switch:
             near.append(net.name)
     return near
 
@@ -116,17 +109,9 @@ def judge(all_facts: list[dict[str, Any] | None], identities: list[dict[str, Any
 
 
 def _span(cpus: list[int]) -> str:
-    if not cpus:
-        return "none"
-    ranges, start, prev = [], cpus[0], cpus[0]
-    for cpu in [*cpus[1:], None]:
-        if cpu is not None and cpu == prev + 1:
-            prev = cpu
-            continue
-        ranges.append(f"{start}-{prev}" if prev != start else str(start))
-        if cpu is not None:
-            start = prev = cpu
-    return ",".join(ranges)
+    """Sorted CPUs as a cpulist: [0, 1, 2, 3, 8] -> '0-3,8' (a run's CPUs less their place is one number)."""
+    runs = [[cpu for _, cpu in run] for _, run in groupby(enumerate(cpus), lambda pair: pair[1] - pair[0])]
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs) or "none"
 
 
 def _read(path: Path) -> str | None:
