@@ -65,10 +65,6 @@ def main(argv: list[str] | None = None) -> int:
         check_writable(opts.json_path, "--json")  # None and "-" (stdout) pass
         _launcher_environment()
         check_world(opts, int(os.environ["WORLD_SIZE"]))
-    except UsageError as exc:
-        say(f"ddpcheck: error: {exc}")
-        return EXIT_USAGE
-    try:
         return _run(opts, args.backend)
     except UsageError as exc:
         say(f"ddpcheck: error: {exc}")
