@@ -166,12 +166,8 @@ def setup(ctx: RankContext, opts: ProfileOptions) -> tuple[Any, Any, Any, Any]:
     return ddp, optimizer, inputs, targets
 
 
+@private_compile_cache()
 def measure(ctx: RankContext, opts: ProfileOptions) -> dict[str, Any]:
-    with private_compile_cache():
-        return _measure(ctx, opts)
-
-
-def _measure(ctx: RankContext, opts: ProfileOptions) -> dict[str, Any]:
     import torch
 
     ctx.stage("measure: build the model")

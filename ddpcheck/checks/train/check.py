@@ -145,11 +145,6 @@ def mean_local_gradients(module: Any, batches: Batches) -> list[Any]:
     return [t / batches.world_size for t in total]
 
 
-def measure(ctx: RankContext, opts: TrainOptions) -> dict[str, Any]:
-    with private_compile_cache(), full_fp32_matmuls():
-        return _measure(ctx, opts)
-
-
 @contextlib.contextmanager
 def full_fp32_matmuls() -> Iterator[None]:
     """Exact float32 matmuls for the duration (TF32 off), restored afterwards.
@@ -171,7 +166,9 @@ def full_fp32_matmuls() -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32 = saved[1]
 
 
-def _measure(ctx: RankContext, opts: TrainOptions) -> dict[str, Any]:
+@private_compile_cache()
+@full_fp32_matmuls()
+def measure(ctx: RankContext, opts: TrainOptions) -> dict[str, Any]:
     import torch
 
     torch.manual_seed(derive_seed(opts.seed, ctx.rank, INIT))  # nothing below should draw, but be sure
