@@ -67,14 +67,10 @@ def measure(ctx: RankContext, opts: DevicesOptions) -> dict[str, Any]:
     number, planned = 0, passes_asked
     while number < planned:
         began = time.perf_counter()
-        if kind == "cuda":
+        for turn in range(turns):  # GPUs in one turn, all at once; CPU ranks each in its own
             ctx.barrier()
-            passes.append(measure_pass(ctx, opts, operands))
-        else:
-            for turn in range(ctx.world_size):
-                ctx.barrier()
-                if turn == ctx.rank:
-                    passes.append(measure_pass(ctx, opts, operands))
+            if kind == "cuda" or turn == ctx.rank:
+                passes.append(measure_pass(ctx, opts, operands))
         number += 1
         ctx.progress(number, planned, "devices: passes")
         if ctx.budget and number < planned:
