@@ -32,8 +32,8 @@ from ddpcheck.report.units import human_bytes
 
 # The rank is the name's trailing digits; whatever precedes them is the prefix.
 _RANKED_NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
-_PICKLE_START = b"\x80"  # the PROTO opcode: every pickle of protocol 2 or later
-_JSON_START = b"{"
+# How each form of dump starts: the PROTO opcode (every pickle of protocol 2 or later), a JSON object.
+_FORMS = ((b"\x80", "pickle"), (b"{", "json"))
 
 
 # NCCL's states: the CPU enqueued the collective (`scheduled`), its kernel runs (`started`: with
@@ -161,11 +161,7 @@ def sniff(path: str | os.PathLike[str]) -> str | None:
         start = stream.read(64).lstrip()
     if not start:
         return ""
-    if start.startswith(_PICKLE_START):
-        return "pickle"
-    if start.startswith(_JSON_START):
-        return "json"
-    return None
+    return next((form for magic, form in _FORMS if start.startswith(magic)), None)
 
 
 def read_dump(path: str | os.PathLike[str], rank: int | None = None) -> RankTrace:
@@ -181,19 +177,16 @@ def read_raw(path: str | os.PathLike[str]) -> Any:
     """A dump file's data, undecoded into a RankTrace, read without running code. Raises NotADump."""
     try:
         form = sniff(path)
-        if form == "":
-            raise NotADump("empty (the rank was likely ended while it dumped)")
-        if form is None:
-            raise NotADump("neither a pickle nor JSON")
-        with open(path, "rb") as stream:
-            raw = _PlainUnpickler(stream).load() if form == "pickle" else json.load(stream)
-    except NotADump:
-        raise
+        if form:
+            with open(path, "rb") as stream:
+                return _PlainUnpickler(stream).load() if form == "pickle" else json.load(stream)
     except (OSError, pickle.UnpicklingError, EOFError, ValueError, UnicodeDecodeError) as exc:
         raise NotADump(
             f"unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         ) from None
-    return raw
+    if form == "":
+        raise NotADump("empty (the rank was likely ended while it dumped)")
+    raise NotADump("neither a pickle nor JSON")
 
 
 def parse_trace(raw: Any, *, rank: int, path: str = "") -> RankTrace:
