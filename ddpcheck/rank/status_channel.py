@@ -47,11 +47,10 @@ class FileTransport:
 
     def publish(self, record: RankStatus) -> None:
         tmp = self._path.with_suffix(f".tmp{threading.get_ident()}")
-        try:
+        # The run directory is being removed: the run is over, there is no one to tell.
+        with contextlib.suppress(FileNotFoundError):
             tmp.write_text(json.dumps(record.to_dict()))
             os.replace(tmp, self._path)
-        except FileNotFoundError:
-            pass  # the run directory is being removed: the run is over, there is no one to tell
 
 
 class StoreTransport:
@@ -154,10 +153,10 @@ class StatusWriter:
             if hasattr(transport, "close"):
                 transport.close()
 
-    def pause(self) -> tuple[float, str]:
+    def pause(self, now: float | None = None) -> tuple[float, str]:
         """(seconds, stage): the longest this process did not run, the pause it is only now coming out
         of included (a SIGCONT wakes the thread asking before, maybe, the beating one)."""
-        now_s = time.monotonic() - self._last_beat - HEARTBEAT_INTERVAL_S
+        now_s = (time.monotonic() if now is None else now) - self._last_beat - HEARTBEAT_INTERVAL_S
         if now_s > self.longest_pause_s:
             return now_s, self.record.stage
         return self.longest_pause_s, self.paused_at
@@ -165,9 +164,7 @@ class StatusWriter:
     def _beat(self) -> None:
         while not self._stopped.wait(HEARTBEAT_INTERVAL_S):
             now = time.monotonic()  # CLOCK_MONOTONIC runs on while the process is stopped
-            if now - self._last_beat - HEARTBEAT_INTERVAL_S > self.longest_pause_s:
-                self.longest_pause_s = now - self._last_beat - HEARTBEAT_INTERVAL_S
-                self.paused_at = self.record.stage
+            self.longest_pause_s, self.paused_at = self.pause(now)
             self._last_beat = now
             if os.getppid() != self._parent:
                 # The launcher died without tearing us down (mpirun after a second Ctrl-C): do not
