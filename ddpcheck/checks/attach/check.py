@@ -94,17 +94,11 @@ def judge(seen: Seen, interval: float) -> Report:
             report.tables = ranks_report("attach", views, [], []).tables
     if seen.gone:
         gone = [v for v in views if v.rank in seen.gone]
-        report.checks.append(
-            Check(
-                "ranks",
-                Status.ERROR,
-                "; ".join(
-                    f"rank {v.rank} (host {v.host}, pid {v.pid}) ended while attach read it" for v in gone
-                ),
-                ranks=[v.rank for v in gone],
-                hosts=list(dict.fromkeys(v.host for v in gone)),
-            )
+        said = "; ".join(
+            f"rank {v.rank} (host {v.host}, pid {v.pid}) ended while attach read it" for v in gone
         )
+        hosts = list(dict.fromkeys(v.host for v in gone))
+        report.checks.append(Check("ranks", Status.ERROR, said, ranks=[v.rank for v in gone], hosts=hosts))
     return report
 
 
