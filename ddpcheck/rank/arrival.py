@@ -233,7 +233,7 @@ def siblings(rank_variable: str, launcher: int) -> dict[int, str]:
         except (OSError, ValueError):
             continue
         for pid in pids:
-            if pid == me or _is_remover(pid):
+            if pid == me or REMOVER_NAME.encode() in cmdline(pid).split(b"\0"):
                 continue
             try:
                 with open(f"/proc/{pid}/environ", "rb") as environ:
@@ -243,10 +243,6 @@ def siblings(rank_variable: str, launcher: int) -> dict[int, str]:
             if rank_variable.encode() in variables:
                 found[pid] = variables[rank_variable.encode()].decode(errors="replace")
     return found
-
-
-def _is_remover(pid: int) -> bool:
-    return REMOVER_NAME.encode() in cmdline(pid).split(b"\0")
 
 
 def _write(directory: Path, rank: int, pid: int, stage: str, since: float) -> None:
@@ -332,11 +328,10 @@ class StageTransport:
         stage(str(getattr(record, "stage", "")))
 
 
-def sweep_abandoned(keep: Path | None = None, older_than_s: float = 60.0) -> list[Path]:
+def sweep_abandoned(keep: Path | None = None, older_than_s: float = 60.0) -> None:
     """Job directories of earlier launches where no file names a live rank, removed: every rank there
     was killed together with its remover (Slurm ends a whole step's cgroup at once). One younger than
     `older_than_s` may be a job whose first rank has not yet written its file: it stays."""
-    swept = []
     for directory in Path(tempfile.gettempdir()).glob(f"{JOB_PREFIX}*"):
         try:
             if directory == keep or time.time() - directory.stat().st_mtime < older_than_s:
@@ -344,8 +339,5 @@ def sweep_abandoned(keep: Path | None = None, older_than_s: float = 60.0) -> lis
             if not all(p.lost for p in read(directory).values()):
                 continue
             remove_job_dir(directory)
-            if not directory.exists():  # not so where another user's stays
-                swept.append(directory)
         except OSError:
             continue  # another user's, or removed meanwhile by its own remover
-    return swept
