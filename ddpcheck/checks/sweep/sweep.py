@@ -65,20 +65,19 @@ def measure_op(
         sizes = sizes[:1]  # one rank moves nothing: the data check at the smallest size says all there is
     rows = sweep_sizes(ctx, op, sizes, dtype_name, asked, budget)
     ctx.progress(len(sizes), len(sizes), "done")
-    trimmed = (
-        {"budget_s": budget.seconds, "sizes_asked": sizes, **{f"{k}_asked": v for k, v in asked.items()}}
-        if budget is not None
-        else None
-    )
     culprits = localise_first_wrong(ctx, op, rows, dtype_name) if op.reduces else []
-    return {
+    account = {
         "op": op.name,
         "skipped": None,
         "sizes": rows,
         "culprits": culprits or [],
         "unlocalised": culprits is None,
-        **({"budget": trimmed} if trimmed else {}),
     }
+    if budget is not None:
+        account["budget"] = {"budget_s": budget.seconds, "sizes_asked": sizes} | {
+            f"{k}_asked": v for k, v in asked.items()
+        }
+    return account
 
 
 def skip_reason(ctx: RankContext, op: Collective, dtype_name: str) -> str | None:
@@ -163,9 +162,11 @@ def time_size(
     """Seconds per call at this size, the warm-up and iterations it ran, and the fit that chose them."""
     if budget is None:
         return time_collective(ctx, call, **asked), asked, None
-    call_s = probe_call(ctx, call)
+    # Every rank must take the same decision, or one would wait for a collective the others skipped:
+    # the slowest rank's times and the least time left, agreed, then the same pure function everywhere.
+    (slowest_check, slowest_call), left_s = budget.agreed(ctx, [check_s, probe_call(ctx, call)])
     # From what was asked, at every size: an early, pessimistic projection cuts nothing for good.
-    fit = agreed_fit(ctx, budget, sizes_left, check_s, call_s, **asked)
+    fit = fit_sweep(sizes_left, slowest_check, slowest_call, seconds_left=left_s, **asked)
     seconds, iters = time_within(ctx, call, fit.warmup, fit.iters, budget)
     return seconds, {"warmup": fit.warmup, "iters": iters}, fit
 
@@ -181,7 +182,8 @@ def localise_first_wrong(
     if failing >= len(rows):
         return []
     ctx.stage(f"measure: localise the faulty rank of {op.name} by bisection")
-    return localise(ctx, op, rows[failing]["size_bytes"], dtype_name)
+    size = rows[failing]["size_bytes"]
+    return bisect(ctx.world_size, lambda groups: run_on_groups(ctx, op, size, dtype_name, groups))
 
 
 # With a budget, the timed loop runs in chunks of about CHUNK_S, and between chunks the ranks agree
@@ -242,24 +244,6 @@ def probe_call(ctx: RankContext, call: Callable[[], object]) -> float:
         calls *= 4
 
 
-def agreed_fit(
-    ctx: RankContext,
-    budget: Budget,
-    sizes_left: list[int],
-    check_s: float,
-    call_s: float,
-    warmup: int,
-    iters: int,
-) -> Fit:
-    """fit_sweep from what every rank agrees on (the slowest rank's times, the least time left).
-
-    Every rank must take the same decision, or one would wait for a collective the others
-    skipped: one all_reduce of three integers, then the same pure function everywhere.
-    """
-    (slowest_check, slowest_call), left_s = budget.agreed(ctx, [check_s, call_s])
-    return fit_sweep(sizes_left, slowest_check, slowest_call, warmup, iters, left_s)
-
-
 # How backends refuse a collective or a dtype they lack (gloo: "... is not supported"), as
 # opposed to a failure of the run itself, which must stay a finding.
 UNSUPPORTED_MARKERS = ("not supported", "unsupported", "not implemented", "notimplemented")
@@ -287,11 +271,6 @@ def unsupported(ctx: RankContext, op: Collective, dtype_name: str) -> str | None
             raise
         return f"the {ctx.backend} backend cannot run it with {dtype_name}: {message}"
     return None
-
-
-def localise(ctx: RankContext, op: Collective, size_bytes: int, dtype_name: str) -> list[int] | None:
-    """Ranks whose participation makes a reduction wrong, found by re-running it on subgroups."""
-    return bisect(ctx.world_size, lambda groups: run_on_groups(ctx, op, size_bytes, dtype_name, groups))
 
 
 def run_on_groups(
