@@ -182,9 +182,7 @@ def driver_cuda_version(torch: Any, libcuda: str = "libcuda.so.1") -> str | None
 
 def _cuda_version_text(value: int) -> str | None:
     """CUDA's integer version (12040) as '12.4'."""
-    if not value:
-        return None
-    return f"{value // 1000}.{value % 1000 // 10}"
+    return f"{value // 1000}.{value % 1000 // 10}" if value else None
 
 
 def parse_nvidia_smi_list(text: str | None) -> list[dict[str, Any]] | None:
@@ -261,12 +259,8 @@ def _rlimit(name: str) -> dict[str, int | str] | None:
     which = getattr(resource, name, None)
     if which is None:
         return None
-    soft, hard = resource.getrlimit(which)
-
-    def show(value: int) -> int | str:
-        return UNLIMITED if value == resource.RLIM_INFINITY else value
-
-    return {"soft": show(soft), "hard": show(hard)}
+    limits = zip(("soft", "hard"), resource.getrlimit(which), strict=True)
+    return {key: UNLIMITED if value == resource.RLIM_INFINITY else value for key, value in limits}
 
 
 def network_interfaces() -> dict[str, dict[str, Any]]:
