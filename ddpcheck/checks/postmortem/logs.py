@@ -121,14 +121,9 @@ def parse_error_file(text: str, *, path: str = "", rank: int | None = None) -> E
         raise ValueError("not a torchrun error file (no 'message')")
     message = data["message"]
     if isinstance(message, dict):
-        extra = message.get("extraInfo") or {}
-        stamp = extra.get("timestamp")
-        return ErrorFile(
-            path,
-            rank,
-            str(message.get("message", "")).strip(),
-            float(stamp) if stamp not in (None, "") else None,
-        )
+        stamp = (message.get("extraInfo") or {}).get("timestamp")
+        when = float(stamp) if stamp not in (None, "") else None
+        return ErrorFile(path, rank, str(message.get("message", "")).strip(), when)
     return ErrorFile(path, rank, str(message).strip())
 
 
