@@ -79,29 +79,23 @@ def judge_hang(
 
     `reason`: what the finding ends with, in parentheses (watch's --hang-after by default)."""
     stopped = [v for v in views if v.state in ("T", "t")]
-    blamed: list[RankView]
+    sampled = [v for v in views if v.stack is not None]
+    outside = [v for v in sampled if not _waiting_in(v.stack)]
     if stopped:
         blamed = stopped
-        why = {v.rank: "is stopped (state T: SIGSTOP, or a debugger)" for v in stopped}
+    elif outside and len(outside) < len(sampled):  # the others wait in a collective
+        blamed = outside
+    elif len(views) == 1:
+        blamed = sampled  # one rank: no peers to judge against
     else:
-        outside = [v for v in views if v.stack is not None and not _waiting_in(v.stack)]
-        waiting = [v for v in views if v.stack is not None and _waiting_in(v.stack)]
-        if outside and waiting:
-            blamed = outside
-        elif len(views) == 1:
-            blamed = [v for v in views if v.stack is not None]  # one rank: no peers to judge against
-        else:
-            counts = Counter(_signature(v.stack) for v in views if v.stack is not None)
-            top = counts.most_common(1)[0][1] if counts else 0
-            leaders = [s for s, n in counts.items() if n == top]
-            blamed = [] if len(leaders) > 1 or len(counts) < 2 else [
-                v for v in views if v.stack is not None and _signature(v.stack) != leaders[0]
-            ]  # fmt: skip
-        why = {v.rank: f"is in {call_at(v.stack)}" for v in blamed}
-    others = [v for v in views if v not in blamed]
-    waiters = [v for v in others if _waiting_in(v.stack)]
+        # Away from the one place most ranks are in (nobody, where no one place leads).
+        ranked = Counter(_signature(v.stack) for v in sampled).most_common(2)
+        led = len(ranked) == 2 and ranked[0][1] > ranked[1][1]
+        blamed = [v for v in sampled if _signature(v.stack) != ranked[0][0]] if led else []
+    waiters = [v for v in views if v not in blamed and _waiting_in(v.stack)]
     if blamed:
-        parts = [f"{identity(v)} {why[v.rank]}" for v in blamed]
+        is_stopped = "is stopped (state T: SIGSTOP, or a debugger)"
+        parts = [f"{identity(v)} {is_stopped if stopped else 'is in ' + call_at(v.stack)}" for v in blamed]
         detail = f"no rank made progress for {silent_s:.0f} s: " + "; ".join(parts)
     else:
         places = sorted({place_of(v.stack) for v in views})
@@ -114,9 +108,7 @@ def judge_hang(
         calls = sorted({call_at(v.stack) for v in waiters})
         detail += f" in {', '.join(calls)}"
     # Every rank in a collective, the named ones in another than the rest: they disagree on the call.
-    mismatch = (
-        bool(blamed) and not stopped and all(_waiting_in(v.stack) for v in views if v.stack is not None)
-    )
+    mismatch = bool(blamed) and not stopped and not outside
     if mismatch:
         detail = "a collective mismatch (the ranks wait in different collectives): " + detail
     check = Check(
