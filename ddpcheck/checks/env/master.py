@@ -52,19 +52,13 @@ def try_bind(address: str, port: int) -> str:
     does, so a connection lingering in TIME_WAIT does not count as 'in use'.
     """
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
-        return "free"
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            return "in use"
-        if exc.errno == errno.EACCES:
-            return "denied"
-        return str(exc)
-    finally:
-        sock.close()
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
+        except OSError as exc:
+            return {errno.EADDRINUSE: "in use", errno.EACCES: "denied"}.get(exc.errno, str(exc))
+    return "free"
 
 
 def try_connect(address: str, port: int, timeout_s: float) -> str:
