@@ -64,28 +64,21 @@ def arrive(
         store.set(f"{key}rank/{rank}", json.dumps(me))
         store.add(f"{key}count", 1)
     deadline = began + wait_s
-    while True:
-        decided = _read(store, f"{key}verdict")
-        if decided is None:
-            if int(store.add(f"{key}count", 0)) >= world_size:
-                decided = _decide(store, f"{key}verdict", OPEN)
-            elif time.monotonic() >= deadline:
-                present = {r: _read(store, f"{key}rank/{r}") for r in range(world_size)}
-                came = {str(r): json.loads(p) for r, p in present.items() if p is not None}
-                decided = _decide(store, f"{key}verdict", json.dumps(came))
-        if decided is not None:
-            break
-        time.sleep(POLL_S)
+    while (decided := _read(store, f"{key}verdict")) is None:
+        # The first rank to set it decides for all (compare_set): the next read returns its decision.
+        if int(store.add(f"{key}count", 0)) >= world_size:
+            store.compare_set(f"{key}verdict", "", OPEN)
+        elif time.monotonic() >= deadline:
+            present = {r: _read(store, f"{key}rank/{r}") for r in range(world_size)}
+            came = {str(r): json.loads(p) for r, p in present.items() if p is not None}
+            store.compare_set(f"{key}verdict", "", json.dumps(came))
+        else:
+            time.sleep(POLL_S)
     waited = time.monotonic() - began
     if decided == OPEN:
         return Attendance(world_size, [], {}, waited)
     came = {int(r): p for r, p in json.loads(decided).items()}
     return Attendance(world_size, [r for r in range(world_size) if r not in came], came, waited)
-
-
-def _decide(store: Any, key: str, value: str) -> str:
-    """Set `key` to `value` unless a rank set it first; what it holds now, either way."""
-    return store.compare_set(key, "", value).decode()
 
 
 def _read(store: Any, key: str) -> str | None:
