@@ -157,12 +157,10 @@ def judge(prints: Iterable[Fingerprint], nonfinite: Iterable[NonFinite] = ()) ->
     for found in prints:
         by_step[found.step][found.rank] = found
     judgement = Judgement(ranks=sorted({r for ranks in by_step.values() for r in ranks}))
-    for at_step in by_step.values():
+    for step, at_step in sorted(by_step.items()):
         for found in at_step.values():
             judgement.groups.update(m.group for m in found.modules)
             judgement.kinds.update(m.kind for m in found.modules)
-    for step in sorted(by_step):
-        at_step = by_step[step]
         if len(at_step) >= 2:
             judgement.steps.append(step)
         if judgement.divergence is None:
@@ -179,17 +177,15 @@ def judge(prints: Iterable[Fingerprint], nonfinite: Iterable[NonFinite] = ()) ->
 
 def _first_nonfinite_sums(by_step: dict[int, dict[int, Fingerprint]]) -> tuple[int, tuple[int, ...]] | None:
     """The first step at which some rank's parameters or buffers sum to NaN or Inf, and those ranks."""
-    for step in sorted(by_step):
-        ranks = tuple(
-            sorted(
-                rank
-                for rank, found in by_step[step].items()
-                if any(not math.isfinite(v) for m in found.modules for v in m.sums or ())
-            )
-        )
+    for step, at_step in sorted(by_step.items()):
+        ranks = tuple(sorted(rank for rank, found in at_step.items() if not _finite(found)))
         if ranks:
             return step, ranks
     return None
+
+
+def _finite(found: Fingerprint) -> bool:
+    return all(math.isfinite(v) for m in found.modules for v in m.sums or ())
 
 
 def _first_split(
