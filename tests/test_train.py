@@ -64,7 +64,6 @@ def rank_data(
             "loss": loss,
             "reference_loss": 1.3 - 0.1 * s,
             "grad_fingerprint": [[s, 7]] * 2 if grad_split_at != s else [[s, 8]] * 2,
-            "grad_finite": not poisoned,
             "grad_dev": [nan, nan] if poisoned else ([1e-3, 1e-3] if grad_scaled else [1e-10, 0.0]),
             "grad_scale": [1e-3, 1e-3],
             "weight_fingerprint": [[s, 99]] * 2 if diverged else [[s, 1]] * 2,
@@ -77,7 +76,6 @@ def rank_data(
     after = [[9, 9]] * 2 if bad_broadcast else [[0, 0]] * 2
     return {
         "params": PARAMS,
-        "numel": [64 * 64, 64],
         "init": {
             "before": {"fingerprint": [[rank, rank]] * 2, "diff_from_rank0": [0.06 * (rank > 0), 0.0]},
             "after": {"fingerprint": after, "diff_from_rank0": [0.05 if bad_broadcast else 0.0, 0.0]},

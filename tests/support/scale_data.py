@@ -91,7 +91,6 @@ def train_data(n: int, steps: int = 5) -> list[dict[str, Any]]:
                 "loss": 1.3 - 0.1 * s + 0.01 * (rank % 7),
                 "reference_loss": 1.3 - 0.1 * s,
                 "grad_fingerprint": [[s, 7]] * 2,
-                "grad_finite": True,
                 "grad_dev": [1e-10, 0.0],
                 "grad_scale": [1e-3, 1e-3],
                 "weight_fingerprint": [[s, 1]] * 2,
@@ -103,7 +102,6 @@ def train_data(n: int, steps: int = 5) -> list[dict[str, Any]]:
         out.append(
             {
                 "params": params,
-                "numel": [1024 * 1024, 1024],
                 "init": {
                     "before": {
                         "fingerprint": [[rank, rank]] * 2,

@@ -195,7 +195,6 @@ def measure(ctx: RankContext, opts: TrainOptions) -> dict[str, Any]:
     ctx.progress(opts.steps, opts.steps, "done")
     return {
         "params": names,
-        "numel": [p.numel() for p in module.parameters()],
         "init": {"before": before, "after": after},
         "steps": steps,
         "update_scale": [
@@ -237,7 +236,6 @@ def _train_step(
     record: dict[str, Any] = {
         "loss": float(loss.item()),
         "grad_fingerprint": [fingerprint(g) for g in grads],
-        "grad_finite": all(bool(torch.isfinite(g).all().item()) for g in grads),
         "grad_dev": [max_abs_diff(g, e) for g, e in zip(grads, expected, strict=True)],
         "grad_scale": [max_abs(e) for e in expected],
     }
