@@ -72,12 +72,7 @@ class ProcessTree:
         """Rank -> its process: the topmost process carrying that rank (its workers carry it too)."""
         found: dict[int, tuple[int, int]] = {}  # rank -> (depth, pid)
         procs = self.descendants()
-        parents = {}
-        for proc in procs:
-            try:
-                parents[proc.pid] = proc.ppid()
-            except psutil.Error:
-                continue
+        parents = _parents(procs)
         variable = self._rank_variable(procs)
         for proc in procs:
             if self._is_helper(proc):
