@@ -12,20 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from rich.console import Console
 
+from ddpcheck.checks.links import tables as links_tables
+from ddpcheck.checks.links.columns import STATUSES, LinkColumns
 from ddpcheck.checks.links.schedule import INTER, INTRA
-from ddpcheck.checks.links.tables import (
-    HEATMAP_MAX,
-    HOST_COLUMNS,
-    LINK_COLUMNS,
-    SLOWEST_SHOWN,
-    heat_map_rows,
-    host_rows,
-    link_tables,
-    rank_rows,
-)
+from ddpcheck.checks.links.tables import HEATMAP_MAX, HOST_COLUMNS, LINK_COLUMNS, SLOWEST_SHOWN
 from ddpcheck.checks.links.terminal import render_link_heatmap
 from ddpcheck.report.model import Table
 
@@ -48,7 +42,7 @@ def link(
     latency_us: float = 50.0,
     status: str = "PASS",
 ) -> dict[str, Any]:
-    """One judged link, as judge() hands it to link_tables (after _annotate)."""
+    """One judged link (after _annotate), as a row."""
     same = (ids[src]["host"], ids[src]["node"]) == (ids[dst]["host"], ids[dst]["node"])
     return {
         "src": src,
@@ -63,6 +57,42 @@ def link(
         "ratio": ratio,
         "status": status,
     }
+
+
+def columns(rows: list[dict[str, Any]]) -> LinkColumns:
+    """Judged links as rows (src, dst, kind, gbps, best_gbps, latency_us, wrong, ratio, status) as columns."""
+    return LinkColumns(
+        src=np.array([r["src"] for r in rows], dtype=np.int64),
+        dst=np.array([r["dst"] for r in rows], dtype=np.int64),
+        inter=np.array([r["kind"] == INTER for r in rows], dtype=bool),
+        gbps=np.array([r["gbps"] for r in rows], dtype=np.float64),
+        best_gbps=np.array([r["best_gbps"] for r in rows], dtype=np.float64),
+        latency_us=np.array([r["latency_us"] for r in rows], dtype=np.float64),
+        wrong=np.array([r["wrong"] for r in rows], dtype=np.int64),
+        ratio=np.array([np.nan if r["ratio"] is None else r["ratio"] for r in rows], dtype=np.float64),
+        status=np.array([STATUSES.index(r["status"]) for r in rows], dtype=np.int8),
+    )
+
+
+# The tables' functions over rows of link() (judge() hands them columns).
+def link_tables(rows: list[dict[str, Any]], ids: list[dict[str, Any]], *args: Any) -> list[Table]:
+    return links_tables.link_tables(columns(rows), ids, *args)
+
+
+def heat_map_rows(rows: list[dict[str, Any]], ids: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return links_tables.heat_map_rows(columns(rows), ids)
+
+
+def rank_rows(
+    rows: list[dict[str, Any]], ids: list[dict[str, Any]], culprits: set[int]
+) -> list[dict[str, Any]]:
+    return links_tables.rank_rows(columns(rows), ids, culprits)
+
+
+def host_rows(
+    rows: list[dict[str, Any]], ids: list[dict[str, Any]], culprits: set[int]
+) -> list[dict[str, Any]]:
+    return links_tables.host_rows(columns(rows), ids, culprits)
 
 
 def by_name(tables: list[Table]) -> dict[str, Table]:

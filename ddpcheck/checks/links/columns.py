@@ -143,22 +143,6 @@ class LinkColumns:
             received=received,
         )
 
-    @classmethod
-    def from_rows(cls, rows: Sequence[Mapping[str, Any]]) -> LinkColumns:
-        """Judged links as rows (src, dst, kind, gbps, best_gbps, latency_us, wrong, ratio, status)."""
-        ratio = [r.get("ratio") for r in rows]
-        return cls(
-            src=np.array([r["src"] for r in rows], dtype=np.int64),
-            dst=np.array([r["dst"] for r in rows], dtype=np.int64),
-            inter=np.array([r["kind"] == INTER for r in rows], dtype=bool),
-            gbps=np.array([r["gbps"] for r in rows], dtype=np.float64),
-            best_gbps=np.array([r.get("best_gbps", r["gbps"]) for r in rows], dtype=np.float64),
-            latency_us=np.array([r["latency_us"] for r in rows], dtype=np.float64),
-            wrong=np.array([r.get("wrong", 0) for r in rows], dtype=np.int64),
-            ratio=np.array([np.nan if x is None else x for x in ratio], dtype=np.float64),
-            status=np.array([STATUSES.index(r.get("status", "PASS")) for r in rows], dtype=np.int8),
-        )
-
     def kind(self, i: int) -> str:
         return INTER if self.inter[i] else INTRA
 

@@ -1,14 +1,12 @@
 """The tables of `ddpcheck links`: the heat map's rows, the slowest links, per rank and per host.
 
-Pure, over the judged links (LinkColumns, or rows with src, dst, hosts, kind, gbps, latency_us,
-ratio, status), vectorised: 8.4 million links at 1,024 nodes of 8. Up to REPORTED_NODES nodes the
-report keeps every intra-node link and one row per node pair and direction; beyond, the slowest
-links, every slow one, and node x node (`link_nodes`).
+Pure, over the judged links (LinkColumns), vectorised: 8.4 million links at 1,024 nodes of 8. Up to
+REPORTED_NODES nodes the report keeps every intra-node link and one row per node pair and direction;
+beyond, the slowest links, every slow one, and node x node (`link_nodes`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,13 +51,10 @@ LINK_COLUMNS = {
 # The units once, in the title: the headers stay short enough for 80 columns.
 UNITS = "GB/s; latency in us"
 
-Links = LinkColumns | Sequence[Mapping[str, Any]]
-
 
 def link_tables(
-    links: Links, identities: list[dict[str, Any]], size: int, rounds: str, culprits: set[int]
+    links: LinkColumns, identities: list[dict[str, Any]], size: int, rounds: str, culprits: set[int]
 ) -> list[Table]:
-    links = _columns(links)
     world = len(identities)
     nodes = _Nodes(identities)
     slowest = [links.row(i, identities) for i in smallest(links.ratio, SLOWEST_SHOWN)]
@@ -121,10 +116,6 @@ class _Nodes:
         self.labels = [labels[node] for node in order]
 
 
-def _columns(links: Links) -> LinkColumns:
-    return links if isinstance(links, LinkColumns) else LinkColumns.from_rows(links)
-
-
 def _matrix_title(world: int, nodes: int, size: int, rounds: str) -> str:
     from ddpcheck.report.units import human_bytes
 
@@ -163,10 +154,9 @@ def _worst_rows(links: LinkColumns, identities: list[dict[str, Any]]) -> list[di
 
 
 def heat_map_rows(
-    links: Links, identities: list[dict[str, Any]], nodes: _Nodes | None = None
+    links: LinkColumns, identities: list[dict[str, Any]], nodes: _Nodes | None = None
 ) -> list[dict[str, Any]]:
     """Rows of the heat map: rank x rank up to HEATMAP_MAX ranks, node x node up to as many nodes."""
-    links = _columns(links)
     world = len(identities)
     if world <= HEATMAP_MAX:
         cells: list[list[float | None]] = [[None] * world for _ in range(world)]
@@ -243,9 +233,10 @@ def _rounded(values: np.ndarray, digits: int) -> list[float | None]:
     return [None if np.isnan(v) else round(v, digits) for v in values.tolist()]
 
 
-def rank_rows(links: Links, identities: list[dict[str, Any]], culprits: set[int]) -> list[dict[str, Any]]:
+def rank_rows(
+    links: LinkColumns, identities: list[dict[str, Any]], culprits: set[int]
+) -> list[dict[str, Any]]:
     """Per rank: the median of its links out and in, per kind; its slowest link's ratio; named or not."""
-    links = _columns(links)
     world = len(identities)
     into_rank = links.incoming()
     columns = {}
@@ -303,10 +294,9 @@ HOST_COLUMNS = {
 
 
 def host_rows(
-    links: Links, identities: list[dict[str, Any]], culprits: set[int], nodes: _Nodes | None = None
+    links: LinkColumns, identities: list[dict[str, Any]], culprits: set[int], nodes: _Nodes | None = None
 ) -> list[dict[str, Any]]:
     """Per node: the median of its own links, of its links to other nodes out and in; named or not."""
-    links = _columns(links)
     nodes = nodes or _Nodes(identities)
     members: list[list[int]] = [[] for _ in range(nodes.count)]
     for ident in identities:
