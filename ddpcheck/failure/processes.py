@@ -191,9 +191,7 @@ def end(
     grace on another's zombie).
     """
     procs = list(procs)
-    left = procs
-    if sigterm:
-        left = _terminate_children_first(procs, grace_s)
+    left = _terminate_children_first(procs, grace_s) if sigterm else procs
     _send(left, signal.SIGKILL)
     _running_after(left, grace_s)
     return left
