@@ -14,20 +14,6 @@ from ddpcheck.report.model import Report, Table
 from ddpcheck.report.units import UNLIMITED, human_bytes
 
 
-def build_report(facts: Mapping[str, Any]) -> Report:
-    torch_info = facts["torch"]
-    report = Report(command="env", checks=judge(facts), tables=env_tables(facts))
-    report.world = {
-        "nodes": 1,
-        "hosts": [facts["host"]["hostname"]],
-        "torch": torch_info["version"],
-        "cuda": torch_info["cuda_build"],
-        "nccl": torch_info["nccl"],
-    }
-    report.notes = list(facts["problems"])
-    return report
-
-
 def run(options: EnvOptions) -> Report:
     """The command: the host's report. The process ends right after it is shown."""
     report = run_env()
@@ -39,7 +25,17 @@ def run(options: EnvOptions) -> Report:
 def run_env(config: ProbeConfig | None = None) -> Report:
     """`ddpcheck env`: probe this host, judge it, and time it."""
     start = time.perf_counter()
-    report = build_report(probe(config))
+    facts = probe(config)
+    torch_info = facts["torch"]
+    report = Report(command="env", checks=judge(facts), tables=env_tables(facts))
+    report.world = {
+        "nodes": 1,
+        "hosts": [facts["host"]["hostname"]],
+        "torch": torch_info["version"],
+        "cuda": torch_info["cuda_build"],
+        "nccl": torch_info["nccl"],
+    }
+    report.notes = list(facts["problems"])
     report.elapsed_s = time.perf_counter() - start
     return report
 
