@@ -88,12 +88,9 @@ def query(environ: Mapping[str, str], *, timeout: float = DEFAULT_TIMEOUT_S) -> 
 def _timed_out(status: RasStatus, timeout: float, silent: int) -> None:
     """Connections were accepted but none answered the handshake (a stopped or hung NCCL process,
     or not NCCL on this port), or none was made."""
-    if not silent:
-        status.end(Outcome.TIMEOUT, f"timeout: could not connect to {status.address} in {timeout:g} s")
-        return
-    status.end(
-        Outcome.TIMEOUT, f"timeout: NCCL's RAS service at {status.address} did not answer in {timeout:g} s"
-    )
+    where = status.address
+    what = f"NCCL's RAS service at {where} did not answer" if silent else f"could not connect to {where}"
+    status.end(Outcome.TIMEOUT, f"timeout: {what} in {timeout:g} s")
 
 
 def _handshake(link: Link, status: RasStatus, deadline: float, leg: int | None) -> bool:
