@@ -17,3 +17,10 @@ KINDS = ("start", "exception", "fatal", "term", "exit", "rank")
 def process_file(watch_dir: str | os.PathLike[str], pid: int, kind: str) -> str:
     """One of a process's records."""
     return os.path.join(os.fspath(watch_dir), PROCESSES, f"{pid}.{kind}")
+
+
+def write_whole(path: str, data: bytes) -> None:
+    """Written to a partial file, then renamed: a reader sees it whole or not at all."""
+    with open(f"{path}.partial", "wb") as out:
+        out.write(data)
+    os.replace(f"{path}.partial", path)

@@ -174,7 +174,9 @@ def _learn_rank(watch_dir: str) -> None:
     _learned.append(rank)
     path = _records.process_file(watch_dir, os.getpid(), "rank")
     with contextlib.suppress(OSError):
-        _write_whole(path, json.dumps({"rank": rank, "world_size": world_size, "time": time.time()}).encode())
+        _records.write_whole(
+            path, json.dumps({"rank": rank, "world_size": world_size, "time": time.time()}).encode()
+        )
 
 
 def _wait_for_dump_request(watch_dir: str) -> None:
@@ -239,7 +241,7 @@ def _write_where(path: str) -> None:
     while frame is not None and len(frames) < WHERE_DEPTH:
         frames.append([frame.f_code.co_filename, frame.f_code.co_name, frame.f_lineno])
         frame = frame.f_back
-    _write_whole(path, json.dumps({"t": time.time(), "frames": frames}).encode())
+    _records.write_whole(path, json.dumps({"t": time.time(), "frames": frames}).encode())
 
 
 def dump_flight_recorder() -> None:
@@ -267,13 +269,6 @@ def _write_dump(path: str, stacks: tuple[bool, ...]) -> None:
             data = recorders.dump_every_recorder(native, nccl_stacks=with_stacks)
             if data is None:
                 return
-            _write_whole(path, data)
+            _records.write_whole(path, data)
     except Exception:
         pass
-
-
-def _write_whole(path: str, data: bytes) -> None:
-    """Written to a partial file, then renamed: a reader sees it whole or not at all."""
-    with open(f"{path}.partial", "wb") as out:
-        out.write(data)
-    os.replace(f"{path}.partial", path)
