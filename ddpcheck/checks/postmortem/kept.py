@@ -108,12 +108,11 @@ class KeptRecords:
 
 def _program(argv: tuple[str, ...]) -> str:
     """'torchrun', 'python -m torch.distributed.run', 'python train.py': the command, short."""
-    words = [os.path.basename(argv[0])] if argv else []
-    rest = list(argv[1:])
-    if rest[:1] == ["-m"] and len(rest) > 1:
-        words += rest[:2]
-    elif rest:
-        words.append(os.path.basename(rest[0]))
+    words = [os.path.basename(argv[0])]  # who() says it only of a process whose argv it has
+    if argv[1:2] == ("-m",) and len(argv) > 2:
+        words += argv[1:3]
+    elif len(argv) > 1:
+        words.append(os.path.basename(argv[1]))
     return " ".join(words)
 
 
