@@ -278,11 +278,9 @@ def _message(exception: str) -> str:
 
 
 def _names(kept: list[Kept]) -> str:
-    ranks = [k.rank for k in kept if k.rank is not None]
-    others = [k for k in kept if k.rank is None]
-    said = [span(sorted(ranks))] if ranks else []
-    said += [f"process {k.pid}" for k in others]
-    return ", ".join(said)
+    ranks = sorted(k.rank for k in kept if k.rank is not None)
+    said = [span(ranks)] if ranks else []
+    return ", ".join(said + [f"process {k.pid}" for k in kept if k.rank is None])
 
 
 def _table(judged: list[Kept], named: set[int]) -> Table:
