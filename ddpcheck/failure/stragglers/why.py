@@ -309,11 +309,7 @@ def _recent(looks: Looks, window_s: float, end: float | None) -> Looks:
         end = max((x.t for x in (*looks.ticks[-1:], *looks.stacks[-1:], *looks.gpus[-1:])), default=0.0)
     since = end - window_s
 
-    def within(t: float) -> bool:
-        return since <= t <= end
+    def within(seen: Sequence) -> list:
+        return [x for x in seen if since <= x.t <= end]
 
-    return Looks(
-        ticks=[t for t in looks.ticks if within(t.t)],
-        stacks=[s for s in looks.stacks if within(s.t)],
-        gpus=[g for g in looks.gpus if within(g.t)],
-    )
+    return Looks(ticks=within(looks.ticks), stacks=within(looks.stacks), gpus=within(looks.gpus))
