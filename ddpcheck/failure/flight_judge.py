@@ -205,9 +205,7 @@ def _agreement(
 
 def _compared(call: FrEntry) -> tuple:
     op, sizes, dtypes = call.signature()
-    if any(word in op for word in _SIZES_MAY_DIFFER):
-        return (op, (), dtypes)
-    return (op, sizes, dtypes)
+    return (op, () if any(word in op for word in _SIZES_MAY_DIFFER) else sizes, dtypes)
 
 
 def _difference(a: FrEntry, b: FrEntry) -> str:
