@@ -96,7 +96,8 @@ def identity(environ: dict[str, str] | os._Environ[str], argv: list[str]) -> Ide
     if not (rank.isdigit() and world.isdigit()):
         return None
     here = _local_world(environ, launcher, int(world))
-    return Identity(int(rank), int(world), launcher, _safe(job), rank_variable(environ) or "", here)
+    job = re.sub(r"[^A-Za-z0-9_.-]", "_", job)[:80]  # a directory's name
+    return Identity(int(rank), int(world), launcher, job, rank_variable(environ) or "", here)
 
 
 def _local_world(environ: dict[str, str] | os._Environ[str], launcher: Launcher, world: int) -> int:
@@ -128,10 +129,6 @@ def _launcher_variables(
     return get("SLURM_PROCID", ""), world, f"s{get('SLURM_JOB_ID')}.{step}"
 
 
-def _safe(job: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", job)[:80]
-
-
 def job_dir(job: str) -> Path:
     return Path(tempfile.gettempdir()) / f"{JOB_PREFIX}{job}"
 
@@ -142,12 +139,14 @@ class Arrival:
     def __init__(self, me: Identity) -> None:
         self.identity = me
         self.dir = job_dir(me.job)
-        self._path = self.dir / f"rank-{me.rank}-{os.getpid()}.json"
         self.launcher = os.getppid()  # its other children are this rank's siblings
         self.stage_name = ""
         with contextlib.suppress(FileExistsError):
             self.dir.mkdir(mode=0o700)
-        _start_remover(self.dir, me.rank_variable)
+        # The shell that removes the directory once this rank, and every other here, is gone; its
+        # stderr is the rank's: where the user reads what became of a stopped rank.
+        args = [REMOVER_NAME, str(self.dir), str(os.getpid()), str(self.launcher), me.rank_variable]
+        remover.start(remover_script(), args, stderr=True)
         self.stage(STARTING)
 
     def stage(self, name: str) -> None:
@@ -284,13 +283,6 @@ def read(directory: Path) -> dict[int, RankFile]:
         ):
             found[presence.rank] = presence
     return found
-
-
-def _start_remover(directory: Path, rank_variable: str) -> None:
-    """The shell that removes the job's directory once this rank, and every other here, is gone; its
-    stderr is the rank's: where the user reads what became of a stopped rank."""
-    args = [REMOVER_NAME, str(directory), str(os.getpid()), str(os.getppid()), rank_variable]
-    remover.start(remover_script(), args, stderr=True)
 
 
 # This process's arrival, once the entry point made it (None: not an inline rank).
