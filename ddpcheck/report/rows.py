@@ -28,6 +28,9 @@ def shown_rows(rows: list[dict[str, Any]], limit: int = SHOWN_ROWS) -> list[dict
 
 Row = dict[str, Any]
 
+# A `stderr` table's row: each text it may hold, and its panel's title (the terminal and the page).
+TAILS = (("stderr_tail", "last lines of stderr"), ("stack", "Python stack (py-spy, before the kill)"))
+
 
 def worst_rows(
     rows: list[Row], limit: int, named: Callable[[Row], bool], badness: Callable[[Row], float]

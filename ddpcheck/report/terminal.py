@@ -19,7 +19,7 @@ from ddpcheck.commands import COMMANDS
 from ddpcheck.report import fold
 from ddpcheck.report.model import Report, Status, Table, Verdict
 from ddpcheck.report.naming import counted
-from ddpcheck.report.rows import left_out_line, shown_rows
+from ddpcheck.report.rows import TAILS, left_out_line, shown_rows
 from ddpcheck.report.table_layout import Cell, longest_atom, rich_table
 
 STATUS_STYLE = {
@@ -32,8 +32,6 @@ STATUS_STYLE = {
 # The verdict line's counts, always in this order: "2 pass, 1 fail, 1 warn, 1 skip".
 COUNT_ORDER = (Status.PASS, Status.FAIL, Status.WARN, Status.ERROR, Status.SKIP)
 VERDICT_STYLE = {Verdict.PASS: "bold green", Verdict.FAIL: "bold red", Verdict.ERROR: "bold magenta"}
-# A `stderr` table's row: each text it may hold, and its panel's title.
-TAILS = (("stderr_tail", "last lines of stderr"), ("stack", "Python stack (py-spy, before the kill)"))
 
 
 class _Console(Console):

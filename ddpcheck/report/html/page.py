@@ -15,8 +15,7 @@ from ddpcheck import __version__
 from ddpcheck.report.html.chart import Chart
 from ddpcheck.report.model import Report, Table
 from ddpcheck.report.naming import counted
-from ddpcheck.report.rows import left_out_line, shown_rows
-from ddpcheck.report.terminal import TAILS
+from ddpcheck.report.rows import TAILS, left_out_line, shown_rows
 
 FOLDED_ROWS = 200  # a longer table starts folded: the charts stay at the top of the page
 # Rows a table shows at most (the rest in the JSON report): the page of a 1,000-node run stays small.
