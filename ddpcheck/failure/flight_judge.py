@@ -265,14 +265,9 @@ def with_flight_recorders(
     if hang is None or not traces:
         return report
     if not hang.ranks:
-        behind = next(
-            (
-                c
-                for c in judge(traces, world_size=world_size, hosts=hosts).checks
-                if c.status is Status.ERROR and c.ranks and c.name.endswith("every rank arrived")
-            ),
-            None,
-        )
+        checks = judge(traces, world_size=world_size, hosts=hosts).checks
+        arrivals = (c for c in checks if c.name.endswith("every rank arrived"))
+        behind = next((c for c in arrivals if c.status is Status.ERROR and c.ranks), None)
         if behind is not None:
             hang.ranks, hang.hosts = list(behind.ranks), list(behind.hosts)
             hang.detail += f"; the flight recorders: {behind.detail}"
