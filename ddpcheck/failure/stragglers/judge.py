@@ -105,11 +105,6 @@ class StragglerVerdict:
     estimator: Estimator
     why: tuple[Why, ...] = ()  # each named rank's, where the watcher saw it (why.py)
 
-    @property
-    def key(self) -> tuple[str, tuple[int, ...]]:
-        """What must change for the verdict to be said again: the group and the ranks named."""
-        return (self.group, self.ranks)
-
 
 @dataclass(frozen=True)
 class RankFigures:
