@@ -8,6 +8,7 @@ root's descendants as `watch` finds them (failure/processes.py). srun's tasks ar
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 
@@ -163,6 +164,7 @@ def from_all() -> Job:
 def _job(roots: list[int]) -> Job:
     ranks: dict[int, RankProcess] = {}
     environ: dict[int, dict[str, str]] = {}
+    started: list[float] = []
     for root in roots:
         tree = ProcessTree(root)
         found = tree.ranks()
@@ -175,12 +177,8 @@ def _job(roots: list[int]) -> Job:
         ranks.update(found)
         for rank, process in found.items():
             environ[rank] = environ_of(psutil.Process(process.pid)) if psutil.pid_exists(process.pid) else {}
+            with contextlib.suppress(psutil.Error):
+                started.append(psutil.Process(process.pid).create_time())
     if not ranks:
         raise NoJob(f"PID {roots[0]}: no rank process under it (the job ended, or has not started its ranks)")
-    started = []
-    for process in ranks.values():
-        try:
-            started.append(psutil.Process(process.pid).create_time())
-        except psutil.Error:
-            continue
     return Job(roots, ranks, environ, min(started) if started else 0.0)
