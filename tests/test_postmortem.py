@@ -100,7 +100,7 @@ def test_find_dumps_recurses_over_prefixes_and_skips_what_it_cannot_read(tmp_pat
     (tmp_path / "metrics_4").write_text('{"loss": 1}')  # JSON that is no dump: also silent
     found = find_dumps(tmp_path)
     assert sorted(found.traces) == [0, 1]
-    reasons = {Path(s.path).name: s.reason for s in found.skipped}
+    reasons = {Path(path).name: why for path, why in found.skipped}
     assert set(reasons) == {"fr_2", "fr_3", "other_0"}
     assert reasons["fr_2"].startswith("empty") and reasons["fr_3"].startswith("unreadable")
     assert "a second dump of rank 0" in reasons["other_0"]

@@ -130,18 +130,12 @@ def group_order(pg: str) -> tuple[int, int | str]:
     return (0, int(pg)) if pg.isdigit() else (1, pg)
 
 
-@dataclass(frozen=True)
-class Skipped:
-    path: str
-    reason: str
-
-
 @dataclass
 class FoundDumps:
     """Every dump under a directory, by rank, and the files that looked like dumps but could not be read."""
 
     traces: dict[int, RankTrace] = field(default_factory=dict)
-    skipped: list[Skipped] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why), as the logs' are
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -231,7 +225,7 @@ def find_dumps(directory: str | os.PathLike[str]) -> FoundDumps:
             try:
                 form = sniff(path)
             except OSError as exc:
-                found.skipped.append(Skipped(path, f"unreadable: {exc.strerror or exc}"))
+                found.skipped.append((path, f"unreadable: {exc.strerror or exc}"))
                 continue
             if form is None:
                 continue
@@ -240,12 +234,10 @@ def find_dumps(directory: str | os.PathLike[str]) -> FoundDumps:
             except NotADump as exc:
                 if form == "json" and "not a flight-recorder dump" in str(exc):
                     continue  # some other JSON file whose name ends in a digit
-                found.skipped.append(Skipped(path, str(exc)))
+                found.skipped.append((path, str(exc)))
                 continue
             if rank in found.traces:
-                found.skipped.append(
-                    Skipped(path, f"a second dump of rank {rank} (read {found.traces[rank].path})")
-                )
+                found.skipped.append((path, f"a second dump of rank {rank} (read {found.traces[rank].path})"))
                 continue
             found.traces[rank] = trace
     return found

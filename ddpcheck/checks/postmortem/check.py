@@ -106,7 +106,7 @@ def _dumps_check(dumps: FoundDumps) -> Check:
     detail = f"{len(ranks)} read (ranks {', '.join(map(str, ranks))}; format {', '.join(versions)})"
     if dumps.skipped:
         detail += f"; {len(dumps.skipped)} unreadable: " + "; ".join(
-            f"{os.path.basename(s.path)}: {s.reason}" for s in dumps.skipped
+            f"{os.path.basename(path)}: {why}" for path, why in dumps.skipped
         )
         return Check(name, Status.WARN, detail)
     return Check(name, Status.PASS, detail)
