@@ -201,6 +201,35 @@ def test_nvml_facts_become_a_reading_and_a_ranks_gpu_is_its_local_rank_among_the
     assert device_index({"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "GPU-1234"}) is None
 
 
+@pytest.mark.integration
+def test_a_ranks_gpu_is_found_from_its_environment_in_proc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GpuReader over a made-up NVML: the GPU of a process's LOCAL_RANK among its CUDA_VISIBLE_DEVICES,
+    read from /proc (failure/proc.environ); a process gone has no environment."""
+    import os
+    import subprocess
+    import sys
+
+    from ddpcheck.checks.watch import looks
+    from ddpcheck.failure.proc import environ
+
+    class Nvml:
+        def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+            return index
+
+    monkeypatch.setattr(looks, "from_nvml", lambda nvml, handle: {"sm_clock_mhz": handle})
+    reader = looks.GpuReader()
+    reader.tried, reader.nvml = True, Nvml()
+    env = {**os.environ, "LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "4,5"}
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        assert reader.read(rank.pid, 1.0).sm_clock_mhz == 5  # type: ignore[union-attr]
+        assert environ(rank.pid)["CUDA_VISIBLE_DEVICES"] == "4,5"  # type: ignore[index]
+    finally:
+        rank.kill()
+        rank.wait()
+    assert environ(rank.pid) is None
+
+
 def test_another_tasks_looks_travel_as_json_and_come_back_the_same() -> None:
     import json
 

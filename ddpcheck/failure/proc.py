@@ -1,10 +1,13 @@
-"""A process as /proc shows it, by its pid: its state, its command line, the libraries it mapped.
+"""A process as /proc shows it, by its pid: its state, its command line and environment, the libraries
+it mapped.
 
 Standard library only: rank/arrival.py, which the entry point loads before Typer and torch, reads
 its peers' states here (failure/processes.py, with psutil, finds and ends processes).
 """
 
 from __future__ import annotations
+
+import os
 
 from ddpcheck.failure.text_enum import TextEnum
 
@@ -52,6 +55,17 @@ def cmdline(pid: int) -> bytes:
             return arguments.read()
     except OSError:
         return b""
+
+
+def environ(pid: int) -> dict[str, str] | None:
+    """A process's environment as /proc holds it (NUL-separated); None when it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as variables:
+            entries = variables.read().split(b"\0")
+    except OSError:
+        return None
+    pairs = (os.fsdecode(entry).partition("=") for entry in entries)
+    return {name: value for name, equals, value in pairs if name and equals}
 
 
 def maps_any(pid: int, *libraries: str) -> bool:

@@ -19,9 +19,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-import psutil
-
 from ddpcheck.failure.gpu_facts import from_nvml
+from ddpcheck.failure.proc import environ
 from ddpcheck.failure.stacks import Frame
 from ddpcheck.failure.stragglers.why import Gpu, Looks, Stack, Tick
 
@@ -131,10 +130,8 @@ class GpuReader:
         if nvml is None:
             return None
         if pid not in self.index:
-            try:
-                self.index[pid] = device_index(psutil.Process(pid).environ())
-            except psutil.Error:
-                self.index[pid] = None
+            env = environ(pid)
+            self.index[pid] = None if env is None else device_index(env)
         index = self.index[pid]
         if index is None:
             return None
