@@ -14,7 +14,7 @@ from ddpcheck.failure.error_texts import COLLECTIVE_MISMATCH, could_not_start
 from ddpcheck.failure.exits import Exit, ExitKind, first_sentence
 from ddpcheck.failure.hangs import RankView, frame_where, identity, place_of, rank_place, ranks_report
 from ddpcheck.report.model import Check, Report, Status, Table
-from ddpcheck.report.naming import span
+from ddpcheck.report.naming import counted, span
 
 COMMAND = "watch"
 
@@ -72,7 +72,7 @@ def judge_success(views: list[RankView], elapsed_s: float) -> Report:
     check = Check(
         "job",
         Status.PASS,
-        f"the job ran to completion: {ranks} rank{'s' if ranks != 1 else ''}, exit 0, {elapsed_s:.1f} s",
+        f"the job ran to completion: {counted(ranks, 'rank')}, exit 0, {elapsed_s:.1f} s",
     )
     return ranks_report(COMMAND, views, [check], [])
 
