@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -349,23 +349,22 @@ def _blamed(found: Findings) -> set[tuple[int, int]]:
 
 
 def _judge_data(links: LinkColumns, identities: list[dict[str, Any]]) -> Check:
-    bad = [
-        {"src": int(links.src[i]), "dst": int(links.dst[i]), "wrong": int(links.wrong[i])}
-        for i in np.flatnonzero(links.wrong)
-    ]
-    if not bad:
+    bad = np.flatnonzero(links.wrong)
+    if not len(bad):
         return Check(
             "link data", Status.PASS, f"every byte of {counted(len(links), 'transfer')} arrived intact"
         )
-    text = ", ".join(f"{r['src']} → {r['dst']}: {r['wrong']:,} wrong bytes" for r in bad[:FINDINGS_SHOWN])
-    ranks = sorted({x for r in bad for x in (r["src"], r["dst"])})
+    pairs = [[int(links.src[i]), int(links.dst[i])] for i in bad]
+    wrong = links.wrong[bad[:FINDINGS_SHOWN]].tolist()
+    text = ", ".join(f"{s} → {d}: {w:,} wrong bytes" for (s, d), w in zip(pairs, wrong, strict=False))
+    ranks = sorted({r for pair in pairs for r in pair})
     return Check(
         "link data",
         Status.FAIL,
         f"bytes changed in transit ({text})",
         ranks,
         hosts_of(ranks, identities),
-        [[r["src"], r["dst"]] for r in bad],
+        pairs,
     )
 
 
@@ -398,7 +397,7 @@ def _judge_speed(
         )
         ranks = sorted(set(ranks))
         return Check(name, Status.FAIL, shown, ranks, hosts_of(ranks, identities), pairs)
-    summary = []
+    summary, comparable = [], False
     for kind, found in findings.items():
         count = counts[kind]
         if found.reference is None or count < 3:
@@ -406,13 +405,13 @@ def _judge_speed(
                 f"{kind}-node: one pair of ranks, nothing to compare it with (--min-gbps sets a floor)"
             )
             continue
+        comparable = True
         spread = found.reference.sigma / found.reference.median if found.reference.median else 0.0
         summary.append(
             f"{kind}-node: {counted(count, 'link')}, median {_fmt(found.reference.median, measure)} "
             f"(spread {spread:.0%}), none {'below' if measure == 'gbps' else 'above'} "
             f"{threshold if measure == 'gbps' else 1 / threshold:.3g} x the median"
         )
-    comparable = any(f.reference is not None and counts[k] >= 3 for k, f in findings.items())
     return Check(name, Status.PASS if comparable else Status.SKIP, "; ".join(summary))
 
 
@@ -425,12 +424,10 @@ def _rank_findings(
     by_node: dict[tuple[str, int], list[SlowRank]] = defaultdict(list)
     for s in slow:
         by_node[node_of(identities[s.rank])].append(s)
-    node_ranks: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for ident in identities:
-        node_ranks[node_of(ident)].append(ident["rank"])
+    node_sizes = Counter(node_of(ident) for ident in identities)
     parts = []
     for node, found in by_node.items():
-        whole = len(found) == len(node_ranks[node]) and (kind == INTER or len(found) > 1)
+        whole = len(found) == node_sizes[node] and (kind == INTER or len(found) > 1)
         median = statistics.median(s.median for s in found)
         reference = statistics.median(s.reference for s in found)
         direction = {s.direction for s in found}
@@ -466,15 +463,11 @@ def _link_findings(
         by_pair[(min(link.src, link.dst), max(link.src, link.dst))].append(link)
     parts = []
     for (a, b), found in by_pair.items():
-        if len(found) == 2:
-            ends = f"{a} ↔ {b}"
-            hosts = f"{identities[a]['host']} ↔ {identities[b]['host']}"
-        else:
-            ends = f"{found[0].src} → {found[0].dst}"
-            hosts = f"{identities[found[0].src]['host']} → {identities[found[0].dst]['host']}"
+        arrow, (s, d) = ("↔", (a, b)) if len(found) == 2 else ("→", (found[0].src, found[0].dst))
+        hosts = f"{identities[s]['host']} {arrow} {identities[d]['host']}"
         value = min(link.value for link in found)
         parts.append(
-            f"link {ends} (host {hosts}, {kind}-node): {_fmt(value, measure)} against a median of "
+            f"link {s} {arrow} {d} (host {hosts}, {kind}-node): {_fmt(value, measure)} against a median of "
             f"{_fmt(found[0].reference, measure)}: {CAUSE[(kind, 'link')]}"
         )
     return parts
