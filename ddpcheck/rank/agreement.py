@@ -90,16 +90,9 @@ def fingerprint_table(
     """One row per distinct (host, fingerprint): what each node runs, side by side."""
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for rank, fp in enumerate(fingerprints):
-        fp = fp or {}
-        key = (identities[rank]["host"], *(fp.get(k) for k, _, _ in FINGERPRINT_FIELDS))
-        row = rows.setdefault(
-            key,
-            {
-                "host": identities[rank]["host"],
-                "ranks": [],
-                **{k: fp.get(k) for k, _, _ in FINGERPRINT_FIELDS},
-            },
-        )
+        facts = {"host": identities[rank]["host"], **{k: (fp or {}).get(k) for k, _, _ in FINGERPRINT_FIELDS}}
+        # One row per distinct facts; its columns: the host, its ranks, then the facts.
+        row = rows.setdefault(tuple(facts.values()), {"host": facts["host"], "ranks": [], **facts})
         row["ranks"].append(rank)
     for row in rows.values():
         row["ranks"] = ", ".join(map(str, row["ranks"]))
