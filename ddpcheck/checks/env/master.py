@@ -12,6 +12,10 @@ from typing import Any
 
 from ddpcheck.failure.ras.link import lookup_within
 
+RESOLVE_TIMEOUT_S = 1.0  # a name lookup; the refusals before a run use it too
+PORT_TIMEOUT_S = 1.0  # one TCP connect toward the master
+PROBE_MASTER_S = RESOLVE_TIMEOUT_S + PORT_TIMEOUT_S  # the longest probe_master takes
+
 
 def parse_port(text: str | None) -> int | None:
     """A TCP port 1..65535, or None when the text is not one."""
@@ -74,12 +78,7 @@ def try_connect(address: str, port: int, timeout_s: float) -> str:
         return str(exc)
 
 
-def probe_master(
-    environ: Mapping[str, str],
-    is_local: Callable[[str], bool],
-    resolve_timeout_s: float,
-    port_timeout_s: float,
-) -> dict[str, Any]:
+def probe_master(environ: Mapping[str, str], is_local: Callable[[str], bool]) -> dict[str, Any]:
     """Resolve MASTER_ADDR; then bind-test MASTER_PORT if the master is this host, else connect to it."""
     facts: dict[str, Any] = {
         "resolved": [],
@@ -87,7 +86,7 @@ def probe_master(
         "local": None,
         "bind": None,
         "connect": None,
-        **resolved(environ, resolve_timeout_s),
+        **resolved(environ, RESOLVE_TIMEOUT_S),
     }
     if not facts["resolved"]:
         return facts
@@ -99,7 +98,7 @@ def probe_master(
         facts["bind"] = try_bind(facts["resolved"][0], port)
     else:
         # The only traffic this probe sends off the host: toward the configured master.
-        facts["connect"] = try_connect(facts["resolved"][0], port, port_timeout_s)
+        facts["connect"] = try_connect(facts["resolved"][0], port, PORT_TIMEOUT_S)
     return facts
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpcheck.checks.env.bounded import Background, reap, spawn
-from ddpcheck.checks.env.master import configured, is_loopback, probe_master
+from ddpcheck.checks.env.master import PROBE_MASTER_S, configured, is_loopback, probe_master
 from ddpcheck.checks.env.variables import distributed_env
 from ddpcheck.rank.fingerprint import nccl_version, nvidia_driver_version, physical_gpus
 from ddpcheck.report.units import GIB, UNLIMITED
@@ -41,8 +41,6 @@ class ProbeConfig:
     nvidia_proc: str = "/proc/driver/nvidia"
     nvidia_smi: str | None = "nvidia-smi"  # None: never run it
     local_addresses: frozenset[str] | None = None  # None: this host's interface addresses
-    resolve_timeout_s: float = 1.0
-    port_timeout_s: float = 1.0
     smi_timeout_s: float = 2.0
 
 
@@ -63,9 +61,7 @@ def probe(config: ProbeConfig | None = None) -> dict[str, Any]:
     smi_list = None if (nvidia_proc / "gpus").is_dir() else spawn(smi_bin, ["-L"])
     interfaces = network_interfaces()
     is_local = _locality(config.local_addresses, interfaces)
-    master_probe = Background(
-        lambda: probe_master(environ, is_local, config.resolve_timeout_s, config.port_timeout_s)
-    )
+    master_probe = Background(lambda: probe_master(environ, is_local))
     torch_info = torch_facts(problems)
     listed = reap(smi_list, config.smi_timeout_s, "nvidia-smi -L", problems)  # reap what was started
     physical = physical_gpus(nvidia_proc)
@@ -75,7 +71,7 @@ def probe(config: ProbeConfig | None = None) -> dict[str, Any]:
     if smi_bin is None and physical:
         problems.append("nvidia-smi not found: no GPU topology")
     late = {"error": "the probe did not finish in time"}
-    master = master_probe.result(config.resolve_timeout_s + config.port_timeout_s + 1.0) or late
+    master = master_probe.result(PROBE_MASTER_S + 1.0) or late
     # Whatever became of the probe, the judge still sees what the user configured.
     master = {**configured(environ), **master}
     return {

@@ -13,12 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ddpcheck.checks.env.judge import judge_master, judge_socket_ifname
-from ddpcheck.checks.env.master import resolved
+from ddpcheck.checks.env.master import RESOLVE_TIMEOUT_S, resolved
 from ddpcheck.report.model import Check, Status
 
 # Which variable picks the interface of which backend's sockets.
 IFNAME_OF = {"gloo": "GLOO_SOCKET_IFNAME", "nccl": "NCCL_SOCKET_IFNAME"}
-RESOLVE_TIMEOUT_S = 1.0
 CONNECT_TIMEOUT_S = 2.0
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 
