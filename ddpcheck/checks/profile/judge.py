@@ -451,11 +451,8 @@ def _step_ranks(ratios: list[float], checks: list[Check]) -> list[int]:
     named = {r for c in checks if c.status != Status.PASS for r in c.ranks}
     slowest = sorted(range(len(ratios)), key=lambda r: -ratios[r])
     chosen = dict.fromkeys([0, *sorted(named)][:STEP_RANKS])
-    for r in slowest:
-        if len(chosen) >= STEP_RANKS:
-            break
-        chosen[r] = None
-    return sorted(chosen)
+    chosen.update(dict.fromkeys(slowest))  # after them, in order, the slowest not already chosen
+    return sorted(list(chosen)[:STEP_RANKS])
 
 
 def steps_table(
