@@ -105,21 +105,16 @@ def _judge_classic(data: list[dict[str, Any]], identities: list[dict[str, Any]])
 
 
 def _classic_table(data: list[dict[str, Any]], identities: list[dict[str, Any]]) -> Table:
-    rows = []
-    for rank, d in enumerate(data):
-        ident = identities[rank]
-        ok = d["classic"]["got"] == d["classic"]["expected"]
-        rows.append(
-            {
-                "rank": rank,
-                "local_rank": ident["local_rank"],
-                "host": ident["host"],
-                "device": ident["device"],
-                "got": d["classic"]["got"],
-                "expected": d["classic"]["expected"],
-                "status": "PASS" if ok else "FAIL",
-            }
-        )
+    rows = [
+        {
+            "rank": rank,
+            **{key: identities[rank][key] for key in ("local_rank", "host", "device")},
+            "got": d["classic"]["got"],
+            "expected": d["classic"]["expected"],
+            "status": "PASS" if d["classic"]["got"] == d["classic"]["expected"] else "FAIL",
+        }
+        for rank, d in enumerate(data)
+    ]
     columns = {
         k: k.replace("_", " ") for k in ("rank", "local_rank", "host", "device", "got", "expected", "status")
     }
