@@ -129,9 +129,7 @@ def _end_stack(view: RankView) -> Stack | None:
 def rank_place(view: RankView) -> str:
     """'rank 1: all_reduce at train_step (train.py:59)': where a rank was last seen."""
     stack = _end_stack(view) or (view.samples[-1] if view.samples else None)
-    if not stack:
-        return ""
-    return f"rank {view.rank}: {call_at(stack)}"
+    return f"rank {view.rank}: {call_at(stack)}" if stack else ""
 
 
 def ranks_report(command: str, views: list[RankView], checks: list[Check], blamed: list[RankView]) -> Report:
@@ -171,7 +169,7 @@ def _whole_exit(exit: Exit | None) -> dict[str, str]:
 
 def _state_words(view: RankView) -> str:
     if view.exit is not None:
-        words = first_sentence(view.exit.describe()) if view.exit.describe() else ""
+        words = first_sentence(view.exit.describe())
         if view.exit.kind == "exception" and view.exit.secondary:
             words = peer_gone_words(words) or words
         return words if len(words) <= 60 else words[:57] + "..."
