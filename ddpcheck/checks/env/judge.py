@@ -363,19 +363,12 @@ def _judge_gloo_ifname(
             f"'Unable to find address for: {names[0] if names else value}'. "
             f"Fix: name the interface, e.g. {var}={_suggest(interfaces)}.",
         )
-    bad = [n for n in names if n not in interfaces or not _usable(interfaces[n])]
-    if bad:
-        missing = [n for n in bad if n not in interfaces]
-        down = [n for n in bad if n in interfaces]
-        problems = []
-        if missing:
-            prefix_hint = [i for i in interfaces if any(i.startswith(n) for n in missing)]
-            hint = (
-                f" (gloo does not take prefixes; did you mean {', '.join(prefix_hint)}?)"
-                if prefix_hint
-                else ""
-            )
-            problems.append(f"{', '.join(missing)} does not exist{hint}")
+    missing = [n for n in names if n not in interfaces]
+    down = [n for n in names if n in interfaces and not _usable(interfaces[n])]
+    if missing or down:
+        near = [i for i in interfaces if any(i.startswith(n) for n in missing)]
+        hint = f" (gloo does not take prefixes; did you mean {', '.join(near)}?)" if near else ""
+        problems = [f"{', '.join(missing)} does not exist{hint}"] if missing else []
         if down:
             problems.append(f"{_describe(down, interfaces)} cannot carry traffic")
         return Check(
