@@ -327,6 +327,10 @@ def test_a_watchdog_timeout_names_its_rank_and_nccl_warnings_their_host() -> Non
     assert checks["the ranks ran to the end"].ranks == [3]
     warned = checks["no NCCL warnings"]
     assert warned.status is Status.WARN and warned.hosts == ["node-b"]
+    assert (
+        warned.detail
+        == "1 NCCL WARN line on node-b, the first: [1] NCCL WARN NET/IB : Got async event : port error"
+    )
     assert judge_logs(FoundLogs(files=["a.log"]))[0].status is Status.PASS
     assert judge_logs(FoundLogs()) == []
 

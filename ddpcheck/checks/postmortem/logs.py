@@ -291,17 +291,9 @@ def judge_logs(found: FoundLogs, mismatch_culprits: list[int] | None = None) -> 
     if warnings:
         warned = sorted({f.rank for f in warnings if f.rank is not None})
         where = sorted({f.host for f in warnings if f.host})
-        checks.append(
-            Check(
-                "no NCCL warnings",
-                Status.WARN,
-                counted(len(warnings), "NCCL WARN line")
-                + (f" on {', '.join(where)}" if where else "")
-                + f", the first: {warnings[0].text}",
-                ranks=warned,
-                hosts=where,
-            )
-        )
+        on = f" on {', '.join(where)}" if where else ""
+        detail = f"{counted(len(warnings), 'NCCL WARN line')}{on}, the first: {warnings[0].text}"
+        checks.append(Check("no NCCL warnings", Status.WARN, detail, ranks=warned, hosts=where))
     return checks
 
 
