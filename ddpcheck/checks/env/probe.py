@@ -206,11 +206,8 @@ def parse_topology(text: str) -> list[dict[str, str]]:
     if len(matrix) < 2:
         return []
     header = ["device", *(c for c in matrix[0][1:] if c)] if not matrix[0][0] else ["device", *matrix[0]]
-    rows = []
-    for cells in matrix[1:]:
-        cells = [c for c in cells if c] if "" in cells[1:] else cells
-        rows.append({key: value for key, value in zip(header, cells, strict=False)})
-    return rows
+    rows = ([c for c in cells if c] if "" in cells[1:] else cells for cells in matrix[1:])
+    return [dict(zip(header, cells, strict=False)) for cells in rows]
 
 
 def host_facts(config: ProbeConfig, environ: Mapping[str, str]) -> dict[str, Any]:
