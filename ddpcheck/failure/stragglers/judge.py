@@ -24,34 +24,22 @@ from ddpcheck.failure.stragglers.timeline import (
 )
 from ddpcheck.failure.stragglers.why import Looks, Why, explain
 
-# A rank is NAMED when its peers spent at least WAIT_SHARE of the window waiting for it, more than
-# they spent waiting for the median of its peers (a healthy job's jitter makes every rank wait for
-# every other now and then: a rank is named for the wait it causes beyond that). Its peers' wait for
-# it at a collective: from their median arrival to its own, where it arrived after them (its lag),
-# summed over all the group's collectives of the window, over the window's wall time.
-# The floor and the figures that chose it: docs/stragglers.md, "The rule and its thresholds".
+# Each threshold's why and the figures that chose it: docs/stragglers.md, "The rule and its thresholds".
+# NAMED: its peers' wait for it is this share of the window more than their wait for their median peer.
 WAIT_SHARE = 0.1
-# The evidence beside it, per collective (not the gate): a rank is LATE at a collective when its work
-# before it is at least MARGIN x its peers' median (healthy ranks within +-9% of each other can never
-# reach it: 1.09 / 0.91 < 1.2)...
+# LATE at a collective (evidence, not the gate): its work at least this times its peers' median...
 MARGIN = 1.2
-# ...and later than its peers' median by at least this: below a fifth of a millisecond, the OS's
-# scheduling noise on a loaded host is as large as the lag. A wait under it is not counted in the
-# wait share either (a job of 1-ms steps would add such noise up to a share).
+# ...and later by this; a wait under it (the OS's scheduling noise) is not counted in the share either.
 MIN_LAG_S = 2e-4
-# The window: the collectives of the last minute (the issue's "of the last 60 s": a verdict follows
-# a change within about a minute)...
+# The window: the collectives of the last minute...
 WINDOW_S = 60.0
-# ...but never fewer than the last 20 (a job of 10-s steps would have 6 a minute: too few for a
-# fraction to mean anything)...
+# ...but never fewer than the last 20...
 WINDOW_MIN = 20
-# ...and a group with fewer than 10 judged collectives is not judged at all (SKIP: too few).
+# ...and a group with fewer judged collectives is not judged at all (SKIP: too few).
 MIN_COLLECTIVES = 10
-# The whole job slowing (issue 50): a group's collectives, every rank alike, this many times further
-# apart since a change than before it (each side's mean, its tenth at each end left out: a hiccup moves
-# neither), with at least MIN_COLLECTIVES on each side. A rank's own past is the same ratio of its work.
+# The whole job slowed: its collectives this many times further apart since a change than before it...
 SLOWED_BY = 1.3
-TRIM = 0.1
+TRIM = 0.1  # ...each side's mean with its tenth at each end left out (a hiccup moves neither)
 # Why a named rank is slow is read over its window, but never less than this (early in a run).
 MIN_EXPLAINED_S = 2.0
 # The heat map's time buckets, at most (the whole watched run, a column per bucket).
