@@ -27,20 +27,17 @@ from ddpcheck.failure.stacks import Frame
 from ddpcheck.failure.stacks import Stack as Frames
 from ddpcheck.failure.text_enum import TextEnum
 
-# A process seen stopped (state T) at this share of the window's looks is stopped from outside: a
-# healthy rank is never in T.
+# Each share is compared with its peers' median (on a crowded host every rank waits for a CPU, and that is
+# not why one of them is slower); docs/stragglers.md, "Why it is slow", has the table of what each says.
+# Stopped from outside: in state T at this share more of the looks (a healthy rank never is in T).
 STOPPED_SHARE = 0.1
-# Runnable (running, or waiting in the run queue) this share of the time: it is computing, running this
-# much more than its peers (who wait for it); held back when it waits to run longer than it runs.
+# Busy computing: runnable this share of the time, its CPU this much more than its peers'.
 BUSY_SHARE = 0.6
 MORE_CPU = 0.1
-# Waiting to run this share of the time more than its peers: it is held back (a CPU quota's throttling,
-# a core shared with other work).
+# Held back: waiting to run this much more than its peers (a CPU quota's throttling, a shared core).
 QUEUED_SHARE = 0.2
-# In uninterruptible (disk) sleep this share of the looks more than its peers: waiting on I/O.
+# Waiting on I/O: in uninterruptible (disk) sleep at this share more of the looks than its peers.
 IO_SHARE = 0.2
-# Each share is compared with its peers' median: on a crowded host every rank waits for a CPU, and that
-# is not why one of them is slower.
 # Its GPU's SM clock this far under its peers' median: the GPU is slower, not the rank's code.
 GPU_CLOCK_BELOW = 0.9
 # A window shorter than this says nothing of a process's CPU time (/proc counts it in 10-ms ticks).
