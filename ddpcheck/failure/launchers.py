@@ -21,7 +21,6 @@ _SRUN_NAMES = {"Killed": signal.SIGKILL, "Aborted": signal.SIGABRT, "Segmentatio
 class SummaryExit:
     """One failed rank in torchrun's failure summary."""
 
-    line: int  # where its exit code is said, counted from 1
     rank: int
     host: str | None
     code: str  # as torchrun wrote it: "-6", "1", "<N/A>"
@@ -36,7 +35,7 @@ def torchrun_summary(text: str) -> list[SummaryExit]:
     host: str | None = None
     rank: int | None = None
     root = False
-    for number, line in enumerate(text.splitlines(), 1):
+    for line in text.splitlines():
         if line.strip() == _ROOT_CAUSE:
             root = True
             continue
@@ -52,7 +51,7 @@ def torchrun_summary(text: str) -> list[SummaryExit]:
             said, pid = _SIGNAL_NAME.search(value), _PID.search(value)
             code = value.split()[0] if value.split() else "?"
             signal_name, process = (said[1] if said else None), (int(pid[1]) if pid else None)
-            found.append(SummaryExit(number, rank, host, code, signal_name, root, process))
+            found.append(SummaryExit(rank, host, code, signal_name, root, process))
             rank = None
     return found
 

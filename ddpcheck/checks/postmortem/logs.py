@@ -66,8 +66,6 @@ class LogFinding:
     # root_cause: a line of torchrun's failure summary ("exitcode -6 (SIGABRT)")
     kind: str
     text: str  # the line, without its rank prefix
-    path: str = ""
-    line: int = 0
     rank: int | None = None
     host: str | None = None
 
@@ -132,11 +130,11 @@ def earliest_error(errors: list[ErrorFile]) -> ErrorFile | None:
     return min(errors, key=lambda e: (e.timestamp is None, e.timestamp or 0.0, e.rank or 0), default=None)
 
 
-def scan_text(text: str, *, path: str = "", rank: int | None = None) -> list[LogFinding]:
+def scan_text(text: str, *, rank: int | None = None) -> list[LogFinding]:
     """The lines of one log that say how the job ended. `rank`: the rank the file belongs to."""
-    found: list[LogFinding] = summary_exits(text, path=path)
+    found: list[LogFinding] = summary_exits(text)
     in_traceback: set[int | None] = set()  # the ranks whose traceback is being read
-    for number, raw in enumerate(text.splitlines(), 1):
+    for raw in text.splitlines():
         line, line_rank, host = _unprefixed(raw.rstrip())
         line_rank = line_rank if line_rank is not None else rank
         if line.startswith(_TRACEBACK_START):
@@ -150,18 +148,16 @@ def scan_text(text: str, *, path: str = "", rank: int | None = None) -> list[Log
             kind = "exception"
             in_traceback.discard(line_rank)
         if kind is not None:
-            found.append(LogFinding(kind, line.strip(), path, number, line_rank, host))
+            found.append(LogFinding(kind, line.strip(), line_rank, host))
     return found
 
 
-def summary_exits(text: str, *, path: str = "") -> list[LogFinding]:
+def summary_exits(text: str) -> list[LogFinding]:
     """torchrun's failure summary: how each failed rank ended, on which host; the root cause marked."""
     return [
         LogFinding(
             "root_cause" if e.root_cause else "rank_exit",
             f"exit code {e.code}" + (f" ({e.signal})" if e.signal else ""),
-            path,
-            e.line,
             e.rank,
             e.host,
         )
@@ -213,7 +209,7 @@ def find_logs(directory: str | os.PathLike[str]) -> FoundLogs:
                     found.skipped.append((path, f"unreadable: {exc.strerror or exc}"))
                     continue
                 found.files.append(path)
-                findings = scan_text(text, path=path, rank=rank_from_place(path))
+                findings = scan_text(text, rank=rank_from_place(path))
                 found.findings += findings
                 if findings or is_job_log(path, text):
                     found.traced.append(path)
@@ -308,7 +304,7 @@ def _ends(found: FoundLogs, receivers: list[int], hosts: dict[int, str]) -> Chec
             by_rank.setdefault(finding.rank, []).append(finding)
     for error in found.errors:
         if error.rank is not None and error.rank not in by_rank:
-            by_rank[error.rank] = [LogFinding("exception", error.message, error.path, 0, error.rank)]
+            by_rank[error.rank] = [LogFinding("exception", error.message, error.rank)]
     if not by_rank:
         unranked = [f for f in found.findings if f.kind in _ENDS]
         if unranked:
