@@ -98,7 +98,7 @@ def _start_fingerprints(watch_dir: str) -> None:
 def _record_start(path: str) -> None:
     """Who this process is in the job, for a reader that has only the directory (postmortem):
     its rank (None for a launcher such as torchrun), local rank, host, parent and command."""
-    try:
+    with contextlib.suppress(Exception):
         local = os.environ.get("LOCAL_RANK", "")
         record = {
             "rank": _rank_env.rank_of(os.environ),
@@ -111,15 +111,13 @@ def _record_start(path: str) -> None:
         }
         with open(path, "w") as out:
             json.dump(record, out)
-    except Exception:
-        pass
 
 
 def _chain_excepthook(path: str) -> None:
     previous = sys.excepthook
 
     def record(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-        try:
+        with contextlib.suppress(Exception):
             frames = traceback.extract_tb(tb)
             text = {
                 "type": kind.__name__,
@@ -130,8 +128,6 @@ def _chain_excepthook(path: str) -> None:
             }
             with open(path, "w") as out:
                 json.dump(text, out)
-        except Exception:
-            pass
         previous(kind, value, tb)
 
     sys.excepthook = record
@@ -139,11 +135,8 @@ def _chain_excepthook(path: str) -> None:
 
 def _mark_exit(path: str) -> None:
     """The interpreter is ending normally (the end of the script, or sys.exit): not a crash by itself."""
-    try:
-        with open(path, "w") as out:
-            json.dump({"time": time.time()}, out)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open(path, "w") as out:
+        json.dump({"time": time.time()}, out)
 
 
 def sample_file(watch_dir: str, rank: int, number: int) -> str:
@@ -259,7 +252,7 @@ def _write_dump(path: str, stacks: tuple[bool, ...]) -> None:
     # While the rank's main thread is importing torch.distributed the module is there, half made:
     # no is_initialized yet, and calling it would end this thread.
     is_initialized = getattr(sys.modules.get("torch.distributed"), "is_initialized", None)
-    try:
+    with contextlib.suppress(Exception):
         if is_initialized is None or not is_initialized():
             return
         from torch._C import _distributed_c10d as native
@@ -270,5 +263,3 @@ def _write_dump(path: str, stacks: tuple[bool, ...]) -> None:
             if data is None:
                 return
             _records.write_whole(path, data)
-    except Exception:
-        pass

@@ -71,11 +71,9 @@ class OutputPump:
                 return
             if not chunk:
                 return
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 sink.write(chunk)
                 sink.flush()
-            except (OSError, ValueError):
-                pass
             self.on_output()
             with self.lock:
                 self.tail.append(chunk)
