@@ -28,6 +28,7 @@ from ddpcheck.checks.watch import agent
 from ddpcheck.checks.watch.looks import GpuReader, Seen, read_stack, read_tick
 from ddpcheck.errors import say
 from ddpcheck.failure.flight import NotADump, read_raw
+from ddpcheck.failure.process_records import write_whole
 from ddpcheck.failure.stragglers import words
 from ddpcheck.failure.stragglers.judge import Judgement, Unjudged, explained, judge
 from ddpcheck.failure.stragglers.samples import Sample, sample_from_dumps
@@ -190,10 +191,8 @@ class Sampler:
 
     def _ask(self, now: float, live: Mapping[int, str]) -> None:
         self.number += 1
-        request = self.dir / agent.SAMPLE_REQUEST
-        partial = request.with_suffix(".partial")
-        partial.write_text(str(self.number))
-        os.replace(partial, request)  # whole: an agent never reads half a number
+        # Whole: an agent never reads half a number.
+        write_whole(str(self.dir / agent.SAMPLE_REQUEST), str(self.number).encode())
         self.pending = _Pending(self.number, now, dict(live))
 
     def _take(self, pending: _Pending, came: set[int]) -> None:
