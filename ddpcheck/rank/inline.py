@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 HEARTBEAT_SWITCH = "DDPCHECK_INLINE_HEARTBEAT"
 KEY = "ddpcheck/rank/inline/status/"
+# What rank 0's watch publishes there: its `n`th look, each rank's heartbeat `ages` and beats `missed`
+# (by rank, a string: JSON's keys; `missed` is absent from an older ddpcheck's view).
 VIEW_KEY = "ddpcheck/rank/inline/seen"
 # Set for a stopped rank that a peer ended (reap), so that the others still call it stopped, not dead.
 ENDED_KEY = "ddpcheck/rank/inline/ended/"
@@ -98,35 +100,31 @@ def rendezvous_store(timeout: timedelta) -> Store:
     rank inside the store's constructor, and on a timeout the store would close with it, taking every
     rank's heartbeat along before anyone could read who never came.
     """
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        store, _, _ = next(dist.rendezvous("env://", timeout=timeout))  # this host's own agent's
+        return store
+    is_host = os.environ["RANK"] == "0"
     began = time.monotonic()
     try:
-        return _rendezvous_store(timeout)
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            int(os.environ["WORLD_SIZE"]),
+            is_master=is_host,
+            timeout=timeout,
+            wait_for_workers=False,
+            multi_tenant=True,  # this rank's own connections (its heartbeat, rank 0's watch) share it
+        )
     except Exception as exc:
-        if os.environ.get("RANK") == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-            raise  # rank 0 hosts it; torchrun's agent is this host's own
+        if is_host:
+            raise
         waited_s = round(time.monotonic() - began)
         where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
         if why_unreachable is None:
             raise StoreNotReached(f"could not reach rank 0's store at {where} within {waited_s} s") from exc
         raise StoreNotReached(why_unreachable(os.environ, waited_s)) from exc
-
-
-def _rendezvous_store(timeout: timedelta) -> Store:
-    import torch.distributed as dist
-
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        store, _, _ = next(dist.rendezvous("env://", timeout=timeout))
-        return store
-    is_host = os.environ["RANK"] == "0"
-    store = dist.TCPStore(
-        os.environ["MASTER_ADDR"],
-        int(os.environ["MASTER_PORT"]),
-        int(os.environ["WORLD_SIZE"]),
-        is_master=is_host,
-        timeout=timeout,
-        wait_for_workers=False,
-        multi_tenant=True,  # this rank's own connections (its heartbeat, rank 0's watch) share it
-    )
     if is_host:
         _hosted.append(store)
     return store
@@ -143,17 +141,6 @@ def read_records(store: Store, world_size: int) -> dict[int, RankStatus]:
         except Exception:
             break
     return records
-
-
-class _Looked(TypedDict):
-    n: int
-    ages: dict[str, float]  # by rank, a string: JSON's keys
-
-
-class View(_Looked, total=False):
-    """What rank 0's watch publishes: its `n`th look, each rank's heartbeat age and beats missed."""
-
-    missed: dict[str, int]  # absent from an older ddpcheck's view
 
 
 class Watch(threading.Thread):
@@ -184,9 +171,8 @@ class Watch(threading.Thread):
                 self._beats.see(counters(records), at=now)
                 ages, missed = self._beats.ages(now), self._beats.missed()
             self._published += 1
-            view = {"n": self._published, "ages": ages, "missed": missed}
             with contextlib.suppress(Exception):
-                self._store.set(VIEW_KEY, json.dumps(view))
+                self._store.set(VIEW_KEY, json.dumps({"n": self._published, "ages": ages, "missed": missed}))
 
     def snapshot(self) -> tuple[dict[int, RankStatus], dict[int, float], dict[int, int]]:
         """Every rank's last record, its heartbeat's age and the beats its peers made since."""
@@ -269,15 +255,14 @@ class Session:
         except Exception:
             return  # its store is gone (torchrun's agent's, or rank 0 never opened it): none to wait for
         while time.monotonic() < deadline:
-            records = read_records(self.store, self.world_size)
-            waiting = [
-                r
-                for r, s in records.items()
-                if r != self.rank and r not in culprits and s.stage != stages.DONE
+            if not any(
+                r != self.rank
+                and r not in culprits
+                and s.stage != stages.DONE
                 and not _has(self.store, f"{SAID_KEY}{r}")
-            ]  # fmt: skip
-            if not waiting:
-                return
+                for r, s in read_records(self.store, self.world_size).items()
+            ):
+                return  # none is waiting
             time.sleep(HEARTBEAT_INTERVAL_S / 2)
 
     @property
@@ -348,7 +333,7 @@ def _has(store: Store, key: str) -> bool | None:
         return None
 
 
-def _read_view(store: Store) -> View | None:
+def _read_view(store: Store) -> dict[str, Any] | None:
     try:
         return json.loads(store.get(VIEW_KEY)) if store_has(store, VIEW_KEY) else None
     except Exception:
@@ -356,7 +341,7 @@ def _read_view(store: Store) -> View | None:
 
 
 def annotate(
-    records: dict[int, RankStatus], ages: dict[int, float], missed: dict[int, int] | None = None
+    records: dict[int, RankStatus], ages: dict[int, float], missed: dict[int, int]
 ) -> dict[int, SeenStatus]:
     """Records plus process state, heartbeat age and missed beats (statuses.seen).
 
@@ -365,7 +350,6 @@ def annotate(
     age is what a report says; whether a rank stopped beating is `missed_beats`: how many
     beats a peer made since this rank's counters last moved (failure/liveness.py).
     """
-    missed = missed or {}
     here, now = socket.gethostname(), time.time()
     annotated: dict[int, SeenStatus] = {}
     for rank, record in records.items():
