@@ -81,9 +81,7 @@ def suspected(history: Mapping[int, Sequence[Stack]]) -> bool:
 def place(straggler: Straggler) -> str:
     """'load_batch (framework_job.py:52), data loading, in 17 of 20 samples'."""
     where = straggler.where
-    if where is None:
-        return ""
-    return f"{where.text}, in {where.there} of {straggler.samples} samples"
+    return f"{where.text}, in {where.there} of {straggler.samples} samples" if where else ""
 
 
 def summary(history: Mapping[int, Sequence[Stack]]) -> str:

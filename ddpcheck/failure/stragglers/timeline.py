@@ -56,11 +56,9 @@ def gather(samples: Sequence[Sample]) -> Gathered:
             for c in trace.entries:
                 if c.is_p2p or c.time_created_ns is None:
                     continue
-                duration = c.duration_ms
                 held = records.setdefault(c.pg, {}).setdefault(rank, {})
                 old = held.get(c.seq_id)
-                if duration is None and old is not None:
-                    duration = old.duration_ms
+                duration = old.duration_ms if c.duration_ms is None and old is not None else c.duration_ms
                 held[c.seq_id] = Record(c.op, c.time_created_ns, duration)
                 descs.setdefault(c.pg, c.pg_desc)
     # The median of each rank's measured offsets: one slow answer does not move it.

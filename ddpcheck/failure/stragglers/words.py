@@ -86,12 +86,11 @@ def recovered_line(group: str, ranks: tuple[int, ...]) -> str:
 
 
 def _said(v: StragglerVerdict) -> str:
-    one = len(v.ranks) == 1
     who = _ranks(v.ranks)
     if v.hosts:
         who += f" (host{'' if len(v.hosts) == 1 else 's'} {', '.join(v.hosts)})"
     where = f" in group {group_name(v.group, v.group_desc)}" if v.group != "0" else ""
-    verb, their, them = ("is", "its", "it") if one else ("are", "their", "them")
+    verb, their, them = ("is", "its", "it") if len(v.ranks) == 1 else ("are", "their", "them")
     reasons = "".join(f"; {because(why, len(v.why) > 1)}" for why in v.why if because(why, False))
     return (
         f"{who} {verb} slowing the job: {their} peers waited {v.peers_wait_share:.0%} of the last "
@@ -319,8 +318,7 @@ def check(judgement: Judgement) -> Check:
         ranks = sorted({r for v in verdicts for r in v.ranks})
         hosts = list(dict.fromkeys(h for v in verdicts for h in v.hosts))
         return Check(NAME, Status.WARN, detail + skipped, ranks, hosts)
-    judged = judgement.judged
-    compared = _compared(judged)
+    compared = _compared(judgement.judged)
     if judgement.slowdowns:
         detail = "; ".join(_slowed(g, s) for g, s in judgement.slowdowns)
         return Check(NAME, Status.WARN, f"{detail} ({compared}){skipped}")
