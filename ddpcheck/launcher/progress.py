@@ -56,19 +56,11 @@ class LaunchProgress:
             return
         progress = status.get("progress")
         if progress:
-            self._progress.update(
-                self._task,
-                description=f"rank 0: {progress['label']}",
-                completed=progress["done"],
-                total=progress["total"],
-                count=f"{progress['done']}/{progress['total']}",
-            )
+            label, done, total = progress["label"], progress["done"], progress["total"]
+            count = f"{done}/{total}"
         else:
-            started = status.get("ranks_started", 0)
-            self._progress.update(
-                self._task,
-                description=f"rank 0: {status.get('stage')}",
-                completed=started,
-                total=self.ranks,
-                count=f"{self._ranks_count(started)} ranks started" if self.ranks else "",
-            )
+            label, done, total = status.get("stage"), status.get("ranks_started", 0), self.ranks
+            count = f"{self._ranks_count(done)} ranks started" if self.ranks else ""
+        self._progress.update(
+            self._task, description=f"rank 0: {label}", completed=done, total=total, count=count
+        )
