@@ -14,9 +14,7 @@ class RasProcess:
     host: str | None = None  # the node's IP address, as NCCL prints it
     gpus: str | None = None  # as NCCL prints them: "3", "0,1", "2 (NVML 5)"
     rank: int | None = None  # the communicator rank, in a communicator's entry
-    state: str | None = (
-        None  # what NCCL says of that rank: "has status ABORT", "reported Remote process error"
-    )
+    state: str | None = None  # what NCCL says of it: "has status ABORT", "reported Remote process error"
 
     def describe(self) -> str:
         who = f"rank {self.rank}" if self.rank is not None else ""
