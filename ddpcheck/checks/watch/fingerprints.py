@@ -461,12 +461,6 @@ def _group_ranks(module: Any) -> list[int]:
     return list(dist.get_process_group_ranks(group)) if group is not None else []
 
 
-def _int_view_dtype(element_size: int) -> Any:
-    import torch
-
-    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[element_size]
-
-
 def _exact(flat: Any) -> Any:
     """The wrapping int64 sum of a contiguous tensor's bytes, eight at a time (the tail's bytes added
     one by one): a flipped bit changes one term by a power of two below 2**64, so the sum too."""
@@ -477,7 +471,8 @@ def _exact(flat: Any) -> Any:
     try:
         total = data[:whole].view(torch.int64).sum()
     except RuntimeError:  # a view at an offset that is no multiple of 8 bytes: element by element
-        return flat.view(_int_view_dtype(flat.element_size())).sum(dtype=torch.int64)
+        as_integers = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]
+        return flat.view(as_integers).sum(dtype=torch.int64)
     return total + data[whole:].sum(dtype=torch.int64) if whole < data.numel() else total
 
 
