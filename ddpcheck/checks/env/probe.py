@@ -71,9 +71,8 @@ def probe(config: ProbeConfig | None = None) -> dict[str, Any]:
     if smi_bin is None and physical:
         problems.append("nvidia-smi not found: no GPU topology")
     late = {"error": "the probe did not finish in time"}
-    master = master_probe.result(PROBE_MASTER_S + 1.0) or late
     # Whatever became of the probe, the judge still sees what the user configured.
-    master = {**configured(environ), **master}
+    master = {**configured(environ), **(master_probe.result(PROBE_MASTER_S + 1.0) or late)}
     return {
         "python": {
             "version": platform.python_version(),
@@ -83,7 +82,7 @@ def probe(config: ProbeConfig | None = None) -> dict[str, Any]:
         "driver": nvidia_driver_version(nvidia_proc),
         "physical_gpus": physical,
         "topology": parse_topology(topology_text) if topology_text else [],
-        "host": host_facts(config, environ),
+        "host": host_facts(config),
         "interfaces": interfaces,
         "infiniband": infiniband_ports(Path(config.ib_root)),
         "env": env,
@@ -210,7 +209,7 @@ def parse_topology(text: str) -> list[dict[str, str]]:
     return [dict(zip(header, cells, strict=False)) for cells in rows]
 
 
-def host_facts(config: ProbeConfig, environ: Mapping[str, str]) -> dict[str, Any]:
+def host_facts(config: ProbeConfig) -> dict[str, Any]:
     """CPU, memory, /dev/shm and the ulimits that matter to NCCL."""
     import psutil
 
