@@ -84,7 +84,6 @@ class LogFinding:
 class ErrorFile:
     """A torchrun error file: what one rank raised, and when."""
 
-    path: str
     rank: int | None
     message: str
     timestamp: float | None = None  # seconds since the epoch
@@ -111,7 +110,7 @@ def rank_from_place(path: str) -> int | None:
     return None
 
 
-def parse_error_file(text: str, *, path: str = "", rank: int | None = None) -> ErrorFile:
+def parse_error_file(text: str, *, rank: int | None = None) -> ErrorFile:
     """torchrun's error.json ({"message": {"message", "extraInfo": {"timestamp", ...}}},
     or {"message": "..."} for an error torch wrote itself). Raises ValueError."""
     data = json.loads(text)
@@ -121,8 +120,8 @@ def parse_error_file(text: str, *, path: str = "", rank: int | None = None) -> E
     if isinstance(message, dict):
         stamp = (message.get("extraInfo") or {}).get("timestamp")
         when = float(stamp) if stamp not in (None, "") else None
-        return ErrorFile(path, rank, str(message.get("message", "")).strip(), when)
-    return ErrorFile(path, rank, str(message).strip())
+        return ErrorFile(rank, str(message.get("message", "")).strip(), when)
+    return ErrorFile(rank, str(message).strip())
 
 
 def earliest_error(errors: list[ErrorFile]) -> ErrorFile | None:
@@ -195,9 +194,7 @@ def find_logs(directory: str | os.PathLike[str]) -> FoundLogs:
             if name == "error.json":
                 try:
                     with open(path, encoding="utf-8", errors="replace") as stream:
-                        found.errors.append(
-                            parse_error_file(stream.read(), path=path, rank=rank_from_place(path))
-                        )
+                        found.errors.append(parse_error_file(stream.read(), rank=rank_from_place(path)))
                     found.files.append(path)
                     found.traced.append(path)
                 except (OSError, ValueError) as exc:
