@@ -110,9 +110,7 @@ def crash_culprits(statuses: dict[int, SeenStatus], exits: dict[int, ExitInfo]) 
     """
     failed = sorted(set(exits) | {r for r, s in statuses.items() if s.get("error")})
     root = [r for r in failed if not _is_collateral(statuses.get(r, {}), exits.get(r, {}))]
-    if root or not failed:
-        return root
-    return None
+    return root if root or not failed else None
 
 
 def _is_collateral(status: SeenStatus, exit_info: ExitInfo) -> bool:
@@ -175,7 +173,6 @@ def judge_stall(stall: Stall) -> Check:
     should be.
     """
     statuses = stall.statuses
-    waited = stall.waited_s
     never_started = [r for r in range(stall.world_size) if r not in statuses]
     live = {r: s for r, s in statuses.items() if s.get("proc_state", "running") != "exited"}
     frozen = [r for r, s in live.items() if liveness.frozen(s)]
@@ -217,7 +214,7 @@ def judge_stall(stall: Stall) -> Check:
         parts.append(f"every rank is alive and stuck at stage '{stage}' {what}")
     elif waiting:
         stages = sorted({statuses[r]["stage"] for r in waiting})
-        how_long = f" {waited:.0f} s" if waited is not None else ""
+        how_long = f" {stall.waited_s:.0f} s" if stall.waited_s is not None else ""
         parts.append(f"{_named(waiting)} waited{how_long} at {', '.join(repr(x) for x in stages)}")
     if gave_up:
         first = statuses[gave_up[0]]
