@@ -270,9 +270,7 @@ def _compare_across_ranks(
     half = len(mine) // 2
     rows = [g.tolist() for g in gathered]
     for kind, part in (("grad", slice(0, half)), ("weight", slice(half, None))):
-        if all(r[part] == rows[0][part] for r in rows):
-            continue
-        if kind in taken and step != steps - 1:
+        if all(r[part] == rows[0][part] for r in rows) or (kind in taken and step != steps - 1):
             continue
         taken.add(kind)
         tensors = [p.grad if kind == "grad" else p for p in module.parameters()]
