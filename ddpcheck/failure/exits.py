@@ -81,7 +81,6 @@ class Start:
 
     pid: int
     rank: int | None  # None: no rank variable (a launcher such as torchrun)
-    local_rank: int | None
     host: str
     ppid: int | None
     argv: tuple[str, ...]
@@ -151,13 +150,12 @@ def start_of(watch_dir: str | os.PathLike[str], pid: int) -> Start | None:
         return None
     try:
         data = json.loads(text)
-        rank, local = data.get("rank"), data.get("local_rank")
+        rank = data.get("rank")
         if rank is None:
             rank = declared_rank(watch_dir, pid)
         return Start(
             pid,
             int(rank) if rank is not None else None,
-            int(local) if local is not None else None,
             str(data.get("host") or ""),
             int(data["ppid"]) if data.get("ppid") is not None else None,
             tuple(str(a) for a in data.get("argv") or ()),
