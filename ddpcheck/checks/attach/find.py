@@ -33,7 +33,6 @@ class Job:
     ranks: dict[int, RankProcess]
     environ: dict[int, dict[str, str]] = field(default_factory=dict)  # rank -> its environment
     started: float = 0.0  # the earliest rank's start (time.time()): older dump files are another job's
-    notes: list[str] = field(default_factory=list)
 
 
 def _name(proc: psutil.Process) -> str:
