@@ -272,14 +272,8 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
     )
     if raised:
         # A rank failed first-hand (an exception of its own): it is the cause, whoever waited for it.
-        checks = [describe_crash(r, statuses[r], {}) for r in raised]
-        return Check(
-            "rank crashed",
-            Status.ERROR,
-            "; ".join(c.detail for c in checks),
-            raised,
-            list(dict.fromkeys(h for c in checks for h in c.hosts)),
-        )
+        parts = [describe_crash(r, statuses[r], {}).detail for r in raised]
+        return _finding("rank crashed", parts, raised, statuses)
     dead = sorted(r for r, s in statuses.items() if liveness.died(s))
     silent = sorted(r for r, s in statuses.items() if r not in dead and r != me and liveness.silent(s))
     culprits = sorted(dead + silent)
