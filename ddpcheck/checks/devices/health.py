@@ -154,32 +154,30 @@ def judge(all_facts: list[dict[str, Any] | None], identities: list[dict[str, Any
 
 
 def table(all_facts: list[dict[str, Any] | None], identities: list[dict[str, Any]]) -> Table:
-    rows = []
-    for rank, facts in enumerate(all_facts):
-        facts = facts or {}
-        rows.append(
-            {
-                "rank": rank,
-                "host": identities[rank]["host"],
-                "gpu": facts.get("index"),
-                "uuid": facts.get("uuid"),
-                "pci_bus_id": facts.get("pci_bus_id"),
-                "ecc": _pair(facts.get("ecc_volatile_uncorrected"), facts.get("ecc_aggregate_uncorrected")),
-                "remap": "failed"
-                if facts.get("remap_failure")
-                else "pending"
-                if facts.get("remap_pending")
-                else "ok",
-                "pcie": _link(facts),
-                "nvlink": _pair(facts.get("nvlink_up"), facts.get("nvlink_links")),
-                "temperature_c": facts.get("temperature_c"),
-                "power_w": facts.get("power_w"),
-                "sm_clock_mhz": facts.get("sm_clock_mhz"),
-                "throttle": ", ".join(facts.get("throttle") or []) or None,
-                "xid": ", ".join(map(str, facts.get("xid") or [])) or None,
-                "error": facts.get("error"),
-            }
-        )
+    rows = [
+        {
+            "rank": rank,
+            "host": identities[rank]["host"],
+            "gpu": facts.get("index"),
+            "uuid": facts.get("uuid"),
+            "pci_bus_id": facts.get("pci_bus_id"),
+            "ecc": _pair(facts.get("ecc_volatile_uncorrected"), facts.get("ecc_aggregate_uncorrected")),
+            "remap": "failed"
+            if facts.get("remap_failure")
+            else "pending"
+            if facts.get("remap_pending")
+            else "ok",
+            "pcie": _link(facts),
+            "nvlink": _pair(facts.get("nvlink_up"), facts.get("nvlink_links")),
+            "temperature_c": facts.get("temperature_c"),
+            "power_w": facts.get("power_w"),
+            "sm_clock_mhz": facts.get("sm_clock_mhz"),
+            "throttle": ", ".join(facts.get("throttle") or []) or None,
+            "xid": ", ".join(map(str, facts.get("xid") or [])) or None,
+            "error": facts.get("error"),
+        }
+        for rank, facts in enumerate(read or {} for read in all_facts)
+    ]
     columns = {
         "rank": "rank",
         "gpu": "GPU",
