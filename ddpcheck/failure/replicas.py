@@ -295,21 +295,17 @@ def _nan_words(judgement: Judgement, with_receivers: bool = True) -> str:
 def checks(judgement: Judgement, every: int) -> list[Check]:
     """The `replicas agree` check (PASS or FAIL), and the `first nan` check when a rank made one."""
     found = []
-    if judgement.divergence is not None:
-        divergence = judgement.divergence
+    if (divergence := judgement.divergence) is not None:
         found.append(Check(CHECK, Status.FAIL, _divergence_words(divergence), ranks=list(divergence.odd)))
     else:
         last = max(judgement.steps, default=0)
         what = "parameters and buffers" if judgement.kinds != {HSDP} else "parameter shards"
         within = f" within their {len(judgement.groups)} replica groups" if len(judgement.groups) > 1 else ""
-        found.append(
-            Check(
-                CHECK,
-                Status.PASS,
-                f"{len(judgement.ranks)} ranks' {what} identical{within} at "
-                f"{len(judgement.steps)} steps (every {every}, up to step {last})",
-            )
+        detail = (
+            f"{len(judgement.ranks)} ranks' {what} identical{within} at "
+            f"{len(judgement.steps)} steps (every {every}, up to step {last})"
         )
+        found.append(Check(CHECK, Status.PASS, detail))
     if judgement.nan_found:
         found.append(
             Check(NAN_CHECK, Status.FAIL, _nan_words(judgement), ranks=[n.rank for n in judgement.first_nan])
