@@ -50,16 +50,12 @@ def agree(seen: Seen, directory: str, nodes: int) -> tuple[Seen, list[str]]:
         if len(found) >= nodes or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    views, changed, gone, moving, notes = [], set(), set(), set(), []
-    for other in found.values():
-        views += [view_from_dict(v) for v in other["views"]]
-        changed.update(other["changed"])
-        gone.update(other["gone"])
-        moving.update(other["moving"])
-        if other["host"] != host:
-            notes += [f"{other['host']}: {n}" for n in other["notes"]]
-    merged = Seen(sorted(views, key=lambda v: v.rank), sorted(changed), sorted(gone), sorted(moving),
-                  seen.traces, seen.ras, seen.ras_skipped, seen.notes + notes,
-                  sorted({r for o in found.values() for r in o.get("expected", [])}))  # fmt: skip
+    others = list(found.values())
+    views = sorted((view_from_dict(v) for o in others for v in o["views"]), key=lambda v: v.rank)
+    changed, gone, moving = ({r for o in others for r in o[key]} for key in ("changed", "gone", "moving"))
+    expected = {r for o in others for r in o.get("expected", [])}
+    notes = [f"{o['host']}: {n}" for o in others if o["host"] != host for n in o["notes"]]
+    merged = Seen(views, sorted(changed), sorted(gone), sorted(moving), seen.traces, seen.ras,
+                  seen.ras_skipped, seen.notes + notes, sorted(expected))  # fmt: skip
     missing = [] if len(found) >= nodes else [f"{nodes - len(found)} of {nodes} node(s)"]
     return merged, missing
