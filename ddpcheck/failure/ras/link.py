@@ -110,6 +110,4 @@ def connect(where: RasAddress, until: float) -> socket.socket:
         return sock
     if failures and all(isinstance(f, ConnectionRefusedError) for f in failures):
         raise failures[0]
-    if any(isinstance(f, TimeoutError) for f in failures):
-        raise TimeoutError("connect")
-    raise failures[-1] if failures else OSError(f"no address for {where.host}")
+    raise failures[-1] if failures else OSError(f"no address for {where.host}")  # a timeout is the last
