@@ -87,19 +87,15 @@ def judge(
     if not traces:
         return judgement
     lost = sorted(set(range(world)) - set(traces))
+    name = "every rank left a dump"
     if lost:
-        judgement.checks.append(
-            Check(
-                "every rank left a dump",
-                Status.ERROR,
-                f"no flight-recorder dump from {span(lost)} of {world}: lost (ended before it could "
-                "dump: killed, crashed, or its launcher ended it when another rank died)",
-                ranks=lost,
-                hosts=hosts_known(lost, hosts),
-            )
+        detail = (
+            f"no flight-recorder dump from {span(lost)} of {world}: lost (ended before it could "
+            "dump: killed, crashed, or its launcher ended it when another rank died)"
         )
+        judgement.checks.append(Check(name, Status.ERROR, detail, ranks=lost, hosts=hosts_known(lost, hosts)))
     else:
-        judgement.checks.append(Check("every rank left a dump", Status.PASS, f"all {world} ranks"))
+        judgement.checks.append(Check(name, Status.PASS, f"all {world} ranks"))
     groups = sorted({pg for trace in traces.values() for pg in trace.groups()}, key=group_order)
     for pg in groups:
         ranks = [r for r in members(pg, traces, world) if r in traces]
