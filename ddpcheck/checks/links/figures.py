@@ -22,6 +22,8 @@ HOST_LINK = FigureKind(
     ("backend", "device", "device_name", "link_bytes"),
     stands_in_for="link",
 )
+# Each link's two figures: (its row's key, unit, higher is better).
+MEASURES = (("gbps", "GB/s", True), ("latency_us", "us", False))
 
 
 def link_figures(report: dict[str, Any]) -> list[Figure]:
@@ -29,14 +31,9 @@ def link_figures(report: dict[str, Any]) -> list[Figure]:
     figures = []
     by_hosts: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rows_of(report, "links"):
-        src, dst, src_host, dst_host = (
-            row.get("src"),
-            row.get("dst"),
-            row.get("src_host"),
-            row.get("dst_host"),
-        )
+        src, dst, src_host, dst_host = (row.get(k) for k in ("src", "dst", "src_host", "dst_host"))
         name = f"link {src} -> {dst} ({src_host} -> {dst_host})"
-        for metric, unit, better in (("gbps", "GB/s", True), ("latency_us", "us", False)):
+        for metric, unit, better in MEASURES:
             value = positive(row.get(metric))
             if value is not None:
                 figures.append(
@@ -54,7 +51,7 @@ def link_figures(report: dict[str, Any]) -> list[Figure]:
         if src_host and dst_host:
             by_hosts[(src_host, dst_host)].append(row)
     for (src_host, dst_host), rows in by_hosts.items():
-        for metric, unit, better in (("gbps", "GB/s", True), ("latency_us", "us", False)):
+        for metric, unit, better in MEASURES:
             values = [v for v in (positive(r.get(metric)) for r in rows) if v is not None]
             if values:
                 figures.append(
