@@ -20,11 +20,6 @@ class AllReduce(Collective):
     def bus_factor(self, n: int) -> float:
         return bus_factor(n)
 
-    def buffers(self, count: int, dtype: Any, device: Any, n: int) -> Buffers:
-        import torch
-
-        return {"data": torch.empty(count, dtype=dtype, device=device)}
-
     def load(self, bufs: Buffers, team: Team, variant: int, dtype_name: str, faults: Any) -> None:
         fill(bufs["data"], Pattern.for_world(team.size, dtype_name).contribution(team.me))
         faults.corrupt(bufs["data"])

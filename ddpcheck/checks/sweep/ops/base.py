@@ -47,7 +47,7 @@ class Received:
 
 
 class Collective(ABC):
-    """One collective: override what differs; sizes, variants and observers have common defaults."""
+    """One collective: override what differs; sizes, buffers, variants and observers have common defaults."""
 
     name: ClassVar[str]
     reduces: ClassVar[bool] = False  # reductions localise by bisection; the others by sender and receiver
@@ -69,9 +69,11 @@ class Collective(ABC):
         lacking = [call for call in self.calls if not hasattr(dist, call)]
         return f"this torch has no {', '.join(lacking)}" if lacking else None
 
-    @abstractmethod
     def buffers(self, count: int, dtype: Any, device: Any, n: int) -> Buffers:
-        """The tensors one run needs, allocated once per size."""
+        """The tensors one run needs, allocated once per size: one buffer, `data`, unless overridden."""
+        import torch
+
+        return {"data": torch.empty(count, dtype=dtype, device=device)}
 
     def variants(self, n: int, size_index: int) -> list[int]:
         """The data check's runs per size: roots for rooted collectives, ring shifts for sendrecv."""
@@ -131,11 +133,6 @@ class Rooted(Collective):
 
     def bus_factor(self, n: int) -> float:
         return 1.0
-
-    def buffers(self, count: int, dtype: Any, device: Any, n: int) -> Buffers:
-        import torch
-
-        return {"data": torch.empty(count, dtype=dtype, device=device)}
 
     def variants(self, n: int, size_index: int) -> list[int]:
         from ddpcheck.checks.sweep.ops.roots import roots_for
