@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -239,8 +240,12 @@ def test_secret_redacted_in_table_and_json(
 
 # --------------------------------------------------------------- /dev/shm
 @pytest.mark.integration
-def test_small_shm_warns_and_still_exits_0(run_probe: Callable[..., Report]) -> None:
-    report = run_probe(shm_bytes=64 * units.MIB)
+def test_small_shm_warns_and_still_exits_0(
+    run_probe: Callable[..., Report], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small = SimpleNamespace(total=64 * units.MIB, free=64 * units.MIB)
+    monkeypatch.setattr(probe.shutil, "disk_usage", lambda path: small)  # a container's default /dev/shm
+    report = run_probe()
     found = check(report, "/dev/shm")
     assert found.status == Status.WARN
     assert "64.0 MiB" in found.detail and "--shm-size" in found.detail

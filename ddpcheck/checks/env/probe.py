@@ -36,7 +36,6 @@ class ProbeConfig:
 
     environ: Mapping[str, str] | None = None  # None: os.environ
     shm_path: str = "/dev/shm"
-    shm_bytes: int | None = None  # overrides the measured size of shm_path (tests)
     ib_root: str = "/sys/class/infiniband"
     nvidia_proc: str = "/proc/driver/nvidia"
     nvidia_smi: str | None = "nvidia-smi"  # None: never run it
@@ -231,20 +230,18 @@ def host_facts(config: ProbeConfig) -> dict[str, Any]:
         "load": load,
         "memory_total": memory.total,
         "memory_available": memory.available,
-        "shm": shm_facts(config),
+        "shm": shm_facts(config.shm_path),
         "memlock": _rlimit("RLIMIT_MEMLOCK"),
         "nofile": _rlimit("RLIMIT_NOFILE"),
     }
 
 
-def shm_facts(config: ProbeConfig) -> dict[str, Any]:
-    if config.shm_bytes is not None:
-        return {"path": config.shm_path, "total": config.shm_bytes, "free": config.shm_bytes}
+def shm_facts(path: str) -> dict[str, Any]:
     try:
-        usage = shutil.disk_usage(config.shm_path)
+        usage = shutil.disk_usage(path)
     except OSError:
-        return {"path": config.shm_path, "total": None, "free": None}
-    return {"path": config.shm_path, "total": usage.total, "free": usage.free}
+        return {"path": path, "total": None, "free": None}
+    return {"path": path, "total": usage.total, "free": usage.free}
 
 
 def _rlimit(name: str) -> dict[str, int | str] | None:
