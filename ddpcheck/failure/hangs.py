@@ -150,12 +150,11 @@ def ranks_report(command: str, views: list[RankView], checks: list[Check], blame
             **_whole_exit(v.exit),
         })  # fmt: skip
     table = Table("ranks", "Every rank of the job", dict(RANKS_COLUMNS), rows)
-    hosts = list(dict.fromkeys(v.host for v in views))
     return Report(
         command=command,
         checks=checks,
         tables=[table] if views else [],
-        world={"size": len(views), "nodes": len(hosts)},
+        world={"size": len(views), "nodes": len({v.host for v in views})},
         ranks=[{"rank": v.rank, "local_rank": None, "host": v.host, "pid": v.pid} for v in views],
     )
 

@@ -304,8 +304,7 @@ def heat_rows(judgement: Judgement) -> list[dict[str, Any]]:
 
 def check(judgement: Judgement) -> Check:
     """The report's `stragglers` check: WARN naming the ranks, PASS when none, SKIP with why not judged."""
-    why = reason(judgement)
-    if why is not None:
+    if (why := reason(judgement)) is not None:
         return Check(NAME, Status.SKIP, why)
     verdicts = judgement.verdicts
     skipped = "".join(f"; not judged: {s}" for s in _skipped(judgement))
