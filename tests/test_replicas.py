@@ -178,6 +178,9 @@ def test_one_flipped_bit_anywhere_changes_the_exact_fingerprint() -> None:
                     continue  # not a boolean any more
                 again = changed.view(tensor.dtype).reshape(tensor.shape)
                 assert _fingerprints([again])[0][0] != exact[index], (index, byte, bit)
+    # An empty tensor (a buffer with no element) sums to nothing, exactly and as a number.
+    empty = [torch.empty(0), base[3:3], torch.empty(0, 4, dtype=torch.int32), torch.empty(0).half()]
+    assert _fingerprints(empty) == ([0, 0, 0, 0], [0.0, 0.0, 0.0, 0.0])
 
 
 def test_parameters_that_turned_nan_unseen_by_the_gradient_check_are_said_without_blaming_a_rank() -> None:

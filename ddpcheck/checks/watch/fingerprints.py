@@ -485,10 +485,6 @@ def _fingerprints(tensors: list[Any]) -> tuple[list[int], list[float]]:
         flat = tensor.detach().contiguous().reshape(-1)
         if flat.is_complex():
             flat = torch.view_as_real(flat).reshape(-1)
-        if flat.numel() == 0:
-            exact.append(torch.zeros((), dtype=torch.int64, device=flat.device))
-            sums.append(torch.zeros((), dtype=torch.float64, device=flat.device))
-            continue
         exact.append(_exact(flat))
         # In its own precision (float32's sum is a pass; float64's a slow cast), half's in float32.
         total = (
