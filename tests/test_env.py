@@ -487,20 +487,22 @@ def test_master_port_in_use_fails_outside_a_launch(
 
 @pytest.mark.integration
 def test_remote_master_reachability_on_loopback(
-    run_probe: Callable[..., Report], clean_env: Any, listening: int
+    run_probe: Callable[..., Report], clean_env: Any, listening: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """local_addresses={} makes 127.0.0.1 look like another host: the probe connects instead of binding."""
+    """No address taken as this host's makes 127.0.0.1 look like another host: the probe connects
+    instead of binding."""
+    monkeypatch.setattr(probe, "locality", lambda interfaces: lambda address: False)
     clean_env.setenv("MASTER_ADDR", "127.0.0.1")
     clean_env.setenv("MASTER_PORT", str(listening))
-    report = run_probe(local_addresses=frozenset())
+    report = run_probe()
     assert "another host" in check(report, "MASTER_ADDR").detail
     assert "reachable" in check(report, "MASTER_PORT").detail
     clean_env.setenv("MASTER_PORT", str(free_port()))
-    refused = check(run_probe(local_addresses=frozenset()), "MASTER_PORT")
+    refused = check(run_probe(), "MASTER_PORT")
     assert refused.status == Status.PASS and "nothing listens yet" in refused.detail
     clean_env.setenv("RANK", "1")
     clean_env.setenv("WORLD_SIZE", "2")
-    assert check(run_probe(local_addresses=frozenset()), "MASTER_PORT").status == Status.WARN
+    assert check(run_probe(), "MASTER_PORT").status == Status.WARN
 
 
 def test_master_judge_failures_without_traffic() -> None:

@@ -39,7 +39,6 @@ class ProbeConfig:
     ib_root: str = "/sys/class/infiniband"
     nvidia_proc: str = "/proc/driver/nvidia"
     nvidia_smi: str | None = "nvidia-smi"  # None: never run it
-    local_addresses: frozenset[str] | None = None  # None: this host's interface addresses
     smi_timeout_s: float = 2.0
 
 
@@ -59,7 +58,7 @@ def probe(config: ProbeConfig | None = None) -> dict[str, Any]:
     # Without the driver's /proc files, nvidia-smi is the other way to list physical GPUs.
     smi_list = None if (nvidia_proc / "gpus").is_dir() else spawn(smi_bin, ["-L"])
     interfaces = network_interfaces()
-    is_local = _locality(config.local_addresses, interfaces)
+    is_local = locality(interfaces)
     master_probe = Background(lambda: probe_master(environ, is_local))
     torch_info = torch_facts(problems)
     listed = reap(smi_list, config.smi_timeout_s, "nvidia-smi -L", problems)  # reap what was started
@@ -274,18 +273,9 @@ def network_interfaces() -> dict[str, dict[str, Any]]:
     return interfaces
 
 
-def local_addresses(interfaces: Mapping[str, Mapping[str, Any]]) -> frozenset[str]:
-    return frozenset(a.split("%")[0] for i in interfaces.values() for a in i["addresses"])
-
-
-def _locality(
-    given: frozenset[str] | None, interfaces: Mapping[str, Mapping[str, Any]]
-) -> Callable[[str], bool]:
-    """Is an address this host? Given addresses are taken as the whole truth (tests use
-    that to make 127.0.0.1 look remote); otherwise any interface address or loopback."""
-    if given is not None:
-        return lambda address: address.split("%")[0] in given
-    mine = local_addresses(interfaces)
+def locality(interfaces: Mapping[str, Mapping[str, Any]]) -> Callable[[str], bool]:
+    """Is an address this host? Any of its interfaces' addresses, or loopback."""
+    mine = frozenset(a.split("%")[0] for i in interfaces.values() for a in i["addresses"])
     return lambda address: address.split("%")[0] in mine or is_loopback(address)
 
 
