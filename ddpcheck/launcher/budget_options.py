@@ -44,47 +44,39 @@ class BudgetOptions:
         if self.budget is not None and not 0 < self.budget <= MAX_TIMEOUT_S:
             raise UsageError(f"--budget must be in (0, {MAX_TIMEOUT_S:.0f}] seconds, got {self.budget:g}")
 
-    def watch_starting(self) -> StartingWatch | None:
-        return StartingWatch(self.budget) if self.budget is not None else None
-
-    def start(self, now: float | None = None) -> Budget | None:
-        """The budget from this process's start; exit 2 when too little is left to measure anything."""
+    def watch_starting(self) -> threading.Timer | None:
+        """A timer that ends this process (exit 2) at the budget's end while ddpcheck and torch are
+        still starting: importing torch takes seconds, many more on a loaded host (docs/fleet.md).
+        start() cancels it as the ranks start: the launcher's watchdog (or the ranks' bound) takes over."""
         if self.budget is None:
             return None
         began = process_start()
-        now = time.time() if now is None else now
-        budget = Budget(self.budget, began + self.budget)
-        refuse_if_spent(budget, now)
+        wait = max(0.0, began + self.budget - EXIT_S - time.time())
+        timer = threading.Timer(wait, _ran_out_starting, (self.budget, began))
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def start(self, starting: threading.Timer | None) -> Budget | None:
+        """The budget from this process's start, `starting`'s watch over; exit 2 when too little is
+        left to measure anything."""
+        if starting is not None:
+            starting.cancel()
+        if self.budget is None:
+            return None
+        budget = Budget(self.budget, process_start() + self.budget)
+        refuse_if_spent(budget, time.time())
         return budget
 
 
-class StartingWatch:
-    """Ends this process (exit 2) at the budget's end while ddpcheck and torch are still starting.
-
-    Importing torch takes seconds, many more on a loaded host (docs/fleet.md): until the ranks
-    start, and the launcher's watchdog watches the end, this timer does.
-    """
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.began = process_start()
-        wait = max(0.0, self.began + seconds - EXIT_S - time.time())
-        self.timer = threading.Timer(wait, self._ran_out)
-        self.timer.daemon = True
-        self.timer.start()
-
-    def _ran_out(self) -> None:
-        spent = time.time() - self.began
-        # Exit 2, as a budget refused after the start: nothing was launched, the budget cannot hold it.
-        say(
-            f"ddpcheck: error: --budget {self.seconds:g}: it ran out while ddpcheck and torch were still "
-            f"starting ({spent:.1f} s); nothing was launched: give a larger budget"
-        )
-        os._exit(EXIT_USAGE)
-
-    def stop(self) -> None:
-        """The ranks are about to start: the launcher (or the ranks' own bound) takes over."""
-        self.timer.cancel()
+def _ran_out_starting(seconds: float, began: float) -> None:
+    spent = time.time() - began
+    # Exit 2, as a budget refused after the start: nothing was launched, the budget cannot hold it.
+    say(
+        f"ddpcheck: error: --budget {seconds:g}: it ran out while ddpcheck and torch were still "
+        f"starting ({spent:.1f} s); nothing was launched: give a larger budget"
+    )
+    os._exit(EXIT_USAGE)
 
 
 def process_start() -> float:

@@ -20,7 +20,7 @@ from ddpcheck.rank import arrival, interrupt
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ddpcheck.launcher.budget_options import BudgetOptions, StartingWatch
+    from ddpcheck.launcher.budget_options import BudgetOptions
     from ddpcheck.launcher.options import LaunchOptions
     from ddpcheck.launcher.plan import LaunchPlan
     from ddpcheck.rank.faults import Fault
@@ -78,6 +78,7 @@ def run_ranked(
 ) -> int:
     """Validate, launch (or run as a rank), render; the verdict's exit code."""
     from ddpcheck.launcher import slurm
+    from ddpcheck.launcher.budget_options import bounded_timeout
     from ddpcheck.rank.faults import parse_faults
 
     # Every option group checked before anything starts (bad input: one line, exit 2).
@@ -106,7 +107,8 @@ def run_ranked(
     interrupt.speak(not inline or os.environ.get("RANK") == "0")
     plan, options = plan_ranks(command, options, launch_options, faults, inline, refusals)
     # The last thing before the ranks start: what starting ddpcheck and torch took is spent.
-    start_budget(plan, budget_options, starting)
+    plan.budget = budget_options.start(starting)
+    plan.timeout = bounded_timeout(plan.timeout, plan.budget)
     if known_good is not None:
         check_baseline_setup(command, plan, options, known_good, baseline)
     if inline:
@@ -151,16 +153,6 @@ def plan_ranks(
             f"give --nproc {least} (CPU ranks where GPUs are too few), --gpus or --nnodes"
         )
     return plan, options.for_device(plan.device) if hasattr(options, "for_device") else options
-
-
-def start_budget(plan: LaunchPlan, budget_options: BudgetOptions, starting: StartingWatch | None) -> None:
-    """The budget's clock hands over to the plan: its end, and --timeout bounded by what is left."""
-    from ddpcheck.launcher.budget_options import bounded_timeout
-
-    if starting is not None:
-        starting.stop()
-    plan.budget = budget_options.start()
-    plan.timeout = bounded_timeout(plan.timeout, plan.budget)
 
 
 def check_baseline_setup(
