@@ -279,12 +279,9 @@ def _nan_words(judgement: Judgement, with_receivers: bool = True) -> str:
             f"the parameters of {span(list(ranks))} hold NaN/Inf at step {step}; the rank that made it "
             "was not seen (its NaN fell between the gradient check's samples, or came before its first step)"
         )
-    first = judgement.first_nan
-    where = "; ".join(
-        f"{n.where} of {', '.join(n.parameters[:2]) or 'a parameter'}"
-        + (f" and {n.count - 2} more" if n.count > 2 else "")
-        for n in first[:1]
-    )
+    first = judgement.first_nan  # the first's parameters said: the others made it at the same step
+    more = f" and {first[0].count - 2} more" if first[0].count > 2 else ""
+    where = f"{first[0].where} of {', '.join(first[0].parameters[:2]) or 'a parameter'}{more}"
     who = span([n.rank for n in first])
     words = f"{who} made the first NaN/Inf at step {first[0].step} ({where}), before the all_reduce"
     if judgement.later_nan and with_receivers:
