@@ -14,10 +14,10 @@ from ddpcheck.failure.liveness import (
     STOPPED_AFTER_BEATS,
     BeatTracker,
     Stall,
+    beat_stopped,
     counters,
     is_culprit,
     missed_beats,
-    stopped_beating,
 )
 from ddpcheck.failure.statuses import RankStatus
 
@@ -39,8 +39,9 @@ def test_a_rank_is_stopped_once_a_peer_beat_the_threshold_without_it() -> None:
     just_below = beating(range(3), 10 + STOPPED_AFTER_BEATS - 1, still={2: 10})
     at = beating(range(3), 10 + STOPPED_AFTER_BEATS, still={2: 10})
     assert watched(start, just_below) == {0: 0, 1: 0, 2: STOPPED_AFTER_BEATS - 1}
-    assert not stopped_beating(STOPPED_AFTER_BEATS - 1)
-    assert watched(start, just_below, at)[2] == STOPPED_AFTER_BEATS and stopped_beating(STOPPED_AFTER_BEATS)
+    assert not beat_stopped({"missed_beats": STOPPED_AFTER_BEATS - 1})
+    assert watched(start, just_below, at)[2] == STOPPED_AFTER_BEATS
+    assert beat_stopped({"missed_beats": STOPPED_AFTER_BEATS})
 
 
 def test_a_watcher_held_up_blames_nobody_when_every_counter_moved() -> None:

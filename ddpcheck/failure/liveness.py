@@ -95,15 +95,11 @@ def missed_beats(
     )
 
 
-def stopped_beating(missed: int) -> bool:
-    """A peer beat STOPPED_AFTER_BEATS times while this rank beat none."""
-    return missed >= STOPPED_AFTER_BEATS
-
-
 def beat_stopped(status: SeenStatus) -> bool:
-    """Against its peers where a watcher counted their beats (`missed_beats`), else by its heartbeat's age."""
+    """Against its peers where a watcher counted their beats (`missed_beats`: a peer beat
+    STOPPED_AFTER_BEATS times while this rank beat none), else by its heartbeat's age."""
     if "missed_beats" in status:
-        return stopped_beating(status["missed_beats"])
+        return status["missed_beats"] >= STOPPED_AFTER_BEATS
     return status.get("heartbeat_age_s", 0) > FROZEN_AFTER_S
 
 
