@@ -34,7 +34,6 @@ from ddpcheck.report.units import GIB, UNLIMITED
 class ProbeConfig:
     """Where the probe looks, and its bounds; every path is injectable for tests."""
 
-    environ: Mapping[str, str] | None = None  # None: os.environ
     shm_path: str = "/dev/shm"
     ib_root: str = "/sys/class/infiniband"
     nvidia_proc: str = "/proc/driver/nvidia"
@@ -49,9 +48,8 @@ def probe(config: ProbeConfig | None = None) -> dict[str, Any]:
     MASTER_ADDR/MASTER_PORT probe in a thread while torch imports here.
     """
     config = config or ProbeConfig()
-    environ = os.environ if config.environ is None else config.environ
     problems: list[str] = []
-    env = distributed_env(environ)
+    env = distributed_env(os.environ)
     smi_bin = shutil.which(config.nvidia_smi) if config.nvidia_smi else None
     nvidia_proc = Path(config.nvidia_proc)
     topo = spawn(smi_bin, ["topo", "-m"])
@@ -59,7 +57,7 @@ def probe(config: ProbeConfig | None = None) -> dict[str, Any]:
     smi_list = None if (nvidia_proc / "gpus").is_dir() else spawn(smi_bin, ["-L"])
     interfaces = network_interfaces()
     is_local = locality(interfaces)
-    master_probe = Background(lambda: probe_master(environ, is_local))
+    master_probe = Background(lambda: probe_master(os.environ, is_local))
     torch_info = torch_facts(problems)
     listed = reap(smi_list, config.smi_timeout_s, "nvidia-smi -L", problems)  # reap what was started
     physical = physical_gpus(nvidia_proc)
@@ -70,7 +68,7 @@ def probe(config: ProbeConfig | None = None) -> dict[str, Any]:
         problems.append("nvidia-smi not found: no GPU topology")
     late = {"error": "the probe did not finish in time"}
     # Whatever became of the probe, the judge still sees what the user configured.
-    master = {**configured(environ), **(master_probe.result(PROBE_MASTER_S + 1.0) or late)}
+    master = {**configured(os.environ), **(master_probe.result(PROBE_MASTER_S + 1.0) or late)}
     return {
         "python": {
             "version": platform.python_version(),
