@@ -13,9 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# How many robust standard deviations below the reference a single slow link must also be.
-# Two: on CPU ranks here healthy links usually spread by about 30% (sigma), so 2 sigma stays
-# above the CPU threshold of 0.2 and the guard only bites when a run is noisier still.
+# How many robust standard deviations below the reference a single slow link must also be (docs/links.md).
 SPREAD_K = 2.0
 MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution is 0.6745 sigma
 # Up to this many peers, each one's reference leaves its own figure out exactly; beyond, one
