@@ -16,11 +16,6 @@ from ddpcheck.errors import UsageError
 COLLECTIVES = tuple(OPS)
 
 
-def parse_ops(text: str) -> list[str]:
-    """'all_gather, sendrecv' -> ['all_gather', 'sendrecv'] (validated by CollectivesOptions)."""
-    return [op.strip() for op in text.split(",") if op.strip()]
-
-
 @dataclass(kw_only=True)
 class CollectivesOptions(SweepOptions):
     """`ddpcheck collectives`: every collective of COLLECTIVES (or those of --ops), one after another."""
@@ -28,7 +23,7 @@ class CollectivesOptions(SweepOptions):
     ops: list[str] = option(
         default_factory=lambda: list(COLLECTIVES),
         cli_type=str | None,
-        parse=lambda text: {"ops": parse_ops(text)},
+        parse=lambda text: {"ops": [op.strip() for op in text.split(",") if op.strip()]},
         metavar="OP[,OP...]",
         help=f"Comma-separated collectives to run (default all): {', '.join(COLLECTIVES)}.",
     )
