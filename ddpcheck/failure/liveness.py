@@ -5,7 +5,7 @@ rank's beat as old at once. What tells a stopped rank from a slow machine is tha
 counter stood still while its peers' counters went on: a rank is stopped when a peer beat
 `STOPPED_AFTER_BEATS` times since its own counter last moved. Nothing here reads a clock.
 
-The rules over a seen status (`frozen`, `silent`, `ended_mid_run`, `is_culprit`) are written
+The rules over a seen status (`frozen`, `silent`, `died`, `is_culprit`) are written
 here once, for every watcher: the launcher's monitor, an inline rank, the failure judges.
 """
 
@@ -108,14 +108,9 @@ def frozen(status: SeenStatus) -> bool:
     return status.get("proc_state") == "stopped" or beat_stopped(status)
 
 
-def ended_mid_run(status: SeenStatus) -> bool:
-    """It ended without an error of its own before the run's last stage."""
-    return not status.get("error") and status.get("stage") != DONE
-
-
 def died(status: SeenStatus) -> bool:
-    """Its process is gone mid-run, without an error of its own."""
-    return status["proc_state"] == "exited" and ended_mid_run(status)
+    """Its process is gone mid-run (before the run's last stage), without an error of its own."""
+    return status["proc_state"] == "exited" and not status.get("error") and status.get("stage") != DONE
 
 
 def silent(status: SeenStatus) -> bool:
