@@ -106,7 +106,7 @@ def parse_answer(text: str) -> RasAnswer:
     errors_at = _section_heads(lines, "Errors", "=")
     warnings_at = _section_heads(lines, "Warnings", "=")
     head_end = min(i for i in (errors_at, warnings_at, len(lines)) if i is not None)
-    communicators_at = None
+    in_table = False  # below "Communicators...": the table's rows
     for i, line in enumerate(lines[:head_end]):
         if m := _VERSION.match(line):
             answer.nccl_version = m.group(1)
@@ -119,14 +119,11 @@ def parse_answer(text: str) -> RasAnswer:
             if len(numbers) == (5 if table.re is _SUMMARY_FULL else 3):
                 answer.nodes, answer.processes, answer.gpus = numbers[0], numbers[-2], numbers[-1]
         elif _COMMUNICATORS.match(line):
-            answer.recognised = True
-            communicators_at = i
-    if communicators_at is not None:
-        for line in lines[communicators_at:head_end]:
-            if (m := _TABLE_ROW.match(line)) and not _TABLE_HEADER.match(line):
-                g = m.groups()
-                errors = [] if g[7] == "OK" else g[7].split(",")
-                answer.groups.append(RasCommGroup(int(g[0]), int(g[1]), int(g[4]), g[6], errors))
+            answer.recognised = in_table = True
+        elif in_table and (m := _TABLE_ROW.match(line)) and not _TABLE_HEADER.match(line):
+            g = m.groups()
+            errors = [] if g[7] == "OK" else g[7].split(",")
+            answer.groups.append(RasCommGroup(int(g[0]), int(g[1]), int(g[4]), g[6], errors))
     if errors_at is not None:
         end = warnings_at if warnings_at is not None and warnings_at > errors_at else len(lines)
         answer.errors = _findings(lines[errors_at + 2 : end])
