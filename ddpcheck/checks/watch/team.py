@@ -21,12 +21,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Protocol
 
 from ddpcheck.checks.watch import clocks
 from ddpcheck.checks.watch.progress import Event
-from ddpcheck.checks.watch.sampling import Exchange, StoreExchange
-from ddpcheck.failure.hangs import RankView, view_from_dict, view_to_dict
+from ddpcheck.checks.watch.sampling import StoreExchange
+from ddpcheck.checks.watch.watcher import Watcher
+from ddpcheck.failure.hangs import view_from_dict, view_to_dict
 from ddpcheck.launcher import mpi, slurm, torchrun_nodes
 from ddpcheck.rank import interrupt
 from ddpcheck.rank.torch_logs import quiet_torch_cpp_logs
@@ -39,19 +39,6 @@ CONNECT_S = 120.0  # how long task 0's store is waited for (task 0 may start las
 EVIDENCE_S = 30.0  # how long task 0 waits for every task's evidence
 FAILED_GRACE_S = 1.0  # a rank failed somewhere: the others' records have this long to arrive
 CLOCK_KEY = "watch/clock"  # task 0's clock server's port (clocks.py)
-
-
-class Watching(Protocol):
-    """What the team needs of this task's watcher (watcher.Watcher)."""
-
-    def step(self) -> Event | None: ...
-    def evidence(self, decision: Event) -> list[RankView]: ...
-    def verdict(self, decision: Event, views: list[RankView], output: str) -> Report: ...
-    def output(self) -> str: ...
-    def job_code(self) -> int | None: ...
-    def share_samples(self, exchange: Exchange, judging: bool) -> None: ...
-    def share_replicas(self, judging: bool) -> dict | None: ...
-    def take_replicas(self, shared: dict) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -110,7 +97,7 @@ def _set(store, key: str, value: dict) -> None:
     store.set(key, json.dumps(value))
 
 
-def run_team(watcher: Watching, task: Task, store) -> tuple[Event, Report | None]:
+def run_team(watcher: Watcher, task: Task, store) -> tuple[Event, Report | None]:
     """(the decision, the report on task 0; None elsewhere)."""
     server = clocks.ClockServer() if task.index == 0 else None
     try:
@@ -133,7 +120,7 @@ def _clock_offset(store, task: Task) -> Callable[[], int | None]:
     return measured
 
 
-def _run_team(watcher: Watching, task: Task, store) -> tuple[Event, Report | None]:
+def _run_team(watcher: Watcher, task: Task, store) -> tuple[Event, Report | None]:
     decision = None
     next_publish = 0.0
     exchange = StoreExchange(store, task.index, task.count, clock=_clock_offset(store, task))
