@@ -93,7 +93,7 @@ def run_ranked(
     starting = budget_options.watch_starting()
     arrival.stage(arrival.IMPORTING_TORCH)  # an inline rank's peers may name it here (rank/arrival.py)
     from ddpcheck.rank import assemble
-    from ddpcheck.report.baseline import load_baseline
+    from ddpcheck.report.baseline import check_setup, load_baseline, planned_setup
 
     known_good = load_baseline(baseline)
     from ddpcheck.rank.torch_logs import quiet_torch_cpp_logs
@@ -109,8 +109,11 @@ def run_ranked(
     # The last thing before the ranks start: what starting ddpcheck and torch took is spent.
     plan.budget = budget_options.start(starting)
     plan.timeout = bounded_timeout(plan.timeout, plan.budget)
-    if known_good is not None:
-        check_baseline_setup(command, plan, options, known_good, baseline)
+    if known_good is not None:  # exit 2 when the baseline was measured on another setup than this run's
+        planned = planned_setup(
+            command.name, plan.world_size, plan.backend, plan.device, dataclasses.asdict(options)
+        )
+        check_setup(known_good, command.name, planned, str(baseline.path))
     if inline:
         report = run_as_rank(command, options, faults, plan, output, fleet)
         if isinstance(report, int):
@@ -153,18 +156,6 @@ def plan_ranks(
             f"give --nproc {least} (CPU ranks where GPUs are too few), --gpus or --nnodes"
         )
     return plan, options.for_device(plan.device) if hasattr(options, "for_device") else options
-
-
-def check_baseline_setup(
-    command: Command, plan: LaunchPlan, options: Any, known_good: dict[str, Any], baseline: BaselineOptions
-) -> None:
-    """Exit 2 before the ranks start when the baseline was measured on another setup than this run's."""
-    from ddpcheck.report.baseline import check_setup, planned_setup
-
-    planned = planned_setup(
-        command.name, plan.world_size, plan.backend, plan.device, dataclasses.asdict(options)
-    )
-    check_setup(known_good, command.name, planned, str(baseline.path))
 
 
 def run_as_rank(
