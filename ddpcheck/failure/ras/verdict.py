@@ -52,12 +52,8 @@ def judge(answer: RasAnswer) -> str:
 
 def _healthy_parts(answer: RasAnswer) -> list[str]:
     parts = [f"NCCL {answer.nccl_version}" if answer.nccl_version else "NCCL"]
-    if answer.nodes is not None:
-        parts.append(counted(answer.nodes, "node"))
-    if answer.processes is not None:
-        parts.append(processes(answer.processes))
-    if answer.gpus is not None:
-        parts.append(counted(answer.gpus, "GPU"))
+    if answer.nodes is not None:  # the job summary's three figures, parse.py reads them together
+        parts += [counted(answer.nodes, "node"), processes(answer.processes), counted(answer.gpus, "GPU")]
     if answer.communicators:
         statuses = ", ".join(sorted({c.status for c in answer.communicators}))
         parts.append(f"{counted(len(answer.communicators), 'communicator')} ({statuses})")
