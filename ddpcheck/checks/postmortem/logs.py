@@ -176,10 +176,6 @@ def _unprefixed(line: str) -> tuple[str, int | None, str | None]:
     return line, None, None
 
 
-def is_log(name: str) -> bool:
-    return name.endswith(LOG_SUFFIXES) or name in ("stderr", "stdout")
-
-
 def find_logs(directory: str | os.PathLike[str]) -> FoundLogs:
     """Every error file and log under `directory`, read and scanned."""
     found = FoundLogs()
@@ -199,7 +195,7 @@ def find_logs(directory: str | os.PathLike[str]) -> FoundLogs:
                     found.traced.append(path)
                 except (OSError, ValueError) as exc:
                     found.skipped.append((path, f"unreadable torchrun error file: {exc}"))
-            elif is_log(name):
+            elif name.endswith(LOG_SUFFIXES) or name in ("stderr", "stdout"):
                 try:
                     text = _tail(path)
                 except OSError as exc:
