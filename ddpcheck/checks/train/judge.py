@@ -226,9 +226,8 @@ def _grad_split_detail(
     odd: list[int],
     names: list[str],
 ) -> str:
-    diffs = data[odd[0]]["steps"][step].get("grad_diff_from_rank0")
-    if 0 in odd:  # rank 0 is the odd one: any agreeing rank holds the difference
-        diffs = data[right[0]]["steps"][step].get("grad_diff_from_rank0")
+    source = right[0] if 0 in odd else odd[0]  # rank 0 is the odd one: any agreeing rank holds the difference
+    diffs = data[source]["steps"][step].get("grad_diff_from_rank0")
     evidence = ""
     if diffs:
         value, tensor = _worst(diffs, names)
