@@ -83,7 +83,7 @@ def run_rank(spec: RunSpec, run_dir: str, write_report: Callable[[Report], list[
     world_size = int(os.environ["WORLD_SIZE"])
     status = _status_writer(spec, run_dir, identity)
     faults: Faults = load(COMMANDS[spec.command].fault_actions)(spec.faults, identity["rank"])
-    session: inline.Session | None = None
+    run = giving_up.InlineRank(spec, run_dir, world_size, None, status, write_report)  # what a give-up knows
     import torch.distributed as dist
 
     try:
@@ -93,10 +93,8 @@ def run_rank(spec: RunSpec, run_dir: str, write_report: Callable[[Report], list[
         _stage(status, faults, stages.JOIN)
         if spec.inline:
             # Before the rendezvous: a peer that never arrives is named from what this rank publishes.
-            session = _inline_session(identity["rank"], world_size, status, spec.collective_timeout)
-        _join_guarded(
-            giving_up.InlineRank(spec, run_dir, world_size, session, status, write_report), status, device
-        )
+            run.session = _inline_session(identity["rank"], world_size, status, spec.collective_timeout)
+        _join_guarded(run, status, device)
         shared = _run_command(spec, identity, world_size, device, fingerprint, status, faults, run_dir)
         # Every node learns the verdict before teardown, so all of them exit with it.
         dist.broadcast_object_list(shared, src=0)
@@ -109,7 +107,7 @@ def run_rank(spec: RunSpec, run_dir: str, write_report: Callable[[Report], list[
             message = str(exc)  # ddpcheck's own finding, whole: no exception type before it
         status.error(message)
         if spec.inline:
-            giving_up.after_failure(giving_up.InlineRank(spec, run_dir, world_size, session, status), message)
+            giving_up.after_failure(run, message)
         else:
             traceback.print_exc()
         return 1
@@ -118,8 +116,8 @@ def run_rank(spec: RunSpec, run_dir: str, write_report: Callable[[Report], list[
         if dist.is_initialized() and not teardown_may_deadlock():
             dist.destroy_process_group()
         status.close()
-        if session:
-            session.close()
+        if run.session:
+            run.session.close()
 
 
 def _status_writer(spec: RunSpec, run_dir: str, identity: dict[str, Any]) -> StatusWriter:
