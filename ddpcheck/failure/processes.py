@@ -131,10 +131,8 @@ class ProcessTree:
 
     def _rank_variable(self, procs: list[psutil.Process]) -> str | None:
         """The variable that numbers the ranks: torchrun's RANK over the outer launcher's."""
-        present = set()
-        for proc in procs:
-            present.update(name for name in RANK_VARIABLES if name in self._environ_of(proc))
-        return next((name for name in RANK_VARIABLES if name in present), None)
+        environs = [self._environ_of(proc) for proc in procs]
+        return next((name for name in RANK_VARIABLES if any(name in environ for environ in environs)), None)
 
     def _environ_of(self, proc: psutil.Process) -> dict[str, str]:
         """Its environment; kept once it names a rank. One without is read again at the next scan: a
