@@ -132,9 +132,9 @@ def _link_text(link: tuple[int, int], identities: list[dict[str, Any]]) -> str:
 
 
 def describe_attribution(found: Attribution, identities: list[dict[str, Any]], n: int) -> str:
-    parts = []
     if found.everywhere:
         return "every block on every rank was wrong: the collective itself fails, not one rank"
+    parts = []
     for sender in found.senders:
         seen = {k: c for (j, k), c in found.wrong.items() if j == sender}
         others = [k for k in seen if k != sender]
@@ -188,16 +188,15 @@ def judge_data(
     sizes = ", ".join(f"{r['size']}: {r['wrong']:,} wrong" for r in bad[:6])
     detail = f"wrong elements after {op_name} ({sizes})"
     if OPS[op_name].reduces:
-        culprits = data[0].get("culprits") or []
-        unlocalised = bool(data[0].get("unlocalised"))
-        if culprits or unlocalised:
-            detail += f"; {culprit_text(culprits, identities)}"
-        ranks = culprits or sorted({x for r in bad for x in r["wrong_ranks"]})
-        return Check(name, Status.FAIL, detail, ranks, hosts_of(ranks, identities))
-    found = attribute(op_name, data)
-    detail += f"; {describe_attribution(found, identities, len(data))}"
-    ranks = found.ranks or sorted({x for r in bad for x in r["wrong_ranks"]})
-    links = [list(link) for link in found.links]
+        named, links = data[0].get("culprits") or [], []
+        if named or data[0].get("unlocalised"):
+            detail += f"; {culprit_text(named, identities)}"
+    else:
+        found = attribute(op_name, data)
+        detail += f"; {describe_attribution(found, identities, len(data))}"
+        named, links = found.ranks, [list(link) for link in found.links]
+    # Else every rank that saw a wrong element.
+    ranks = named or sorted({x for r in bad for x in r["wrong_ranks"]})
     return Check(name, Status.FAIL, detail, ranks, hosts_of(ranks, identities), links=links)
 
 
