@@ -61,7 +61,6 @@ class LinkColumns:
     status: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int8))
     # The same links in (dst, src) order, as the ranks sent them; made from the above when needed.
     received: Received | None = field(default=None, repr=False)
-    rounded: bool = False  # round_figures() done
     least: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)  # (ratio, least_ratio)
 
     def __len__(self) -> int:
@@ -93,7 +92,6 @@ class LinkColumns:
         if self.received is not None:
             np.round(self.received.gbps, 4, out=self.received.gbps)
             np.round(self.received.latency_us, 1, out=self.received.latency_us)
-        self.rounded = True
 
     @classmethod
     def from_rank_data(cls, data: list[dict[str, Any]]) -> LinkColumns:
@@ -157,7 +155,7 @@ class LinkColumns:
             "dst_host": identities[dst]["host"],
             "kind": self.kind(i),
             "gbps": float(self.gbps[i]),
-            "best_gbps": float(np.round(self.best_gbps[i], 4) if self.rounded else self.best_gbps[i]),
+            "best_gbps": float(np.round(self.best_gbps[i], 4)),
             "latency_us": float(self.latency_us[i]),
             "wrong": int(self.wrong[i]),
             "ratio": None if np.isnan(ratio) else ratio,
