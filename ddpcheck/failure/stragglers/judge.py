@@ -1,7 +1,6 @@
 """The straggler judge: samples in, a frozen Judgement out (who slows each group, by how much); no words.
 
-The thresholds are parameters (Thresholds); their defaults are the module's constants, which
-docs/stragglers.md explains.
+Its thresholds are the module's constants, which docs/stragglers.md explains.
 """
 
 from __future__ import annotations
@@ -44,20 +43,6 @@ TRIM = 0.1  # ...each side's mean with its tenth at each end left out (a hiccup 
 MIN_EXPLAINED_S = 2.0
 # The heat map's time buckets, at most (the whole watched run, a column per bucket).
 HEAT_BUCKETS = 60
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """What the judge names a rank by; each defaults to the constant above of the same name."""
-
-    wait_share: float = WAIT_SHARE
-    margin: float = MARGIN
-    min_lag_s: float = MIN_LAG_S
-    window_s: float = WINDOW_S
-    window_min: int = WINDOW_MIN
-    min_collectives: int = MIN_COLLECTIVES
-    heat_buckets: int = HEAT_BUCKETS
-    slowed_by: float = SLOWED_BY
 
 
 class Skip(Enum):
@@ -159,7 +144,6 @@ class Judgement:
 
     groups: Sequence[GroupJudgement] = ()
     unjudged: Unjudged | None = None
-    thresholds: Thresholds = Thresholds()
     requests: int | None = None  # NO_SAMPLE of a watched run: the requests no rank answered
 
     @property
@@ -176,20 +160,20 @@ class Judgement:
         return [g for g in self.groups if g.skipped is None]
 
 
-def judge(samples: Sequence[Sample], thresholds: Thresholds = Thresholds()) -> Judgement:
+def judge(samples: Sequence[Sample]) -> Judgement:
     """Every process group of the samples judged: who slows it, over the last window."""
     if not samples:
-        return Judgement(unjudged=Unjudged.NO_SAMPLE, thresholds=thresholds)
+        return Judgement(unjudged=Unjudged.NO_SAMPLE)
     gathered = gather(samples)
     if not gathered.records:
-        return Judgement(unjudged=Unjudged.NO_COLLECTIVES, thresholds=thresholds)
+        return Judgement(unjudged=Unjudged.NO_COLLECTIVES)
     groups: list[GroupJudgement] = []
     for pg in sorted(gathered.records, key=group_order):
-        groups += _judge_group(pg, gathered, thresholds)
+        groups += _judge_group(pg, gathered)
     unjudged = None
     if all(g.skipped for g in groups):
         unjudged = Unjudged.SINGLE_RANKS if all(len(g.ranks) < 2 for g in groups) else Unjudged.SKIPPED
-    return Judgement(groups, unjudged, thresholds)
+    return Judgement(groups, unjudged)
 
 
 def explained(judgement: Judgement, looks: Mapping[int, Looks]) -> Judgement:
@@ -208,7 +192,7 @@ def explained(judgement: Judgement, looks: Mapping[int, Looks]) -> Judgement:
     return replace(judgement, groups=groups)
 
 
-def _judge_group(pg: str, gathered: Gathered, thresholds: Thresholds) -> list[GroupJudgement]:
+def _judge_group(pg: str, gathered: Gathered) -> list[GroupJudgement]:
     held = gathered.records[pg]
     desc = gathered.descs.get(pg, "")
     members = sorted(held)
@@ -221,10 +205,7 @@ def _judge_group(pg: str, gathered: Gathered, thresholds: Thresholds) -> list[Gr
         found = arrivals(ranks, held, estimator, offsets)
         ends = {r: held[r][found[-1].seq].created_ns / 1e9 for r in ranks} if found else {}
         return _judge_unit(
-            GroupJudgement(pg, desc, host, ranks, estimator, ends_s=ends),
-            found,
-            gathered.hosts,
-            thresholds,
+            GroupJudgement(pg, desc, host, ranks, estimator, ends_s=ends), found, gathered.hosts
         )
 
     if all(any(s.duration_ms is not None for s in held[r].values()) for r in members):
@@ -248,25 +229,20 @@ def _judge_group(pg: str, gathered: Gathered, thresholds: Thresholds) -> list[Gr
     return units
 
 
-def _judge_unit(
-    unit: GroupJudgement,
-    found: list[Arrivals],
-    hosts: Mapping[int, str],
-    thresholds: Thresholds,
-) -> GroupJudgement:
+def _judge_unit(unit: GroupJudgement, found: list[Arrivals], hosts: Mapping[int, str]) -> GroupJudgement:
     ranks = list(unit.ranks)
-    heat = _heat(ranks, hosts, found, thresholds.heat_buckets) if found else None
-    if len(found) < thresholds.min_collectives:
+    heat = _heat(ranks, hosts, found, HEAT_BUCKETS) if found else None
+    if len(found) < MIN_COLLECTIVES:
         return replace(unit, heat=heat, skipped=Skip.TOO_FEW, compared=len(found))
-    window = _window(found, thresholds)
+    window = _window(found)
     window_s = sum(c.period_s for c in window)
-    late = {r: sum(c.late(r, thresholds.margin, thresholds.min_lag_s) for c in window) for r in ranks}
-    share = {r: _share(sum(_waited(c, [r], thresholds) for c in window), window_s) for r in ranks}
+    late = {r: sum(c.late(r, MARGIN, MIN_LAG_S) for c in window) for r in ranks}
+    share = {r: _share(sum(_waited(c, [r]) for c in window), window_s) for r in ranks}
     typical = peer_medians(share)  # what each rank's peers cost the group: jitter makes everyone wait
-    named = tuple(r for r in ranks if share[r] - typical[r] >= thresholds.wait_share - 1e-12)
+    named = tuple(r for r in ranks if share[r] - typical[r] >= WAIT_SHARE - 1e-12)
     # A rank's own past: its work over the last window_min collectives against its first window_min's.
-    first, last = found[: thresholds.window_min], found[-thresholds.window_min :]
-    if len(found) < 2 * thresholds.window_min:
+    first, last = found[:WINDOW_MIN], found[-WINDOW_MIN:]
+    if len(found) < 2 * WINDOW_MIN:
         first = last = []
     figures = tuple(
         RankFigures(
@@ -277,11 +253,11 @@ def _judge_unit(
             wait_share=share[rank],
             late=late[rank],
             named=rank in named,
-            own_past=_ratio([c.work[rank] for c in first], [c.work[rank] for c in last], thresholds),
+            own_past=_ratio([c.work[rank] for c in first], [c.work[rank] for c in last]),
         )
         for rank in ranks
     )
-    verdict = _verdict(unit, named, window, window_s, hosts, thresholds) if named else None
+    verdict = _verdict(unit, named, window, window_s, hosts) if named else None
     return replace(
         unit,
         collectives=len(window),
@@ -290,7 +266,7 @@ def _judge_unit(
         figures=figures,
         heat=heat,
         compared=len(found),
-        slowdown=_slowdown(found, thresholds),
+        slowdown=_slowdown(found),
     )
 
 
@@ -301,20 +277,20 @@ def _trimmed_mean(values: Sequence[float]) -> float:
     return sum(kept) / len(kept)
 
 
-def _ratio(before: Sequence[float], after: Sequence[float], thresholds: Thresholds) -> float | None:
+def _ratio(before: Sequence[float], after: Sequence[float]) -> float | None:
     """after's trimmed mean over before's, None with fewer than min_collectives either side."""
-    if min(len(before), len(after)) < thresholds.min_collectives:
+    if min(len(before), len(after)) < MIN_COLLECTIVES:
         return None
     base = _trimmed_mean(before)
     return _trimmed_mean(after) / base if base > 0 else None
 
 
-def _slowdown(found: list[Arrivals], thresholds: Thresholds) -> Slowdown | None:
+def _slowdown(found: list[Arrivals]) -> Slowdown | None:
     """Where the time between collectives stepped up (the split that best fits two levels, by least
     squares), when since then it is slowed_by times what it was before."""
-    found = found[thresholds.min_collectives :]  # a job's setup: DDP's broadcasts and barriers, back to back
+    found = found[MIN_COLLECTIVES:]  # a job's setup: DDP's broadcasts and barriers, back to back
     periods = [c.period_s for c in found]
-    least = max(thresholds.min_collectives, len(periods) // 5)  # a level is a fifth of them at least
+    least = max(MIN_COLLECTIVES, len(periods) // 5)  # a level is a fifth of them at least
     if len(periods) < 2 * least:
         return None
     total = sum(periods)
@@ -326,7 +302,7 @@ def _slowdown(found: list[Arrivals], thresholds: Thresholds) -> Slowdown | None:
             best, split = fit, s
         head += periods[s]
     before, after = _trimmed_mean(periods[:split]), _trimmed_mean(periods[split:])
-    if before <= 0 or after < thresholds.slowed_by * before:
+    if before <= 0 or after < SLOWED_BY * before:
         return None
     return Slowdown(after / before, found[split].seq, found[split].at_s, before, after)
 
@@ -337,11 +313,10 @@ def _verdict(
     window: list[Arrivals],
     window_s: float,
     hosts: Mapping[int, str],
-    thresholds: Thresholds,
 ) -> StragglerVerdict:
     waits = Counter[str]()
     for c in window:
-        waits[c.op] += _waited(c, named, thresholds)
+        waits[c.op] += _waited(c, named)
     op = (
         max(waits, key=waits.__getitem__)
         if any(waits.values())
@@ -366,18 +341,18 @@ def _verdict(
     )
 
 
-def _window(found: list[Arrivals], thresholds: Thresholds) -> list[Arrivals]:
+def _window(found: list[Arrivals]) -> list[Arrivals]:
     """The collectives of the last window_s seconds, or the last window_min when those are fewer."""
     end = found[-1].at_s
-    recent = [c for c in found if c.at_s >= end - thresholds.window_s]
-    return recent if len(recent) >= thresholds.window_min else found[-thresholds.window_min :]
+    recent = [c for c in found if c.at_s >= end - WINDOW_S]
+    return recent if len(recent) >= WINDOW_MIN else found[-WINDOW_MIN:]
 
 
-def _waited(c: Arrivals, ranks: Sequence[int], thresholds: Thresholds) -> float:
+def _waited(c: Arrivals, ranks: Sequence[int]) -> float:
     """The peers' wait for `ranks` at one collective, counted from MIN_LAG_S on: a lag under it is
     the OS's scheduling noise, which a job of millisecond steps would otherwise add up to a share."""
     wait = c.waited(ranks)
-    return wait if wait >= thresholds.min_lag_s else 0.0
+    return wait if wait >= MIN_LAG_S else 0.0
 
 
 def _share(part: float, whole: float) -> float:

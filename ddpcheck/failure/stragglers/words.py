@@ -7,12 +7,12 @@ from dataclasses import asdict
 from typing import Any
 
 from ddpcheck.failure.stragglers.judge import (
+    MIN_COLLECTIVES,
     GroupJudgement,
     Judgement,
     Skip,
     Slowdown,
     StragglerVerdict,
-    Thresholds,
     Unjudged,
 )
 from ddpcheck.failure.stragglers.timeline import Estimator
@@ -190,10 +190,10 @@ def reason(judgement: Judgement) -> str | None:
 
 
 def _skipped(judgement: Judgement) -> list[str]:
-    return [f"{label(g)}: {_skip_text(g, judgement.thresholds)}" for g in judgement.groups if g.skipped]
+    return [f"{label(g)}: {_skip_text(g)}" for g in judgement.groups if g.skipped]
 
 
-def _skip_text(g: GroupJudgement, thresholds: Thresholds) -> str:
+def _skip_text(g: GroupJudgement) -> str:
     match g.skipped:
         case Skip.SINGLE_RANK:
             return "a single rank: nobody to compare with"
@@ -205,7 +205,7 @@ def _skip_text(g: GroupJudgement, thresholds: Thresholds) -> str:
         case Skip.TOO_FEW:
             return (
                 f"too few collectives held by every rank ({g.compared}, at least "
-                f"{thresholds.min_collectives} needed): the job was watched too briefly"
+                f"{MIN_COLLECTIVES} needed): the job was watched too briefly"
             )
     return ""
 
