@@ -16,11 +16,10 @@ from ddpcheck.report.model import Report, Status, Table
 
 def charts(report: Report) -> list[Chart]:
     rows = [r for r in report.rows("devices") if isinstance(r.get("rank"), int)]
-    rates = [number(r.get("gemm_tflops")) for r in rows]
-    if not rows or all(math.isnan(v) for v in rates):
+    if all(math.isnan(number(r.get("gemm_tflops"))) for r in rows):
         return []
     dtype = rows[0].get("gemm_dtype") or ""
-    median = statistics.median(0.0 if math.isnan(v) else v for v in rates)
+    median = statistics.median(map(_rate, rows))
     total = len(rows)
     rows = worst_ranks(rows, lambda r: r.get("status") == "FAIL", lambda r: -_rate(r))
     rates = [_rate(r) for r in rows]
