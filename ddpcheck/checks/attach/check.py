@@ -125,13 +125,9 @@ def stragglers_check(views: list[RankView], interval: float) -> Check:
             f"{s.peers_share:.0%} of their samples, it in {s.share:.0%}"
             + (f"; it was in {where}" if where else "")
         )
-    return Check(
-        "stragglers",
-        Status.WARN,
-        "; ".join(parts) + f" (samples in a collective: {shares}, over {interval:g} s)",
-        ranks=[s.rank for s in found],
-        hosts=list(dict.fromkeys(by_rank[s.rank].host for s in found)),
-    )
+    detail = "; ".join(parts) + f" (samples in a collective: {shares}, over {interval:g} s)"
+    hosts = list(dict.fromkeys(by_rank[s.rank].host for s in found))
+    return Check("stragglers", Status.WARN, detail, ranks=[s.rank for s in found], hosts=hosts)
 
 
 def crashed(live: list[RankView], absent: list[int], expected: int, sampled_how: str) -> Report:
