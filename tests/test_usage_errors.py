@@ -116,6 +116,22 @@ def test_help_lists_examples(ddpcheck) -> None:
     assert run.code == 0 and "--min-busbw" in run.stdout and "Examples" in run.stdout
 
 
+def test_watch_runs_only_a_program_it_can_execute(tmp_path: Path) -> None:
+    """A name on PATH or a path taken as it is; a directory, a file that cannot run, or nothing: refused."""
+    from ddpcheck.checks.watch import WatchOptions
+
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\n")
+    for program in ("sh", sys.executable, "../" * 8 + sys.executable.lstrip("/")):
+        WatchOptions(command=[program]).validate()
+    script.chmod(0o755)
+    WatchOptions(command=[str(script)]).validate()
+    script.chmod(0o644)
+    for program in (str(tmp_path), str(script), "no-such-command-here", str(tmp_path / "none")):
+        with pytest.raises(UsageError, match="no such command"):
+            WatchOptions(command=[program]).validate()
+
+
 # ------------------------------------------------------------------ the parsers
 @pytest.mark.parametrize(
     ("text", "size"),

@@ -64,12 +64,7 @@ class WatchOptions:
         if not self.command:
             raise UsageError("watch needs the job to run, after --: ddpcheck watch -- torchrun ... train.py")
         program = self.command[0]
-        found = (
-            shutil.which(program)
-            if os.sep not in program
-            else (program if os.access(program, os.X_OK) else None)
-        )
-        if found is None or os.path.isdir(found):
+        if shutil.which(program) is None:  # a path is taken as it is, and so is refused a directory
             raise UsageError(f"{program}: no such command (not found on PATH, or not executable)")
         if not self.hang_after > 0:
             raise UsageError(f"--hang-after {self.hang_after:g}: must be more than 0 seconds")
