@@ -30,12 +30,11 @@ DIST_ENV_PREFIXES = ("SLURM_", "NCCL_", "TORCH_NCCL_", "GLOO_", "TORCHELASTIC_")
 
 def distributed_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables that steer a distributed job, sorted, secrets already redacted."""
-    picked = {
+    return {
         name: redact_value(name, value)
-        for name, value in environ.items()
+        for name, value in sorted(environ.items())
         if name in DIST_ENV_NAMES or name.startswith(DIST_ENV_PREFIXES)
     }
-    return dict(sorted(picked.items()))
 
 
 def in_launch(env: Mapping[str, str]) -> bool:
