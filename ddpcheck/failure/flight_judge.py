@@ -121,11 +121,8 @@ def _arrival(
     stuck = [r for r in ranks if stateful and reached[r] == bottom and _stuck_before(traces[r], pg, bottom)]
     if top == bottom and not (stuck and len(ranks) == 1):
         said = "started by" if stateful else "of"
-        return Check(
-            name,
-            Status.PASS,
-            f"the last collective {said} {span(ranks)}: {named_collective(pg, top, ranks, traces)}",
-        )
+        detail = f"the last collective {said} {span(ranks)}: {named_collective(pg, top, ranks, traces)}"
+        return Check(name, Status.PASS, detail)
     behind = [r for r in ranks if reached[r] == bottom]
     absent = [r for r in behind if r not in stuck]
     waiting = [r for r in ranks if reached[r] > bottom]
