@@ -105,11 +105,7 @@ def _root(
 # ---------------------------------------------------------------- the Typer declarations, generated
 def _one_of(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
     """TAB-completion of an option's values (the options' validate() checks them)."""
-
-    def complete(incomplete: str) -> list[str]:
-        return [c for c in choices if c.startswith(incomplete)]
-
-    return complete
+    return lambda incomplete: [c for c in choices if c.startswith(incomplete)]  # Typer passes it by name
 
 
 def _typer_parameter(parameter: Parameter) -> inspect.Parameter:
