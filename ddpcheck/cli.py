@@ -131,16 +131,13 @@ def _typer_parameter(parameter: Parameter) -> inspect.Parameter:
     )
 
 
+_METAVARS = ((int, "N"), (float, "F"), (bool, None))  # a value of any other type is TEXT
+
+
 def _metavar(annotation: Any) -> str | None:
     """What an option's value is called in the help when its declaration names nothing better."""
     kinds = set(typing.get_args(annotation)) - {type(None)} or {annotation}
-    if kinds <= {int}:
-        return "N"
-    if kinds <= {float}:
-        return "F"
-    if kinds <= {bool}:
-        return None
-    return "TEXT"
+    return next((name for kind, name in _METAVARS if kinds <= {kind}), "TEXT")
 
 
 def _faults_help(command: Command) -> str:
