@@ -81,11 +81,10 @@ def step_times(rows: list[dict[str, float]]) -> list[dict[str, float]]:
 
 def rank_medians(data: list[dict[str, Any]], warmup: int) -> list[dict[str, float]]:
     """Per rank, the median of each phase over the steady-state steps (warm-up left out)."""
-    medians = []
-    for d in data:
-        steady = step_times(d["steps"])[warmup:]
-        medians.append({p: statistics.median(s[p] for s in steady) for p in SUMMARY_PHASES})
-    return medians
+    return [
+        {p: statistics.median(s[p] for s in steady) for p in SUMMARY_PHASES}
+        for steady in (step_times(d["steps"])[warmup:] for d in data)
+    ]
 
 
 def variation(data: list[dict[str, Any]], warmup: int) -> list[float]:
@@ -108,11 +107,8 @@ def straggler_ratios(medians: list[dict[str, float]]) -> list[float]:
     """
     compute = [m["compute"] for m in medians]
     ordered = sorted(compute)
-    ratios = []
-    for own in compute:
-        base = _median_without(ordered, own) if len(ordered) > 1 else own
-        ratios.append(own / base if base > 0 else 1.0)
-    return ratios
+    bases = [_median_without(ordered, own) if len(ordered) > 1 else own for own in compute]
+    return [own / base if base > 0 else 1.0 for own, base in zip(compute, bases, strict=True)]
 
 
 def _median_without(ordered: list[float], value: float) -> float:
@@ -459,18 +455,17 @@ def steps_table(
     data: list[dict[str, Any]], identities: list[dict[str, Any]], warmup: int, ranks: list[int]
 ) -> Table:
     """One row per rank per step, every phase in milliseconds (JSON only: the terminal shows rank 0)."""
-    rows = []
-    for r in ranks:
-        for step, s in enumerate(step_times(data[r]["steps"])):
-            rows.append(
-                {
-                    "rank": r,
-                    "host": identities[r]["host"],
-                    "step": step,
-                    "warmup": step < warmup,
-                    **{f"{phase}_ms": _ms(s[phase]) for phase in SUMMARY_PHASES},
-                }
-            )
+    rows = [
+        {
+            "rank": r,
+            "host": identities[r]["host"],
+            "step": step,
+            "warmup": step < warmup,
+            **{f"{phase}_ms": _ms(s[phase]) for phase in SUMMARY_PHASES},
+        }
+        for r in ranks
+        for step, s in enumerate(step_times(data[r]["steps"]))
+    ]
     if len(ranks) == len(data):
         return Table("steps", "Every rank, every step", {}, rows)
     title = (
