@@ -26,9 +26,7 @@ def make_watch_dir(path: str | None) -> tuple[Path, bool]:
         made = Path(tempfile.mkdtemp(prefix="ddpcheck-watch-"))
         fresh = True
     else:
-        made = Path(path)
-        if made.exists() and not made.is_dir():
-            raise UsageError(f"--dir {path}: is a file, not a directory")
+        made = Path(path)  # not a file: WatchOptions.validate refused one
         try:
             made.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
