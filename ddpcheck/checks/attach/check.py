@@ -71,9 +71,8 @@ def judge(seen: Seen, interval: float) -> Report:
             if seen.changed
             else f"every rank moved data (>= {IO_PROGRESS_BYTES // 1024} KiB) in {interval:g} s"
         )
-        check = Check(
-            "job", Status.PASS, f"making progress: {how}; {counted(len(views), 'rank')}, none stopped"
-        )
+        detail = f"making progress: {how}; {counted(len(views), 'rank')}, none stopped"
+        check = Check("job", Status.PASS, detail)
         report = ranks_report("attach", views, [check, stragglers_check(views, interval)], [])
         if absent:
             report.notes.append(
@@ -113,9 +112,8 @@ def stragglers_check(views: list[RankView], interval: float) -> Check:
     found = sampled.judge(stacks)
     shares = sampled.summary(stacks)
     if not found:
-        return Check(
-            "stragglers", Status.PASS, f"no rank slows the job (samples waiting in a collective: {shares})"
-        )
+        detail = f"no rank slows the job (samples waiting in a collective: {shares})"
+        return Check("stragglers", Status.PASS, detail)
     by_rank = {v.rank: v for v in views}
     parts = []
     for s in found:
@@ -144,9 +142,8 @@ def crashed(live: list[RankView], absent: list[int], expected: int, sampled_how:
     if others:
         detail += "; " + "; ".join(f"{identity(v)} is in {call_at(v.stack)}" for v in others)
     detail += f" ({sampled_how}, none changed)"
-    check = Check(
-        "crash", Status.ERROR, detail, ranks=absent, hosts=list(dict.fromkeys(v.host for v in live))
-    )
+    hosts = list(dict.fromkeys(v.host for v in live))
+    check = Check("crash", Status.ERROR, detail, ranks=absent, hosts=hosts)
     return ranks_report("attach", live, [check], [])
 
 
@@ -183,12 +180,11 @@ def ras_check(seen: Seen) -> Check:
 def dumps_check(seen: Seen) -> Check:
     name = "flight-recorder dumps"
     if not seen.traces:
-        return Check(
-            name,
-            Status.SKIP,
+        detail = (
             "none on disk (the job sets TORCH_FR_DUMP_TEMP_FILE / TORCH_NCCL_DEBUG_INFO_TEMP_FILE and "
-            "TORCH_NCCL_DEBUG_INFO_PIPE_FILE for attach to get them: docs/attach.md)",
+            "TORCH_NCCL_DEBUG_INFO_PIPE_FILE for attach to get them: docs/attach.md)"
         )
+        return Check(name, Status.SKIP, detail)
     return Check(name, Status.PASS, f"read for {span(sorted(seen.traces))}")
 
 
