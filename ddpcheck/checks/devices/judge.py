@@ -250,19 +250,16 @@ def judge_results(data: list[dict[str, Any]], identities: list[dict[str, Any]]) 
     """The same seeded products, bitwise, across the ranks of one device model: the odd ones out named."""
     problems: list[str] = []
     culprits: set[int] = set()
-    compared = 0
     by_model: dict[str, list[int]] = {}
     for rank, d in enumerate(data):
         by_model.setdefault(d["model"], []).append(rank)
     for model, ranks in by_model.items():
         for dtype in data[ranks[0]]["checksums"]:
             digests = {r: data[r]["checksums"][dtype]["sha256"] for r in ranks}
-            compared += 1
-            counts = Counter(digests.values())
-            if len(counts) == 1:
+            (top, top_count), *rest = Counter(digests.values()).most_common()
+            if not rest:
                 continue
-            (top, top_count), *rest = counts.most_common()
-            if rest and rest[0][1] == top_count:
+            if rest[0][1] == top_count:
                 culprits |= set(ranks)
                 problems.append(
                     f"{dtype} products on {model} disagree and no majority says which is right "
@@ -286,12 +283,12 @@ def judge_results(data: list[dict[str, Any]], identities: list[dict[str, Any]]) 
         return Check(
             "results agree", Status.FAIL, "; ".join(problems), ordered, hosts_of(ordered, identities)
         )
-    singles = [m for m, r in by_model.items() if len(r) == 1]
-    if len(singles) == len(by_model) and len(data) > 1:
+    if len(data) > 1 and all(len(ranks) == 1 for ranks in by_model.values()):
         return Check(
             "results agree", Status.SKIP, "every rank's device is a different model: nothing to compare"
         )
     models = counted(len(by_model), "device model")
+    compared = sum(len(data[ranks[0]]["checksums"]) for ranks in by_model.values())
     return Check(
         "results agree",
         Status.PASS,
