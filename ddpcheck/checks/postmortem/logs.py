@@ -264,17 +264,14 @@ def judge_logs(found: FoundLogs, mismatch_culprits: list[int] | None = None) -> 
             else "flight-recorder dumps (TORCH_FR_BUFFER_SIZE) would say which"
         )
         aborted = span(receivers) if receivers else "a rank"
-        checks.append(
-            Check(
-                "no collective mismatch in the logs",
-                Status.FAIL,
-                f"{aborted} aborted on gloo's 'Received data size doesn't match expected size'{got}: "
-                "a collective mismatch. gloo aborts the rank that RECEIVES the wrong size, not the "
-                f"one that called the collective wrongly: {who}",
-                ranks=list(mismatch_culprits or []),
-                hosts=hosts_known(mismatch_culprits or [], hosts),
-            )
+        detail = (
+            f"{aborted} aborted on gloo's 'Received data size doesn't match expected size'{got}: "
+            "a collective mismatch. gloo aborts the rank that RECEIVES the wrong size, not the "
+            f"one that called the collective wrongly: {who}"
         )
+        name = "no collective mismatch in the logs"
+        named = list(mismatch_culprits or [])
+        checks.append(Check(name, Status.FAIL, detail, ranks=named, hosts=hosts_known(named, hosts)))
     checks.append(_ends(found, receivers, hosts))
     warnings = [f for f in found.findings if f.kind == "nccl_warn"]
     if warnings:
