@@ -92,14 +92,12 @@ def _from_nvml_at(pynvml: Any, bus: str) -> dict[str, Any]:
     except pynvml.NVMLError as exc:
         return {"error": f"NVML did not start: {exc}"}
     try:
-        handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
-        facts = from_nvml(pynvml, handle)
+        return from_nvml(pynvml, pynvml.nvmlDeviceGetHandleByPciBusId(bus))
     except pynvml.NVMLError as exc:
         return {"error": f"NVML could not read GPU {bus}: {exc}"}
     finally:
         with contextlib.suppress(Exception):  # shutting NVML down after a failed read: nothing more to say
             pynvml.nvmlShutdown()
-    return facts
 
 
 def from_nvml(nvml: Any, handle: Any) -> dict[str, Any]:
