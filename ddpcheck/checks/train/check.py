@@ -135,13 +135,12 @@ def mean_local_gradients(module: Any, batches: Batches) -> list[Any]:
     from torch.func import functional_call
 
     params = {name: p.detach().requires_grad_(True) for name, p in module.named_parameters()}
-    total: list[Any] | None = None
+    total = [torch.zeros_like(p) for p in params.values()]
     for rank in range(batches.world_size):
         inputs, targets = batches.of(rank)
         loss = mse(functional_call(module, params, (inputs,)), targets)
         grads = torch.autograd.grad(loss, list(params.values()))
-        total = list(grads) if total is None else [t + g for t, g in zip(total, grads, strict=True)]
-    assert total is not None
+        total = [t + g for t, g in zip(total, grads, strict=True)]
     return [t / batches.world_size for t in total]
 
 
