@@ -54,8 +54,7 @@ def judge_backends(backends: Mapping[str, bool], visible_gpus: int) -> Check:
             "torch.distributed is not available in this torch build: no process group can start. "
             "Fix: install a torch build with distributed support (the PyPI wheels for Linux have it).",
         )
-    have = [b for b in ("nccl", "gloo", "mpi", "ucc") if backends.get(b)]
-    listed = ", ".join(have) or "none"
+    listed = ", ".join(b for b in ("nccl", "gloo", "mpi", "ucc") if backends.get(b)) or "none"
     if visible_gpus and not backends.get("nccl"):
         return Check(
             name,
@@ -272,11 +271,10 @@ def parse_nccl_ifname(value: str) -> tuple[bool, bool, list[str]]:
     NCCL's syntax: a comma-separated list of name prefixes; a leading '^' excludes
     them instead; then a leading '=' makes them exact names ('^=docker0').
     """
-    text = value.strip()
-    exclude = text.startswith("^")
-    text = text[1:] if exclude else text
+    exclude = value.strip().startswith("^")
+    text = value.strip().removeprefix("^")
     exact = text.startswith("=")
-    text = text[1:] if exact else text
+    text = text.removeprefix("=")
     return exclude, exact, [e.strip() for e in text.split(",") if e.strip()]
 
 
