@@ -220,13 +220,15 @@ def test_a_ranks_gpu_is_found_from_its_environment_in_proc(monkeypatch: pytest.M
     reader = looks.GpuReader()
     reader.tried, reader.nvml = True, Nvml()
     env = {**os.environ, "LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "4,5"}
-    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    rank = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
     try:
+        rank.stdout.readline()  # type: ignore[union-attr]  # exec'd: /proc shows its own environment
         assert reader.read(rank.pid, 1.0).sm_clock_mhz == 5  # type: ignore[union-attr]
         assert environ(rank.pid)["CUDA_VISIBLE_DEVICES"] == "4,5"  # type: ignore[index]
     finally:
         rank.kill()
-        rank.wait()
+        rank.communicate()
     assert environ(rank.pid) is None
 
 
