@@ -24,7 +24,7 @@ import pytest
 from ddpcheck.checks.env.refusals import store_unreachable
 from ddpcheck.failure import explain, stages
 from ddpcheck.failure.error_texts import store_waited_for
-from ddpcheck.failure.proc import cmdline, state_of
+from ddpcheck.failure.proc import ProcState, cmdline, state_of
 from ddpcheck.rank import arrival
 from ddpcheck.report.formats.text import write_text
 from tests.conftest import removed_in_time, removers_of
@@ -177,7 +177,7 @@ def test_a_peer_reads_where_a_stopped_or_killed_rank_was_and_the_last_one_cleans
         assert seen[1].stage == arrival.IMPORTING_TORCH and seen[1].state == "stopped"
         assert seen[1].pid == stopped.pid
         # The killed rank's file stays while a rank of the job is alive here: a peer still finds it.
-        assert seen[2].stage == arrival.IMPORTING_TORCH and seen[2].lost
+        assert seen[2].stage == arrival.IMPORTING_TORCH and seen[2].state.ended
     finally:
         stopped.kill()
         stopped.wait()
@@ -520,7 +520,9 @@ def test_a_rank_killed_while_it_removed_the_directory_leaves_nothing(tmp_path: P
 
 
 def _presence(rank: int, stage: str, state: str) -> arrival.RankFile:
-    return arrival.RankFile(rank=rank, pid=1000 + rank, host="h", stage=stage, since=0.0, state=state)
+    return arrival.RankFile(
+        rank=rank, pid=1000 + rank, host="h", stage=stage, since=0.0, state=ProcState(state)
+    )
 
 
 @pytest.mark.parametrize(("stage", "state", "pending"), [

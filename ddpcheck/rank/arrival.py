@@ -33,6 +33,7 @@ from pathlib import Path
 
 from ddpcheck.command import RANKED_COMMANDS  # the one declaration asked, loaded alone
 from ddpcheck.failure.proc import ProcState, cmdline, state_of
+from ddpcheck.failure.proc import environ as environ_of  # beside this module's own `environ` arguments
 from ddpcheck.failure.rank_env import MPI_LOCAL_SIZE_VARIABLES, Launcher, launcher_of, rank_variable
 from ddpcheck.failure.stages import DONE, KILLED_AFTER_ITS_PART, LEFT, STARTING, TERMINATED, WRITING_REPORT
 from ddpcheck.failure.stages import IMPORTING_TORCH as IMPORTING_TORCH  # the entry point enters it here
@@ -76,10 +77,6 @@ class RankFile:
     stage: str
     since: float  # when it entered the stage (time.time, this host's clock)
     state: ProcState
-
-    @property
-    def lost(self) -> bool:
-        return self.state in ("zombie", "gone")
 
 
 def identity(environ: dict[str, str] | os._Environ[str], argv: list[str]) -> Identity | None:
@@ -172,7 +169,7 @@ class Arrival:
         announced = list(read(self.dir).values())
         pids = {p.pid for p in announced}
         if (
-            all(p.lost for p in announced if p.pid != os.getpid())
+            all(p.state.ended for p in announced if p.pid != os.getpid())
             and not unannounced_siblings(self.identity.rank_variable, pids, self.launcher)
             and not killed_after_its_part_unnamed(self.dir, announced)
         ):
@@ -201,7 +198,7 @@ def killed_after_its_part_unnamed(directory: Path, announced: Iterable[RankFile]
     the directory is left to that remover, which names it and then removes it."""
     if (directory / ENDED_AFTER).is_dir() or (directory / ENDED_FIRST).is_dir():
         return False
-    return any(p.stage in KILLED_AFTER_ITS_PART and p.lost for p in announced)
+    return any(p.stage in KILLED_AFTER_ITS_PART and p.state.ended for p in announced)
 
 
 def unannounced_siblings(rank_variable: str, announced: set[int], launcher: int) -> list[int]:
@@ -234,13 +231,9 @@ def siblings(rank_variable: str, launcher: int) -> dict[int, str]:
         for pid in pids:
             if pid == me or REMOVER_NAME.encode() in cmdline(pid).split(b"\0"):
                 continue
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as environ:
-                    variables = dict(entry.partition(b"=")[::2] for entry in environ.read().split(b"\0"))
-            except OSError:
-                continue
-            if rank_variable.encode() in variables:
-                found[pid] = variables[rank_variable.encode()].decode(errors="replace")
+            variables = environ_of(pid) or {}  # gone meanwhile: none
+            if rank_variable in variables:
+                found[pid] = variables[rank_variable]
     return found
 
 
@@ -278,8 +271,8 @@ def read(directory: Path) -> dict[int, RankFile]:
         old = found.get(presence.rank)
         if (
             old is None
-            or (old.lost and not presence.lost)
-            or (old.lost == presence.lost and presence.since > old.since)
+            or (old.state.ended and not presence.state.ended)
+            or (old.state.ended == presence.state.ended and presence.since > old.since)
         ):
             found[presence.rank] = presence
     return found
@@ -328,7 +321,7 @@ def sweep_abandoned(keep: Path | None = None, older_than_s: float = 60.0) -> Non
         try:
             if directory == keep or time.time() - directory.stat().st_mtime < older_than_s:
                 continue
-            if not all(p.lost for p in read(directory).values()):
+            if not all(p.state.ended for p in read(directory).values()):
                 continue
             remove_job_dir(directory)
         except OSError:
