@@ -50,8 +50,7 @@ def read_stack(path: str) -> Stack | None:
     """The agent's stack beside a sample's answer, None when it wrote none or half of one."""
     try:
         with open(path) as found:
-            raw = json.load(found)
-        return stack_of(raw)
+            return stack_of(json.load(found))
     except (OSError, ValueError, TypeError, KeyError):
         return None
 
@@ -83,7 +82,7 @@ class Seen:
 
     def gpu(self, rank: int, gpu: Gpu) -> None:
         self.gpus.setdefault(rank, deque(maxlen=STACKS_KEPT)).append(gpu)
-        self._note(rank, "gpus", {k: v for k, v in vars(gpu).items()})
+        self._note(rank, "gpus", dict(vars(gpu)))
 
     def _note(self, rank: int, kind: str, raw: Any) -> None:
         found = self._unpublished.setdefault(rank, {}).setdefault(kind, [])
@@ -144,14 +143,12 @@ class GpuReader:
     def _start(self) -> Any:
         if not self.tried:
             self.tried = True
-            try:
+            with contextlib.suppress(Exception):  # not installed, no driver, no GPU: no readings
                 import pynvml
 
                 pynvml.nvmlInit()
                 if pynvml.nvmlDeviceGetCount() > 0:
                     self.nvml = pynvml
-            except Exception:  # not installed, no driver, no GPU: no readings
-                self.nvml = None
         return self.nvml
 
     def close(self) -> None:
