@@ -128,15 +128,6 @@ def backward_marked(
     return seconds
 
 
-def time_allreduce(ctx: RankContext, count: int) -> float:
-    """Seconds for one all_reduce of `count` float32 elements (the gradients' size), on this rank."""
-    import torch
-    import torch.distributed as dist
-
-    buffer = torch.zeros(count, dtype=torch.float32, device=ctx.device)
-    return time_collective(ctx, lambda: dist.all_reduce(buffer), ALLREDUCE_WARMUP, ALLREDUCE_ITERS)
-
-
 def peak_memory(ctx: RankContext) -> tuple[int, str]:
     """(bytes, kind): peak allocated device memory on a GPU, peak resident set of this process on CPU."""
     if ctx.device.type == "cuda":
@@ -169,6 +160,7 @@ def setup(ctx: RankContext, opts: ProfileOptions) -> tuple[Any, Any, Any, Any]:
 @private_compile_cache()
 def measure(ctx: RankContext, opts: ProfileOptions) -> dict[str, Any]:
     import torch
+    import torch.distributed as dist
 
     ctx.stage("measure: build the model")
     if ctx.device.type == "cuda":
@@ -199,7 +191,8 @@ def measure(ctx: RankContext, opts: ProfileOptions) -> dict[str, Any]:
     ctx.progress(opts.steps, opts.steps, "done")
     ctx.stage("measure: time one all_reduce of the gradients' size")
     grad_bytes = gradient_bytes(ddp.module)
-    allreduce_s = time_allreduce(ctx, grad_bytes // 4)
+    buffer = torch.zeros(grad_bytes // 4, dtype=torch.float32, device=ctx.device)  # float32, as the gradients
+    allreduce_s = time_collective(ctx, lambda: dist.all_reduce(buffer), ALLREDUCE_WARMUP, ALLREDUCE_ITERS)
     memory, memory_kind = peak_memory(ctx)
     return {
         "steps": rows,
