@@ -129,15 +129,11 @@ def _arrival(
     parts = [_stuck_said(pg, bottom, stuck, traces)] if stuck else []
     if absent:
         parts.append(_never_called(pg, bottom, absent, waiting, traces))
-    by_seq: dict[int, list[int]] = defaultdict(list)
-    for r in waiting:
-        by_seq[reached[r]].append(r)
     inside = " (its kernel started)" if stateful else ""
-    for seq in sorted(by_seq, reverse=True):
-        verb = "waits" if len(by_seq[seq]) == 1 else "wait"
-        parts.append(
-            f"{span(by_seq[seq])} {verb} in {named_collective(pg, seq, by_seq[seq], traces)}{inside}"
-        )
+    for seq in sorted({reached[r] for r in waiting}, reverse=True):
+        there = [r for r in waiting if reached[r] == seq]
+        verb = "waits" if len(there) == 1 else "wait"
+        parts.append(f"{span(there)} {verb} in {named_collective(pg, seq, there, traces)}{inside}")
     return Check(name, Status.ERROR, "; ".join(parts), ranks=behind, hosts=hosts_known(behind, hosts))
 
 
