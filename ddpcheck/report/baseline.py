@@ -79,10 +79,10 @@ def load_report(path: str, flag: str = "--baseline") -> dict[str, Any]:
             f"{flag} {path}: written by ddpcheck {data['ddpcheck']}, incompatible with this "
             f"ddpcheck {__version__}: save a new one"
         )
-    if family_of(data["command"]) is None and data["command"] != "compare":
-        raise UsageError(f"{flag} {path}: a `{data['command']}` report holds no figures to compare")
     if data["command"] == "compare":
         raise UsageError(f"{flag} {path}: a `compare` report, not a run: give the run's own report")
+    if family_of(data["command"]) is None:
+        raise UsageError(f"{flag} {path}: a `{data['command']}` report holds no figures to compare")
     return data
 
 
