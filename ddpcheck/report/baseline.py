@@ -300,13 +300,9 @@ def _found(chosen: Selection, rows: list[dict[str, Any]], status: str) -> list[t
 
 
 def _comparison_table(rows: list[dict[str, Any]], source: str, tolerance: float) -> Table:
-    columns = {"figure": "figure", "unit": "unit", "then": "then", "now": "now", "ratio": "ratio"}
-    return Table(
-        "baseline",
-        f"Compared with {source} (tolerance {tolerance:.0%}; ratio = now / then)",
-        {**columns, "status": "status"},
-        rows,
-    )
+    columns = {key: key for key in ("figure", "unit", "then", "now", "ratio", "status")}
+    title = f"Compared with {source} (tolerance {tolerance:.0%}; ratio = now / then)"
+    return Table("baseline", title, columns, rows)
 
 
 def _notes(
