@@ -398,12 +398,8 @@ def verdict_changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[Check, Ta
     then = {c.get("name"): c.get("status") for c in old.get("checks", []) if isinstance(c, dict)}
     now = {c.get("name"): c for c in new.get("checks", []) if isinstance(c, dict)}
     names = list(dict.fromkeys([*then, *now]))
-    rows = [
-        {"check": n, "then": then.get(n), "now": (now.get(n) or {}).get("status"), "changed": False}
-        for n in names
-    ]
-    for row in rows:
-        row["changed"] = row["then"] != row["now"]
+    pairs = [(n, then.get(n), (now.get(n) or {}).get("status")) for n in names]
+    rows = [{"check": n, "then": was, "now": is_now, "changed": was != is_now} for n, was, is_now in pairs]
     table = Table("verdicts", "Checks: then and now", {"check": "check", "then": "then", "now": "now"}, rows)
     broke = [r for r in rows if r["then"] in ("PASS", "WARN") and r["now"] in ("FAIL", "ERROR")]
     fixed = [r for r in rows if r["then"] in ("FAIL", "ERROR") and r["now"] in ("PASS", "WARN")]
