@@ -151,8 +151,7 @@ class Sampler:
         self.every_s = every_s
         self.speak = speak
         self.clock = clock
-        self.began = clock()
-        self.next_at = self.began + every_s
+        self.next_at = clock() + every_s
         self.number = 0
         self.pending: _Pending | None = None
         self.history = History()
@@ -164,7 +163,6 @@ class Sampler:
         self.seen = Seen()  # each rank's /proc, stacks and GPU: why a named rank is slow
         self.gpus = GpuReader()
         self.pids: dict[int, int] = {}
-        self.answers: deque[int] = deque(maxlen=100)  # how many ranks answered each request
         self.lines: list[str] = []  # every line said, for the report's notes and the tests
 
     def tick(self, live: Mapping[int, str], pids: Mapping[int, int] | None = None) -> None:
@@ -207,7 +205,6 @@ class Sampler:
             except NotADump:
                 continue
         self._sweep(pending.number)
-        self.answers.append(len(new))
         for rank, pid in self.pids.items():
             gpu = self.gpus.read(pid, time.time())
             if gpu is not None:
