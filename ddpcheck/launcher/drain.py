@@ -94,10 +94,8 @@ def _resume(report: Report) -> list[str]:
     try:
         for host in hosts:
             state = node_state(str(host))
-            if state is None:
-                continue
-            if "DRAIN" not in state.get("State", "").upper():
-                continue
+            if state is None or "DRAIN" not in state.get("State", "").upper():
+                continue  # not a Slurm node, or not drained
             if not state.get("Reason", "").startswith(PREFIX):
                 lines.append(
                     f"--drain: {host} stays drained: an admin drained it ({state.get('Reason', 'no reason')})"
