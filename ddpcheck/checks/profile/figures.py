@@ -47,16 +47,8 @@ def profile_figures(report: dict[str, Any]) -> list[Figure]:
         for key in ("forward_tflops", "backward_tflops", "step_tflops"):
             value = positive(row.get(key))
             if value is not None:
-                figures.append(
-                    Figure(
-                        COMPUTE,
-                        ("tflops", key),
-                        key.replace("_tflops", "") + " TFLOP/s",
-                        "TFLOP/s",
-                        value,
-                        True,
-                    )
-                )
+                label = key.replace("_tflops", " TFLOP/s")  # "forward TFLOP/s"
+                figures.append(Figure(COMPUTE, ("tflops", key), label, "TFLOP/s", value, True))
     for row in rows_of(report, "per_rank"):
         value, rank = positive(row.get("compute_ms")), row.get("rank")
         if value is not None and isinstance(rank, int):
