@@ -147,9 +147,5 @@ def _xml_safe(text: str) -> str:
 
 
 def _culprit_text(check: Check) -> str:
-    parts = []
-    if check.ranks:
-        parts.append("ranks: " + ", ".join(map(str, check.ranks)))
-    if check.hosts:
-        parts.append("hosts: " + ", ".join(check.hosts))
-    return "; ".join(parts)
+    named = (("ranks", check.ranks), ("hosts", check.hosts))
+    return "; ".join(f"{what}: {', '.join(map(str, who))}" for what, who in named if who)
