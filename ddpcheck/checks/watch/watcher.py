@@ -146,12 +146,9 @@ class Watcher:
         """Until the job ends (ENDED), a rank fails and the job goes on (CRASH), or it hangs (HANG)."""
         while True:
             event = self.step()
-            if event is Event.FAILED:
-                event = (
-                    Event.CRASH
-                    if self.failed_at is not None and time.monotonic() - self.failed_at >= LAUNCHER_GRACE_S
-                    else None
-                )
+            if event is Event.FAILED:  # a crash once its launcher's grace passed without ending the job
+                assert self.failed_at is not None
+                event = Event.CRASH if time.monotonic() - self.failed_at >= LAUNCHER_GRACE_S else None
             if event is not None:
                 return event
             time.sleep(TICK_S)
@@ -282,8 +279,7 @@ class Watcher:
         return newly
 
     def _a_rank_failed(self) -> bool:
-        views = self.views()
-        first, _ = judge.first_failed(views)
+        first, _ = judge.first_failed(self.views())
         return first is not None and first.exit is not None and not first.exit.secondary
 
     def _sample(self, blocking: bool) -> None:
@@ -299,7 +295,7 @@ class Watcher:
 
     # ------------------------------------------------------------ what was seen
     def views(self) -> list[RankView]:
-        launcher_said = launcher_exit_codes(self.pump.text()) if self.pump else {}
+        launcher_said = launcher_exit_codes(self.output())
         now = time.monotonic()
         found = []
         for rank, watched in sorted(self.ranks.items()):
@@ -401,7 +397,7 @@ class Watcher:
             report = hangs.judge_hang(views, self.silent_s, self.options.hang_after, command=judge.COMMAND)
             traces = find_dumps(self.dir).traces
             return with_flight_recorders(report, traces, {v.rank: v.host for v in views}, len(views))
-        code = self.proc.returncode if self.proc is not None else None
+        code = self.job_code()
         if decision is Event.ENDED and code == 0:
             return judge.judge_success(views, time.monotonic() - self.began)
         return judge.judge_crash(views, output, code)
