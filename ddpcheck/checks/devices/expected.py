@@ -13,10 +13,8 @@ COMPUTE_FRACTION = 0.5
 # Warn when a pinned copy is below this fraction of what the link does.
 COPY_FRACTION = 0.6
 
-# (fragment of the device name, bf16 dense TFLOP/s, tf32 dense TFLOP/s, pinned copy GB/s each way).
-# Peaks from NVIDIA's H100, H200 and A100 data sheets (dense, without sparsity); copy rates are
-# what nvbandwidth's host_to_device_memcpy_ce measures on PCIe Gen5 x16 (about 55 GB/s) and
-# Gen4 x16 (about 25 GB/s) hosts. Most specific fragment first.
+# (fragment of the device name, bf16 dense TFLOP/s, tf32 dense TFLOP/s, pinned copy GB/s each way),
+# most specific fragment first; docs/devices.md says where each figure comes from.
 GPUS: tuple[tuple[str, float, float, float], ...] = (
     ("H200", 989.0, 494.0, 55.0),
     ("H100 PCIe", 756.0, 378.0, 55.0),
