@@ -96,30 +96,25 @@ class LinkColumns:
     @classmethod
     def from_rank_data(cls, data: list[dict[str, Any]]) -> LinkColumns:
         """Every rank's measure() (its links received, as columns or as a dict per link)."""
-        parts = []
-        for dst, rank_data in enumerate(data):
-            links = rank_data["links"]
-            columns = links if isinstance(links, Mapping) else rank_columns(links)
-            parts.append((dst, rank_data["size_bytes"], {k: np.asarray(columns[k]) for k in COLUMN_NAMES}))
-        count = [len(c["peer"]) for _, _, c in parts]
+        sent = [r["links"] if isinstance(r["links"], Mapping) else rank_columns(r["links"]) for r in data]
+        parts = [{k: np.asarray(columns[k]) for k in COLUMN_NAMES} for columns in sent]
+        count = [len(c["peer"]) for c in parts]
 
         def joined(name: str, dtype: type) -> np.ndarray:
             # casting="unsafe": peers fit the narrower key type stable_order() sorts anyway.
-            arrays = [c[name] for _, _, c in parts] or [np.empty(0, dtype)]
+            arrays = [c[name] for c in parts] or [np.empty(0, dtype)]
             return np.concatenate(arrays, dtype=dtype, casting="unsafe")
 
-        sizes = {s for _, s, _ in parts}
+        sizes = [r["size_bytes"] for r in data]
         # One size (every run): a scalar, not a column of 8 million copies of it.
         size = (
-            float(sizes.pop())
-            if len(sizes) == 1
-            else np.repeat(np.array([s for _, s, _ in parts], dtype=np.float64), count)
+            float(sizes[0]) if len(set(sizes)) == 1 else np.repeat(np.array(sizes, dtype=np.float64), count)
         )
         src = joined("peer", _key_type(len(data)))
         dst = np.repeat(np.arange(len(data), dtype=np.int64), count)
         order = stable_order(src, len(data))  # each rank's links come in rank order: (src, dst) order
         inter = joined("inter", bool)
-        gbps = _gbps(size, joined("recv_s", np.float64), in_place=True)
+        gbps = _gbps(size, joined("recv_s", np.float64))
         latency_us = joined("latency_s", np.float64)
         latency_us *= 1e6  # in place: each fresh column of 8 million costs its allocation
         # As the ranks sent them, the links are in (dst, src) order: what each rank's links in need.
@@ -127,7 +122,7 @@ class LinkColumns:
         best = joined("best_pass_recv_s", np.float64)[order]
         wrong = (
             joined("wrong", np.int64)[order]
-            if any(c["wrong"].any() for _, _, c in parts)
+            if any(c["wrong"].any() for c in parts)
             else np.zeros(len(src), dtype=np.int64)
         )
         return cls(
@@ -135,7 +130,7 @@ class LinkColumns:
             dst=dst[order],
             inter=inter[order],
             gbps=gbps[order],
-            best_gbps=_gbps(size, best, in_place=True),
+            best_gbps=_gbps(size, best),
             latency_us=latency_us[order],
             wrong=wrong,
             received=received,
@@ -180,11 +175,11 @@ def _in_rank_order(dst: np.ndarray, src: np.ndarray) -> bool:
     return bool(np.all((src[1:] > src[:-1]) | (dst[1:] != dst[:-1])))
 
 
-def _gbps(size: np.ndarray | float, seconds: np.ndarray, in_place: bool = False) -> np.ndarray:
-    """GB/s of `size` bytes in `seconds` (0 where unmeasured); `in_place`: into `seconds`, the caller's."""
+def _gbps(size: np.ndarray | float, seconds: np.ndarray) -> np.ndarray:
+    """GB/s of `size` bytes in `seconds` (0 where unmeasured), in place: into `seconds`, the caller's."""
     measured = seconds > 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        gbps = np.divide(size, seconds, out=seconds if in_place else None)
+        gbps = np.divide(size, seconds, out=seconds)
         gbps /= 1e9  # in place: 8 million of them
     if not measured.all():
         gbps[~measured] = 0.0
