@@ -109,8 +109,9 @@ class Reference:
 
     def __init__(self, opts: TrainOptions, batches: Batches, device: Any) -> None:
         self.module = build_linear(opts.hidden, derive_seed(opts.seed, 0, INIT), device)
-        self.initial = [p.detach().clone() for p in self.module.parameters()]
-        self.optimizer = make_optimizer(opts.optimizer, self.module.parameters(), opts.lr)
+        self.parameters = list(self.module.parameters())  # the optimizer updates them in place
+        self.initial = [p.detach().clone() for p in self.parameters]
+        self.optimizer = make_optimizer(opts.optimizer, self.parameters, opts.lr)
         self.batches = batches
 
     def step(self) -> float:
@@ -120,9 +121,6 @@ class Reference:
         loss.backward()
         self.optimizer.step()
         return float(loss.item())
-
-    def parameters(self) -> list[Any]:
-        return list(self.module.parameters())
 
 
 def mean_local_gradients(module: Any, batches: Batches) -> list[Any]:
@@ -197,9 +195,9 @@ def measure(ctx: RankContext, opts: TrainOptions) -> dict[str, Any]:
         "init": {"before": before, "after": after},
         "steps": steps,
         "update_scale": [
-            max_abs_diff(p, p0) for p, p0 in zip(reference.parameters(), reference.initial, strict=True)
+            max_abs_diff(p, p0) for p, p0 in zip(reference.parameters, reference.initial, strict=True)
         ],
-        "weight_scale": [max_abs(p) for p in reference.parameters()],
+        "weight_scale": [max_abs(p) for p in reference.parameters],
     }
 
 
@@ -244,9 +242,7 @@ def _train_step(
     params = list(module.parameters())
     record["weight_fingerprint"] = [fingerprint(p) for p in params]
     record["weight_finite"] = all(bool(torch.isfinite(p).all().item()) for p in params)
-    record["reference_dev"] = [
-        max_abs_diff(p, r) for p, r in zip(params, reference.parameters(), strict=True)
-    ]
+    record["reference_dev"] = [max_abs_diff(p, r) for p, r in zip(params, reference.parameters, strict=True)]
     return record
 
 
