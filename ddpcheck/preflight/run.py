@@ -13,6 +13,7 @@ from typing import Any
 from ddpcheck.errors import say
 from ddpcheck.preflight import attendance, judge, measure
 from ddpcheck.preflight.options import PreflightOptions
+from ddpcheck.rank import assemble
 from ddpcheck.report.formats import json as json_format
 from ddpcheck.report.model import Check, Report, Status
 from ddpcheck.report.outputs import Files
@@ -68,18 +69,9 @@ def arrive(
 
 
 def _world(backend: str, device: Any, size: int, identities: list[dict[str, Any]]) -> dict[str, Any]:
-    import torch
-
-    return {
-        "size": size,
-        "backend": "nccl" if device.type == "cuda" else "gloo",
-        "device": device.type,
-        "nodes": len({(i.get("host"), i.get("node")) for i in identities}),
-        "hosts": list(dict.fromkeys(str(i.get("host")) for i in identities)),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "process_group": backend,
-    }
+    """The checks' own backend by their device; the job's process group's beside it."""
+    checked = "nccl" if device.type == "cuda" else "gloo"
+    return {**assemble.world(size, checked, device.type, identities), "process_group": backend}
 
 
 def could_not_complete(opts: PreflightOptions, rank: int, exc: BaseException, started: float) -> Report:

@@ -40,6 +40,21 @@ def from_ranks(
     return report
 
 
+def world(size: int, backend: str, device: str, identities: list[dict[str, Any]]) -> dict[str, Any]:
+    """The world a report describes: its size, backend and device, its nodes and hosts, torch and CUDA."""
+    import torch
+
+    return {
+        "size": size,
+        "backend": backend,
+        "device": device,
+        "nodes": len({(i.get("host"), i.get("node")) for i in identities}),
+        "hosts": list(dict.fromkeys(str(i.get("host")) for i in identities)),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
+
+
 def after_launch(
     report: Report,
     elapsed_s: float,

@@ -236,17 +236,8 @@ def _join(spec: RunSpec, device: torch.device, status: StatusWriter) -> None:
 def _world(spec: RunSpec, gathered: list[dict[str, Any]], device: torch.device) -> dict[str, Any]:
     import torch
 
-    hosts = list(dict.fromkeys(g["host"] for g in gathered))
-    return {
-        "size": len(gathered),
-        "backend": spec.backend,
-        "device": device.type,
-        "nodes": len({(g["host"], g["node"]) for g in gathered}),
-        "hosts": hosts,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
-    }
+    nccl = ".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None
+    return {**assemble.world(len(gathered), spec.backend, device.type, gathered), "nccl": nccl}
 
 
 def _answer_flight_requests(run_dir: str, rank: int) -> None:
