@@ -124,17 +124,14 @@ def slow_ranks(values: dict[int, float], threshold: float) -> dict[int, float]:
     pull down the reference it is held to (beyond EXACT_UP_TO ranks, one reference over all
     of them serves every rank: linear time). Returns rank -> that reference.
     """
-    found = {}
     if len(values) > EXACT_UP_TO:
         shared = reference_of(list(values.values()), threshold)
         assert shared is not None
         return {r: shared.median for r, v in values.items() if shared.is_slow(v, threshold)}
-    for rank, value in values.items():
-        others = [v for r, v in values.items() if r != rank]
-        reference = reference_of(others, threshold)
-        if reference is not None and reference.is_slow(value, threshold):
-            found[rank] = reference.median
-    return found
+    peers = {rank: reference_of([v for r, v in values.items() if r != rank], threshold) for rank in values}
+    return {
+        r: ref.median for r, ref in peers.items() if ref is not None and ref.is_slow(values[r], threshold)
+    }
 
 
 def round_ratios(passes: dict[int, list[float]]) -> dict[int, list[float]]:
