@@ -141,18 +141,15 @@ def _slow_ranks(
     src, dst, value, size = links.src, links.dst, links.value, links.size
     alive = links.alive(named)
     exact = len(links.ranks) <= EXACT_UP_TO
-    candidates: list[SlowRank] = []
+    held: list[tuple[int, Reference]] = []  # each rank to look at closer, and its reference
     shared = None
     if exact:
         for rank in links.ranks.tolist():
             if named[rank]:
                 continue
             reference = reference_of(value[alive & (src != rank) & (dst != rank)], threshold)
-            if reference is None:
-                continue  # nothing measured without this rank: nothing to compare it with
-            if links.two_peers(rank, alive):
-                found = _judge_rank(links, rank, alive, reference, threshold)
-                candidates += [found] if found is not None else []
+            if reference is not None:  # else nothing measured without this rank: nothing to compare
+                held.append((rank, reference))
     else:
         # Before any rank is named every link is alive: no copies of millions of them.
         everyone = not named.any()
@@ -169,13 +166,9 @@ def _slow_ranks(
             s_out, s_in = np.bincount(src[below], minlength=size), np.bincount(dst[below], minlength=size)
             named_now = (2 * (s_out + s_in) > n_out + n_in) | ((n_out >= 2) & (s_out == n_out))
             named_now |= (n_in >= 2) & (s_in == n_in)
-            for rank in np.flatnonzero(named_now & ~named).tolist():
-                if not links.two_peers(rank, alive):
-                    continue
-                found = _judge_rank(links, rank, alive, shared, threshold)
-                candidates += [found] if found is not None else []
-    candidates.sort(key=lambda c: c.median / c.reference)
-    return candidates, shared
+            held = [(rank, shared) for rank in np.flatnonzero(named_now & ~named).tolist()]
+    judged = (_judge_rank(links, r, alive, ref, threshold) for r, ref in held if links.two_peers(r, alive))
+    return sorted((c for c in judged if c is not None), key=lambda c: c.median / c.reference), shared
 
 
 def _judge_rank(
