@@ -28,10 +28,8 @@ def torn_down(exit: Exit) -> bool:
 
 def failed_of_itself(exit: Exit) -> bool:
     """Raised (not for a peer's going), died of a fatal signal, or ended without any trace."""
-    if torn_down(exit):
-        return False
     return exit.kind in (ExitKind.FATAL, ExitKind.ENDED) or (
-        exit.kind is ExitKind.EXCEPTION and not exit.secondary
+        exit.kind is ExitKind.EXCEPTION and not exit.secondary and not torn_down(exit)
     )
 
 
