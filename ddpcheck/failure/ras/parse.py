@@ -137,14 +137,13 @@ def parse_answer(text: str) -> RasAnswer:
 
 def _gather(answer: RasAnswer) -> None:
     """The communicators one by one, and the dead and unresponsive processes, from the table and entries."""
-    by_id: dict[str, RasCommunicator] = {}
     for group in answer.groups:
         for index in range(min(group.comms, COMMUNICATORS_MAX - len(answer.communicators))):
             comm = RasCommunicator(
                 f"#{group.group}-{index}", group.ranks_per_comm, group.status, list(group.errors)
             )
             answer.communicators.append(comm)
-            by_id[comm.id] = comm
+    by_id = {comm.id: comm for comm in answer.communicators}
     for finding in answer.errors + answer.warnings:
         named = finding.count if finding.count is not None else len(finding.processes)
         if finding.comm is None:
