@@ -23,10 +23,8 @@ def render_breakdown_chart(
     chart = RichTable(
         title=table.title, box=None, title_justify="left", title_style="bold", show_header=False
     )
-    chart.add_column(justify="right")
-    chart.add_column()
-    chart.add_column(justify="right")
-    chart.add_column(justify="right")
+    for justify in ("right", "left", "right", "right"):  # label, bar, ms, share
+        chart.add_column(justify=justify)
     for r in rows:
         filled = r["ms"] / longest * width
         bar = "█" * int(filled) + ("▌" if filled - int(filled) >= 0.5 else "")
