@@ -117,8 +117,8 @@ def test_rank_0_ages_heartbeats_by_its_own_clock_and_counts_what_peers_beat(tmp_
             "pid": 1,
         }
         writers.append(StatusWriter(tmp_path / str(rank), identity))
-        writers[-1].add_transport(StoreTransport(client(), f"{inline.KEY}{rank}"))
-    watch = inline.Watch(client(), world_size=2)
+        writers[-1].add_transport(StoreTransport(client, f"{inline.KEY}{rank}"))
+    watch = inline.Watch(client, world_size=2)
     watch.start()
     try:
         time.sleep(2.0)

@@ -147,10 +147,10 @@ class Watch(threading.Thread):
     """Rank 0's watch: when it last saw each rank's beat counter change, by its own clock, and how
     many beats the others made since."""
 
-    def __init__(self, store: Store | Callable[[], Store], world_size: int) -> None:
-        """`store`: the store, or a function that connects to it (called on this thread)."""
+    def __init__(self, connect: Callable[[], Store], world_size: int) -> None:
+        """`connect`: connects to the store, on this thread (the rank's main thread does not wait)."""
         super().__init__(name="ddpcheck-beat-watch", daemon=True)
-        self._store, self._world = store, world_size
+        self._connect, self._world = connect, world_size
         self._lock = threading.Lock()
         self._records: dict[int, RankStatus] = {}
         self._beats = BeatTracker()
@@ -158,13 +158,12 @@ class Watch(threading.Thread):
         self._published = 0
 
     def run(self) -> None:
-        if callable(self._store):
-            try:
-                self._store = self._store()  # connected here: the rank's main thread does not wait
-            except Exception:
-                return
+        try:
+            store = self._connect()
+        except Exception:
+            return
         while not self._stopped.wait(HEARTBEAT_INTERVAL_S):
-            records = read_records(self._store, self._world)
+            records = read_records(store, self._world)
             now = time.monotonic()
             with self._lock:
                 self._records.update(records)
@@ -172,7 +171,7 @@ class Watch(threading.Thread):
                 ages, missed = self._beats.ages(now), self._beats.missed()
             self._published += 1
             with contextlib.suppress(Exception):
-                self._store.set(VIEW_KEY, json.dumps({"n": self._published, "ages": ages, "missed": missed}))
+                store.set(VIEW_KEY, json.dumps({"n": self._published, "ages": ages, "missed": missed}))
 
     def snapshot(self) -> tuple[dict[int, RankStatus], dict[int, float], dict[int, int]]:
         """Every rank's last record, its heartbeat's age and the beats its peers made since."""

@@ -57,13 +57,12 @@ class StoreTransport:
     """A key in a torch.distributed store: the view of ranks that no launcher watches (inline runs).
 
     Sent from a thread of its own, latest record only: a store that is slow or gone (its host
-    froze) delays nothing else, neither a stage change nor the status files. `store` is the
-    store, or a function that connects to it: called on that thread, so that connecting costs
-    the rank's main thread nothing.
+    froze) delays nothing else, neither a stage change nor the status files. `connect` connects
+    to the store on that thread: connecting costs the rank's main thread nothing.
     """
 
-    def __init__(self, store: Store | Callable[[], Store], key: str) -> None:
-        self._store, self._key = store, key
+    def __init__(self, connect: Callable[[], Store], key: str) -> None:
+        self._connect, self._key = connect, key
         self._pending: RankStatus | None = None
         self._ready = threading.Condition()
         self._closed = False
@@ -80,11 +79,10 @@ class StoreTransport:
             self._ready.notify()
 
     def _send(self) -> None:
-        if callable(self._store):
-            try:
-                self._store = self._store()
-            except Exception:
-                return  # no store to reach: nobody to tell
+        try:
+            store = self._connect()
+        except Exception:
+            return  # no store to reach: nobody to tell
         while True:
             with self._ready:
                 while self._pending is None and not self._closed:
@@ -93,7 +91,7 @@ class StoreTransport:
                     return
                 record, self._pending = self._pending, None
             with contextlib.suppress(Exception):  # the store's host ended or froze: nobody to tell
-                self._store.set(self._key, json.dumps(record.to_dict()))
+                store.set(self._key, json.dumps(record.to_dict()))
 
 
 class StatusWriter:
@@ -102,7 +100,7 @@ class StatusWriter:
     def __init__(self, run_dir: str | Path, identity: dict[str, Any]) -> None:
         self.record = RankStatus(**identity)
         self._lock = threading.Lock()
-        self._transports: list[Transport] = [FileTransport(run_dir, identity["rank"])]
+        self._file = FileTransport(run_dir, identity["rank"])
         # Transports that may fail (a store whose host went away) must never fail the rank.
         self._fallible: list[Transport] = []
         self._parent = os.getppid()
@@ -178,8 +176,7 @@ class StatusWriter:
         with self._lock:
             self.record.heartbeat = time.time()
             record = dataclasses.replace(self.record)  # a snapshot: transports read it after the lock
-            for transport in self._transports:
-                transport.publish(record)
+            self._file.publish(record)
             fallible = list(self._fallible)
         for transport in fallible:  # outside the lock: a slow store must not hold up a stage change
             with contextlib.suppress(Exception):
