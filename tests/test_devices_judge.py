@@ -374,11 +374,13 @@ def test_a_rank_cleared_by_its_rounds_does_not_stop_the_next_one_being_named() -
 
 # ---------------------------------------------------------------- _peer_check
 def _rows(values: dict[str, list[float | None]], names: list[str | None] | None = None) -> list[dict]:
+    """Rows of one pass each: every figure and, as device_rows keeps it, its one pass."""
     n = len(next(iter(values.values())))
     rows = []
     for r in range(n):
         row: dict[str, Any] = {"rank": r, "device_name": (names or [None] * n)[r]}
         row |= {key: column[r] for key, column in values.items()}
+        row |= {f"{key}_passes": [column[r]] for key, column in values.items()}
         rows.append(row)
     return rows
 
@@ -457,7 +459,7 @@ def test_a_row_without_the_figure_is_not_asked_about_it() -> None:
         asked.append(int(value))
         return None
 
-    rows = [{"rank": 0, "a": 3.0}, {"rank": 1}, {"rank": 2, "a": 4.0}]
+    rows = [{"rank": 0, "a": 3.0, "a_passes": [3.0]}, {"rank": 1}, {"rank": 2, "a": 4.0, "a_passes": [4.0]}]
     check = devices._peer_check("x", [("a", "A", "u")], rows, cpu_ids(3), 0.7, expect)
     assert asked == [3, 4] and check.detail == "3 ranks within 0.7x of their peers: A 3-4 u"
 
@@ -538,16 +540,13 @@ def test_a_copy_just_below_the_memory_threshold_is_named() -> None:
 
 def test_a_slow_rank_that_is_throttled_says_why() -> None:
     """A throttled rank the compute check names gets its throttle reasons; a throttled healthy one not."""
-    rows = [
-        {"rank": 0, "device_name": None, "gemm_tflops": 1.0, "throttle": "power cap"},
-        {"rank": 1, "device_name": None, "gemm_tflops": 1.0},
-        {"rank": 2, "device_name": None, "gemm_tflops": 0.2, "throttle": "thermal"},
-        {"rank": 3, "device_name": None, "gemm_tflops": 1.0, "throttle": None},
-    ]
+    rows = _rows({"gemm_tflops": [1.0, 1.0, 0.2, 1.0]})
+    for row, throttle in zip(rows, ["power cap", None, "thermal", None], strict=True):
+        row["throttle"] = throttle
     check = devices.judge_compute(rows, cpu_ids(4), 0.7, "cpu")
     assert check.ranks == [2]
     assert check.detail.endswith("(below 0.7x); throttled: rank 2 (thermal)")
-    rows[3] |= {"gemm_tflops": 0.2, "throttle": "power cap"}
+    rows[3] |= {"gemm_tflops": 0.2, "gemm_tflops_passes": [0.2], "throttle": "power cap"}
     both = devices.judge_compute(rows, cpu_ids(4), 0.7, "cpu")
     assert both.ranks == [2, 3] and both.detail.endswith("; throttled: rank 2 (thermal), rank 3 (power cap)")
     healthy = devices.judge_compute(rows[:2], cpu_ids(2), 0.7, "cpu")

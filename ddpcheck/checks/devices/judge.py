@@ -179,11 +179,7 @@ def _peer_check(
         values = {row["rank"]: row[key] for row in rows if isinstance(row.get(key), (int, float))}
         if not values:
             continue
-        judged = [row for row in rows if row["rank"] in values]
-        # Rows without their passes (made up by hand) are one round each: their best.
-        whole = all(row.get(key + "_passes") for row in judged)
-        passes = {row["rank"]: row[key + "_passes"] if whole else [row[key]] for row in judged}
-        per_round = round_ratios(passes)
+        per_round = round_ratios({row["rank"]: row[key + "_passes"] for row in rows if row["rank"] in values})
         for rank, reference in sorted(slow_ranks(values, threshold).items()):
             if statistics.median(per_round[rank]) >= threshold:
                 continue
