@@ -12,6 +12,7 @@ drifted stays apart, so a later whole step names the parameter); task 0 alone ju
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import asdict
@@ -58,7 +59,7 @@ class Replicas:
             except (OSError, ValueError):
                 continue  # gone, or not whole: read again next time
             self.read_names.add(name)
-            try:
+            with contextlib.suppress(KeyError, TypeError, ValueError):
                 if name.endswith(fingerprints.SUFFIX):
                     found = replicas.fingerprint_from_record(record)
                     self.prints[(found.rank, found.step)] = found
@@ -69,8 +70,6 @@ class Replicas:
                     self.unreplicated.update(str(note) for note in record["notes"])
                 elif name.endswith(".failed"):
                     self.failures[int(record["rank"])] = str(record["error"])
-            except (KeyError, TypeError, ValueError):
-                continue
 
     def tick(self, now: float) -> None:
         """Read what is new; say a new finding once (task 0 or a watcher alone)."""

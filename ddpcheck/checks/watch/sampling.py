@@ -200,10 +200,8 @@ class Sampler:
             stack = read_stack(path + agent.WHERE_SUFFIX)
             if stack is not None:
                 self.seen.stack(rank, stack)
-            try:
+            with contextlib.suppress(NotADump):
                 new[rank] = slim(read_raw(path))
-            except NotADump:
-                continue
         self._sweep(pending.number)
         for rank, pid in self.pids.items():
             gpu = self.gpus.read(pid, time.time())
