@@ -506,11 +506,10 @@ def judge_shm(total: int | None, path: str = "/dev/shm") -> Check:
             name,
             Status.WARN,
             f"{path} is {human_bytes(total, amount=True)}, below {human_bytes(SHM_MIN_BYTES, amount=True)}: "
-            "NCCL keeps its "
-            "intra-node buffers there and DataLoader workers pass batches through it, so with several "
-            "GPUs the job fails with 'unhandled system error' or a bus error (containers default to "
-            "64 MB). Fix: docker run --shm-size=16g (or --ipc=host); on Kubernetes mount an emptyDir "
-            "with medium: Memory at /dev/shm.",
+            "NCCL keeps its intra-node buffers there and DataLoader workers pass batches through it, so "
+            "with several GPUs the job fails with 'unhandled system error' or a bus error (containers "
+            "default to 64 MB). Fix: docker run --shm-size=16g (or --ipc=host); on Kubernetes mount an "
+            "emptyDir with medium: Memory at /dev/shm.",
         )
     return Check(name, Status.PASS, f"{path} is {human_bytes(total, amount=True)}")
 
