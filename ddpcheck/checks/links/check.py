@@ -96,8 +96,7 @@ def measure_plan(ctx: RankContext, rounds: list[Round], opts: LinksOptions, pass
     ctx.barrier()
     ctx.progress(steps, steps, "done")
     passes_run = -(-step // len(rounds)) if rounds else passes
-    # Columns, not a dict per link: at a thousand nodes each rank has a thousand links, and rank 0
-    # receives 8 million of them.
+    # Columns, not a dict per link: rank 0 receives millions of them (docs/links.md).
     return {
         "size_bytes": opts.size,
         "rounds": len(rounds),

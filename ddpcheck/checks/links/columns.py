@@ -1,9 +1,7 @@
 """The judged links as columns: one numpy array per field, one entry per directed link.
 
-A thousand nodes of eight GPUs measure 8.4 million directed links: a dict per link would take
-gigabytes and minutes, arrays take a few hundred MB and the judge and the tables run over them
-in seconds. Each rank's measure() already sends its links as columns; the old list of a dict
-per link (saved data, hand-built tests) is read too.
+Not a dict per link: 1,024 nodes of eight GPUs measure 8.4 million (docs/performance.md). Each
+rank's measure() sends its links as columns; a list of a dict per link (hand-built tests) is read too.
 """
 
 from __future__ import annotations
@@ -228,11 +226,9 @@ def masked_counts(groups: np.ndarray, mask: np.ndarray, size: int) -> np.ndarray
 def grouped_medians(values: np.ndarray, counts: np.ndarray, scratch: bool = False) -> np.ndarray:
     """The median of each run of values: counts[0] values of group 0, then counts[1] of group 1...
 
-    Groups of one length are rows of a matrix (a reshape when they all are: a fleet's ranks
-    mostly have as many links each), each row partitioned at its middle: linear in the
-    values, where one sort of 8 million values would take several times as long. Rows of
-    odd length take the middle value; of even length the two middle ones' sum halved, the
-    lower one the largest before the middle (a partition at two positions costs ten times one).
+    Groups of one length are rows of a matrix (a reshape when they all are), each row partitioned
+    at its middle, not sorted; a row of even length takes the sum of its two middle values halved,
+    the lower one the largest before the middle (why: docs/performance.md#a-thousand-nodes).
     """
     out = np.full(len(counts), np.nan)
     starts = np.cumsum(counts) - counts
@@ -265,8 +261,7 @@ def merge_groups(parts: list[tuple[np.ndarray, np.ndarray]], size: int) -> tuple
     """Several (groups, values) as one, grouped: (values, counts).
 
     A rank's links out and its links in, for one median of both: parts already grouped (groups
-    increasing) merge in linear time, where a stable sort of the 16 million (group, value) pairs
-    of a thousand nodes takes seconds.
+    increasing) merge in linear time, not by a sort of every (group, value) pair.
     """
     parts = [_grouped(groups, values, size) for groups, values in parts]
     counts = [sorted_counts(groups, size) for groups, _ in parts]
