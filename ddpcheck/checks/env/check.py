@@ -99,7 +99,6 @@ def env_tables(facts: Mapping[str, Any]) -> list[Table]:
 
 def _software_rows(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
     t = facts["torch"]
-    backends = t["backends"]
     rows = [
         ("python", f"{facts['python']['version']} ({facts['python']['executable']})"),
         ("torch", t["version"]),
@@ -113,7 +112,7 @@ def _software_rows(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
         ("cuDNN", t["cudnn"]),
         ("NCCL", t["nccl"]),
         ("NVIDIA driver", facts["driver"]),
-        ("backends", ", ".join(b for b in ("nccl", "gloo", "mpi", "ucc") if backends.get(b)) or "none"),
+        ("backends", ", ".join(b for b in ("nccl", "gloo", "mpi", "ucc") if t["backends"].get(b)) or "none"),
     ]
     return [{"item": k, "value": v} for k, v in rows]
 

@@ -423,8 +423,7 @@ def _judge_master_addr(master: Mapping[str, Any], env: Mapping[str, str]) -> Che
             "Fix: use the master's IP address or a name every node can resolve (DNS or /etc/hosts).",
         )
     resolved = ", ".join(master["resolved"][:4])
-    loopback = all(is_loopback(a) for a in master["resolved"])
-    if loopback and _multi_node(env):
+    if all(is_loopback(a) for a in master["resolved"]) and _multi_node(env):
         return Check(
             name,
             Status.FAIL,
