@@ -36,11 +36,10 @@ def judge_missing(came: Attendance, wait_s: float, world: dict[str, Any], opts: 
         list(came.missing),
         sorted({h for h in hosts.values() if h}),
     )
-    report = Report(command=COMMAND, checks=[check], world=world)
-    report.ranks = [came.present[r] for r in sorted(came.present)]
-    report.options = _options(opts)
-    report.injected = opts.injected()
-    return report
+    ranks = [came.present[r] for r in sorted(came.present)]
+    return Report(
+        COMMAND, [check], world=world, ranks=ranks, options=_options(opts), injected=opts.injected()
+    )
 
 
 def judge(

@@ -78,9 +78,7 @@ def could_not_complete(opts: PreflightOptions, rank: int, exc: BaseException, st
     """This rank's report when preflight itself broke (a peer gone mid-collective, a backend error)."""
     message = " ".join(f"{type(exc).__name__}: {exc}".split())
     check = Check("preflight", Status.ERROR, f"rank {rank} could not complete the checks: {message}", [rank])
-    report = Report(command=judge.COMMAND, checks=[check], injected=opts.injected())
-    report.elapsed_s = time.time() - started
-    return report
+    return Report(judge.COMMAND, [check], elapsed_s=time.time() - started, injected=opts.injected())
 
 
 def show(report: Report, opts: PreflightOptions, rank: int) -> None:
