@@ -140,15 +140,12 @@ def remove_once_this_process_is_gone(path: Path, unless_logs_kept: bool = False)
     return remover.start(script, ["ddpcheck-remover", str(path)])
 
 
-def sweep_abandoned_inline() -> list[Path]:
-    """Remove the inline run directories whose rank (the pid in the name) is gone; returns them."""
-    swept = []
+def sweep_abandoned_inline() -> None:
+    """Remove the inline run directories whose rank (the pid in the name) is gone."""
     for path in Path(tempfile.gettempdir()).glob(f"{INLINE_PREFIX}*-*"):
         pid = path.name[len(INLINE_PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and state_of(int(pid)) is ProcState.GONE:  # a zombie, or another user's, stays
             shutil.rmtree(path, ignore_errors=True)
-            swept.append(path)
-    return swept
 
 
 def inline_dirs_of(pid: int) -> list[Path]:

@@ -381,7 +381,7 @@ def _finish(
     if outcome.code in (128 + signal.SIGKILL, -signal.SIGKILL):
         # The launcher killed every rank outright (srun, on a second Ctrl-C): none could remove its
         # run directory; the next inline run on this host sweeps them. Checked here, as it would.
-        outcome.swept = len(sweep_in(tmp))
+        outcome.swept = sweep_in(tmp)
     # What is inside a directory left says who left it: a run directory never removed holds the
     # spec and every status file; one recreated after its removal, only what wrote last.
     outcome.dirs = sorted(described(p) for p in tmp.iterdir())
@@ -396,13 +396,15 @@ def described(path: Path) -> str:
     return f"{path.name} ({', '.join(sorted(str(f.relative_to(path)) for f in path.rglob('*')))})"
 
 
-def sweep_in(tmp: Path) -> list[Path]:
-    """What the next inline run, with this TMPDIR, would sweep before it starts."""
+def sweep_in(tmp: Path) -> int:
+    """How many run directories the next inline run, with this TMPDIR, would sweep before it starts."""
+    left = list(tmp.glob(f"{rundir.INLINE_PREFIX}*-*"))
     saved, tempfile.tempdir = tempfile.tempdir, str(tmp)
     try:
-        return rundir.sweep_abandoned_inline()
+        rundir.sweep_abandoned_inline()
     finally:
         tempfile.tempdir = saved
+    return sum(not path.exists() for path in left)
 
 
 def make_inputs(folder: Path) -> None:
