@@ -104,16 +104,6 @@ class Table:
     def to_dict(self) -> dict[str, Any]:
         return {**self.meta(), "rows": self.rows}
 
-    @classmethod
-    def from_dict(cls, name: str, data: dict[str, Any]) -> Table:
-        return cls(
-            name=name,
-            title=data["title"],
-            columns=data["columns"],
-            rows=data["rows"],
-            group_by=data.get("group_by"),
-        )
-
 
 @dataclass
 class Report:
@@ -190,18 +180,10 @@ class Report:
 
     @classmethod
     def from_transport(cls, data: dict[str, Any]) -> Report:
-        return cls(
-            command=data["command"],
-            checks=[Check.from_dict(c) for c in data["checks"]],
-            tables=[Table.from_dict(n, t) for n, t in data["tables"].items()],
-            world=data.get("world", {}),
-            ranks=data.get("ranks", []),
-            options=data.get("options", {}),
-            notes=data.get("notes", []),
-            elapsed_s=data.get("elapsed_s", 0.0),
-            log_dir=data.get("log_dir"),
-            injected=list(data.get("injected") or []),
-        )
+        """to_transport's form read back, as a saved report is: each table's title, columns and grouping
+        are in its own entry."""
+        rows = {name: table["rows"] for name, table in data["tables"].items()}
+        return report_from_dict({**data, "tables": rows, "table_meta": data["tables"]})
 
 
 class NotAReport(ValueError):
