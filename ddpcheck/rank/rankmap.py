@@ -107,10 +107,9 @@ def judge_rank_map(identities: list[dict[str, Any]]) -> Check:
     if problems:
         ranks = sorted(culprits)
         return Check("rank map", Status.FAIL, "; ".join(problems), ranks, hosts_of(ranks, identities))
-    nodes = len(by_node)
     return Check(
         "rank map",
         Status.PASS,
-        f"{counted(len(identities), 'rank')} on {counted(nodes, 'node')}, "
+        f"{counted(len(identities), 'rank')} on {counted(len(by_node), 'node')}, "
         "local ranks contiguous, one device per rank",
     )
