@@ -77,9 +77,8 @@ class Exit:
 
 @dataclass(frozen=True)
 class Start:
-    """A process's start record: who it is in the job."""
+    """A process's start record: who it is in the job (its pid: the record's name)."""
 
-    pid: int
     rank: int | None  # None: no rank variable (a launcher such as torchrun)
     host: str
     ppid: int | None
@@ -154,7 +153,6 @@ def start_of(watch_dir: str | os.PathLike[str], pid: int) -> Start | None:
         if rank is None:
             rank = declared_rank(watch_dir, pid)
         return Start(
-            pid,
             int(rank) if rank is not None else None,
             str(data.get("host") or ""),
             int(data["ppid"]) if data.get("ppid") is not None else None,
