@@ -59,14 +59,11 @@ class Flag:
     show_default: bool = True
 
 
-def option(default: Any = _UNSET, *, default_factory: Any = _UNSET, **flag: Any) -> Any:
+def option(
+    default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING, **flag: Any
+) -> Any:
     """A dataclass field that is also a command-line option (keyword arguments as Flag's)."""
-    metadata = {"flag": Flag(**flag)}
-    if default_factory is not _UNSET:
-        return field(default_factory=default_factory, metadata=metadata)
-    if default is _UNSET:
-        return field(metadata=metadata)
-    return field(default=default, metadata=metadata)
+    return field(default=default, default_factory=default_factory, metadata={"flag": Flag(**flag)})
 
 
 @dataclass(frozen=True)
