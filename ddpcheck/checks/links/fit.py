@@ -109,13 +109,11 @@ class Pacer:
         exchange_s = max(exchange_s, self.exchange_s)
         trip_s = exchange_s if self.trip_s is None else self.trip_s
         slowest, left_s = self.ctx.budget.agreed(self.ctx, [exchange_s, trip_s, self.fixed_s])
-        cost = StepCost(*slowest)
-        warmup, iters, trips = self.asked
-        left = left_s * BUDGET_SPENT
-        fit = fit_step(steps_left, cost, warmup, iters, trips, left)
+        cost, left = StepCost(*slowest), left_s * BUDGET_SPENT
+        fit = fit_step(steps_left, cost, *self.asked, left)
         self.warmups_run.append(self.warmup)
         self.warmup = fit.warmup
-        self.next_pass_fits = fit_step(pass_left + rounds, cost, warmup, iters, trips, left).fits
+        self.next_pass_fits = fit_step(pass_left + rounds, cost, *self.asked, left).fits
         self.iters_run.append(fit.iters)
         return fit.iters, fit.trips
 
