@@ -200,17 +200,15 @@ def node_grid_table(links: LinkColumns, identities: list[dict[str, Any]], nodes:
     per_block = -(-nodes.count // NODE_GRID_MAX)
     blocks = -(-nodes.count // per_block)
     grid = _grid(links, nodes.of_rank // per_block, blocks)
-    rows = []
-    for b in range(blocks):
-        members = nodes.labels[b * per_block : (b + 1) * per_block]
-        label = members[0] if len(members) == 1 else f"{members[0]} to {members[-1]}"
-        rows.append(
-            {
-                "label": label,
-                "nodes": len(members),
-                "ratios": [None if v is None else round(v, 3) for v in grid[b]],
-            }
-        )
+    members = [nodes.labels[b * per_block : (b + 1) * per_block] for b in range(blocks)]
+    rows = [
+        {
+            "label": labels[0] if len(labels) == 1 else f"{labels[0]} to {labels[-1]}",
+            "nodes": len(labels),
+            "ratios": [None if v is None else round(v, 3) for v in ratios],
+        }
+        for labels, ratios in zip(members, grid, strict=True)
+    ]
     what = "node x node" if per_block == 1 else f"blocks of {per_block} consecutive nodes"
     return Table(
         "link_nodes",
