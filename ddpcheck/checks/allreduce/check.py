@@ -92,13 +92,12 @@ def _judge_classic(data: list[dict[str, Any]], identities: list[dict[str, Any]])
     n = len(data)
     expected = n * (n - 1) / 2
     culprits = data[0].get("culprits") or []
-    unlocalised = bool(data[0].get("unlocalised"))
     wrong = [r for r, d in enumerate(data) if d["classic"]["got"] != expected]
     if not wrong:
         return Check("classic all_reduce", Status.PASS, f"every rank holds sum(0..{n - 1}) = {expected:g}")
     got = ", ".join(f"rank {r} got {data[r]['classic']['got']:g}" for r in wrong[:8])
     detail = f"expected {expected:g} on every rank; {got}"
-    if culprits or unlocalised:
+    if culprits or data[0].get("unlocalised"):
         detail += f"; {culprit_text(culprits, identities)}"
     ranks = culprits or wrong
     return Check("classic all_reduce", Status.FAIL, detail, ranks, hosts_of(ranks, identities))
