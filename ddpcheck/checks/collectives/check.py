@@ -55,14 +55,11 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Co
         rows = bandwidth_rows(name, per_rank, opts.dtype)
         check = _judge_op(name, rows, per_rank, identities, n, opts.min_busbw)
         report.checks.append(check)
-        top = peak(rows) if n > 1 else dict.fromkeys(("busbw_gbps", "algbw_gbps", "size", "size_bytes"))
+        top = peak(rows) if n > 1 else {}  # one rank: no traffic, no peak
         peaks.append(
             {
                 "op": name,
-                "busbw_gbps": top["busbw_gbps"],
-                "algbw_gbps": top["algbw_gbps"],
-                "size": top["size"],
-                "size_bytes": top["size_bytes"],
+                **{key: top.get(key) for key in ("busbw_gbps", "algbw_gbps", "size", "size_bytes")},
                 "wrong": sum(r["wrong"] for r in rows),
                 "status": check.status.value,
             }
