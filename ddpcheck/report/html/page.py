@@ -13,13 +13,14 @@ from typing import Any
 
 from ddpcheck import __version__
 from ddpcheck.report.html.chart import Chart
-from ddpcheck.report.model import Report, Table
+from ddpcheck.report.model import Report, Status, Table
 from ddpcheck.report.naming import counted
 from ddpcheck.report.rows import TAILS, left_out_line, shown_rows
 
 FOLDED_ROWS = 200  # a longer table starts folded: the charts stay at the top of the page
 # Rows a table shows at most (the rest in the JSON report): the page of a 1,000-node run stays small.
 HTML_ROWS = 256
+STATUSES = {status.value for status in Status}  # a cell that says one is coloured as it
 
 CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px; padding: 0 1em; }
@@ -68,11 +69,7 @@ def table_html(table: Table) -> str:
         cells = []
         for key in columns:
             text = cell_text(row.get(key))
-            css = (
-                "num"
-                if key in numeric
-                else (text if text in ("PASS", "FAIL", "WARN", "ERROR", "SKIP") else "")
-            )
+            css = "num" if key in numeric else (text if text in STATUSES else "")
             cells.append(f'<td class="{css}">{_e(text)}</td>' if css else f"<td>{_e(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     inner = (
