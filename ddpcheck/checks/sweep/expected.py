@@ -27,9 +27,6 @@ class Expectation:
     plateau_bytes: int  # the smallest message size that reaches it
     why: str
 
-    def matches(self, device_name: str) -> bool:
-        return _model_of(device_name) == self.system
-
 
 # Each entry: 8 GPUs of one node over NCCL, nccl-tests' all_reduce busbw at large sizes.
 EXPECTATIONS = (
@@ -74,7 +71,8 @@ def judge_expected(report: dict[str, Any]) -> Check:
     names = sorted({str(r.get("device_name")) for r in ranks})
     if len(names) != 1:
         return Check(CHECK_NAME, Status.SKIP, f"no expectation for mixed GPUs ({', '.join(names)})")
-    entry = next((e for e in EXPECTATIONS if e.matches(names[0])), None)
+    system = _model_of(names[0])
+    entry = next((e for e in EXPECTATIONS if e.system == system), None)
     if entry is None:
         return Check(CHECK_NAME, Status.SKIP, f"no expectation for {names[0]}: not in ddpcheck's table")
     setup = f"{world.get('size')} ranks on {world.get('nodes')} node(s) over {world.get('backend')}"
