@@ -106,10 +106,9 @@ def charts(report: Report) -> list[Chart]:
             top.set_xticklabels([str(hosts.get(a)) for a in edges[:-1]], fontsize=7)
             top.tick_params(length=0)
         for i, r in enumerate(rows):
-            key = (r["src"], r["dst"])
-            if key not in slow_keys and n > HOVER_EVERY_CELL:
+            marked = (r["src"], r["dst"]) in slow_keys
+            if not marked and n > HOVER_EVERY_CELL:
                 continue
-            marked = key in slow_keys
             # Unfilled (matplotlib writes a transparent face as none): the page's CSS gives
             # these cells pointer events over their whole area, so the hover works anywhere on them.
             cell = Rectangle(
