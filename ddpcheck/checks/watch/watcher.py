@@ -207,15 +207,13 @@ class Watcher:
         thread, keeps it alive past --hang-after, in a frame that is not where it failed).
         An exception that says a peer went away is that peer's failure, not this rank's.
         """
-        for watched in self.ranks.values():
-            pid = watched.process.pid
-            record = process_file(self.dir, pid, "exception")
-            if watched.gone_at is None and os.path.exists(record):
-                raised = exit_of(self.dir, pid, time.time(), None)
-                # Not a peer's going, in its turn:
-                if raised.kind is ExitKind.EXCEPTION and not raised.secondary:
-                    return True
-        return False
+        raised = [
+            exit_of(self.dir, w.process.pid, time.time(), None)
+            for w in self.ranks.values()
+            if w.gone_at is None and os.path.exists(process_file(self.dir, w.process.pid, "exception"))
+        ]
+        # Not a peer's going, in its turn:
+        return any(r.kind is ExitKind.EXCEPTION and not r.secondary for r in raised)
 
     def _stalled(self) -> bool:
         """Evidence that no rank moves: each live rank stopped, or its stack unchanged over half a window.
@@ -268,15 +266,11 @@ class Watcher:
 
     def _note_gone(self) -> bool:
         """Read every rank's state; True when one is newly gone."""
-        newly = False
-        for watched in self.ranks.values():
-            if watched.gone_at is not None:
-                continue
-            if state_of(watched.process.pid).ended:
-                watched.gone_at = time.time()
-                newly = True
-                self.progress.progressed(time.monotonic())
-        return newly
+        newly = [w for w in self.ranks.values() if w.gone_at is None and state_of(w.process.pid).ended]
+        for watched in newly:
+            watched.gone_at = time.time()
+            self.progress.progressed(time.monotonic())
+        return bool(newly)
 
     def _a_rank_failed(self) -> bool:
         first, _ = judge.first_failed(self.views())
@@ -324,12 +318,11 @@ class Watcher:
         """Ask every live rank for its flight-recorder dump; the dumps that came, by path."""
         (self.dir / agent.DUMP_REQUEST).touch()
         poke_debug_pipes(str(self.dir / agent.DEBUG_PIPE_PREFIX))  # NCCL dumps even if Python cannot
-        live = [
-            w
+        wanted = [
+            self.dir / f"{agent.DUMP_PREFIX}{w.process.rank}"
             for w in self.ranks.values()
             if w.gone_at is None and state_of(w.process.pid) is not ProcState.STOPPED
         ]
-        wanted = [self.dir / f"{agent.DUMP_PREFIX}{w.process.rank}" for w in live]
         deadline = time.monotonic() + DUMP_WAIT_S
         while time.monotonic() < deadline and not all(p.exists() for p in wanted):
             time.sleep(0.1)
