@@ -186,10 +186,7 @@ class StatusWriter:
 def read_statuses(run_dir: str | Path) -> dict[int, RankStatus]:
     """Every rank's last written status, by global rank (ranks that never wrote are absent)."""
     statuses: dict[int, RankStatus] = {}
-    directory = status_dir(run_dir)
-    if not directory.is_dir():
-        return statuses
-    for path in directory.glob("rank-*.json"):
+    for path in status_dir(run_dir).glob("rank-*.json"):  # none where the directory is not (yet)
         try:
             status = RankStatus.from_dict(json.loads(path.read_text()))
         except (OSError, ValueError, TypeError):  # TypeError: a record without a rank's identity
