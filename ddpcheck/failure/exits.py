@@ -184,17 +184,13 @@ def exit_of(watch_dir: str | os.PathLike[str], pid: int, seen_gone: float, code:
             )
         except (ValueError, KeyError, TypeError):
             pass
-    fatal_path = process_file(directory, pid, "fatal")
-    fatal = _text(fatal_path)
-    if fatal.strip():
-        first = next((line for line in fatal.splitlines() if line.strip()), "")
-        return Exit(_mtime(fatal_path, seen_gone), ExitKind.FATAL, code, fatal=first, traceback=fatal,
-                    stack=parse_faulthandler(fatal))  # fmt: skip
-    term_path = process_file(directory, pid, "term")
-    term = _text(term_path)
-    if term.strip():
-        when = _mtime(term_path, seen_gone)
-        return Exit(when, ExitKind.TERMINATED, code, traceback=term, stack=parse_faulthandler(term))
+    for name, kind in (("fatal", ExitKind.FATAL), ("term", ExitKind.TERMINATED)):  # faulthandler's traces
+        path = process_file(directory, pid, name)
+        trace = _text(path)
+        if trace.strip():
+            first = next(line for line in trace.splitlines() if line.strip())  # 'Fatal Python error: ...'
+            return Exit(_mtime(path, seen_gone), kind, code, fatal=first if kind is ExitKind.FATAL else "",
+                        traceback=trace, stack=parse_faulthandler(trace))  # fmt: skip
     exit_path = process_file(directory, pid, "exit")
     if os.path.exists(exit_path) and (code is None or code == 0):
         return Exit(_mtime(exit_path, seen_gone), ExitKind.EXITED, code)
