@@ -152,11 +152,8 @@ def _run_team(watcher: Watcher, task: Task, store) -> tuple[Event, Report | None
     gathered, output, missing = [], "", []
     deadline = time.monotonic() + EVIDENCE_S
     for index in range(task.count):
-        found = None
-        while found is None and time.monotonic() < deadline:
-            found = _get(store, f"watch/evidence/{index}")
-            if found is None:
-                time.sleep(0.1)
+        while (found := _get(store, f"watch/evidence/{index}")) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
         if found is None:
             missing.append(index)
             continue
