@@ -111,14 +111,13 @@ def render_report(
         if hidden:
             console.print(Text(f"{' and '.join(hidden)}: with --verbose (-v), and in --json", style="dim"))
         console.print(_checks_table(report, console.width))
+        for line in wrote or ():
+            print_folded(console, line, "dim")
     else:
         for check in report.failing():
             print_line(
                 console, f"{check.status.value} {check.name}: {check.detail}", STATUS_STYLE[check.status]
             )
-    if not quiet:
-        for line in wrote or ():
-            print_folded(console, line, "dim")
     for line in actions or ():
         print_line(console, line, "bold")
     if report.log_dir:
