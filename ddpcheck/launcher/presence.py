@@ -50,12 +50,10 @@ class Presence:
 
     def arrived(self) -> dict[int, dict[str, str]]:
         """Node rank -> {host, address} of every node that reached the store."""
-        found = {}
-        for node in range(self.nnodes):
-            key = f"{PREFIX}{node}"
-            if store_has(self.store, key):
-                found[node] = json.loads(self.store.get(key))
-        return found
+        keys = {node: f"{PREFIX}{node}" for node in range(self.nnodes)}
+        return {
+            node: json.loads(self.store.get(key)) for node, key in keys.items() if store_has(self.store, key)
+        }
 
     def publish(self, statuses: dict[int, SeenStatus]) -> None:
         """This node's ranks' statuses, for node 0's report when a rank elsewhere hangs."""
