@@ -41,12 +41,8 @@ def round_robin(n: int) -> list[list[tuple[int, int]]]:
     m = len(slots)
     rounds = []
     for _ in range(m - 1):
-        pairs = []
-        for i in range(m // 2):
-            a, b = slots[i], slots[m - 1 - i]
-            if a is not None and b is not None:
-                pairs.append((min(a, b), max(a, b)))
-        rounds.append(sorted(pairs))
+        ends = [(slots[i], slots[m - 1 - i]) for i in range(m // 2)]
+        rounds.append(sorted((min(a, b), max(a, b)) for a, b in ends if a is not None and b is not None))
         slots = [slots[0], slots[-1], *slots[1:-1]]
     return rounds
 
