@@ -300,12 +300,11 @@ def judge(data: list[dict[str, Any]], identities: list[dict[str, Any]], opts: Li
     _annotate(links, kinds, bandwidth, latency, latency_check.status, len(identities))
     if opts.min_gbps is not None:
         report.checks.append(_judge_floor(links, identities, opts.min_gbps))
-    size = data[0]["size_bytes"]
     culprits = {r for c in report.checks if c.status == Status.FAIL for r in c.ranks}
     rounds = counted(data[0]["rounds"], "round") + (
         f" x {data[0]['passes']} passes" if data[0].get("passes", 1) > 1 else ""
     )
-    report.tables += link_tables(links, identities, size, rounds, culprits)
+    report.tables += link_tables(links, identities, data[0]["size_bytes"], rounds, culprits)
     budget = budget_findings(data[0].get("budget"))
     if budget:
         report.checks.append(budget[0])

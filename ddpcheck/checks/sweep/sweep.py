@@ -82,8 +82,7 @@ def measure_op(
 
 def skip_reason(ctx: RankContext, op: Collective, dtype_name: str) -> str | None:
     """Why no rank runs `op` (too few ranks, a torch or backend that lacks it); None when every rank can."""
-    n = ctx.world_size
-    reason = f"needs at least {op.min_ranks} ranks" if n < op.min_ranks else op.missing()
+    reason = f"needs at least {op.min_ranks} ranks" if ctx.world_size < op.min_ranks else op.missing()
     # Every rank must skip, or none: a rank that went on alone would wait for the others forever.
     (lacking,) = ctx.agree_max([int(reason is not None)])
     if lacking and not reason:
