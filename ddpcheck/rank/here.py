@@ -137,10 +137,9 @@ def speaks_for_this_host(me: int, ended: list[int]) -> bool:
     the one line for this host (the others end the same peers, silently)."""
     if arrival.current is None:
         return False
-    gone = set(ended)
     present = [
         p.rank
         for p in arrival.read(arrival.current.dir).values()
-        if p.state is ProcState.RUNNING and p.rank not in gone
+        if p.state is ProcState.RUNNING and p.rank not in ended
     ]
     return me <= min(present, default=me)
