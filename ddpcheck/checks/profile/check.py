@@ -178,15 +178,9 @@ def measure(ctx: RankContext, opts: ProfileOptions) -> dict[str, Any]:
         measured.append((compute, phases))
     rows = []
     for compute, phases in measured:  # read once, after the last step: no wait inside the loop
-        (backward_compute_s,) = compute()
         forward, backward, update = phases()
         rows.append(
-            {
-                "forward": forward,
-                "backward": backward,
-                "backward_compute": backward_compute_s,
-                "update": update,
-            }
+            {"forward": forward, "backward": backward, "backward_compute": compute()[0], "update": update}
         )
     ctx.progress(opts.steps, opts.steps, "done")
     ctx.stage("measure: time one all_reduce of the gradients' size")
