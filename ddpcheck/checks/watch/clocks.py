@@ -68,7 +68,7 @@ class Offset:
 
 def measure(host: str, port: int, tries: int = TRIES) -> Offset | None:
     """This host's clock minus task 0's, by the quickest of `tries` questions; None: no answer came."""
-    best: Offset | None = None
+    found: list[Offset] = []
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.settimeout(ANSWER_WAIT_S)
         try:
@@ -87,7 +87,5 @@ def measure(host: str, port: int, tries: int = TRIES) -> Offset | None:
                 continue
             came = time.time_ns()
             theirs = _ANSWER.unpack(answer)[1]
-            found = Offset(offset_ns=(sent + came) // 2 - theirs, round_trip_ns=came - sent)
-            if best is None or found.round_trip_ns < best.round_trip_ns:
-                best = found
-    return best
+            found.append(Offset(offset_ns=(sent + came) // 2 - theirs, round_trip_ns=came - sent))
+    return min(found, key=lambda offset: offset.round_trip_ns, default=None)
