@@ -245,10 +245,8 @@ def kill_workers() -> set[int]:
 STALL_STACKS_TIMEOUT_S = 5.0
 
 
-def flight_dumps(
-    run_dir: Path, statuses: dict[int, SeenStatus], wait_s: float = FLIGHT_WAIT_S
-) -> dict[int, RankTrace]:
-    """rank -> the flight-recorder dump of each rank of this node, asked for and waited on a moment.
+def flight_dumps(run_dir: Path, statuses: dict[int, SeenStatus]) -> dict[int, RankTrace]:
+    """rank -> the flight-recorder dump of each rank of this node, asked for and waited on FLIGHT_WAIT_S.
 
     Only ranks that run and have joined the process group can answer (a stopped or frozen one
     cannot); whatever came by then is read, and nothing may keep the monitor from its kill.
@@ -264,7 +262,7 @@ def flight_dumps(
             # Not yet joined: no process group, no recorder, nothing that answers.
             and s.get("stage") not in (*stages.PRE_JOIN, stages.JOIN_WAIT)
         }
-        deadline = time.monotonic() + wait_s
+        deadline = time.monotonic() + FLIGHT_WAIT_S
         while time.monotonic() < deadline:
             if all(rundir.flight_dump_path(run_dir, r).exists() for r in local):
                 break
