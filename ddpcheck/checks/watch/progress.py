@@ -59,6 +59,3 @@ class Progress:
 
     def unchanged_for(self, rank: int, now: float) -> float | None:
         return now - self.changed[rank] if rank in self.changed else None
-
-    def wants_sample(self, now: float, hang_after: float) -> bool:
-        return self.silent_for(now) >= hang_after / 2

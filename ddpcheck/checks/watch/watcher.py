@@ -171,7 +171,7 @@ class Watcher:
             self.replicas.tick(now)
         if (
             self.ranks
-            and self.progress.wants_sample(now, self.options.hang_after)
+            and self.progress.silent_for(now) >= self.options.hang_after / 2
             and now >= self.next_sample
         ):
             self._sample(blocking=False)
