@@ -62,13 +62,9 @@ def finish(report: Report, console: Console, output: OutputOptions, fleet: Fleet
         # verdict stands, and is the exit code (an OSError reaching Typer would exit 1, read as FAIL).
     # A lost file does not change the verdict, nor its exit code (README's exit codes): one line each,
     # on stderr, after the report, where they are the last thing seen.
-    _say_lost(files.lost)
-    return report.verdict.exit_code
-
-
-def _say_lost(lines: list[str]) -> None:
-    if lines:
+    if files.lost:
         with contextlib.suppress(Exception):  # the report first, also where stdout and stderr share a pipe
             sys.stdout.flush()
-    for line in lines:
+    for line in files.lost:
         say(line)
+    return report.verdict.exit_code
