@@ -131,12 +131,11 @@ class Replicas:
             report.notes.append(f"rank {rank}'s fingerprints stopped: {error}")
         report.notes.extend(f"replicas: {note}" for note in sorted(self.unreplicated))
         if not self.prints and not self.nonfinite:
-            if self.unreplicated:
-                return report
-            report.notes.append(
-                f"replicas not compared: no DistributedDataParallel or HSDP module was seen "
-                f"(--fingerprint-every {self.every}; docs/diverges.md)"
-            )
+            if not self.unreplicated:  # those modules' notes say why already
+                report.notes.append(
+                    f"replicas not compared: no DistributedDataParallel or HSDP module was seen "
+                    f"(--fingerprint-every {self.every}; docs/diverges.md)"
+                )
             return report
         if self.speaking:
             self._say()  # a team's task 0 says it here, once every task's records are in
