@@ -325,10 +325,8 @@ class StoreExchange:
             "entries": {str(r): e for r, e in entries.items()},
             "hosts": {str(r): h for r, h in hosts.items()},
             "looks": {str(r): dict(kinds) for r, kinds in (looks or {}).items()},
+            "clock_offset_ns": self.clock(),  # None (null): no usable offset now, as task 0 reads it
         }
-        offset_ns = self.clock()
-        if offset_ns is not None:
-            body["clock_offset_ns"] = offset_ns
         with contextlib.suppress(RuntimeError):  # task 0's store gone: the job is ending
             self.store.set(f"watch/samples/{self.index}/{self.published}", json.dumps(body))
 
