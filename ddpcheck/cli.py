@@ -8,7 +8,6 @@ a command is launcher/run.py's. No torch at module level: `ddpcheck --help` stay
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import difflib
 import inspect
 import os
@@ -108,10 +107,11 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
     return lambda incomplete: [c for c in choices if c.startswith(incomplete)]  # Typer passes it by name
 
 
-def _typer_parameter(parameter: Parameter) -> inspect.Parameter:
-    """One option or argument as Typer reads it from a signature."""
+def _typer_parameter(parameter: Parameter, faults: Mapping[str, str]) -> inspect.Parameter:
+    """One option or argument as Typer reads it from a signature; --inject's help names the `faults`."""
     flag = parameter.flag
-    settings: dict[str, Any] = {"help": flag.help}
+    kinds = f" Kinds: {', '.join(faults)}." if parameter.name == "inject" and faults else ""
+    settings: dict[str, Any] = {"help": flag.help + kinds}
     if flag.choices:
         settings["autocompletion"] = _one_of(flag.choices)
     if flag.panel:
@@ -182,8 +182,6 @@ def _typer_command(command: Command) -> ClickCommand:
     from ddpcheck.report.fleet import FleetOptions
     from ddpcheck.report.outputs import OutputOptions
 
-    declared = _declared(command)
-
     def run(**values: Any) -> None:
         from ddpcheck.launcher.run import run_plain, run_ranked
 
@@ -203,16 +201,7 @@ def _typer_command(command: Command) -> ClickCommand:
 
     run.__name__ = command.name.replace("-", "_")
     run.__doc__ = command.help
-    if command.faults:
-        declared = [
-            dataclasses.replace(
-                p, flag=dataclasses.replace(p.flag, help=f"{p.flag.help} Kinds: {', '.join(command.faults)}.")
-            )
-            if p.name == "inject"
-            else p
-            for p in declared
-        ]
-    typed = [_typer_parameter(p) for p in declared]
+    typed = [_typer_parameter(p, command.faults) for p in _declared(command)]
     run.__signature__ = inspect.Signature(typed)  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in typed}
     epilog = f"{command.epilog}\n\n{_faults_help(command)}" if command.faults else command.epilog
