@@ -24,19 +24,17 @@ def make_watch_dir(path: str | None) -> tuple[Path, bool]:
     """(the watch directory, whether watch made it fresh): --dir, or a new one in TMPDIR."""
     if path is None:
         made = Path(tempfile.mkdtemp(prefix="ddpcheck-watch-"))
-        fresh = True
     else:
         made = Path(path)  # not a file: WatchOptions.validate refused one
         try:
             made.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"--dir {path}: cannot create it ({exc.strerror})") from None
-        fresh = False
     for sub in (PROCESSES, NCCL_LOGS, agent.SAMPLES):
         (made / sub).mkdir(exist_ok=True)
     for stale in (agent.DUMP_REQUEST, agent.SAMPLE_REQUEST):  # a --dir used before: not this job's
         (made / stale).unlink(missing_ok=True)
-    return made, fresh
+    return made, path is None
 
 
 def job_environment(base: Mapping[str, str], watch_dir: Path, nccl_info: bool) -> dict[str, str]:
