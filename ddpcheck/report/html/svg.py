@@ -89,6 +89,5 @@ def size_label(n: float) -> str:
     """1024 -> '1K', as the terminal's size column writes message sizes."""
     for unit, scale in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
         if n >= scale:
-            value = n / scale
-            return f"{value:g}{unit}"
+            return f"{n / scale:g}{unit}"
     return f"{n:g}"
