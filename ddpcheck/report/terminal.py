@@ -15,7 +15,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from ddpcheck.command import load
-from ddpcheck.commands import COMMANDS
+from ddpcheck.commands import COMMANDS, kept_line
 from ddpcheck.report import fold
 from ddpcheck.report.model import Report, Status, Table, Verdict
 from ddpcheck.report.naming import counted
@@ -121,8 +121,6 @@ def render_report(
     for line in actions or ():
         print_line(console, line, "bold")
     if report.log_dir:
-        from ddpcheck.commands import kept_line
-
         print_folded(console, kept_line(report.command, report.log_dir), "dim")
     injected = report.injected_line()
     if injected:  # quiet or not: a planted fault must never read as a hardware one

@@ -12,6 +12,7 @@ import html
 from typing import Any
 
 from ddpcheck import __version__
+from ddpcheck.commands import kept_line
 from ddpcheck.report.html.chart import Chart
 from ddpcheck.report.model import Report, Status, Table
 from ddpcheck.report.naming import counted
@@ -145,8 +146,6 @@ def _meta(report: Report) -> str:
             lines.append("options: " + _e(", ".join(shown)))
     lines += [_e(n) for n in report.notes]
     if report.log_dir:
-        from ddpcheck.commands import kept_line
-
         lines.append(_e(kept_line(report.command, report.log_dir)))
     return "".join(f'<p class="meta">{line}</p>' for line in lines)
 
