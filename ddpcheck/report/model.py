@@ -101,9 +101,6 @@ class Table:
             out["group_by"] = self.group_by
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.meta(), "rows": self.rows}
-
 
 @dataclass
 class Report:
@@ -173,17 +170,14 @@ class Report:
         }
 
     def to_transport(self) -> dict[str, Any]:
-        """The form rank 0 hands to the launcher: to_dict plus table titles and columns."""
-        data = self.to_dict()
-        data["tables"] = {t.name: t.to_dict() for t in self.tables}
-        return data
+        """The form rank 0 hands to the launcher: a saved report's, which holds every table's title,
+        columns and grouping (`table_meta`)."""
+        return self.to_dict()
 
     @classmethod
     def from_transport(cls, data: dict[str, Any]) -> Report:
-        """to_transport's form read back, as a saved report is: each table's title, columns and grouping
-        are in its own entry."""
-        rows = {name: table["rows"] for name, table in data["tables"].items()}
-        return report_from_dict({**data, "tables": rows, "table_meta": data["tables"]})
+        """to_transport's form read back, as a saved report is."""
+        return report_from_dict(data)
 
 
 class NotAReport(ValueError):
