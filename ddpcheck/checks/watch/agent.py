@@ -155,13 +155,11 @@ def _rank() -> int | None:
 def _learn_rank(watch_dir: str) -> None:
     """Once torch.distributed is initialized: its rank, kept and recorded (a framework such as
     Lightning starts its ranks with no rank variable; the watcher reads this record)."""
-    dist = sys.modules.get("torch.distributed")
-    # Half made while the main thread imports it: no is_initialized yet.
-    is_initialized = getattr(dist, "is_initialized", None)
-    try:
-        if is_initialized is None or not is_initialized():
+    try:  # not imported yet, or half made while the main thread imports it (no is_initialized yet)
+        dist = sys.modules["torch.distributed"]
+        if not dist.is_initialized():
             return
-        rank, world_size = int(dist.get_rank()), int(dist.get_world_size())  # type: ignore[union-attr]
+        rank, world_size = int(dist.get_rank()), int(dist.get_world_size())
     except Exception:
         return
     _learned.append(rank)
@@ -250,10 +248,9 @@ def dump_flight_recorder() -> None:
 def _write_dump(path: str, stacks: tuple[bool, ...]) -> None:
     """Every recorder's dump written whole to `path` (a partial file renamed), once per `stacks` value."""
     # While the rank's main thread is importing torch.distributed the module is there, half made:
-    # no is_initialized yet, and calling it would end this thread.
-    is_initialized = getattr(sys.modules.get("torch.distributed"), "is_initialized", None)
+    # no is_initialized yet (an AttributeError, suppressed as any other fault).
     with contextlib.suppress(Exception):
-        if is_initialized is None or not is_initialized():
+        if not sys.modules["torch.distributed"].is_initialized():
             return
         from torch._C import _distributed_c10d as native
 
