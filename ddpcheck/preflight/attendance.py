@@ -37,8 +37,6 @@ class Attendance:
     def host_of(self, rank: int) -> str | None:
         """The host of a rank that never came, from its node's other ranks (torchrun's layout:
         node = rank // local world size, when every rank that came fits it); None if unknown."""
-        if rank in self.present:
-            return self.present[rank].get("host")
         sizes = {p.get("local_world") for p in self.present.values()}
         if len(sizes) != 1 or not isinstance(size := sizes.pop(), int) or size < 1:
             return None
