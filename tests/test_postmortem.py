@@ -33,6 +33,7 @@ from ddpcheck.errors import UsageError
 from ddpcheck.failure.collectives import last_collective_line, with_last_collectives
 from ddpcheck.failure.flight import NotADump, find_dumps, parse_trace, rank_of, read_dump
 from ddpcheck.failure.flight_judge import judge
+from ddpcheck.rank import rundir
 from ddpcheck.report.model import Check, Status
 from tests.conftest import Run, assert_usage_error
 from tests.support.fr_dumps import dump, entry, nccl_dump, write_json, write_pickle
@@ -104,6 +105,22 @@ def test_find_dumps_recurses_over_prefixes_and_skips_what_it_cannot_read(tmp_pat
     assert set(reasons) == {"fr_2", "fr_3", "other_0"}
     assert reasons["fr_2"].startswith("empty") and reasons["fr_3"].startswith("unreadable")
     assert "a second dump of rank 0" in reasons["other_0"]
+
+
+def test_a_dump_caught_mid_write_is_no_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog reads the flight folder while a late rank may still write its dump: the file it
+    writes before the rename must not be read as a dump of the rank its pid names."""
+    seen = []
+
+    def read_then_rename(src: Path, dst: Path) -> None:
+        seen.append(find_dumps(rundir.flight_dir(tmp_path)))
+        os.rename(src, dst)
+
+    monkeypatch.setattr(rundir.os, "replace", read_then_rename)
+    rundir.flight_dir(tmp_path).mkdir()
+    rundir.write_flight_dump(tmp_path, 1, pickle.dumps(healthy()))
+    assert seen[0].traces == {} and seen[0].skipped == []
+    assert sorted(find_dumps(rundir.flight_dir(tmp_path)).traces) == [1]
 
 
 # ---------------------------------------------------------------- judging dumps

@@ -200,7 +200,8 @@ def flight_dump_path(run_dir: str | Path, rank: int) -> Path:
 def write_flight_dump(run_dir: str | Path, rank: int, dump: bytes) -> None:
     """A rank's dump, whole or not at all: the watchdog may read it, or kill the rank, at any moment."""
     path = flight_dump_path(run_dir, rank)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    # Its name must not end in digits: find_dumps takes such a name's digits for a rank.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
     tmp.write_bytes(dump)
     os.replace(tmp, path)
 
