@@ -114,8 +114,7 @@ class RankTrace:
         status = self.pg_status.get(pg)
         if status is not None and status.last_started >= 0:
             return status.last_started
-        reached = [seq for seq, e in self.collectives(pg).items() if e.state in REACHED]
-        return max(reached, default=-1)
+        return max((seq for seq, e in self.collectives(pg).items() if e.state in REACHED), default=-1)
 
     def backend_of(self, pg: str) -> str:
         """The backend that recorded the group's collectives here ('nccl', 'gloo'), '' when none."""
