@@ -30,7 +30,7 @@ def _finding_detail(finding: RasFinding) -> str:
 
 
 def judge(answer: RasAnswer) -> str:
-    """One line: healthy, the problems NCCL names, or unparsed."""
+    """One line: healthy, the problems NCCL names, or unparsed (a cut answer is client.py's to say)."""
     if not answer.recognised:
         return "unparsed: NCCL's answer is in a layout this client does not know (its raw text is kept)"
     if answer.healthy:
@@ -45,8 +45,6 @@ def judge(answer: RasAnswer) -> str:
     problems += _communicator_problems(answer)
     if answer.timeouts:
         problems.append(f"{counted(answer.timeouts, 'RAS communication timeout')} while gathering")
-    if not answer.complete:
-        problems.append("the answer ended before its Warnings section")
     return "problems: " + "; ".join(problems or ["NCCL lists errors or warnings (see its raw answer)"])
 
 
