@@ -25,7 +25,7 @@ from ddpcheck.failure.statuses import SeenStatus
 from ddpcheck.launcher.drain import PREFIX, REASON_MAX, act_on, reason
 from ddpcheck.report.fleet import FleetOptions, compressed, culprit_hosts
 from ddpcheck.report.formats.prometheus import STATUS_VALUE, text_of
-from ddpcheck.report.model import Check, Report, Status
+from ddpcheck.report.model import Check, Report, Status, report_from_dict
 from tests.conftest import assert_nothing_left, assert_usage_error, worker_processes
 from tests.support.scale_data import links_data, rank_identities
 from tests.support.synthetic_reports import collectives_report, links_report
@@ -106,7 +106,7 @@ def _status_of(families: dict[str, list], check: str, host: str) -> float:
 
 @pytest.mark.parametrize("path", sorted(GOLDEN.glob("*.json")), ids=lambda p: p.stem)
 def test_every_saved_report_parses_as_prometheus_text(path: Path) -> None:
-    report = Report.from_transport(json.loads(path.read_text()))  # a saved report is the transport form
+    report = report_from_dict(json.loads(path.read_text()))  # rank 0 hands the launcher a saved report's form
     families = _families(report)
     assert families["ddpcheck_verdict"][0].value == report.verdict.exit_code
     for check in report.checks:

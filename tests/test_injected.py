@@ -36,7 +36,7 @@ def test_the_json_carries_the_faults_and_loads_them_again() -> None:
     data = planted("slowlink@1").to_dict()
     assert data["injected"] == ["slowlink@1"]
     assert report_from_dict(json.loads(json.dumps(data))).injected == ["slowlink@1"]
-    assert Report.from_transport(planted("slowlink@1").to_transport()).injected == ["slowlink@1"]
+    assert report_from_dict(planted("slowlink@1").to_dict()).injected == ["slowlink@1"]
     assert planted().to_dict()["injected"] == []
 
 

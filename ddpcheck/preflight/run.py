@@ -15,7 +15,7 @@ from ddpcheck.preflight import attendance, judge, measure
 from ddpcheck.preflight.options import PreflightOptions
 from ddpcheck.rank import assemble
 from ddpcheck.report.formats import json as json_format
-from ddpcheck.report.model import Check, Report, Status
+from ddpcheck.report.model import Check, Report, Status, report_from_dict
 from ddpcheck.report.outputs import Files
 from ddpcheck.report.terminal import make_console, render_report
 
@@ -42,9 +42,9 @@ def run(opts: PreflightOptions, rank: int, world_size: int, started: float) -> R
         shared: list[Any] = [None]
         if gathered is not None:
             world = _world(backend, device, world_size, [g["identity"] for g in gathered])
-            shared = [judge.judge(gathered, came, world, opts).to_transport()]
+            shared = [judge.judge(gathered, came, world, opts).to_dict()]
         dist.broadcast_object_list(shared, src=0)  # every rank returns, or raises, the same verdict
-        report = Report.from_transport(shared[0])
+        report = report_from_dict(shared[0])
     report.elapsed_s = time.time() - started
     return report
 

@@ -35,7 +35,7 @@ from ddpcheck.failure.rank_env import Launcher
 from ddpcheck.rank import remover
 from ddpcheck.rank.budget import Budget
 from ddpcheck.rank.faults import Fault
-from ddpcheck.report.model import Report, Verdict
+from ddpcheck.report.model import Report, Verdict, report_from_dict
 
 SPEC_FILE = "spec.json"
 REPORT_FILE = "report.json"
@@ -214,7 +214,7 @@ _kept: dict[str, str] = {}
 
 
 def write_rank0_report(run_dir: str | Path, report: Report) -> None:
-    text = json.dumps(report.to_transport(), default=str)
+    text = json.dumps(report.to_dict(), default=str)
     _kept[str(run_dir)] = text
     with contextlib.suppress(FileNotFoundError):  # an inline run directory removed on SIGTERM
         _write(Path(run_dir) / REPORT_FILE, text)
@@ -228,7 +228,7 @@ def read_rank0_report(run_dir: str | Path) -> Report | None:
         if not path.exists():
             return None
         text = path.read_text()
-    return Report.from_transport(json.loads(text))
+    return report_from_dict(json.loads(text))
 
 
 def write_verdict(run_dir: str | Path, verdict: str, host: str) -> None:

@@ -169,16 +169,6 @@ class Report:
             "injected": list(self.injected),
         }
 
-    def to_transport(self) -> dict[str, Any]:
-        """The form rank 0 hands to the launcher: a saved report's, which holds every table's title,
-        columns and grouping (`table_meta`)."""
-        return self.to_dict()
-
-    @classmethod
-    def from_transport(cls, data: dict[str, Any]) -> Report:
-        """to_transport's form read back, as a saved report is."""
-        return report_from_dict(data)
-
 
 class NotAReport(ValueError):
     """The data is not a ddpcheck report; the message says what is wrong, in one line."""
