@@ -240,7 +240,6 @@ _TELLING = (
     "root_cause",
     "rank_exit",
 )
-_ENDS = set(_TELLING)
 
 
 def judge_logs(found: FoundLogs, mismatch_culprits: list[int] | None = None) -> list[Check]:
@@ -290,13 +289,13 @@ def _ends(found: FoundLogs, receivers: list[int], hosts: dict[int, str]) -> Chec
     name = ENDS_NAME
     by_rank: dict[int, list[LogFinding]] = {}
     for finding in found.findings:
-        if finding.rank is not None and finding.kind in _ENDS:
+        if finding.rank is not None and finding.kind in _TELLING:
             by_rank.setdefault(finding.rank, []).append(finding)
     for error in found.errors:
         if error.rank is not None and error.rank not in by_rank:
             by_rank[error.rank] = [LogFinding("exception", error.message, error.rank)]
     if not by_rank:
-        unranked = [f for f in found.findings if f.kind in _ENDS]
+        unranked = [f for f in found.findings if f.kind in _TELLING]
         if unranked:
             return Check(name, Status.ERROR, f"the job's output ends with: {unranked[-1].text}")
         return Check(name, Status.PASS, f"no rank failed in the {len(found.files)} log files read")
