@@ -19,6 +19,7 @@ from ddpcheck.failure.liveness import Stall
 from ddpcheck.failure.stages import DONE, PRE_JOIN
 from ddpcheck.failure.statuses import ExitInfo, SeenStatus
 from ddpcheck.report.model import Check, Report, Status, Table
+from ddpcheck.report.naming import listed
 
 if TYPE_CHECKING:
     from ddpcheck.launcher.plan import LaunchPlan
@@ -215,15 +216,15 @@ def judge_stall(stall: Stall) -> Check:
     elif waiting:
         stages = sorted({statuses[r]["stage"] for r in waiting})
         how_long = f" {stall.waited_s:.0f} s" if stall.waited_s is not None else ""
-        parts.append(f"{_named(waiting)} waited{how_long} at {', '.join(repr(x) for x in stages)}")
+        parts.append(f"{listed(waiting)} waited{how_long} at {', '.join(repr(x) for x in stages)}")
     if gave_up:
         first = statuses[gave_up[0]]
         parts.append(
-            f"{_named(sorted(gave_up))} gave up waiting at stage '{first['stage']}' "
+            f"{listed(sorted(gave_up))} gave up waiting at stage '{first['stage']}' "
             f"({_one_line(first['error'])})"
         )
     if finished:
-        parts.append(f"{_named(sorted(finished))} finished")
+        parts.append(f"{listed(sorted(finished))} finished")
     return _finding("hang", parts, culprits, statuses)
 
 
@@ -283,7 +284,7 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
         return Check(
             "hang",
             Status.ERROR,
-            f"{_named(absent)} never arrived: "
+            f"{listed(absent)} never arrived: "
             f"{'they' if len(absent) > 1 else 'it'} never reached the store the ranks share, and no process "
             f"of {'theirs' if len(absent) > 1 else 'its'} is on this host; ranks "
             f"{_ranks(sorted(statuses))} were waiting{_store_evidence(message, absent)}",
@@ -317,7 +318,7 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
     if waiting:
         stages = sorted({statuses[r]["stage"] for r in waiting})
         parts.append(
-            f"{_named(waiting)} "
+            f"{listed(waiting)} "
             f"{'were' if len(waiting) > 1 else 'was'} waiting for it at {', '.join(repr(x) for x in stages)}"
         )
     if absent:
@@ -366,7 +367,7 @@ def _store_evidence(message: str, absent: list[int]) -> str:
     waited = store_waited_for(message)
     if not waited or not set(waited) <= set(absent):
         return ""
-    return f" (torch's store timed out waiting for the key of {_named(waited)})"
+    return f" (torch's store timed out waiting for the key of {listed(waited)})"
 
 
 def _absent(rank: int, status: SeenStatus) -> str:
@@ -453,11 +454,6 @@ def _who(rank: int, status: SeenStatus, exit_info: ExitInfo | None = None) -> st
 
 def _ranks(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks))
-
-
-def _named(ranks: list[int]) -> str:
-    """'rank 2', or 'ranks 1, 3'."""
-    return f"rank{'s' if len(ranks) > 1 else ''} {_ranks(ranks)}"
 
 
 def _one_line(text: str) -> str:

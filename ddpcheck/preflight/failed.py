@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ddpcheck.report.naming import listed
+
 if TYPE_CHECKING:
     from ddpcheck.report.model import Report
 
@@ -32,8 +34,7 @@ def one_line(report: Report) -> str:
     for check in report.failing():
         who = ""
         if check.ranks:
-            ranks = ", ".join(map(str, check.ranks[:8])) + (" ..." if len(check.ranks) > 8 else "")
-            who = f"rank{'s' if len(check.ranks) > 1 else ''} {ranks}"
+            who = listed(check.ranks, 8)
             if check.hosts:
                 who += f" on host{'s' if len(check.hosts) > 1 else ''} {', '.join(check.hosts[:4])}"
             who += ": "

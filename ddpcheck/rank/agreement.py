@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddpcheck.report.model import Check, Status, Table
-from ddpcheck.report.naming import counted
+from ddpcheck.report.naming import counted, listed
 
 # (key, label, status when a host differs). torch, CUDA and NCCL must match for
 # collectives to interoperate (a mixed NCCL can hang or corrupt); a different
@@ -103,10 +103,7 @@ def fingerprint_table(
 def _named(hosts: Mapping[str, list[int]], ranks_on: Mapping[str, int]) -> str:
     """Hosts by name; one whose ranks hold different values names its ranks that hold this one."""
     return ", ".join(
-        host
-        if len(ranks) == ranks_on[host]
-        else f"{host} (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
-        for host, ranks in hosts.items()
+        host if len(ranks) == ranks_on[host] else f"{host} ({listed(ranks)})" for host, ranks in hosts.items()
     )
 
 

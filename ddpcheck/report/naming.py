@@ -6,7 +6,7 @@ Pure functions over the identities the harness gathers from every rank (rank, ho
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -58,6 +58,12 @@ def span(ranks: list[int]) -> str:
     if len(ordered) > 2 and ordered == list(range(ordered[0], ordered[-1] + 1)):
         return f"ranks {ordered[0]}-{ordered[-1]}"
     return ("ranks " if len(ordered) > 1 else "rank ") + ", ".join(map(str, ordered))
+
+
+def listed(ranks: Sequence[int], most: int | None = None) -> str:
+    """'rank 2', 'ranks 1, 3': every rank named in its order (no range, unlike span); past `most`, ' ...'."""
+    shown = ", ".join(map(str, ranks[:most])) + (" ..." if most is not None and len(ranks) > most else "")
+    return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
 
 
 def hosts_of(ranks: list[int], identities: list[dict[str, Any]]) -> list[str]:

@@ -18,7 +18,7 @@ from ddpcheck.command import load
 from ddpcheck.commands import COMMANDS, kept_line
 from ddpcheck.report import fold
 from ddpcheck.report.model import Report, Status, Table, Verdict
-from ddpcheck.report.naming import counted
+from ddpcheck.report.naming import counted, listed
 from ddpcheck.report.rows import TAILS, left_out_line, shown_rows
 from ddpcheck.report.table_layout import Cell, longest_atom, rich_table
 
@@ -152,8 +152,7 @@ def verdict_line(report: Report) -> Text:
 
 def _culprit(check: Any) -> str:
     if check.ranks:
-        ranks = ", ".join(map(str, check.ranks[:8])) + (" ..." if len(check.ranks) > 8 else "")
-        return f"{check.name}: rank{'s' if len(check.ranks) > 1 else ''} {ranks}"
+        return f"{check.name}: {listed(check.ranks, 8)}"
     return check.name
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from ddpcheck.checks.train import TrainOptions
 from ddpcheck.rank.rankmap import judge_rank_map, rank_map_table
 from ddpcheck.report.model import Check, Report, Status, Table
-from ddpcheck.report.naming import all_of, counted, hosts_of, where
+from ddpcheck.report.naming import all_of, counted, hosts_of, listed, where
 
 # DDP's averaged gradient vs the mean of local gradients computed here: the same products summed
 # in another order, so they agree to a few float32 ulps of the largest gradient element.
@@ -460,8 +460,7 @@ def loss_table(data: list[dict[str, Any]], weights: tuple[int, list[int], list[i
             "reference_loss": _value(data[0]["steps"][step]["reference_loss"], 4),
             **{f"loss_rank{r}": _value(loss, 4) for r, loss in enumerate(losses)},
             "weights": (
-                f"rank{'s' if len(weights[2]) > 1 else ''} {', '.join(map(str, weights[2]))} "
-                f"{'differ' if len(weights[2]) > 1 else 'differs'}"
+                f"{listed(weights[2])} {'differ' if len(weights[2]) > 1 else 'differs'}"
                 if diverged and weights
                 else "equal"
             ),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -18,7 +17,7 @@ from ddpcheck.failure.stragglers.judge import (
 from ddpcheck.failure.stragglers.timeline import Estimator
 from ddpcheck.failure.stragglers.why import Activity, Usage, Why
 from ddpcheck.report.model import Check, Status, Table
-from ddpcheck.report.naming import counted
+from ddpcheck.report.naming import counted, listed
 
 NAME = "stragglers"  # the check's and the per-rank table's name
 HEAT = "straggler_lag"  # the report's table of the heat map's rows (JSON and HTML only)
@@ -81,12 +80,12 @@ def recovered_line(group: str, ranks: tuple[int, ...]) -> str:
     """The one line once the ranks a verdict named no longer slow their group."""
     where = f" of group {group}" if group != "0" else ""
     return (
-        f"ddpcheck watch: {_ranks(ranks)} no longer {'slows' if len(ranks) == 1 else 'slow'} the job{where}"
+        f"ddpcheck watch: {listed(ranks)} no longer {'slows' if len(ranks) == 1 else 'slow'} the job{where}"
     )
 
 
 def _said(v: StragglerVerdict) -> str:
-    who = _ranks(v.ranks)
+    who = listed(v.ranks)
     if v.hosts:
         who += f" (host{'' if len(v.hosts) == 1 else 's'} {', '.join(v.hosts)})"
     where = f" in group {group_name(v.group, v.group_desc)}" if v.group != "0" else ""
@@ -199,7 +198,7 @@ def _skip_text(g: GroupJudgement) -> str:
             return "a single rank: nobody to compare with"
         case Skip.ALONE_ON_HOST:
             return (
-                f"{_ranks(g.ranks)} alone on their host and no clock offsets measured: enqueue times of "
+                f"{listed(g.ranks)} alone on their host and no clock offsets measured: enqueue times of "
                 "different hosts' clocks are not compared"
             )
         case Skip.TOO_FEW:
@@ -342,11 +341,6 @@ def _compared(judged: list[GroupJudgement]) -> str:
 # ---------------------------------------------------------------- small words
 def group_name(pg: str, desc: str) -> str:
     return f"{pg} ({desc})" if desc and desc != pg else pg
-
-
-def _ranks(ranks: Sequence[int]) -> str:
-    """`rank 5`, `ranks 4, 12`: every rank named (no range, unlike naming.span)."""
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
 
 
 def _span(seconds: float) -> str:
