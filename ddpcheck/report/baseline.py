@@ -70,9 +70,8 @@ def load_report(path: str, flag: str = "--baseline") -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{flag} {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict) or not {"ddpcheck", "command", "tables", "world"} <= data.keys():
-        raise UsageError(f"{flag} {path}: not a ddpcheck report (save one with --json)")
-    if not isinstance(data["tables"], dict) or not isinstance(data["world"], dict):
+    shaped = isinstance(data, dict) and {"ddpcheck", "command", "tables", "world"} <= data.keys()
+    if not shaped or not isinstance(data["tables"], dict) or not isinstance(data["world"], dict):
         raise UsageError(f"{flag} {path}: not a ddpcheck report (save one with --json)")
     if not compatible_version(str(data["ddpcheck"])):
         raise UsageError(
