@@ -311,10 +311,8 @@ def _unknown_option(exc: Exception, args: list[str]) -> str | None:
             None,
         )
         if job is not None and args.index(name) > job:
-            fixed = " ".join([*args[:job], "--", *args[job:]])
-            return f"no such option {name}: put -- before the job, so that its options reach it: " + (
-                f"ddpcheck {fixed}"
-            )
+            fixed = " ".join(["ddpcheck", *args[:job], "--", *args[job:]])
+            return f"no such option {name}: put -- before the job, so that its options reach it: {fixed}"
     near = [
         p
         for p in getattr(exc, "possibilities", None) or []
