@@ -157,7 +157,6 @@ def test_a_stall_is_declared_after_the_timeout_with_what_every_rank_said(
     assert 0.4 < stall.waited_s < 0.4 + 2.0
     assert stall.elapsed_s is not None and stall.elapsed_s >= stall.waited_s
     assert stall.world_size == 6  # nproc x nnodes, not the ranks seen here
-    assert stall.at is not None and abs(stall.at - time.time()) < 5
     assert sorted(stall.statuses) == [0, 1]
     assert stall.statuses[0]["stage"] == "measure: 4K" and stall.statuses[0]["proc_state"] == "exited"
     assert "heartbeat_age_s" in stall.statuses[1] and "in_stage_s" in stall.statuses[1]

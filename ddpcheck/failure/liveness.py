@@ -145,5 +145,4 @@ class Stall:
     statuses: dict[int, SeenStatus]
     waited_s: float | None
     world_size: int
-    at: float | None = None
     elapsed_s: float | None = None

@@ -118,7 +118,6 @@ class Monitor(threading.Thread):
                     statuses=self.world_statuses(local),
                     waited_s=now - last_change,
                     world_size=self.plan.world_size,
-                    at=time.time(),
                     elapsed_s=now - started,
                 )
                 self.flight = flight_dumps(self.run_dir, local)  # this node's ranks
