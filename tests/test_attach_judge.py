@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from ddpcheck.checks.attach import AttachOptions, check, evidence, nodes
 from ddpcheck.checks.attach.evidence import Seen
@@ -19,9 +20,10 @@ from ddpcheck.failure import processes, ras
 from ddpcheck.failure.hangs import RankView
 from ddpcheck.failure.rank_env import node_count
 from ddpcheck.failure.ras.status import NO_SERVICE_VERDICT
-from ddpcheck.report.model import Status
+from ddpcheck.report.model import Report, Status
+from ddpcheck.report.terminal import render_report
 from tests.support.fr_dumps import dump, entry, write_pickle
-from tests.test_ras import HEALTHY, RasService
+from tests.test_ras import HEALTHY, PROBLEM, RasService
 from tests.test_watch_judge import ALL_REDUCE, BACKWARD, SLEEPING
 
 BROADCAST = (ALL_REDUCE[0].__class__("broadcast", ALL_REDUCE[0].file, 2900), *ALL_REDUCE[1:])
@@ -151,6 +153,45 @@ def test_nccl_ras_is_asked_once_and_its_verdict_stands_beside(monkeypatch: pytes
         assert ras_check.status is Status.PASS and "NCCL says" in ras_check.detail
     finally:
         service.close()
+
+
+@pytest.mark.parametrize(
+    "pieces", [PROBLEM, ['{\n  "nccl_version": "2.29.2"\n}\n']], ids=["problems", "unknown"]
+)
+def test_nccl_ras_answer_not_healthy_is_in_the_report_line_by_line(
+    monkeypatch: pytest.MonkeyPatch, pieces: list[str]
+) -> None:
+    """The verdict names what it could read; NCCL's answer itself is the nccl_ras table: in the JSON
+    always, on the terminal with --verbose (a note says so without it)."""
+    service = RasService(pieces=pieces)
+    try:
+        monkeypatch.setattr(evidence, "loads_nccl", lambda pid: True)
+        monkeypatch.setattr(evidence, "sample", lambda job, interval: {0: [ALL_REDUCE]})
+        found = evidence.read(_job({"NCCL_RAS_ADDR": service.address}), 0.1)
+    finally:
+        service.close()
+    assert check.ras_check(found).status is Status.WARN
+    (table,) = check.ras_answer(found)
+    assert [row["line"] for row in table.rows] == "".join(pieces).rstrip().splitlines()
+    report = Report(command="attach", checks=[check.ras_check(found)], tables=[table])
+    quiet = Console(record=True, width=120)
+    render_report(report, quiet)
+    assert "NCCL's RAS answer: with --verbose (-v), and in --json" in quiet.export_text()
+    verbose = Console(record=True, width=200)
+    render_report(report, verbose, verbose=True)
+    first = next(row["line"].strip() for row in table.rows if row["line"].strip())
+    assert first in verbose.export_text()
+
+
+def test_a_healthy_nccl_ras_answer_adds_no_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    service = RasService(pieces=HEALTHY)
+    try:
+        monkeypatch.setattr(evidence, "loads_nccl", lambda pid: True)
+        monkeypatch.setattr(evidence, "sample", lambda job, interval: {0: [ALL_REDUCE]})
+        found = evidence.read(_job({"NCCL_RAS_ADDR": service.address}), 0.1)
+    finally:
+        service.close()
+    assert check.ras_check(found).status is Status.PASS and check.ras_answer(found) == []
 
 
 def test_ras_outcomes_map_to_checks() -> None:

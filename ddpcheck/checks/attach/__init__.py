@@ -14,6 +14,7 @@ from ddpcheck.command import Command, option
 from ddpcheck.errors import UsageError
 
 DEFAULT_INTERVAL_S = 1.0
+RAS_ANSWER = "nccl_ras"  # the table of NCCL's RAS answer, line by line, where it is not healthy
 
 
 def _pid(text: str) -> int:
@@ -89,4 +90,5 @@ COMMAND = Command(
     options=AttachOptions,
     implementation="ddpcheck.checks.attach.check",
     ranked=False,
+    details={RAS_ANSWER: "NCCL's RAS answer"},
 )

@@ -16,7 +16,7 @@ import time
 
 import psutil
 
-from ddpcheck.checks.attach import AttachOptions, evidence, find, nodes
+from ddpcheck.checks.attach import RAS_ANSWER, AttachOptions, evidence, find, nodes
 from ddpcheck.checks.attach.evidence import IO_PROGRESS_BYTES, Seen
 from ddpcheck.failure import processes, ras
 from ddpcheck.failure.flight_judge import with_flight_recorders
@@ -25,7 +25,7 @@ from ddpcheck.failure.proc import ProcState
 from ddpcheck.failure.rank_env import node_count
 from ddpcheck.failure.stacks import Stack, in_collective
 from ddpcheck.failure.stragglers import sampled
-from ddpcheck.report.model import Check, Report, Status
+from ddpcheck.report.model import Check, Report, Status, Table
 from ddpcheck.report.naming import counted, span
 
 
@@ -46,6 +46,7 @@ def run(options: AttachOptions) -> Report:
     if missing:
         report.checks.append(Check("nodes", Status.WARN, f"no evidence from {', '.join(missing)} in time"))
     report.checks.append(ras_check(seen))
+    report.tables += ras_answer(seen)
     report.checks.append(dumps_check(seen))
     report.notes += seen.notes
     if options.kill:
@@ -175,6 +176,16 @@ def ras_check(seen: Seen) -> Check:
     if status.outcome == ras.Outcome.ANSWERED and status.healthy:
         return Check(name, Status.PASS, f"NCCL says: {status.verdict}")
     return Check(name, Status.WARN, f"NCCL says: {status.verdict}")
+
+
+def ras_answer(seen: Seen) -> list[Table]:
+    """NCCL's answer as it wrote it, where its verdict is not 'healthy' (problems, an unknown layout,
+    an answer cut short): the verdict names what it could read; the rest is in these lines."""
+    status = seen.ras
+    if status is None or status.answer is None or not status.answer.raw.strip() or status.healthy:
+        return []
+    rows = [{"line": line} for line in status.answer.raw.rstrip().splitlines()]
+    return [Table(RAS_ANSWER, "NCCL's RAS answer", {"line": "as NCCL wrote it"}, rows)]
 
 
 def dumps_check(seen: Seen) -> Check:

@@ -32,7 +32,9 @@ def _finding_detail(finding: RasFinding) -> str:
 def judge(answer: RasAnswer) -> str:
     """One line: healthy, the problems NCCL names, or unparsed (a cut answer is client.py's to say)."""
     if not answer.recognised:
-        return "unparsed: NCCL's answer is in a layout this client does not know (its raw text is kept)"
+        return (
+            "unparsed: NCCL's answer is in a layout this client does not know (its raw text is in the report)"
+        )
     if answer.healthy:
         return "healthy: " + ", ".join(_healthy_parts(answer)) + "; no errors or warnings"
     problems = []
