@@ -141,35 +141,36 @@ def test_dumps_on_disk_are_read_by_the_ranks_prefix_and_an_older_jobs_left(tmp_p
     assert evidence.read_dumps(_job(environ, started=time.time() + 60), []) == {}  # written before the job
 
 
-def test_nccl_ras_is_asked_once_and_its_verdict_stands_beside(monkeypatch: pytest.MonkeyPatch) -> None:
-    service = RasService(pieces=HEALTHY)
+def _asked_ras(monkeypatch: pytest.MonkeyPatch, pieces: list[str]) -> tuple[Seen, list[str]]:
+    """What attach read of a one-rank job whose RAS service on loopback answers `pieces`, and the
+    commands the service was sent."""
+    service = RasService(pieces=pieces)
     try:
         monkeypatch.setattr(evidence, "loads_nccl", lambda pid: True)
         monkeypatch.setattr(evidence, "sample", lambda job, interval: {0: [ALL_REDUCE]})  # no py-spy here
-        job = _job({"NCCL_RAS_ADDR": service.address})
-        found = evidence.read(job, 0.1)
-        assert [c for c in service.commands if c.upper().endswith("STATUS")] == ["STATUS"]
-        ras_check = check.ras_check(found)
-        assert ras_check.status is Status.PASS and "NCCL says" in ras_check.detail
+        return evidence.read(_job({"NCCL_RAS_ADDR": service.address}), 0.1), service.commands
     finally:
         service.close()
 
 
-@pytest.mark.parametrize(
-    "pieces", [PROBLEM, ['{\n  "nccl_version": "2.29.2"\n}\n']], ids=["problems", "unknown"]
-)
+def test_nccl_ras_is_asked_once_and_its_verdict_stands_beside(monkeypatch: pytest.MonkeyPatch) -> None:
+    found, commands = _asked_ras(monkeypatch, HEALTHY)
+    assert [c for c in commands if c.upper().endswith("STATUS")] == ["STATUS"]
+    ras_check = check.ras_check(found)
+    assert ras_check.status is Status.PASS and "NCCL says" in ras_check.detail
+    assert check.ras_answer(found) == []  # healthy: no answer to read
+
+
+UNKNOWN_LAYOUT = ['{\n  "nccl_version": "2.29.2"\n}\n']
+
+
+@pytest.mark.parametrize("pieces", [PROBLEM, UNKNOWN_LAYOUT], ids=["problems", "unknown"])
 def test_nccl_ras_answer_not_healthy_is_in_the_report_line_by_line(
     monkeypatch: pytest.MonkeyPatch, pieces: list[str]
 ) -> None:
     """The verdict names what it could read; NCCL's answer itself is the nccl_ras table: in the JSON
     always, on the terminal with --verbose (a note says so without it)."""
-    service = RasService(pieces=pieces)
-    try:
-        monkeypatch.setattr(evidence, "loads_nccl", lambda pid: True)
-        monkeypatch.setattr(evidence, "sample", lambda job, interval: {0: [ALL_REDUCE]})
-        found = evidence.read(_job({"NCCL_RAS_ADDR": service.address}), 0.1)
-    finally:
-        service.close()
+    found, _ = _asked_ras(monkeypatch, pieces)
     assert check.ras_check(found).status is Status.WARN
     (table,) = check.ras_answer(found)
     assert [row["line"] for row in table.rows] == "".join(pieces).rstrip().splitlines()
@@ -181,17 +182,6 @@ def test_nccl_ras_answer_not_healthy_is_in_the_report_line_by_line(
     render_report(report, verbose, verbose=True)
     first = next(row["line"].strip() for row in table.rows if row["line"].strip())
     assert first in verbose.export_text()
-
-
-def test_a_healthy_nccl_ras_answer_adds_no_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    service = RasService(pieces=HEALTHY)
-    try:
-        monkeypatch.setattr(evidence, "loads_nccl", lambda pid: True)
-        monkeypatch.setattr(evidence, "sample", lambda job, interval: {0: [ALL_REDUCE]})
-        found = evidence.read(_job({"NCCL_RAS_ADDR": service.address}), 0.1)
-    finally:
-        service.close()
-    assert check.ras_check(found).status is Status.PASS and check.ras_answer(found) == []
 
 
 def test_ras_outcomes_map_to_checks() -> None:
