@@ -102,7 +102,6 @@ class SeenStatus(TypedDict, total=False):
     arrived: bool  # False: known only from its host's job directory, it never reached the store
     remote: bool  # published by another node's launcher
     exit: ExitInfo | None  # how it ended, as another node's launcher published it
-    ended_by_ddpcheck: bool  # an inline peer ended it (a stopped rank under torchrun)
     ranks_started: int  # rank 0's status only, for the progress display: how many ranks started
 
 

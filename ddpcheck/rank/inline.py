@@ -294,7 +294,7 @@ class Session:
             mark_stopped_by_launcher(statuses)
             for rank, status in statuses.items():
                 if status["proc_state"] == "exited" and _has(self.store, f"{ENDED_KEY}{rank}"):
-                    status.update(proc_state="stopped", ended_by_ddpcheck=True)
+                    status["proc_state"] = "stopped"
             if time.monotonic() - began >= wait_s or liveness.culprits(statuses, besides=self.rank):
                 return statuses
             time.sleep(HEARTBEAT_INTERVAL_S / 2)
