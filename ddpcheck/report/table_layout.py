@@ -45,10 +45,8 @@ class Cell(Text):
         return Measurement(min(widest, fold.longest_atom(self.plain, self.whole)), widest)
 
 
-def rich_table(
-    table: Table, title: str | None = None, rows: list[dict[str, Any]] | None = None, width: int | None = None
-) -> RenderableType:
-    """The table, or one group of it (`title` and `rows`), fitted to `width` columns when given.
+def rich_table(table: Table, title: str, rows: list[dict[str, Any]], width: int) -> RenderableType:
+    """The table, or one group of it (`title` and `rows`), fitted to `width` columns.
 
     Nothing that must be read whole is cut: when the table is wider than `width`, each numeric
     column keeps the width of its widest value (its header wraps instead), each text column the
@@ -56,16 +54,14 @@ def rich_table(
     'exited 1': report/fold.py) and only the rest of the text folds. When even that does not fit,
     the table is written as one record per row (`_records`).
     """
-    rows = table.rows if rows is None else rows
     # A column empty in every row ('called at' from dumps without stacks) takes no room.
     keys = [key for key in table.columns if not rows or any(row.get(key) != "" for row in rows)]
     numeric = [any(isinstance(row.get(key), (int, float)) for row in rows) for key in keys]
     cells = [[cell(row.get(key)) for key in keys] for row in rows]
     headers = [table.columns[key] for key in keys]
-    heading = title or table.title
 
     def build(fixed: list[int | None]) -> RichTable:
-        out = RichTable(title=Text(heading), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold")
+        out = RichTable(title=Text(title), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold")
         for header, is_number, column_width in zip(headers, numeric, fixed, strict=True):
             out.add_column(
                 Cell(header), justify="right" if is_number else "left", overflow="fold", width=column_width
@@ -75,8 +71,6 @@ def rich_table(
         return out
 
     natural = build([None] * len(headers))
-    if width is None:
-        return natural
     table_width = measure(natural)
     if table_width <= width:
         return natural
@@ -92,7 +86,7 @@ def rich_table(
     fixed = [widest[i] if numeric[i] else longest_atom(cells, i) for i in range(len(headers))]
     room = width - (table_width - sum(wants))
     if sum(fixed) > room:
-        return _records(heading, headers, cells, width)
+        return _records(title, headers, cells, width)
     tiers = [
         [max(fixed[i], min(header_word[i], wants[i])) for i in range(len(headers))],
         [max(min(header_word[i], wants[i]), min(text_word[i], 24), fixed[i]) for i in range(len(headers))],
