@@ -93,11 +93,8 @@ def _case_outcome(case: ET.Element, check: Check, tails: dict[Any, str]) -> None
     if check.status in (Status.FAIL, Status.ERROR):
         tag = "failure" if check.status == Status.FAIL else "error"
         # Many reporters show only the message attribute: it names the culprits too.
-        message = check.detail or check.status.value
-        if culprits:
-            message += f" ({culprits})"
-        element = ET.SubElement(case, tag, message=_xml_safe(message))
-        element.set("type", check.status.value)
+        message = (check.detail or check.status.value) + (f" ({culprits})" if culprits else "")
+        element = ET.SubElement(case, tag, message=_xml_safe(message), type=check.status.value)
         element.text = _xml_safe("\n".join(x for x in (check.detail, culprits) if x))
         stderr = "\n\n".join(f"rank {r}:\n{tails[r]}" for r in check.ranks if tails.get(r))
         if stderr:
