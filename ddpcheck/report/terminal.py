@@ -151,9 +151,7 @@ def verdict_line(report: Report) -> Text:
 
 
 def _culprit(check: Any) -> str:
-    if check.ranks:
-        return f"{check.name}: {listed(check.ranks, 8)}"
-    return check.name
+    return f"{check.name}: {listed(check.ranks, 8)}" if check.ranks else check.name
 
 
 def _checks_table(report: Report, width: int) -> RichTable:
