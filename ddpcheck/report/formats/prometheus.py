@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 from ddpcheck.command import load
@@ -36,17 +37,8 @@ def text_of(report: Report) -> str:
     """The metrics as the textfile holds them (what write writes)."""
     from prometheus_client import generate_latest
 
-    return generate_latest(_ReportCollector(report)).decode()  # a collector is all it reads
-
-
-class _ReportCollector:
-    """A prometheus_client collector over one finished report."""
-
-    def __init__(self, report: Report) -> None:
-        self.report = report
-
-    def collect(self) -> Iterator[Any]:
-        yield from families(self.report)
+    # generate_latest reads any Collector, an object with collect(): here, the report's families.
+    return generate_latest(SimpleNamespace(collect=lambda: families(report))).decode()
 
 
 def families(report: Report) -> list[Any]:
