@@ -57,7 +57,6 @@ def status(
         "heartbeat_age_s": age,
         "proc_state": state,
         "error": None,
-        "error_at": None,
         **extra,
     }
 

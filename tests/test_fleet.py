@@ -48,7 +48,6 @@ def _status(
         "heartbeat_age_s": age,
         "proc_state": state,
         "error": None,
-        "error_at": None,
     }
 
 

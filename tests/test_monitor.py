@@ -369,7 +369,7 @@ def test_a_crash_ends_the_run_two_seconds_later_with_a_snapshot_and_no_stall(
     monkeypatch.setattr(monitor, "time", FastClock(speed))
     monkeypatch.setattr(monitor, "PUBLISH_EVERY_S", 1e9)  # only the crash's own publication
     write(tmp_path, 0)
-    write(tmp_path, 1, error="RuntimeError: injected crash", error_at=time.time())
+    write(tmp_path, 1, error="RuntimeError: injected crash")
     presence = FakePresence({2: {"stage": "measure", "remote": True}})
     began = time.monotonic()
     dog = watch(plan(60.0, nnodes=2), presence)
@@ -393,7 +393,7 @@ def test_a_crash_is_not_turned_into_a_stall_during_its_grace(
 ) -> None:
     monkeypatch.setattr(monitor, "time", FastClock(4.0))
     write(tmp_path, 0)
-    write(tmp_path, 1, error="RuntimeError: injected crash", error_at=time.time())  # alive, tearing down
+    write(tmp_path, 1, error="RuntimeError: injected crash")  # alive, tearing down
     dog = watch(plan(1.0))  # the timeout ends 1 s into the 2 s grace
     wait_for(dog)
     assert dog.stall is None and dog.snapshot is not None

@@ -47,7 +47,6 @@ class RankStatus:
     progress_seq: int = 0
     ticks: int = 0
     error: str | None = None
-    error_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -93,7 +92,6 @@ class SeenStatus(TypedDict, total=False):
     progress_seq: int
     ticks: int
     error: str | None
-    error_at: float | None
     proc_state: SeenState
     heartbeat_age_s: float
     in_stage_s: float | None  # None for a rank on another host: its clock is not ours

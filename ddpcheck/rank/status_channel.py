@@ -142,7 +142,7 @@ class StatusWriter:
 
     def error(self, message: str) -> None:
         with self._lock:
-            self.record.error, self.record.error_at = message, time.time()
+            self.record.error = message
         self._write()
 
     def close(self) -> None:
