@@ -21,9 +21,7 @@ def node_of(ident: dict[str, Any]) -> tuple[str, int]:
 
 
 def node_label(node: tuple[str, int], identities: list[dict[str, Any]]) -> str:
-    host, number = node
-    shared = len({node_of(i) for i in identities if i["host"] == host}) > 1
-    return f"{host} (node {number})" if shared else host
+    return node_labels(identities)[node]
 
 
 def node_labels(identities: list[dict[str, Any]]) -> dict[tuple[str, int], str]:
