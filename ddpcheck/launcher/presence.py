@@ -61,14 +61,9 @@ class Presence:
 
     def world_statuses(self) -> dict[int, SeenStatus]:
         """The other nodes' last published statuses, by global rank, marked remote."""
-        merged: dict[int, SeenStatus] = {}
-        for node in range(self.nnodes):
-            key = f"{STATUS_PREFIX}{node}"
-            if node == self.node_rank or not store_has(self.store, key):
-                continue
-            for rank, status in json.loads(self.store.get(key)).items():
-                merged[int(rank)] = {**status, "remote": True}
-        return merged
+        keys = [f"{STATUS_PREFIX}{node}" for node in range(self.nnodes) if node != self.node_rank]
+        published = [json.loads(self.store.get(key)) for key in keys if store_has(self.store, key)]
+        return {int(rank): {**status, "remote": True} for each in published for rank, status in each.items()}
 
     def describe_missing(self) -> str:
         arrived = self.arrived()
