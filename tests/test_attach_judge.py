@@ -31,7 +31,7 @@ BROADCAST = (ALL_REDUCE[0].__class__("broadcast", ALL_REDUCE[0].file, 2900), *AL
 
 def views(*stacks, states: str = "") -> list[RankView]:
     return [
-        RankView(rank, "node-a", 100 + rank, (states[rank] if states else "S"), stack, 1.0, None, [stack])
+        RankView(rank, "node-a", 100 + rank, (states[rank] if states else "S"), stack, None, [stack])
         for rank, stack in enumerate(stacks)
     ]
 

@@ -50,9 +50,7 @@ def test_too_few_samples_say_nothing() -> None:
 
 
 def view(rank: int, history: list, state: str = "S") -> RankView:
-    return RankView(
-        rank, "node-a", 100 + rank, state, history[-1] if history else None, None, None, history[:-1]
-    )
+    return RankView(rank, "node-a", 100 + rank, state, history[-1] if history else None, None, history[:-1])
 
 
 def test_a_straggler_in_a_job_that_moves_is_a_warn_and_exit_0() -> None:

@@ -365,7 +365,7 @@ def test_a_view_goes_to_another_watcher_and_back_unchanged() -> None:
     """Every field, through JSON (what the store carries); an end's missing stack reads as none;
     samples that held no frames are dropped."""
     full = RankView(
-        3, "node2", 303, state="S", stack=ALL_REDUCE, unchanged_s=4.5,
+        3, "node2", 303, state="S", stack=ALL_REDUCE,
         exit=Exit(9.5, "exception", code=1, exception="ValueError: x", traceback="Traceback ...",
                   fatal="", stack=SLEEPING),
         samples=[BACKWARD, SLEEPING],
@@ -373,7 +373,7 @@ def test_a_view_goes_to_another_watcher_and_back_unchanged() -> None:
     sent = view_to_dict(full)
     frames = [f.to_dict() for f in ALL_REDUCE]
     assert sent == {
-        "rank": 3, "host": "node2", "pid": 303, "state": "S", "stack": frames, "unchanged_s": 4.5,
+        "rank": 3, "host": "node2", "pid": 303, "state": "S", "stack": frames,
         "samples": [[f.to_dict() for f in BACKWARD], [f.to_dict() for f in SLEEPING]],
         "exit": {"time": 9.5, "kind": "exception", "code": 1, "exception": "ValueError: x",
                  "traceback": "Traceback ...", "fatal": "", "stack": [f.to_dict() for f in SLEEPING]},

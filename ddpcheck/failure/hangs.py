@@ -35,7 +35,6 @@ class RankView:
     pid: int
     state: str = "S"  # /proc's letter (T: stopped), or 'gone'
     stack: Stack | None = None  # the latest sample, innermost first
-    unchanged_s: float | None = None  # how long the stack has stayed the same
     exit: Exit | None = None
     samples: list[Stack] = field(default_factory=list)  # earlier samples, oldest first
 
@@ -184,8 +183,8 @@ def view_to_dict(view: RankView) -> dict:
 
     exit = None if view.exit is None else {**dataclasses.asdict(view.exit), "stack": stack(view.exit.stack)}
     return {"rank": view.rank, "host": view.host, "pid": view.pid, "state": view.state,
-            "stack": stack(view.stack), "unchanged_s": view.unchanged_s,
-            "samples": [stack(s) for s in view.samples], "exit": exit}  # fmt: skip
+            "stack": stack(view.stack), "samples": [stack(s) for s in view.samples],
+            "exit": exit}  # fmt: skip
 
 
 def view_from_dict(data: dict) -> RankView:
@@ -194,5 +193,6 @@ def view_from_dict(data: dict) -> RankView:
 
     exit = Exit(**{**data["exit"], "stack": stack(data["exit"]["stack"]) or ()}) if data.get("exit") else None
     samples = [s for s in (stack(x) for x in data["samples"]) if s]
-    return RankView(data["rank"], data["host"], data["pid"], data["state"], stack(data["stack"]),
-                    data["unchanged_s"], exit, samples)  # fmt: skip
+    return RankView(
+        data["rank"], data["host"], data["pid"], data["state"], stack(data["stack"]), exit, samples
+    )

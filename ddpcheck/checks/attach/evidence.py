@@ -97,11 +97,8 @@ def read(job: Job, interval: float) -> Seen:
         if ProcState.of_letter(letter).ended:
             gone.append(rank)
         stacks = history[rank]
-        unchanged = interval if len(stacks) > 1 and len(set(stacks)) == 1 else None
         latest = stacks[-1] if stacks else None
-        views.append(
-            RankView(rank, process.host, process.pid, letter, latest, unchanged, samples=stacks[:-1])
-        )
+        views.append(RankView(rank, process.host, process.pid, letter, latest, samples=stacks[:-1]))
     changed = [r for r, stacks in history.items() if len(set(stacks)) > 1]
     unread = [v.rank for v in views if v.stack is None and v.rank not in gone]
     if unread:

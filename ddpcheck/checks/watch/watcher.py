@@ -290,7 +290,6 @@ class Watcher:
     # ------------------------------------------------------------ what was seen
     def views(self) -> list[RankView]:
         launcher_said = launcher_exit_codes(self.output())
-        now = time.monotonic()
         found = []
         for rank, watched in sorted(self.ranks.items()):
             pid = watched.process.pid
@@ -307,7 +306,6 @@ class Watcher:
                     pid,
                     state="gone" if watched.gone_at is not None else state_letter(pid),
                     stack=watched.samples[-1] if watched.samples else None,
-                    unchanged_s=self.progress.unchanged_for(rank, now),
                     exit=exit,
                     samples=list(watched.samples),
                 )
