@@ -63,8 +63,8 @@ def test_the_rank_is_the_names_trailing_digits_whatever_the_prefix() -> None:
 
 def test_pickle_and_json_forms_read_alike(tmp_path: Path) -> None:
     data = dump([entry(1), entry(2, dtype="BFloat16", sizes=[[4, 8]])])
-    from_pickle = read_dump(write_pickle(tmp_path / "fr_1", data))
-    from_json = read_dump(write_json(tmp_path / "json_1", data))
+    from_pickle = read_dump(write_pickle(tmp_path / "fr_1", data), 1)
+    from_json = read_dump(write_json(tmp_path / "json_1", data), 1)
     for trace in (from_pickle, from_json):
         assert trace.rank == 1 and trace.version == "2.10" and trace.backend == "gloo"
         assert trace.last_enqueued("0") == 2
@@ -76,7 +76,7 @@ def test_pickle_and_json_forms_read_alike(tmp_path: Path) -> None:
 
 
 def test_nccls_dump_layout_reads_its_members_and_states(tmp_path: Path) -> None:
-    trace = read_dump(write_pickle(tmp_path / "nccl_trace_rank_5", nccl_dump(5, world=8, last=7)))
+    trace = read_dump(write_pickle(tmp_path / "nccl_trace_rank_5", nccl_dump(5, world=8, last=7)), 5)
     assert trace.pg_config["0"] == list(range(8))
     assert trace.pg_status["0"].last_started == 7
     assert [c.state for c in trace.collectives("0").values()][-2:] == ["completed", "started"]
@@ -87,7 +87,7 @@ def test_a_pickle_naming_a_class_is_refused_unrun(tmp_path: Path) -> None:
     evil = tmp_path / "fr_0"
     evil.write_bytes(pickle.dumps(os.system))
     with pytest.raises(NotADump, match="names a class"):
-        read_dump(evil)
+        read_dump(evil, 0)
 
 
 def test_find_dumps_recurses_over_prefixes_and_skips_what_it_cannot_read(tmp_path: Path) -> None:

@@ -467,7 +467,7 @@ def test_no_samples_no_collectives_a_world_of_one_and_too_few_are_skips() -> Non
 
 
 def test_the_real_h200_nccl_dump_a_world_of_one_is_skipped_and_its_durations_read() -> None:
-    trace = read_dump(H200)  # a fixture of this repository's own
+    trace = read_dump(H200, 0)  # a fixture of this repository's own
     timed = {(e.pg, e.seq_id): e.duration_ms for e in trace.entries if e.duration_ms is not None}
     assert len(timed) == 15 and timed[("0", 1)] == pytest.approx(0.478, abs=1e-3)
     judged = judge([Sample({0: trace}, {0: "h200"})])
@@ -479,7 +479,7 @@ def test_the_real_h200_nccl_dump_a_world_of_one_is_skipped_and_its_durations_rea
 def test_real_gloo_dumps_a_rank_sleeping_30_percent_longer_is_named_and_a_healthy_job_not(
     job: str, named: tuple[int, ...]
 ) -> None:
-    traces = {r: read_dump(GLOO / job / f"fr{r}") for r in range(4)}
+    traces = {r: read_dump(GLOO / job / f"fr{r}", r) for r in range(4)}
     judged = judge([Sample(traces, dict.fromkeys(range(4), "h"))])
     assert tuple(r for v in judged.verdicts for r in v.ranks) == named
     assert judged.judged[0].collectives == 59

@@ -157,12 +157,9 @@ def sniff(path: str | os.PathLike[str]) -> str | None:
     return next((form for magic, form in _FORMS if start.startswith(magic)), None)
 
 
-def read_dump(path: str | os.PathLike[str], rank: int | None = None) -> RankTrace:
-    """One dump as a RankTrace; `rank` defaults to the file name's trailing digits. Raises NotADump."""
+def read_dump(path: str | os.PathLike[str], rank: int) -> RankTrace:
+    """One dump as rank `rank`'s RankTrace. Raises NotADump."""
     path = os.fspath(path)
-    rank = rank if rank is not None else rank_of(path)
-    if rank is None:
-        raise NotADump("its name does not end in a rank")
     return parse_trace(read_raw(path), rank=rank, path=path)
 
 
