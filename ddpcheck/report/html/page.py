@@ -140,10 +140,9 @@ def _meta(report: Report) -> str:
     if world.get("torch"):
         facts.append(f"torch {_e(world['torch'])}")
     lines = [" · ".join(facts)]
-    if report.options:
-        shown = [f"{k}={_option(v)}" for k, v in report.options.items() if v is not None and v != []]
-        if shown:
-            lines.append("options: " + _e(", ".join(shown)))
+    shown = [f"{k}={_option(v)}" for k, v in report.options.items() if v is not None and v != []]
+    if shown:
+        lines.append("options: " + _e(", ".join(shown)))
     lines += [_e(n) for n in report.notes]
     if report.log_dir:
         lines.append(_e(kept_line(report.command, report.log_dir)))
