@@ -358,12 +358,12 @@ def test_an_output_file_is_written_whole_with_no_temporary_file_left(tmp_path: P
 
 # A rank whose join never returns: gloo's full-mesh connect to a peer stopped mid-handshake (torch 2.13).
 STUCK_JOIN = """
-import os, sys, time
+import os, sys, tempfile, time
 from ddpcheck.rank import giving_up
 from ddpcheck.rank.rundir import RunSpec
 giving_up.JOIN_GRACE_S = 0.5
 spec = RunSpec("allreduce", {}, "gloo", "cpu", timeout=1.0, inline=True, launcher="torchrun")
-giving_up.guard_join(giving_up.InlineRank(spec, None, 2, None, None))
+giving_up.guard_join(giving_up.InlineRank(spec, tempfile.mkdtemp(), 2, None, None))  # rank 1 removes it
 time.sleep(30)  # init_process_group, stuck
 """
 

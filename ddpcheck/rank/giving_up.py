@@ -66,7 +66,7 @@ class InlineRank:
     """What a rank that gives up knows of its run."""
 
     spec: RunSpec
-    run_dir: str | None
+    run_dir: str
     world_size: int
     session: inline.Session | None
     status: StatusWriter | None
@@ -156,7 +156,7 @@ def on_sigterm(
 def give_up(run: InlineRank, reason: Reason, message: str) -> None:
     """The one flow: observe, judge, reap, say, and on rank 0 write the report."""
     try:
-        if reason is not Reason.SIGTERM and run.rank != 0 and run.run_dir:
+        if reason is not Reason.SIGTERM and run.rank != 0:
             # Nothing more to write here; a launcher's SIGKILL may come while this rank looks.
             remover.remove_now(run.run_dir)
         account = _account(run, reason, message)
@@ -263,13 +263,13 @@ def _after_the_line(run: InlineRank, reason: Reason, account: Account) -> None:
             session.wait_for_rank0(RANK0_LEAVES_S)
     if sigterm:
         return
-    if account.report is not None and run.run_dir:
+    if account.report is not None:
         rundir.write_rank0_report(run.run_dir, account.report)
     if account.looked and session is not None and rank == 0 and rank0_last:
         # Rank 0's process hosts the store there: the others read it to name the culprit.
         assert account.report is not None
         session.wait_for_waiters(account.report.checks[0].ranks, inline.SAMPLE_S + 1.0)
-    if reason is Reason.JOIN_TIMED_OUT and run.run_dir:
+    if reason is Reason.JOIN_TIMED_OUT:
         for said in _files(run, account):
             say(f"ddpcheck: {said}")
 
