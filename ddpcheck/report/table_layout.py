@@ -97,11 +97,8 @@ def rich_table(table: Table, title: str, rows: list[dict[str, Any]], width: int)
             step = min(tier[i] - fixed[i], room - sum(fixed))
             if step > 0:
                 fixed[i] += step
-    while sum(fixed) < room:
-        short = [i for i in range(len(fixed)) if fixed[i] < wants[i]]
-        if not short:
-            break
-        fixed[max(short, key=lambda i: (wants[i] - fixed[i], -i))] += 1
+    while sum(fixed) < room:  # room < sum(wants) (the table is too wide): some column is short of it
+        fixed[max(range(len(fixed)), key=lambda i: (wants[i] - fixed[i], -i))] += 1
     return build(list(fixed))
 
 
