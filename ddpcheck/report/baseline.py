@@ -404,11 +404,8 @@ def verdict_changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[Check, Ta
     fixed = [r for r in rows if r["then"] in ("FAIL", "ERROR") and r["now"] in ("PASS", "WARN")]
     ranks = sorted({r for row in broke for r in (now[row["check"]].get("ranks") or [])})
     hosts = list(dict.fromkeys(h for row in broke for h in (now[row["check"]].get("hosts") or [])))
-    parts = []
-    if broke:
-        parts.append("passed then, fails now: " + ", ".join(r["check"] for r in broke))
-    if fixed:
-        parts.append("failed then, passes now: " + ", ".join(r["check"] for r in fixed))
+    moved = (("passed then, fails now", broke), ("failed then, passes now", fixed))
+    parts = [f"{what}: {', '.join(r['check'] for r in which)}" for what, which in moved if which]
     if not parts:
         changed = sum(r["changed"] for r in rows)
         detail = f"no check went from pass to fail or back ({counted(changed, 'other change')})"
