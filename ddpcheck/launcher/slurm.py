@@ -30,9 +30,7 @@ def expand_nodelist(nodelist: str) -> list[str]:
     optional suffix. Nested brackets (several bracket groups in one name) are
     expanded left to right.
     """
-    hosts: list[str] = []
-    for group in _split_groups(nodelist.strip()):
-        hosts.extend(_expand_group(group))
+    hosts = [host for group in _split_groups(nodelist.strip()) for host in _expand_group(group)]
     if not hosts:
         raise UsageError(f"empty Slurm node list {nodelist!r}")
     return hosts
