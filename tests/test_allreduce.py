@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from ddpcheck.checks.allreduce import AllreduceOptions
+from ddpcheck.checks.allreduce import check as allreduce_check
 from ddpcheck.checks.allreduce.check import judge
+from ddpcheck.checks.sweep import sweep
 from ddpcheck.checks.sweep.ops.all_reduce import bus_factor
 from ddpcheck.checks.sweep.pattern import EXACT_LIMIT, Pattern, sweep_sizes
 from ddpcheck.report.units import human_bytes
@@ -302,3 +304,34 @@ def test_a_sweep_the_backend_refused_is_skipped_not_a_crash() -> None:
     assert [c.name for c in skipped] == ["data integrity", "bandwidth"]
     assert all("cannot run it with bfloat16" in c.detail for c in skipped)
     assert report.verdict.value == "pass" and report.table("bandwidth") is None
+
+
+class _OneRankOfFour:
+    """A rank's context as measure() uses it, every rank agreeing that the classic sum was wrong."""
+
+    world_size, rank, device, budget = 4, 0, "cpu", None
+
+    def stage(self, what: str) -> None:
+        pass
+
+    def agree_max(self, values: list[int]) -> list[int]:
+        return [1 for _ in values]
+
+
+def test_a_wrong_classic_sum_alone_is_localised_by_bisection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep right at every size, the one-element classic sum wrong (a fault only it meets): the
+    culprit is still sought by bisection, at the classic's 4 bytes. A fault model stands in for the
+    subgroups' collectives: a group of two or more holding rank 2 comes out wrong."""
+    clean = {"op": "all_reduce", "skipped": None, "sizes": [], "culprits": [], "unlocalised": False}
+    monkeypatch.setattr(allreduce_check, "_classic", lambda ctx: {"got": 5.0, "expected": 6.0})
+    monkeypatch.setattr(sweep, "measure_op", lambda *args: dict(clean))
+    sizes_run = set()
+
+    def run_on_groups(ctx, op, size_bytes, dtype_name, groups):
+        sizes_run.add((op.name, size_bytes, dtype_name))
+        return [len(g) > 1 and 2 in g for g in groups]
+
+    monkeypatch.setattr(sweep, "run_on_groups", run_on_groups)
+    data = allreduce_check.measure(_OneRankOfFour(), AllreduceOptions(min_bytes=1024, max_bytes=4096))
+    assert data["culprits"] == [2] and data["unlocalised"] is False
+    assert sizes_run == {("all_reduce", 4, "float32")}

@@ -181,8 +181,12 @@ def localise_first_wrong(
     if failing >= len(rows):
         return []
     ctx.stage(f"measure: localise the faulty rank of {op.name} by bisection")
-    size = rows[failing]["size_bytes"]
-    return bisect(ctx.world_size, lambda groups: run_on_groups(ctx, op, size, dtype_name, groups))
+    return localise(ctx, op, rows[failing]["size_bytes"], dtype_name)
+
+
+def localise(ctx: RankContext, op: Collective, size_bytes: int, dtype_name: str) -> list[int] | None:
+    """Ranks whose participation makes a reduction wrong, found by re-running it on subgroups."""
+    return bisect(ctx.world_size, lambda groups: run_on_groups(ctx, op, size_bytes, dtype_name, groups))
 
 
 # With a budget, the timed loop runs in chunks of about CHUNK_S, and between chunks the ranks agree
