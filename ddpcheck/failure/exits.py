@@ -188,9 +188,16 @@ def exit_of(watch_dir: str | os.PathLike[str], pid: int, seen_gone: float, code:
         path = process_file(directory, pid, name)
         trace = _text(path)
         if trace.strip():
-            first = next(line for line in trace.splitlines() if line.strip())  # 'Fatal Python error: ...'
-            return Exit(_mtime(path, seen_gone), kind, code, fatal=first if kind is ExitKind.FATAL else "",
-                        traceback=trace, stack=parse_faulthandler(trace))  # fmt: skip
+            # A fatal record's first line says which: 'Fatal Python error: Aborted'.
+            first = next(line for line in trace.splitlines() if line.strip())
+            return Exit(
+                _mtime(path, seen_gone),
+                kind,
+                code,
+                fatal=first if kind is ExitKind.FATAL else "",
+                traceback=trace,
+                stack=parse_faulthandler(trace),
+            )
     exit_path = process_file(directory, pid, "exit")
     if os.path.exists(exit_path) and (code is None or code == 0):
         return Exit(_mtime(exit_path, seen_gone), ExitKind.EXITED, code)
