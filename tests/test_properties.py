@@ -195,8 +195,7 @@ def test_a_report_round_trips_through_json_and_show(report: Report, tmp_path: Pa
     path = tmp_path / "report.json"
     write_json(report, str(path))
     again = show.run(show.ShowOptions(report_path=str(path)))
-    assert again.to_dict() == report.to_dict()
-    assert again.to_dict() == report.to_dict()  # titles, columns and grouping too
+    assert again.to_dict() == report.to_dict()  # titles, columns and grouping too (table_meta)
     assert again.verdict == report.verdict
 
 

@@ -119,7 +119,7 @@ def rendezvous_store(timeout: timedelta) -> Store:
         )
     except Exception as exc:
         if is_host:
-            raise
+            raise  # rank 0 hosts it: its own failure, not an unreachable store
         waited_s = round(time.monotonic() - began)
         where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
         if why_unreachable is None:

@@ -5,7 +5,7 @@ Every file name is here, with what writes and what reads it:
 - `spec.json`: the RunSpec, written by the launcher, read by every rank (with --budget, the
   wall-clock end the ranks size their work by);
 - `status/rank-R.json`: each rank's RankStatus (failure/statuses.py), read by the launcher's monitor;
-- `report.json`: rank 0's Report, in transport form, read by the launcher;
+- `report.json`: rank 0's Report, as a saved `--json` report holds it, read by the launcher;
 - `verdict`: the verdict rank 0 shared with every node, for a node without rank 0;
 - `logs/`: each rank's stdout and stderr (torch's elastic agent writes them);
 - `flight/dump`: the watchdog's request, when it declares a stall, that every rank dump its
