@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from ddpcheck.failure.proc import state_of
+from ddpcheck.failure.proc import environ, state_of
 from ddpcheck.failure.rank_env import RANK_VARIABLES, has_rank, is_python_helper, single_node_rank
 
 # How long a process has to end after SIGTERM, and again after SIGKILL, before it is given up on.
@@ -156,10 +156,7 @@ def argv_of(proc: psutil.Process) -> list[str]:
 
 def environ_of(proc: psutil.Process) -> dict[str, str]:
     """Its environment, empty when it cannot be read (gone, another user's)."""
-    try:
-        return proc.environ()
-    except psutil.Error:
-        return {}
+    return environ(proc.pid) or {}
 
 
 def is_launcher(argv: list[str]) -> bool:
