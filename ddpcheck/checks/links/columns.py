@@ -261,7 +261,7 @@ def merge_groups(parts: list[tuple[np.ndarray, np.ndarray]], size: int) -> tuple
     """Several (groups, values) as one, grouped: (values, counts).
 
     A rank's links out and its links in, for one median of both: parts already grouped (groups
-    increasing) merge in linear time, not by a sort of every (group, value) pair.
+    increasing) merge in linear time, not by a sort of every (group, value) pair (docs/performance.md).
     """
     parts = [_grouped(groups, values, size) for groups, values in parts]
     counts = [sorted_counts(groups, size) for groups, _ in parts]
