@@ -17,7 +17,7 @@ from ddpcheck.checks.sweep.fit import budget_findings
 from ddpcheck.checks.sweep.judge import (
     bandwidth_rows,
     bandwidth_table,
-    culprit_text,
+    culprit_clause,
     judge_bandwidth,
     judge_data,
 )
@@ -97,8 +97,7 @@ def _judge_classic(data: list[dict[str, Any]], identities: list[dict[str, Any]])
         return Check("classic all_reduce", Status.PASS, f"every rank holds sum(0..{n - 1}) = {expected:g}")
     got = ", ".join(f"rank {r} got {data[r]['classic']['got']:g}" for r in wrong[:8])
     detail = f"expected {expected:g} on every rank; {got}"
-    if culprits or data[0].get("unlocalised"):
-        detail += f"; {culprit_text(culprits, identities)}"
+    detail += culprit_clause(culprits, bool(data[0].get("unlocalised")), identities)
     ranks = culprits or wrong
     return Check("classic all_reduce", Status.FAIL, detail, ranks, hosts_of(ranks, identities))
 

@@ -34,11 +34,11 @@ def facts_of(bus: str, affinity: list[int], cpus: int, sys_root: Path = SYS) -> 
     pci = sys_root / "bus/pci/devices" / bus
     numa = _read_int(pci / "numa_node")
     numa = numa if numa is not None and numa >= 0 else None  # -1: the kernel knows no node for it
-    node = sys_root / f"devices/system/node/node{numa}/cpulist"
+    node = sys_root / f"devices/system/node/node{numa}/cpulist" if numa is not None else None
     return {
         "pci_bus_id": bus,
         "numa_node": numa,
-        "node_cpus": parse_cpulist(_read(node)) if numa is not None else [],
+        "node_cpus": parse_cpulist(_read(node)) if node is not None else [],
         "affinity": affinity,
         "cpus": cpus,
         "nics": nics_near(pci, sys_root),
@@ -53,9 +53,9 @@ def nics_near(gpu: Path, sys_root: Path = SYS) -> list[str]:
         return []
     root = next((i for i, part in enumerate(gpu_path) if part.startswith("pci")), None)
     # .../pci0000:00/<root port>/<switch upstream>/...: sharing more than the root port is a switch.
-    switch = gpu_path[: root + 3] if root is not None and len(gpu_path) >= root + 3 else None
-    if switch is None:
+    if root is None or len(gpu_path) < root + 3:
         return []
+    switch = gpu_path[: root + 3]
     near = []
     for net in sorted((sys_root / "class/net").glob("*")):
         device = net / "device"

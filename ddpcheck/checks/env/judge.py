@@ -271,8 +271,9 @@ def parse_nccl_ifname(value: str) -> tuple[bool, bool, list[str]]:
     NCCL's syntax: a comma-separated list of name prefixes; a leading '^' excludes
     them instead; then a leading '=' makes them exact names ('^=docker0').
     """
-    exclude = value.strip().startswith("^")
-    text = value.strip().removeprefix("^")
+    text = value.strip()
+    exclude = text.startswith("^")
+    text = text.removeprefix("^")
     exact = text.startswith("=")
     text = text.removeprefix("=")
     return exclude, exact, [e.strip() for e in text.split(",") if e.strip()]

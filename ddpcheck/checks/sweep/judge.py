@@ -169,6 +169,11 @@ def culprit_text(culprits: list[int], identities: list[dict[str, Any]]) -> str:
     return f"localised by re-running on subgroups: {named} {verb} the sum wrong"
 
 
+def culprit_clause(culprits: list[int], unlocalised: bool, identities: list[dict[str, Any]]) -> str:
+    """'; ' and culprit_text where bisection ran (it named ranks, or could not), '' where it did not."""
+    return f"; {culprit_text(culprits, identities)}" if culprits or unlocalised else ""
+
+
 def judge_data(
     name: str,
     op_name: str,
@@ -189,8 +194,7 @@ def judge_data(
     detail = f"wrong elements after {op_name} ({sizes})"
     if OPS[op_name].reduces:
         named, links = data[0].get("culprits") or [], []
-        if named or data[0].get("unlocalised"):
-            detail += f"; {culprit_text(named, identities)}"
+        detail += culprit_clause(named, bool(data[0].get("unlocalised")), identities)
     else:
         found = attribute(op_name, data)
         detail += f"; {describe_attribution(found, identities, len(data))}"
