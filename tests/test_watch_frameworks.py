@@ -97,7 +97,7 @@ def test_the_rank_torch_gave_a_process_wins_over_its_environment(monkeypatch: py
     """A plain script's own ranks carry no rank variable: the agent's rank record names them."""
     from ddpcheck.failure.processes import ProcessTree
 
-    monkeypatch.setattr(psutil.Process, "environ", lambda self: {})
+    monkeypatch.setattr("ddpcheck.failure.processes.environ", lambda pid: {})
     tree = ProcessTree(os.getpid(), declared=lambda pid: 3 if pid == os.getpid() else None)
     assert {rank: p.pid for rank, p in tree.ranks().items()} == {3: os.getpid()}
     assert not tree.guessed(os.getpid())

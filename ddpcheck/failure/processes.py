@@ -73,13 +73,14 @@ class ProcessTree:
         found: dict[int, tuple[int, int]] = {}  # rank -> (depth, pid)
         procs = self.descendants()
         parents = _parents(procs)
-        variable = self._rank_variable(procs)
+        environs = {proc.pid: self._environ_of(proc) for proc in procs}  # one read of each per scan
+        variable = next((n for n in RANK_VARIABLES if any(n in e for e in environs.values())), None)
         for proc in procs:
             if self._is_helper(proc):
                 continue
             rank = self.declared_rank(proc.pid)
             if rank is None:
-                rank = self._rank_in_environ(proc, variable)
+                rank = self._rank_in_environ(proc, environs[proc.pid], variable)
             if rank is None:
                 continue
             depth = _depth(proc.pid, parents, self.root_pid)
@@ -87,10 +88,12 @@ class ProcessTree:
                 found[rank] = (depth, proc.pid)
         return {rank: RankProcess(rank, pid, self.host) for rank, (_, pid) in sorted(found.items())}
 
-    def _rank_in_environ(self, proc: psutil.Process, variable: str | None) -> int | None:
-        """Its rank as its environment gives it: `variable`; where no process has one, a framework's
-        local rank, and else the root (a plain `python train.py`) is rank 0."""
-        environ = self._environ_of(proc)
+    def _rank_in_environ(
+        self, proc: psutil.Process, environ: dict[str, str], variable: str | None
+    ) -> int | None:
+        """Its rank as its environment gives it: `variable` (torchrun's RANK over the outer launcher's);
+        where no process has one, a framework's local rank, and else the root (a plain
+        `python train.py`) is rank 0."""
         if variable is not None:
             value = environ.get(variable, "")
             return int(value) if value.isdigit() else None
@@ -128,11 +131,6 @@ class ProcessTree:
             if rank is not None:
                 self._declared_ranks[pid] = rank
         return self._declared_ranks.get(pid)
-
-    def _rank_variable(self, procs: list[psutil.Process]) -> str | None:
-        """The variable that numbers the ranks: torchrun's RANK over the outer launcher's."""
-        environs = [self._environ_of(proc) for proc in procs]
-        return next((name for name in RANK_VARIABLES if any(name in environ for environ in environs)), None)
 
     def _environ_of(self, proc: psutil.Process) -> dict[str, str]:
         """Its environment; kept once it names a rank. One without is read again at the next scan: a

@@ -207,11 +207,11 @@ class Watcher:
         thread, keeps it alive past --hang-after, in a frame that is not where it failed).
         An exception that says a peer went away is that peer's failure, not this rank's.
         """
-        raised = [
+        raised = (  # read lazily: the first rank's own exception settles it
             exit_of(self.dir, w.process.pid, time.time(), None)
             for w in self.ranks.values()
             if w.gone_at is None and os.path.exists(process_file(self.dir, w.process.pid, "exception"))
-        ]
+        )
         # Not a peer's going, in its turn:
         return any(r.kind is ExitKind.EXCEPTION and not r.secondary for r in raised)
 
