@@ -398,7 +398,7 @@ def _silent(rank: int, status: SeenStatus, lost: bool = False) -> str:
 
 def _finding(name: str, parts: list[str], ranks: list[int], statuses: dict[int, SeenStatus]) -> Check:
     """One hang or loss: its parts said in one line, and the hosts of its ranks that were seen."""
-    hosts = list(dict.fromkeys(statuses[r].get("host") for r in ranks if statuses.get(r, {}).get("host")))
+    hosts = list(dict.fromkeys(host for r in ranks if (host := statuses.get(r, {}).get("host"))))
     return Check(name, Status.ERROR, "; ".join(parts), ranks, hosts)
 
 

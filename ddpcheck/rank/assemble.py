@@ -18,6 +18,7 @@ from ddpcheck.rank.rankmap import hosts_table
 from ddpcheck.report import baseline as baselines
 from ddpcheck.report.compare import BaselineOptions
 from ddpcheck.report.model import Check, Report, Status, Verdict
+from ddpcheck.report.naming import node_of
 
 
 def from_ranks(
@@ -48,7 +49,7 @@ def world(size: int, backend: str, device: str, identities: list[dict[str, Any]]
         "size": size,
         "backend": backend,
         "device": device,
-        "nodes": len({(i.get("host"), i.get("node")) for i in identities}),
+        "nodes": len({node_of(i) for i in identities}),
         "hosts": list(dict.fromkeys(str(i.get("host")) for i in identities)),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,

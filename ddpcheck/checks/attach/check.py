@@ -182,10 +182,10 @@ def ras_answer(seen: Seen) -> list[Table]:
     """NCCL's answer as it wrote it, where its verdict is not 'healthy' (problems, an unknown layout,
     an answer cut short): the verdict names what it could read; the rest is in these lines."""
     status = seen.ras
-    if status is None or status.answer is None or not status.answer.raw.strip() or status.healthy:
+    if status is None or status.answer is None or status.healthy:
         return []
     rows = [{"line": line} for line in status.answer.raw.rstrip().splitlines()]
-    return [Table(RAS_ANSWER, "NCCL's RAS answer", {"line": "as NCCL wrote it"}, rows)]
+    return [Table(RAS_ANSWER, "NCCL's RAS answer", {"line": "as NCCL wrote it"}, rows)] if rows else []
 
 
 def dumps_check(seen: Seen) -> Check:
