@@ -132,6 +132,10 @@ class ProcessTree:
                 self._declared_ranks[pid] = rank
         return self._declared_ranks.get(pid)
 
+    def environ_of_pid(self, pid: int) -> dict[str, str]:
+        """A process's environment: the copy a scan kept where it names a rank, else read now."""
+        return self._environ.get(pid) or environ(pid) or {}
+
     def _environ_of(self, proc: psutil.Process) -> dict[str, str]:
         """Its environment; kept once it names a rank. One without is read again at the next scan: a
         process the launcher has forked but not yet exec'd still shows the launcher's environment,

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import psutil
 
 from ddpcheck.errors import UsageError
-from ddpcheck.failure.proc import environ as environ_of_pid
 from ddpcheck.failure.proc import maps_any
 from ddpcheck.failure.processes import ProcessTree, RankProcess, argv_of, environ_of, is_launcher
 from ddpcheck.failure.rank_env import has_rank
@@ -176,7 +175,7 @@ def _job(roots: list[int]) -> Job:
             )
         ranks.update(found)
         for rank, process in found.items():
-            environ[rank] = environ_of_pid(process.pid) or {}
+            environ[rank] = tree.environ_of_pid(process.pid)
             with contextlib.suppress(psutil.Error):
                 started.append(psutil.Process(process.pid).create_time())
     if not ranks:
