@@ -61,9 +61,15 @@ def srun_step(environ: Mapping[str, str]) -> str | None:
     return None if step == BATCH_STEP else step
 
 
-def node_count(environ: Mapping[str, str], names: tuple[str, ...] = NODE_VARIABLES) -> int:
-    """The nodes a launch spans: the first of `names` that holds a number, else 1."""
-    return next((int(environ[name]) for name in names if environ.get(name, "").isdigit()), 1)
+def first_number(environ: Mapping[str, str], names: tuple[str, ...]) -> int | None:
+    """The first of `names` that holds a whole number, None when none does."""
+    return next((int(environ[name]) for name in names if environ.get(name, "").isdigit()), None)
+
+
+def node_count(environ: Mapping[str, str]) -> int:
+    """The nodes a launch spans (Slurm's count), else 1."""
+    count = first_number(environ, NODE_VARIABLES)
+    return 1 if count is None else count
 
 
 def launcher_of(environ: Mapping[str, str]) -> Launcher:

@@ -32,7 +32,7 @@ from ddpcheck.failure.rank_env import (
     MPI_LOCAL_SIZE_VARIABLES,
     SIZE_VARIABLES,
     STEP_NODE_VARIABLES,
-    node_count,
+    first_number,
 )
 from ddpcheck.failure.recorders import PIPE_SUFFIX, poke
 from ddpcheck.failure.stacks import Stack, py_spy, py_spy_dumps, stacks_of
@@ -166,20 +166,17 @@ def expected_here(job: Job, history: dict[int, list[Stack]]) -> list[int]:
     if world is None:
         return []
     for rank, environ in sorted(job.environ.items()):
-        local_size, local_rank = _number(environ, ("LOCAL_WORLD_SIZE",)), _number(environ, ("LOCAL_RANK",))
+        local_size = first_number(environ, ("LOCAL_WORLD_SIZE",))
+        local_rank = first_number(environ, ("LOCAL_RANK",))
         if local_size is not None and local_size < world:
             return (
                 [] if local_rank is None else list(range(rank - local_rank, rank - local_rank + local_size))
             )
-        if node_count(environ, STEP_NODE_VARIABLES) > 1:  # not the allocation's: a step may use one node
+        if (first_number(environ, STEP_NODE_VARIABLES) or 1) > 1:  # the step's own: it may use one node
             return []
-        if (_number(environ, MPI_LOCAL_SIZE_VARIABLES) or world) < world:
+        if (first_number(environ, MPI_LOCAL_SIZE_VARIABLES) or world) < world:
             return []
     return list(range(world))
-
-
-def _number(environ: dict[str, str], names: tuple[str, ...]) -> int | None:
-    return next((int(environ[n]) for n in names if environ.get(n, "").isdigit()), None)
 
 
 def world_size(job: Job, history: dict[int, list[Stack]]) -> int | None:
@@ -187,7 +184,7 @@ def world_size(job: Job, history: dict[int, list[Stack]]) -> int | None:
     of a rank last seen waiting in init_process_group or its rendezvous (`world_size`: Lightning's
     rank 0 is the user's process, whose environment holds none: it sets it in its own memory)."""
     for _, environ in sorted(job.environ.items()):
-        if (size := _number(environ, SIZE_VARIABLES)) is not None:
+        if (size := first_number(environ, SIZE_VARIABLES)) is not None:
             return size
     joining = [rank for rank, stacks in sorted(history.items()) if stacks and _joining(stacks[-1])]
     return _world_from_locals(job.ranks[joining[0]].pid) if joining and joining[0] in job.ranks else None
