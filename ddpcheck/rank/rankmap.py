@@ -9,7 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 from ddpcheck.report.model import Check, Status, Table
-from ddpcheck.report.naming import counted, hosts_of, node_label, node_labels, node_of, span
+from ddpcheck.report.naming import counted, hosts_of, node_labels, node_of, span
 
 RANKS_TABLE_COLUMNS = {
     "rank": "rank",
@@ -72,13 +72,11 @@ def judge_rank_map(identities: list[dict[str, Any]]) -> Check:
     for ident in identities:
         by_node[node_of(ident)].append(ident)
         by_host[ident["host"]].append(ident)
+    labels = node_labels(identities)
     for node, members in by_node.items():
         local = sorted(m["local_rank"] for m in members)
         if local != list(range(len(members))):
-            problems.append(
-                f"host {node_label(node, identities)}: local ranks are {local}, "
-                f"expected 0..{len(members) - 1}"
-            )
+            problems.append(f"host {labels[node]}: local ranks are {local}, expected 0..{len(members) - 1}")
             culprits.update(m["rank"] for m in members)
     sizes = {node: len(members) for node, members in by_node.items()}
     # The most common size; on a tie the larger one (a node more often loses a GPU than gains one).
@@ -86,7 +84,7 @@ def judge_rank_map(identities: list[dict[str, Any]]) -> Check:
     for node, size in sizes.items():
         if size != usual:
             problems.append(
-                f"host {node_label(node, identities)} runs {counted(size, 'rank')}, the other nodes {usual}: "
+                f"host {labels[node]} runs {counted(size, 'rank')}, the other nodes {usual}: "
                 "a GPU missing from that node, or a different --nproc/--gpus there?"
             )
             culprits.update(m["rank"] for m in by_node[node])

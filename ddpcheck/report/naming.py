@@ -42,10 +42,11 @@ def describe_ranks(ranks: list[int], identities: list[dict[str, Any]]) -> str:
     members: dict[tuple[str, int], list[int]] = defaultdict(list)
     for ident in identities:
         members[node_of(ident)].append(ident["rank"])
+    labels = node_labels(identities)
     parts, covered = [], set()
     for node, node_ranks in members.items():
         if len(node_ranks) > 1 and set(node_ranks) <= wanted:
-            parts.append(f"every rank of host {node_label(node, identities)} ({span(node_ranks)})")
+            parts.append(f"every rank of host {labels[node]} ({span(node_ranks)})")
             covered |= set(node_ranks)
     parts += [where(r, identities) for r in sorted(wanted - covered)]
     return ", ".join(parts)
