@@ -60,11 +60,8 @@ def median_of(array: np.ndarray, scratch: bool = False) -> float:
     if array.size == 0:
         return float(np.median(array))
     middle = array.size // 2
-    if scratch:
-        array.partition(middle)
-        ordered = array
-    else:
-        ordered = np.partition(array, middle)
+    ordered = array if scratch else array.copy()
+    ordered.partition(middle)
     if np.isnan(ordered[middle:].max()):  # a partition puts NaN last
         return float(np.median(array))
     if array.size % 2:
