@@ -185,15 +185,13 @@ def judge_visible_devices(
         )
     count = len(physical)
     uuids = [g.get("uuid") or "" for g in physical]
-    absent = []
-    for entry in entries:
-        if entry.startswith("MIG-"):
-            continue  # MIG instances are not in the driver's GPU list; CUDA checks them itself
+
+    def present(entry: str) -> bool:  # MIG instances are not in the driver's GPU list: CUDA checks them
         if entry.startswith("GPU-"):
-            if not any(u.startswith(entry) for u in uuids):
-                absent.append(entry)
-        elif int(entry) >= count:
-            absent.append(entry)
+            return any(u.startswith(entry) for u in uuids)
+        return entry.startswith("MIG-") or int(entry) < count
+
+    absent = [entry for entry in entries if not present(entry)]
     if absent:
         first = entries.index(absent[0])
         survivors = ", ".join(entries[:first]) or "none"
