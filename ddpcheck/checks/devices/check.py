@@ -54,17 +54,16 @@ def measure(ctx: RankContext, opts: DevicesOptions) -> dict[str, Any]:
     # One product per dtype and its digest: what a timed call costs, at most (--budget's yardstick).
     call_s = (time.perf_counter() - began) / len(DTYPES[kind])
     passes: list[dict[str, Any]] = []
-    passes_asked, iters_asked = opts.passes, opts.iters
-    iters = iters_asked
+    iters_asked = opts.iters
     turns = 1 if kind == "cuda" else ctx.world_size
     if ctx.budget:
         (slowest_s,), left_s = ctx.budget.agreed(ctx, [call_s])
         figures = len(DTYPES[kind]) + len(COPIES[kind])
         floor_s = 0.0 if kind == "cuda" else CPU_PASS_S
-        iters = fit_iters(slowest_s, figures, turns, floor_s, iters, passes_asked, left_s)
+        iters = fit_iters(slowest_s, figures, turns, floor_s, iters_asked, opts.passes, left_s)
         opts = dataclasses.replace(opts, iters=iters)
     ctx.stage("measure: compute and copy rates")
-    number, planned = 0, passes_asked
+    number, planned = 0, opts.passes
     while number < planned:
         began = time.perf_counter()
         for turn in range(turns):  # GPUs in one turn, all at once; CPU ranks each in its own
@@ -80,10 +79,10 @@ def measure(ctx: RankContext, opts: DevicesOptions) -> dict[str, Any]:
     ctx.barrier()
     account = ctx.budget and {
         "budget_s": ctx.budget.seconds,
-        "passes_asked": passes_asked,
+        "passes_asked": opts.passes,
         "passes_run": number,
         "iters_asked": iters_asked,
-        "iters_run": iters,
+        "iters_run": opts.iters,
     }
     return {
         "model": device_model(ctx.device),
