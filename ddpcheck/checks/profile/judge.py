@@ -223,13 +223,12 @@ def judge_stragglers(
     if len(medians) == 1:
         return Check(name, Status.PASS, "one rank: nothing to compare")
     slow = [r for r, ratio in enumerate(ratios) if ratio >= threshold]
-    fastest, slowest = min(ratios), max(ratios)
     if not slow:
         return Check(
             name,
             Status.PASS,
             f"every rank's compute per step is within {threshold:g}x of the others' median "
-            f"(from {fastest:.2f}x to {slowest:.2f}x)",
+            f"(from {min(ratios):.2f}x to {max(ratios):.2f}x)",
         )
     parts = [
         f"{where(r, identities)}: compute {_ms(medians[r]['compute']):g} ms per step, {ratios[r]:.2f}x "
