@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -354,10 +353,9 @@ def _verdict(
     return Check("baseline", Status.PASS, detail)
 
 
-def _named(found: Iterable[tuple[Figure, float]], limit: int = 6) -> str:
-    items = list(found)
-    text = ", ".join(f"{fig.label} {speed:.2f}x" for fig, speed in items[:limit])
-    return text + (f" and {len(items) - limit} more" if len(items) > limit else "")
+def _named(found: list[tuple[Figure, float]], limit: int = 6) -> str:
+    text = ", ".join(f"{fig.label} {speed:.2f}x" for fig, speed in found[:limit])
+    return text + (f" and {len(found) - limit} more" if len(found) > limit else "")
 
 
 # ---------------------------------------------------------------- what else changed
