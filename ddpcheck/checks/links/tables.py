@@ -192,7 +192,7 @@ def _grid(links: LinkColumns, block_of_rank: np.ndarray, blocks: int) -> list[li
     diagonal = np.arange(blocks) * (blocks + 1)
     medians = group_medians(cell[own], ratio[own], blocks * blocks)
     least[diagonal] = medians[diagonal]
-    return [[None if np.isnan(v) else v for v in row] for row in least.reshape(blocks, blocks).tolist()]
+    return [_rounded(row) for row in least.reshape(blocks, blocks)]
 
 
 def node_grid_table(links: LinkColumns, identities: list[dict[str, Any]], nodes: _Nodes) -> Table:
@@ -227,8 +227,9 @@ def _rank_columns(links: LinkColumns) -> dict[str, str]:
     return columns | {"latency_us": "latency", "min_ratio": "slowest x", "status": "status"}
 
 
-def _rounded(values: np.ndarray, digits: int) -> list[float | None]:
-    return [None if np.isnan(v) else round(v, digits) for v in values.tolist()]
+def _rounded(values: np.ndarray, digits: int | None = None) -> list[float | None]:
+    """The values as a row holds them: None where NaN, else rounded to `digits` (None: as they are)."""
+    return [None if np.isnan(v) else v if digits is None else round(v, digits) for v in values.tolist()]
 
 
 def rank_rows(
@@ -249,19 +250,16 @@ def rank_rows(
         *merge_groups([(links.src, links.latency_us), (into_rank.dst, into_rank.latency_us)], world),
         scratch=True,
     )
-    latency_us = _rounded(latency, 1)
-    least = [None if np.isnan(v) else v for v in links.least_ratio(world).tolist()]
-    rows = []
-    for ident in identities:
-        rank = ident["rank"]
-        row: dict[str, Any] = {"rank": rank, "host": ident["host"]}
-        for name in (f"{INTRA}_out_gbps", f"{INTRA}_in_gbps", f"{INTER}_out_gbps", f"{INTER}_in_gbps"):
-            row[name] = columns[name][rank]
-        row["latency_us"] = latency_us[rank]
-        row["min_ratio"] = least[rank]
-        row["status"] = "FAIL" if rank in culprits else "PASS"
-        rows.append(row)
-    return rows
+    columns |= {"latency_us": _rounded(latency, 1), "min_ratio": _rounded(links.least_ratio(world))}
+    return [
+        {
+            "rank": ident["rank"],
+            "host": ident["host"],
+            **{name: column[ident["rank"]] for name, column in columns.items()},
+            "status": "FAIL" if ident["rank"] in culprits else "PASS",
+        }
+        for ident in identities
+    ]
 
 
 def _medians_by(groups: np.ndarray, mask: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
@@ -307,10 +305,7 @@ def host_rows(
     out = _rounded(_node_medians(links.src, inter, links.gbps, nodes), 4)
     into = _rounded(_node_medians(into_rank.dst, inter_in, into_rank.gbps, nodes), 4)
     # A node's slowest link is its ranks' slowest.
-    least = [
-        None if np.isnan(v) else v
-        for v in group_minimum(nodes.of_rank, links.least_ratio(len(identities)), nodes.count).tolist()
-    ]
+    least = _rounded(group_minimum(nodes.of_rank, links.least_ratio(len(identities)), nodes.count))
     return [
         {
             "host": nodes.labels[n],
