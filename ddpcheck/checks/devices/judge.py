@@ -197,12 +197,10 @@ def _peer_check(
             if warning:
                 warned.add(row["rank"])
                 warnings.append(f"{where(row['rank'], identities)}: {warning}")
-    if problems:
-        ordered = sorted(ranks)
-        return Check(name, Status.FAIL, _listed(problems), ordered, hosts_of(ordered, identities))
-    if warnings:
-        ordered = sorted(warned)
-        return Check(name, Status.WARN, _listed(warnings), ordered, hosts_of(ordered, identities))
+    for status, found, named in ((Status.FAIL, problems, ranks), (Status.WARN, warnings, warned)):
+        if found:
+            ordered = sorted(named)
+            return Check(name, status, _listed(found), ordered, hosts_of(ordered, identities))
     peers = counted(len(rows), "rank")
     return Check(name, Status.PASS, f"{peers} within {threshold:g}x of their peers: {'; '.join(summary)}")
 
