@@ -114,9 +114,8 @@ def findings(facts: dict[str, Any]) -> list[tuple[Status, str]]:
 
 
 def gpu_label(facts: dict[str, Any]) -> str:
-    parts = [f"GPU {facts.get('index', '?')}"]
-    parts += [str(facts[k]) for k in ("uuid", "pci_bus_id") if facts.get(k)]
-    return f"{parts[0]} ({', '.join(parts[1:])})" if len(parts) > 1 else parts[0]
+    ids = ", ".join(str(facts[k]) for k in ("uuid", "pci_bus_id") if facts.get(k))
+    return f"GPU {facts.get('index', '?')}" + (f" ({ids})" if ids else "")
 
 
 def judge(all_facts: list[dict[str, Any] | None], identities: list[dict[str, Any]]) -> Check:
