@@ -102,7 +102,6 @@ def torch_facts(problems: list[str]) -> dict[str, Any]:
         "driver_cuda": None,
         "backends": _backends(),
         "gpus": [],
-        "cuda_warnings": [],
     }
     # torch reports a driver too old for its CUDA, or a GPU it was not built for,
     # only as warnings: they are the diagnosis, so keep them.
