@@ -15,7 +15,7 @@ from ddpcheck.report.html import svg
 from ddpcheck.report.html.chart import Chart, number, of_ranks, worst_ranks
 from ddpcheck.report.model import Report, Status, Table
 
-# The parts that add up to a wall-clock step (checks/profile.py: CHART_PARTS), in drawing order.
+# The parts that add up to a wall-clock step (judge.py: CHART_PARTS), in drawing order.
 PARTS = {
     "forward": ("forward", "#1f77b4"),
     "backward_compute": ("backward compute", "#9467bd"),
