@@ -75,10 +75,8 @@ def split_groups(
         near = max((_nan_last(closeness[r]) for r in members), default=0.0) if closeness else 0.0
         return (-len(members), near, 0 if 0 in members else 1)
 
-    ordered = sorted(groups.values(), key=rank_of)
-    right = ordered[0]
-    odd = sorted(r for g in ordered[1:] for r in g)
-    return right, odd
+    right, *others = sorted(groups.values(), key=rank_of)
+    return right, sorted(r for g in others for r in g)
 
 
 def _nan_last(value: float) -> float:
