@@ -156,11 +156,10 @@ def remote_node_report(command: str, plan: LaunchPlan, verdict: Verdict, report_
     """This node's ranks finished; rank 0's node printed the report and shared its verdict."""
     report = Report(command=command)
     report.world = {**plan.report_world(), "report_on": report_host}
-    status = {Verdict.PASS: Status.PASS, Verdict.FAIL: Status.FAIL, Verdict.ERROR: Status.ERROR}[verdict]
     report.checks.append(
         Check(
             "remote verdict",
-            status,
+            Status[verdict.name],  # the check's status of the verdict's name: PASS, FAIL or ERROR
             f"node {plan.node_rank}: its {plan.nproc} ranks finished; the report is on host "
             f"{report_host} (rank 0), verdict {verdict.value}",
         )
