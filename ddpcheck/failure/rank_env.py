@@ -103,11 +103,7 @@ def has_rank(environ: Mapping[str, str]) -> bool:
 
 def rank_of(environ: Mapping[str, str]) -> int | None:
     """This process's rank: the first rank variable that holds a number."""
-    for name in RANK_VARIABLES:
-        value = environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return None
+    return first_number(environ, RANK_VARIABLES)
 
 
 def ranks_given(environ: Mapping[str, str]) -> list[str]:
