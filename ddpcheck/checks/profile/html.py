@@ -47,7 +47,7 @@ def charts(report: Report) -> list[Chart]:
     medians = _medians(rows)
     named = [c for c in report.checks if c.name == "stragglers" and c.status != Status.PASS]
     stragglers = {r for c in named for r in c.ranks}
-    size = report.world.get("size") if isinstance(report.world, dict) else None
+    size = report.world.get("size")
     total = size if isinstance(size, int) and size > len(medians) else len(medians)
     shown = worst_ranks(
         list(medians.values()),
