@@ -122,10 +122,9 @@ def plan_inline(opts: LaunchOptions) -> LaunchPlan:
 def detect_inline(opts: LaunchOptions) -> bool:
     """Whether this process is already one rank of a launch (torchrun, an srun step, mpirun).
 
-    Under srun and mpirun the launcher's rank variables are mapped onto torch's here. Launch
-    options (--nproc, --gpus, --nnodes) mean "launch from here" even inside a Slurm step:
-    that is the one-task-per-node recipe. mpirun comes before srun: an mpirun inside a Slurm
-    allocation starts its ranks through an srun step of its own daemons.
+    Under srun and mpirun the launcher's rank variables are mapped onto torch's here
+    (launcher_environment, which says why mpirun comes first). Launch options (--nproc, --gpus,
+    --nnodes) mean "launch from here" even inside a Slurm step: the one-task-per-node recipe.
     """
     if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")):
         check_rank_variables(os.environ)
