@@ -168,8 +168,7 @@ def exit_of(watch_dir: str | os.PathLike[str], pid: int, seen_gone: float, code:
 
     `seen_gone` is when the process was seen gone (the time of an end that left no record).
     """
-    directory = os.fspath(watch_dir)
-    exception = _text(process_file(directory, pid, "exception"))
+    exception = _text(process_file(watch_dir, pid, "exception"))
     if exception:
         try:
             data = json.loads(exception)
@@ -185,7 +184,7 @@ def exit_of(watch_dir: str | os.PathLike[str], pid: int, seen_gone: float, code:
         except (ValueError, KeyError, TypeError):
             pass
     for name, kind in (("fatal", ExitKind.FATAL), ("term", ExitKind.TERMINATED)):  # faulthandler's traces
-        path = process_file(directory, pid, name)
+        path = process_file(watch_dir, pid, name)
         trace = _text(path)
         if trace.strip():
             # A fatal record's first line says which: 'Fatal Python error: Aborted'.
@@ -198,7 +197,7 @@ def exit_of(watch_dir: str | os.PathLike[str], pid: int, seen_gone: float, code:
                 traceback=trace,
                 stack=parse_faulthandler(trace),
             )
-    exit_path = process_file(directory, pid, "exit")
+    exit_path = process_file(watch_dir, pid, "exit")
     if os.path.exists(exit_path) and (code is None or code == 0):
         return Exit(_mtime(exit_path, seen_gone), ExitKind.EXITED, code)
     return Exit(seen_gone, ExitKind.ENDED, code)
@@ -206,5 +205,4 @@ def exit_of(watch_dir: str | os.PathLike[str], pid: int, seen_gone: float, code:
 
 def last_record_time(watch_dir: str | os.PathLike[str], pid: int) -> float:
     """When the process last wrote a record (the files' newest mtime): a dead job's best 'seen gone'."""
-    times = [_mtime(process_file(watch_dir, pid, kind), 0.0) for kind in KINDS]
-    return max(times, default=0.0)
+    return max(_mtime(process_file(watch_dir, pid, kind), 0.0) for kind in KINDS)
