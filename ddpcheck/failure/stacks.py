@@ -149,11 +149,9 @@ def user_frame(stack: Sequence[Frame], *, outside_torch: bool = False) -> Frame 
 def collective_frame(stack: Stack) -> Frame | None:
     """The collective the job called and waits in: torch.distributed's own function (not the
     wrappers around it), else the outermost torch.distributed or autograd frame."""
-    api = [f for f in stack if f.file.endswith("/torch/distributed/distributed_c10d.py")]
-    if api:
-        return api[-1]
-    inside = [f for f in stack if f.in_collective]
-    return inside[-1] if inside else None
+    outward = stack[::-1]  # the outermost frame first
+    api = next((f for f in outward if f.file.endswith("/torch/distributed/distributed_c10d.py")), None)
+    return api or next((f for f in outward if f.in_collective), None)
 
 
 def importing(stack: Stack) -> bool:
