@@ -158,7 +158,7 @@ def in_process(steps: int, every: int) -> float:
                 side = "on" if (step // 2 + step) % 2 else "off"  # off on on off off on on off ...
                 watching = side == "on" and not control
                 if watching and not watcher.gradient_hooks:
-                    watcher._watch_gradients([model])
+                    watcher._watch_gradients()
                 elif not watching:
                     for hook in watcher.gradient_hooks:
                         hook.remove()

@@ -175,13 +175,13 @@ class Fingerprinter:
         if not self.modules and not self.sharded:
             self.failed = True  # only fully sharded modules: said once, nothing to compare
             return
-        for index, module in enumerate(found):
+        for index, prefix, module, _ in self._live():
             if module.broadcast_buffers and any(True for _ in module.module.buffers()):
-                module.module.register_forward_pre_hook(self._buffers_synced(index))
+                module.module.register_forward_pre_hook(self._buffers_synced(index, prefix))
         import atexit
 
         atexit.register(self.at_exit)
-        self._watch_gradients(found)
+        self._watch_gradients()
 
     def _find_sharded(self, objects: list[Any]) -> None:
         """FSDP2's and FSDP1's root modules (a wrapped layer is its root's): their parameters by replica
@@ -259,7 +259,7 @@ class Fingerprinter:
         exact, sums = _fingerprints([t for _, t in tensors])
         return {"names": [n for n, _ in tensors], "exact": exact, "sums": sums}
 
-    def _buffers_synced(self, index: int):
+    def _buffers_synced(self, index: int, prefix: str):
         def hook(inner: Any, args: Any) -> None:
             import torch
 
@@ -267,7 +267,6 @@ class Fingerprinter:
             if record is None or index not in record["waiting"]:
                 return
             with contextlib.suppress(Exception), torch.no_grad():
-                prefix = "" if len(self.modules) == 1 else f"module{index}."
                 buffers = self._tensors(inner.named_buffers(), prefix)
                 for key in ("names", "exact", "sums"):
                     record["modules"][index][key] += buffers[key]
@@ -284,13 +283,12 @@ class Fingerprinter:
         write_whole(fingerprint_file(self.dir, self.rank, record["step"]), record)
 
     # ------------------------------------------------------------ the first NaN or Inf
-    def _watch_gradients(self, modules: list[Any]) -> None:
+    def _watch_gradients(self) -> None:
         import torch
 
-        prefixes = [f"module{i}." if len(modules) > 1 else "" for i in range(len(modules))]
         self.params = [
             (prefix + name, p)
-            for prefix, module in zip(prefixes, modules, strict=True)
+            for _, prefix, module, _ in self._live()
             for name, p in module.module.named_parameters()
             if p.requires_grad and not (prefix + name).startswith(self.skip)
         ]
