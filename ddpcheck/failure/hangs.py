@@ -66,8 +66,7 @@ def identity(view: RankView) -> str:
 
 def _signature(stack: Stack | None) -> tuple[str, Frame | None]:
     """Where a rank is, coarsely enough that ranks in the same place compare equal."""
-    stack = stack or ()
-    return _waiting_in(stack), user_frame(stack)
+    return _waiting_in(stack), user_frame(stack or ())
 
 
 def judge_hang(
