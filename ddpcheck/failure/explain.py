@@ -137,8 +137,7 @@ def describe_crash(rank: int, status: SeenStatus, exit_info: ExitInfo) -> Check:
     detail = f"{who} {how} at stage '{stage}'"
     if status.get("error"):
         detail += f": {_one_line(status['error'])}"
-    hosts = [status["host"]] if status.get("host") else []
-    return Check("rank crashed", Status.ERROR, detail, [rank], hosts)
+    return _finding("rank crashed", [detail], [rank], {rank: status})
 
 
 def paused_itself(rank: int, status: SeenStatus, pause_s: float, stage: str, message: str) -> Check:
@@ -150,7 +149,7 @@ def paused_itself(rank: int, status: SeenStatus, pause_s: float, stage: str, mes
     )
     if message:
         detail += f"; when it went on: {_one_line(message)}"
-    return Check("hang", Status.ERROR, detail, [rank], [status["host"]] if status.get("host") else [])
+    return _finding("hang", [detail], [rank], {rank: status})
 
 
 def stopped_after_the_run(stopped: list[SeenStatus]) -> Check:
