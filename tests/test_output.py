@@ -255,13 +255,13 @@ def test_no_color_when_set_and_not_empty(
 def test_the_progress_display_runs_only_on_a_real_terminal(
     terminal: FakeTerminal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert LaunchProgress(console_on(terminal), enabled=True).enabled
-    assert not LaunchProgress(console_on(terminal), enabled=False).enabled
+    assert LaunchProgress(console_on(terminal), enabled=True, ranks=2).enabled
+    assert not LaunchProgress(console_on(terminal), enabled=False, ranks=2).enabled
     monkeypatch.setenv("NO_COLOR", "1")
-    assert not LaunchProgress(console_on(terminal), enabled=True).enabled
+    assert not LaunchProgress(console_on(terminal), enabled=True, ranks=2).enabled
     monkeypatch.delenv("NO_COLOR")
     monkeypatch.setenv("TERM", "dumb")
-    assert not LaunchProgress(console_on(terminal), enabled=True).enabled
+    assert not LaunchProgress(console_on(terminal), enabled=True, ranks=2).enabled
 
 
 def test_forced_colour_on_a_pipe_gets_no_progress_display(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -273,7 +273,7 @@ def test_forced_colour_on_a_pipe_gets_no_progress_display(monkeypatch: pytest.Mo
     pipe = io.StringIO()
     console = console_on(pipe)
     assert console.is_terminal
-    with LaunchProgress(console, enabled=True) as progress:
+    with LaunchProgress(console, enabled=True, ranks=2) as progress:
         assert not progress.enabled
         progress.update({"stage": "measure", "progress": {"label": "1K", "done": 1, "total": 3}})
     assert pipe.getvalue() == ""

@@ -15,7 +15,7 @@ class LaunchProgress:
     terminal while the report goes through the pipe.
     """
 
-    def __init__(self, console: Console, enabled: bool, ranks: int | None = None) -> None:
+    def __init__(self, console: Console, enabled: bool, ranks: int) -> None:
         # A live display redraws with cursor escapes: only on a real terminal that allows
         # styles (not a pipe, even with FORCE_COLOR; not TERM=dumb; not NO_COLOR).
         isatty = getattr(console.file, "isatty", None)
@@ -39,17 +39,12 @@ class LaunchProgress:
     def __enter__(self) -> LaunchProgress:
         if self.enabled:
             self._progress.start()
-            self._task = self._progress.add_task(
-                "starting ranks", total=self.ranks, count=self._ranks_count(0)
-            )
+            self._task = self._progress.add_task("starting ranks", total=self.ranks, count=f"0/{self.ranks}")
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.enabled:
             self._progress.stop()
-
-    def _ranks_count(self, started: int) -> str:
-        return f"{started}/{self.ranks}" if self.ranks else ""
 
     def update(self, status: dict[str, Any]) -> None:
         if not self.enabled:
@@ -60,7 +55,7 @@ class LaunchProgress:
             count = f"{done}/{total}"
         else:
             label, done, total = status.get("stage"), status.get("ranks_started", 0), self.ranks
-            count = f"{self._ranks_count(done)} ranks started" if self.ranks else ""
+            count = f"{done}/{self.ranks} ranks started"
         self._progress.update(
             self._task, description=f"rank 0: {label}", completed=done, total=total, count=count
         )
