@@ -143,8 +143,7 @@ def sample(job: Job, interval: float) -> dict[int, list[Stack]]:
         time.sleep(max(0.0, began + index * interval / (rounds - 1) - now))
         _sample_once(pids, history)
         index += 1
-    moved = any(len(set(stacks)) > 1 for stacks in history.values())
-    if moved and sampled.suspected(history):
+    if moved and sampled.suspected(history):  # `moved` as the loop's end found it: nothing sampled since
         # A rank its peers may wait for: as many samples again, all judged together (sampled.py).
         taken = max(len(stacks) for stacks in history.values())
         for _ in range(taken):
