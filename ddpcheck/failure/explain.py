@@ -280,16 +280,13 @@ def judge_inline(stall: Stall, message: str, me: int) -> Check:
     absent = [r for r in range(stall.world_size) if r not in statuses]
     if not culprits and absent:
         # Every rank that is here waited for these: nothing of them reached the store, nor this host.
-        return Check(
-            "hang",
-            Status.ERROR,
+        said = (
             f"{listed(absent)} never arrived: "
             f"{'they' if len(absent) > 1 else 'it'} never reached the store the ranks share, and no process "
             f"of {'theirs' if len(absent) > 1 else 'its'} is on this host; ranks "
-            f"{_ranks(sorted(statuses))} were waiting{_store_evidence(message, absent)}",
-            absent,
-            [],
+            f"{_ranks(sorted(statuses))} were waiting{_store_evidence(message, absent)}"
         )
+        return _finding("hang", [said], absent, statuses)  # no host: none of them was seen
     if not culprits:
         check = judge_stall(stall)
         if lost:
