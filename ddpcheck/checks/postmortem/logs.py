@@ -286,7 +286,6 @@ ENDS_NAME = "the ranks ran to the end"
 
 
 def _ends(found: FoundLogs, receivers: list[int], hosts: dict[int, str]) -> Check:
-    name = ENDS_NAME
     by_rank: dict[int, list[LogFinding]] = {}
     for finding in found.findings:
         if finding.rank is not None and finding.kind in _TELLING:
@@ -297,8 +296,8 @@ def _ends(found: FoundLogs, receivers: list[int], hosts: dict[int, str]) -> Chec
     if not by_rank:
         unranked = [f for f in found.findings if f.kind in _TELLING]
         if unranked:
-            return Check(name, Status.ERROR, f"the job's output ends with: {unranked[-1].text}")
-        return Check(name, Status.PASS, f"no rank failed in the {len(found.files)} log files read")
+            return Check(ENDS_NAME, Status.ERROR, f"the job's output ends with: {unranked[-1].text}")
+        return Check(ENDS_NAME, Status.PASS, f"no rank failed in the {len(found.files)} log files read")
     causes: list[int] = []
     parts: list[str] = []
     for rank in sorted(by_rank):
@@ -317,7 +316,7 @@ def _ends(found: FoundLogs, receivers: list[int], hosts: dict[int, str]) -> Chec
     if first is not None and first.rank is not None and first.timestamp is not None:
         when = time.strftime("%H:%M:%S UTC", time.gmtime(first.timestamp))
         parts.append(f"first error file: rank {first.rank}'s, at {when}")
-    return Check(name, Status.ERROR, "; ".join(parts), ranks=causes, hosts=hosts_known(causes, hosts))
+    return Check(ENDS_NAME, Status.ERROR, "; ".join(parts), ranks=causes, hosts=hosts_known(causes, hosts))
 
 
 def _said(finding: LogFinding, limit: int = 160) -> str:
