@@ -146,7 +146,7 @@ def _asked_ras(monkeypatch: pytest.MonkeyPatch, pieces: list[str]) -> tuple[Seen
     commands the service was sent."""
     service = RasService(pieces=pieces)
     try:
-        monkeypatch.setattr(evidence, "loads_nccl", lambda pid: True)
+        monkeypatch.setattr(evidence, "maps_any", lambda pid, *libraries: True)
         monkeypatch.setattr(evidence, "sample", lambda job, interval: {0: [ALL_REDUCE]})  # no py-spy here
         return evidence.read(_job({"NCCL_RAS_ADDR": service.address}), 0.1), service.commands
     finally:

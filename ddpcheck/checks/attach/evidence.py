@@ -58,6 +58,7 @@ PIPE_WAIT_S = 3.0  # how long NCCL has to write a dump after its pipe was writte
 DUMP_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 DEFAULT_DUMP_PREFIX = "/tmp/nccl_trace_rank_"
 PIPE_VARIABLE = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
+NCCL_LIBRARIES = ("libnccl", "libtorch_cuda")  # a rank mapping one loaded NCCL (torch's CUDA links it in)
 
 
 @dataclass
@@ -77,7 +78,7 @@ def read(job: Job, interval: float) -> Seen:
     notes: list[str] = []
     asked = _ask_pipes(job, notes)
     asking: dict[str, object] = {}
-    nccl = next((r for r, p in sorted(job.ranks.items()) if loads_nccl(p.pid)), None)
+    nccl = next((r for r, p in sorted(job.ranks.items()) if maps_any(p.pid, *NCCL_LIBRARIES)), None)
     thread = None
     if nccl is not None:
         environ = job.environ.get(nccl, {})
@@ -221,11 +222,6 @@ def io_bytes(pid: int) -> int | None:
         return int(fields["rchar"]) + int(fields["wchar"])
     except (OSError, KeyError, ValueError):
         return None
-
-
-def loads_nccl(pid: int) -> bool:
-    """Whether the process mapped NCCL (its own library, or torch's CUDA library that links it in)."""
-    return maps_any(pid, "libnccl", "libtorch_cuda")
 
 
 def _prefixes(environ: dict[str, str]) -> list[str]:
