@@ -86,9 +86,7 @@ def connect(task: Task):
 
 def _get(store, key: str) -> dict | None:
     try:
-        if not store_has(store, key):
-            return None
-        return json.loads(store.get(key))
+        return json.loads(store.get(key)) if store_has(store, key) else None
     except (RuntimeError, ValueError):
         return None
 
