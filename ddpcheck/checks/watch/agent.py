@@ -99,10 +99,9 @@ def _record_start(path: str) -> None:
     """Who this process is in the job, for a reader that has only the directory (postmortem):
     its rank (None for a launcher such as torchrun), local rank, host, parent and command."""
     with contextlib.suppress(Exception):
-        local = os.environ.get("LOCAL_RANK", "")
         record = {
             "rank": _rank_env.rank_of(os.environ),
-            "local_rank": int(local) if local.isdigit() else None,
+            "local_rank": _rank_env.first_number(os.environ, ("LOCAL_RANK",)),
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "ppid": os.getppid(),
