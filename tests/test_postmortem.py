@@ -21,6 +21,7 @@ from ddpcheck.checks.postmortem import PostmortemOptions
 from ddpcheck.checks.postmortem.check import NothingToRead, examine
 from ddpcheck.checks.postmortem.logs import (
     FoundLogs,
+    find_logs,
     judge_logs,
     parse_error_file,
     scan_text,
@@ -315,6 +316,17 @@ def test_error_files_and_the_first_by_time() -> None:
     assert (late.timestamp, bare.timestamp) == (20.0, None)
     with pytest.raises(ValueError):
         parse_error_file("[]")
+
+
+def test_a_ranks_log_folder_is_its_rank_with_or_without_a_trailing_slash(tmp_path: Path) -> None:
+    folder = tmp_path / "logs" / "attempt_0" / "3"
+    folder.mkdir(parents=True)
+    (folder / "error.json").write_text(json.dumps({"message": "Signal 6 (SIGABRT) received by PID 7"}))
+    (folder / "stderr.log").write_text("a quiet line\n")
+    for asked in (str(folder), str(folder) + os.sep):
+        found = find_logs(asked)
+        assert found.ranks_seen == {3} and [e.rank for e in found.errors] == [3]
+        assert sorted(found.traced) == [str(folder / "error.json"), str(folder / "stderr.log")]
 
 
 def test_gloo_aborts_the_receiver_which_is_never_blamed() -> None:

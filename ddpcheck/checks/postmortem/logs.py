@@ -101,12 +101,13 @@ class FoundLogs:
     traced: list[str] = field(default_factory=list)
 
 
-def rank_from_place(path: str) -> int | None:
+def rank_of_folder(folder: str) -> int | None:
     """torchrun's `--log-dir` keeps each rank's files in `attempt_N/<local rank>/`: that number."""
-    parent = os.path.basename(os.path.dirname(path))
-    grandparent = os.path.basename(os.path.dirname(os.path.dirname(path)))
-    if parent.isdigit() and grandparent.startswith("attempt_"):
-        return int(parent)
+    folder = os.path.normpath(folder)  # the folder asked for may end in a slash
+    if os.path.basename(folder).isdigit() and os.path.basename(os.path.dirname(folder)).startswith(
+        "attempt_"
+    ):
+        return int(os.path.basename(folder))
     return None
 
 
@@ -181,16 +182,15 @@ def find_logs(directory: str | os.PathLike[str]) -> FoundLogs:
     found = FoundLogs()
     for root, dirs, files in os.walk(directory):
         dirs.sort()
-        if os.path.basename(root).isdigit() and os.path.basename(os.path.dirname(root)).startswith(
-            "attempt_"
-        ):
-            found.ranks_seen.add(int(os.path.basename(root)))
+        rank = rank_of_folder(root)
+        if rank is not None:
+            found.ranks_seen.add(rank)
         for name in sorted(files):
             path = os.path.join(root, name)
             if name == "error.json":
                 try:
                     with open(path, encoding="utf-8", errors="replace") as stream:
-                        found.errors.append(parse_error_file(stream.read(), rank=rank_from_place(path)))
+                        found.errors.append(parse_error_file(stream.read(), rank=rank))
                     found.files.append(path)
                     found.traced.append(path)
                 except (OSError, ValueError) as exc:
@@ -202,17 +202,17 @@ def find_logs(directory: str | os.PathLike[str]) -> FoundLogs:
                     found.skipped.append((path, f"unreadable: {exc.strerror or exc}"))
                     continue
                 found.files.append(path)
-                findings = scan_text(text, rank=rank_from_place(path))
+                findings = scan_text(text, rank=rank)
                 found.findings += findings
-                if findings or is_job_log(path, text):
+                if findings or rank is not None or is_job_log(path, text):
                     found.traced.append(path)
     return found
 
 
 def is_job_log(path: str, text: str) -> bool:
-    """A log a job wrote, not any text file: its place (torchrun's `attempt_N/<rank>/`), its name
-    (Slurm's `slurm-*.out`), or its lines (a rank's prefix, a Python traceback, NCCL's)."""
-    if rank_from_place(path) is not None or os.path.basename(path).startswith("slurm-"):
+    """A log a job wrote, not any text file, outside torchrun's `attempt_N/<rank>/`: its name
+    (Slurm's `slurm-*.out`) or its lines (a rank's prefix, a Python traceback, NCCL's)."""
+    if os.path.basename(path).startswith("slurm-"):
         return True
     if _TRACEBACK_START in text:
         return True
