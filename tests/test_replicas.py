@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import asdict
-from pathlib import Path
 
 from ddpcheck.failure import replicas
 from ddpcheck.failure.replicas import Fingerprint, NonFinite, fingerprint_from_record, judge, to_record
@@ -304,8 +303,8 @@ def test_a_module_with_no_replica_is_one_note_carried_to_task_0_and_no_check(tmp
     task = tmp_path / "task1"
     (task / fingerprints.FOLDER).mkdir(parents=True)
     for rank in (2, 3):
-        path = fingerprints.unreplicated_file(str(task), rank)
-        Path(path).write_text(json.dumps({"rank": rank, "notes": [note]}))
+        path = task / fingerprints.FOLDER / f"{rank}{fingerprints.UNREPLICATED_SUFFIX}"
+        path.write_text(json.dumps({"rank": rank, "notes": [note]}))
     theirs = Replicas(task, 5)
     theirs.read()
     ours = Replicas(tmp_path / "task0", 5)

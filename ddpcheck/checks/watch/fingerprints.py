@@ -49,18 +49,6 @@ GRADIENT_SAMPLE = 4096
 FOLD_AFTER = 16  # backward passes (micro-steps) whose sums are kept before they are folded in
 
 
-def fingerprint_file(watch_dir: str, rank: int, step: int) -> str:
-    return os.path.join(watch_dir, FOLDER, f"{rank}-{step}{SUFFIX}")
-
-
-def nonfinite_file(watch_dir: str, rank: int) -> str:
-    return os.path.join(watch_dir, FOLDER, f"{rank}{NONFINITE_SUFFIX}")
-
-
-def unreplicated_file(watch_dir: str, rank: int) -> str:
-    return os.path.join(watch_dir, FOLDER, f"{rank}{UNREPLICATED_SUFFIX}")
-
-
 def write_whole(path: str, record: dict[str, Any]) -> None:
     """A record written to a partial file, then renamed: a reader sees it whole or not at all."""
     partial = f"{path}.partial"
@@ -214,7 +202,8 @@ class Fingerprinter:
             for group, names in replicated.items():
                 self.sharded.append((weakref.ref(root), at, list(group), frozenset(names)))
         if notes:
-            write_whole(unreplicated_file(self.dir, self.rank), {"rank": self.rank, "notes": notes})
+            path = os.path.join(self.dir, FOLDER, f"{self.rank}{UNREPLICATED_SUFFIX}")
+            write_whole(path, {"rank": self.rank, "notes": notes})
 
     def _live(self) -> list[tuple[int, str, Any, list[int]]]:
         """(index, name prefix, module, replica group) of every DDP module still alive."""
@@ -280,7 +269,7 @@ class Fingerprinter:
         self.pending = None
         record.pop("waiting", None)
         record["modules"] = [record["modules"][i] for i in sorted(record["modules"])]
-        write_whole(fingerprint_file(self.dir, self.rank, record["step"]), record)
+        write_whole(os.path.join(self.dir, FOLDER, f"{self.rank}-{record['step']}{SUFFIX}"), record)
 
     # ------------------------------------------------------------ the first NaN or Inf
     def _watch_gradients(self) -> None:
@@ -364,7 +353,7 @@ class Fingerprinter:
         self.nonfinite_said = True
         self._unhook()  # said once: the gradients need no more looks
         write_whole(
-            nonfinite_file(self.dir, self.rank),
+            os.path.join(self.dir, FOLDER, f"{self.rank}{NONFINITE_SUFFIX}"),
             {
                 "rank": self.rank,
                 "step": step,
