@@ -44,7 +44,7 @@ def judge_crash(views: list[RankView], output: str, job_code: int | None) -> Rep
     )
     name = "collective mismatch" if mismatch else "crash"
     if mismatch:
-        places = sorted({f"{rank_place(v)}" for v in views if rank_place(v)})
+        places = sorted({place for place in map(rank_place, views) if place})
         detail = (
             f"a collective mismatch: the ranks called a collective with different sizes; "
             f"{identity(first)} aborted receiving it ({first_sentence(failure.describe())}, in {where}); "
@@ -78,10 +78,9 @@ def judge_success(views: list[RankView], elapsed_s: float) -> Report:
 
 
 def _traceback_table(view: RankView, failure: Exit) -> Table:
-    rows = [f.to_dict() for f in failure.stack]
     return Table(
         "traceback",
         f"Where rank {view.rank} failed (innermost first)",
         {"function": "function", "file": "file", "line": "line"},
-        rows,
+        [f.to_dict() for f in failure.stack],
     )
