@@ -259,13 +259,8 @@ def unsupported(ctx: RankContext, op: Collective, dtype_name: str) -> str | None
     """
     import torch
 
-    n = ctx.world_size
-    buffers = op.buffers(
-        op.count(n * ITEM_SIZE[dtype_name], ITEM_SIZE[dtype_name], n),
-        getattr(torch, dtype_name),
-        ctx.device,
-        n,
-    )
+    n, item = ctx.world_size, ITEM_SIZE[dtype_name]
+    buffers = op.buffers(op.count(n * item, item, n), getattr(torch, dtype_name), ctx.device, n)
     try:
         op.run(buffers, Team(tuple(range(n)), ctx.rank), op.timed_variant())
     except (RuntimeError, NotImplementedError, ValueError, TypeError) as exc:
