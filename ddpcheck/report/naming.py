@@ -20,12 +20,8 @@ def node_of(ident: dict[str, Any]) -> tuple[str, int]:
     return ident["host"], ident.get("node", 0)
 
 
-def node_label(node: tuple[str, int], identities: list[dict[str, Any]]) -> str:
-    return node_labels(identities)[node]
-
-
 def node_labels(identities: list[dict[str, Any]]) -> dict[tuple[str, int], str]:
-    """node_label of every node, in one pass over the ranks (a loop of node_label is quadratic)."""
+    """Every node's name: its host, with its node number where two launchers share that host."""
     nodes_on: dict[str, set[tuple[str, int]]] = defaultdict(set)
     for ident in identities:
         nodes_on[ident["host"]].add(node_of(ident))

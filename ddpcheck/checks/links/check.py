@@ -27,7 +27,7 @@ from ddpcheck.checks.links.schedule import INTER, INTRA, Round, link_plan, nodes
 from ddpcheck.checks.links.tables import link_tables
 from ddpcheck.rank.rankmap import judge_rank_map
 from ddpcheck.report.model import Check, Report, Status
-from ddpcheck.report.naming import counted, describe_ranks, hosts_of, node_label, node_of, span, where
+from ddpcheck.report.naming import counted, describe_ranks, hosts_of, node_labels, node_of, span, where
 
 if TYPE_CHECKING:
     from ddpcheck.rank.context import RankContext
@@ -423,6 +423,7 @@ def _rank_findings(
     for s in slow:
         by_node[node_of(identities[s.rank])].append(s)
     node_sizes = Counter(node_of(ident) for ident in identities)
+    labels = node_labels(identities)
     parts = []
     for node, found in by_node.items():
         whole = len(found) == node_sizes[node] and (kind == INTER or len(found) > 1)
@@ -432,7 +433,7 @@ def _rank_findings(
         way = "from" if direction == {"out"} else "into" if direction == {"in"} else "of"
         kind_words = "" if kind == INTER else "intra-node "
         if whole:
-            who = f"host {node_label(node, identities)}"
+            who = f"host {labels[node]}"
             if len(found) > 1:
                 who += f" ({span([s.rank for s in found])})"
             every = "every " if all(len(s.slow) == s.total for s in found) else "most "
