@@ -89,7 +89,7 @@ def families(report: Report) -> list[Any]:
 
 
 def _world_size(report: Report) -> int:
-    size = report.world.get("size") if isinstance(report.world, dict) else None
+    size = report.world.get("size")
     return size if isinstance(size, int) else len(report.ranks)
 
 
