@@ -159,7 +159,7 @@ def remote_node_report(command: str, plan: LaunchPlan, verdict: Verdict, report_
     report.checks.append(
         Check(
             "remote verdict",
-            Status[verdict.name],  # the check's status of the verdict's name: PASS, FAIL or ERROR
+            Status[verdict.name],  # a Verdict is named as the Status it stands for
             f"node {plan.node_rank}: its {plan.nproc} ranks finished; the report is on host "
             f"{report_host} (rank 0), verdict {verdict.value}",
         )
