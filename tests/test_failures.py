@@ -384,6 +384,43 @@ def test_a_ctrl_c_while_env_waits_on_a_hung_nvidia_smi_kills_it(tmp_path) -> Non
     assert all_end(children)
 
 
+CTRL_C_AS_A_TOOL_STARTS = """
+import os, signal, sys
+from ddpcheck.checks.env import bounded
+from ddpcheck.rank import interrupt
+from tests.support.hung_tool import wait_for_a_start
+from pathlib import Path
+interrupt.install()
+start = bounded.started
+def started_then_ctrl_c(argv):
+    proc = start(argv)
+    wait_for_a_start(Path(sys.argv[2]))
+    os.kill(os.getpid(), signal.SIGINT)  # the handler runs before the next line of the caller
+    return proc
+bounded.started = started_then_ctrl_c
+bounded.spawn(sys.argv[1], [])
+"""
+
+
+@pytest.mark.integration
+def test_a_ctrl_c_the_moment_env_has_started_a_tool_kills_it(tmp_path) -> None:
+    """A Ctrl-C between a tool's start and its listing for leaving killed nothing: the tool, in a
+    session of its own, ran on (CI: env's second nvidia-smi, left hung). It now leaves once listed."""
+    pids = tmp_path / "pids"
+    tool = write_hung_tool(tmp_path / "bin" / "nvidia-smi", pids)
+    proc = subprocess.run(
+        [sys.executable, "-c", CTRL_C_AS_A_TOOL_STARTS, str(tool), str(pids)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert (proc.returncode, proc.stderr) == (130, f"{interrupt.LINE}\n")
+    children = started_children(pids)
+    assert children
+    assert all_end(children)
+
+
 KILLED_OUTRIGHT = """
 import os, signal, sys, tempfile
 import psutil

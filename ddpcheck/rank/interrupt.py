@@ -53,6 +53,8 @@ class _State:
     stopped: ClassVar[threading.Event] = threading.Event()  # a signal came; set for the rest of the process
     removals: ClassVar[list[Path]] = []
     sessions: ClassVar[list[subprocess.Popen]] = []  # children in sessions of their own: killed on leaving
+    starting: ClassVar[bool] = False  # such a child is being started: a Ctrl-C now leaves once it is listed
+    pending: ClassVar[int | None] = None  # the exit code of a signal that came while one started
     say: ClassVar[bool] = True  # False on an inline rank other than 0: one line per run, rank 0's
     leaving: ClassVar[threading.Lock] = threading.Lock()
     launcher_watched: ClassVar[bool] = False
@@ -193,11 +195,20 @@ def remove_on_leave(path: Path) -> None:
     _State.removals.append(path)
 
 
-def kill_on_leave(proc: subprocess.Popen) -> None:
-    """A child started in a session of its own (a command under a timeout, which kills its whole
-    group when late): a terminal's Ctrl-C does not reach it, so an interrupted process kills its
-    group before it leaves."""
-    _State.sessions.append(proc)
+def started_killed_on_leave(start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+    """`start()`: a child in a session of its own (a command under a timeout, which kills its whole
+    group when late). A terminal's Ctrl-C does not reach it, so an interrupted process kills its
+    group before it leaves. A Ctrl-C while it starts leaves once it is listed: between the two it
+    was left running (seen in CI). Called from the main thread, where the handler runs."""
+    _State.starting = True
+    try:
+        proc = start()
+        _State.sessions.append(proc)
+    finally:
+        _State.starting = False
+        if _State.pending is not None:
+            leave(_State.pending)
+    return proc
 
 
 def forget(path: Path) -> None:
@@ -246,7 +257,11 @@ def ignore_sigterm() -> None:
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     if _State.mode is Mode.LEAVE:
         _State.stopped.set()
-        leave(EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum)
+        code = EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum
+        if _State.starting:
+            _State.pending = code
+            return
+        leave(code)
     first = not _State.stopped.is_set()
     _State.stopped.set()
     if first and _State.mode is Mode.RAISE_ONCE:

@@ -20,11 +20,9 @@ def spawn(binary: str | None, args: list[str]) -> subprocess.Popen[str] | None:
     if binary is None:
         return None
     try:
-        proc = started([binary, *args])
+        return interrupt.started_killed_on_leave(lambda: started([binary, *args]))
     except OSError:
         return None
-    interrupt.kill_on_leave(proc)  # and so a Ctrl-C does not reach it: leaving kills it
-    return proc
 
 
 def reap(proc: subprocess.Popen[str] | None, timeout_s: float, what: str, problems: list[str]) -> str | None:
