@@ -31,9 +31,8 @@ def charts(report: Report) -> list[Chart]:
         colours = [svg.FAIL_COLOUR if bad else svg.PALETTE[0] for bad in failing]
         bars = ax.barh(labels, rates, color=colours)
         for row, bar, rate in zip(rows, bars, rates, strict=True):
-            gid = f"device-{row['rank']}"
-            bar.set_gid(gid)
-            titles[gid] = f"rank {row['rank']} (host {row.get('host')}): {rate:.4g} TFLOP/s"
+            hover = f"rank {row['rank']} (host {row.get('host')}): {rate:.4g} TFLOP/s"
+            svg.hover(bar, f"device-{row['rank']}", hover, titles)
         ax.axvline(median, color="#555555", linestyle="--", linewidth=1, label=f"median {median:.3g}")
         for i, bad in enumerate(failing):
             if bad:

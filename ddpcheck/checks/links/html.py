@@ -119,10 +119,8 @@ def charts(report: Report) -> list[Chart]:
                 edgecolor="black" if marked else "none",
                 linewidth=1.5 if marked else 0,
             )
-            gid = f"link-{i}"
-            cell.set_gid(gid)
+            svg.hover(cell, f"link-{i}", ("slow: " if marked else "") + _describe(r), titles)
             ax.add_patch(cell)
-            titles[gid] = ("slow: " if marked else "") + _describe(r)
         chart_svg = svg.to_svg(fig, titles)
     if n > MATRIX_RANKS:
         # A matrix of thousands of columns reads as nothing and weighs megabytes: the slowest links.

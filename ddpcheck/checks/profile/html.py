@@ -66,9 +66,8 @@ def charts(report: Report) -> list[Chart]:
             widths = [0.0 if math.isnan(w) else w for w in widths]
             bars = ax.barh(labels, widths, left=left, color=colour, label=label)
             for r, bar, width in zip(ranks, bars, widths, strict=True):
-                gid = f"bar-{r}-{part}"
-                bar.set_gid(gid)
-                titles[gid] = f"rank {r} (host {medians[r]['host']}): {label} {width:.3f} ms"
+                hover = f"rank {r} (host {medians[r]['host']}): {label} {width:.3f} ms"
+                svg.hover(bar, f"bar-{r}-{part}", hover, titles)
             left = [a + b for a, b in zip(left, widths, strict=True)]
         for i, r in enumerate(ranks):
             if r in stragglers:

@@ -54,9 +54,8 @@ def charts(report: Report) -> list[Chart]:
                 marks = ax.scatter(
                     *zip(*wrong, strict=True), marker="x", s=40, color=svg.FAIL_COLOUR, zorder=3
                 )
-                gid = f"wrong-{i}"
-                marks.set_gid(gid)
-                titles[gid] = f"{op}: wrong elements at " + ", ".join(svg.size_label(x) for x, _ in wrong)
+                at = ", ".join(svg.size_label(x) for x, _ in wrong)
+                svg.hover(marks, f"wrong-{i}", f"{op}: wrong elements at {at}", titles)
             then = [(x, baseline[(op, x)]) for x in xs if (op, x) in baseline]
             if then:
                 ax.plot(

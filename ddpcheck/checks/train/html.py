@@ -38,9 +38,7 @@ def charts(report: Report) -> list[Chart]:
                 label=f"rank {rank}" if len(ranks) <= 8 else None,
                 alpha=0.9 if len(ranks) <= 8 else 0.5,
             )
-            gid = f"loss-{rank}"
-            line.set_gid(gid)
-            titles[gid] = f"rank {rank}: " + ", ".join(f"{v:.4g}" for v in losses)
+            svg.hover(line, f"loss-{rank}", f"rank {rank}: " + ", ".join(f"{v:.4g}" for v in losses), titles)
         reference = [number(r.get("reference_loss")) for r in rows]
         ax.plot(
             steps, reference, linestyle="--", color="black", linewidth=1.5, label="1 process (global batch)"

@@ -64,10 +64,8 @@ def _chart(report: Report, group: str, rows: list[dict[str, Any]]) -> Chart:
             cell = Rectangle(
                 (-0.5, i - 0.5), width, 1, facecolor=(0, 0, 0, 0), edgecolor="black", linewidth=1.5
             )
-            gid = f"straggler-{i}"
-            cell.set_gid(gid)
+            svg.hover(cell, f"straggler-{i}", f"named: {_label(row)} slows {group}", titles)
             ax.add_patch(cell)
-            titles[gid] = f"named: {_label(row)} slows {group}"
         chart_svg = svg.to_svg(fig, titles)
     figures = report.table("stragglers")
     shown = [r for r in (figures.rows if figures else []) if str(r.get("group")) == group]

@@ -71,6 +71,12 @@ def to_svg(fig: Figure, titles: dict[str, str] | None = None) -> str:
     return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1 class="chart"', text, count=1)
 
 
+def hover(artist: Any, gid: str, title: str, titles: dict[str, str]) -> None:
+    """`artist` shows `title` on hover once to_svg is given `titles` (its gid names it there)."""
+    artist.set_gid(gid)
+    titles[gid] = title
+
+
 def heat_map(fig: Figure, values: Any, cmap: str, top: float, label: str, aspect: str | None = None) -> Any:
     """`values` (rows x columns) as one image from 0 to `top` with its colour bar; the axes, to draw on.
 
