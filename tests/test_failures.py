@@ -385,19 +385,18 @@ def test_a_ctrl_c_while_env_waits_on_a_hung_nvidia_smi_kills_it(tmp_path) -> Non
 
 
 CTRL_C_AS_A_TOOL_STARTS = """
-import os, signal, sys
+import os, signal, subprocess, sys
+from pathlib import Path
+from tests.support.hung_tool import wait_for_a_start
+class PopenThenCtrlC(subprocess.Popen):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        wait_for_a_start(Path(sys.argv[2]))
+        os.kill(os.getpid(), signal.SIGINT)  # the handler runs before the caller's next line
+subprocess.Popen = PopenThenCtrlC
 from ddpcheck.checks.env import bounded
 from ddpcheck.rank import interrupt
-from tests.support.hung_tool import wait_for_a_start
-from pathlib import Path
 interrupt.install()
-start = bounded.started
-def started_then_ctrl_c(argv):
-    proc = start(argv)
-    wait_for_a_start(Path(sys.argv[2]))
-    os.kill(os.getpid(), signal.SIGINT)  # the handler runs before the next line of the caller
-    return proc
-bounded.started = started_then_ctrl_c
 bounded.spawn(sys.argv[1], [])
 """
 
@@ -842,3 +841,41 @@ def test_a_rank_that_ended_mid_run_without_a_word_is_the_lead() -> None:
     }
     check = judge_stall(stall_of(statuses))
     assert check.ranks == [1] and "ended at stage 'measure' without an error" in check.detail
+
+
+class _Tool:
+    """A started tool as own_sessions keeps it: a pid and whether it was reaped."""
+
+    def __init__(self) -> None:
+        self.pid, self.returncode = -1, 0
+
+
+def test_a_signal_while_a_tool_starts_is_acted_on_once_it_is_listed(monkeypatch) -> None:
+    from ddpcheck.failure import own_sessions
+
+    monkeypatch.setattr(own_sessions, "_listed", own_sessions.weakref.WeakSet())
+    acted: list[bool] = []
+    tools = [_Tool()]
+
+    def popen() -> _Tool:
+        assert own_sessions.held(lambda: acted.append(tools[0] in own_sessions._listed))
+        return tools[0]
+
+    assert own_sessions.start(popen) is tools[0]
+    assert acted == [True]  # after the listing, and once
+    assert not own_sessions.held(lambda: acted.append(False))  # nothing starting: act now
+    tools.clear()
+    assert len(own_sessions._listed) == 0  # a tool forgotten leaves the list
+
+
+@pytest.mark.integration
+def test_a_tool_started_for_its_output_is_killed_when_the_process_leaves(tmp_path) -> None:
+    """py-spy (attach, watch), nvidia-smi (env, a rank's GPU facts): each in a session of its own."""
+    from ddpcheck.failure import own_sessions, processes
+
+    pids = tmp_path / "pids"
+    tool = processes.started([str(write_hung_tool(tmp_path / "py-spy", pids))])
+    wait_for_a_start(pids)
+    own_sessions.kill_all()
+    assert tool.wait(timeout=10) == -signal.SIGKILL
+    assert all_end(started_children(pids))

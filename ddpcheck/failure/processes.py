@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from ddpcheck.failure import own_sessions
 from ddpcheck.failure.proc import environ, state_of
 from ddpcheck.failure.rank_env import RANK_VARIABLES, has_rank, is_python_helper, single_node_rank
 
@@ -245,14 +246,17 @@ def _running_after(procs: list[psutil.Process], seconds: float) -> list[psutil.P
 
 def started(argv: list[str]) -> subprocess.Popen[str]:
     """`argv` started for its output (text), in a session of its own: a timeout then kills it with
-    anything it started (output_within). Raises OSError when it cannot start."""
-    return subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
+    anything it started (output_within), and so does a process that leaves at once (own_sessions).
+    Raises OSError when it cannot start."""
+    return own_sessions.start(
+        lambda: subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
     )
 
 

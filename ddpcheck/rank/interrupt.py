@@ -27,15 +27,13 @@ from collections.abc import Callable, Iterator, Mapping
 from enum import Enum
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, ClassVar, NoReturn
+from typing import ClassVar, NoReturn
 
 from ddpcheck.errors import EXIT_COULD_NOT_COMPLETE, EXIT_INTERRUPTED
 from ddpcheck.errors import say as say_line
+from ddpcheck.failure import own_sessions
 from ddpcheck.failure.rank_env import ranks_given
 from ddpcheck.rank import arrival, remover
-
-if TYPE_CHECKING:  # loaded before the Ctrl-C handler is in: subprocess is half of its import time
-    import subprocess
 
 LINE = "ddpcheck: interrupted; every rank was stopped"
 
@@ -52,9 +50,6 @@ class _State:
     mode: ClassVar[Mode] = Mode.LEAVE
     stopped: ClassVar[threading.Event] = threading.Event()  # a signal came; set for the rest of the process
     removals: ClassVar[list[Path]] = []
-    sessions: ClassVar[list[subprocess.Popen]] = []  # children in sessions of their own: killed on leaving
-    starting: ClassVar[bool] = False  # such a child is being started: a Ctrl-C now leaves once it is listed
-    pending: ClassVar[int | None] = None  # the exit code of a signal that came while one started
     say: ClassVar[bool] = True  # False on an inline rank other than 0: one line per run, rank 0's
     leaving: ClassVar[threading.Lock] = threading.Lock()
     launcher_watched: ClassVar[bool] = False
@@ -145,10 +140,7 @@ def leave(code: int = EXIT_INTERRUPTED, say: bool = True) -> NoReturn:
         # The signal may have come in the middle of a write to this very stream (a reentrant call).
         with contextlib.suppress(Exception):
             stream.flush()
-    for proc in _State.sessions:
-        if proc.returncode is None:  # not reaped yet: its process group is still its own
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
+    own_sessions.kill_all()
     for path in _State.removals:
         remover.remove_now(path)
     arrival.leave()
@@ -180,7 +172,8 @@ def act_from_a_thread(on_sigterm: Callable[[], None]) -> None:
                 threading.Thread(target=on_sigterm, name="ddpcheck-sigterm", daemon=True).start()
             if signal.SIGINT in data and signal.getsignal(signal.SIGINT) is _on_signal:
                 _State.stopped.set()
-                leave()
+                if not own_sessions.held(leave):
+                    leave()
 
     threading.Thread(target=watch, name="ddpcheck-sigint", daemon=True).start()
 
@@ -193,22 +186,6 @@ def interrupted() -> bool:
 def remove_on_leave(path: Path) -> None:
     """A temp path that an interrupted process removes before it leaves."""
     _State.removals.append(path)
-
-
-def started_killed_on_leave(start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
-    """`start()`: a child in a session of its own (a command under a timeout, which kills its whole
-    group when late). A terminal's Ctrl-C does not reach it, so an interrupted process kills its
-    group before it leaves. A Ctrl-C while it starts leaves once it is listed: between the two it
-    was left running (seen in CI). Called from the main thread, where the handler runs."""
-    _State.starting = True
-    try:
-        proc = start()
-        _State.sessions.append(proc)
-    finally:
-        _State.starting = False
-        if _State.pending is not None:
-            leave(_State.pending)
-    return proc
 
 
 def forget(path: Path) -> None:
@@ -258,8 +235,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     if _State.mode is Mode.LEAVE:
         _State.stopped.set()
         code = EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum
-        if _State.starting:
-            _State.pending = code
+        if own_sessions.held(lambda: leave(code)):  # a tool is starting: leave once it is listed
             return
         leave(code)
     first = not _State.stopped.is_set()

@@ -13,14 +13,13 @@ from collections.abc import Callable
 from typing import Any
 
 from ddpcheck.failure.processes import output_within, started
-from ddpcheck.rank import interrupt
 
 
 def spawn(binary: str | None, args: list[str]) -> subprocess.Popen[str] | None:
     if binary is None:
         return None
     try:
-        return interrupt.started_killed_on_leave(lambda: started([binary, *args]))
+        return started([binary, *args])  # killed if this process leaves (own_sessions)
     except OSError:
         return None
 
