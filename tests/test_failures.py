@@ -420,6 +420,39 @@ def test_a_ctrl_c_the_moment_env_has_started_a_tool_kills_it(tmp_path) -> None:
     assert all_end(children)
 
 
+SECOND_CTRL_C_WHILE_LEAVING = """
+import os, signal, sys, time
+from pathlib import Path
+from ddpcheck.rank import interrupt, remover
+interrupt.install()
+interrupt.remove_on_leave(Path(sys.argv[1]))
+remove_now = remover.remove_now
+def slow_removal(path):
+    os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, while the first one's leave removes
+    time.sleep(0.2)
+    remove_now(path)
+remover.remove_now = slow_removal
+os.kill(os.getpid(), signal.SIGINT)
+time.sleep(30)
+"""
+
+
+@pytest.mark.integration
+def test_a_second_ctrl_c_while_leaving_does_not_stop_the_leave(tmp_path) -> None:
+    """The handler's second leave() waited, in the main thread, for the first one it interrupted:
+    the process hung there for good, its run directory half removed."""
+    run_dir = tmp_path / "ddpcheck-run"
+    run_dir.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", SECOND_CTRL_C_WHILE_LEAVING, str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert (proc.returncode, proc.stderr) == (130, f"{interrupt.LINE}\n")
+    assert not run_dir.exists()
+
+
 KILLED_OUTRIGHT = """
 import os, signal, sys, tempfile
 import psutil

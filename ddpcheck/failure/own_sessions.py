@@ -37,7 +37,8 @@ def start(popen: Callable[[], subprocess.Popen]) -> subprocess.Popen:
         _starting += 1
     try:
         proc = popen()
-        _listed.add(proc)
+        with _lock:  # not while leaving reads the set: a set changed under a reader raises
+            _listed.add(proc)
     finally:
         with _lock:
             _starting -= 1
@@ -58,7 +59,9 @@ def held(act: Callable[[], object]) -> bool:
 
 def kill_all() -> None:
     """Kill each listed tool's group that is not reaped yet (a reaped one's pid may be another's)."""
-    for proc in list(_listed):
+    with _lock:
+        listed = list(_listed)
+    for proc in listed:
         if proc.returncode is None:
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)

@@ -232,6 +232,8 @@ def ignore_sigterm() -> None:
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
+    if _State.leaving.locked():  # a second Ctrl-C while leaving: a nested leave() waited forever
+        return
     if _State.mode is Mode.LEAVE:
         _State.stopped.set()
         code = EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum
