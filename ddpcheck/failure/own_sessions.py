@@ -43,7 +43,7 @@ def start(popen: Callable[[], subprocess.Popen]) -> subprocess.Popen:
         with _lock:
             _starting -= 1
             then = _held.copy() if _starting == 0 else []
-            _held[: len(then)] = []
+            del _held[: len(then)]
         for act in then:
             act()
     return proc

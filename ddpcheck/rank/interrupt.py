@@ -172,8 +172,7 @@ def act_from_a_thread(on_sigterm: Callable[[], None]) -> None:
                 threading.Thread(target=on_sigterm, name="ddpcheck-sigterm", daemon=True).start()
             if signal.SIGINT in data and signal.getsignal(signal.SIGINT) is _on_signal:
                 _State.stopped.set()
-                if not own_sessions.held(leave):
-                    leave()
+                _leave_once_listed(EXIT_INTERRUPTED)
 
     threading.Thread(target=watch, name="ddpcheck-sigint", daemon=True).start()
 
@@ -236,14 +235,18 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         return
     if _State.mode is Mode.LEAVE:
         _State.stopped.set()
-        code = EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum
-        if own_sessions.held(lambda: leave(code)):  # a tool is starting: leave once it is listed
-            return
-        leave(code)
+        _leave_once_listed(EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum)
+        return
     first = not _State.stopped.is_set()
     _State.stopped.set()
     if first and _State.mode is Mode.RAISE_ONCE:
         raise KeyboardInterrupt
+
+
+def _leave_once_listed(code: int) -> None:
+    """Leave now, or, while a tool is starting, as soon as it is listed to be killed (own_sessions)."""
+    if not own_sessions.held(lambda: leave(code)):
+        leave(code)
 
 
 def block_in_this_thread() -> None:
