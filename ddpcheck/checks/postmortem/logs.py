@@ -104,11 +104,8 @@ class FoundLogs:
 def rank_of_folder(folder: str) -> int | None:
     """torchrun's `--log-dir` keeps each rank's files in `attempt_N/<local rank>/`: that number."""
     folder = os.path.normpath(folder)  # the folder asked for may end in a slash
-    if os.path.basename(folder).isdigit() and os.path.basename(os.path.dirname(folder)).startswith(
-        "attempt_"
-    ):
-        return int(os.path.basename(folder))
-    return None
+    name, parent = os.path.basename(folder), os.path.basename(os.path.dirname(folder))
+    return int(name) if name.isdigit() and parent.startswith("attempt_") else None
 
 
 def parse_error_file(text: str, *, rank: int | None = None) -> ErrorFile:
